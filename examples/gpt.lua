@@ -1,0 +1,292 @@
+-- gpt.lua — the main job: trains a GPT with tegraph's modules, on a built-in task or an llm.c .bin token file.
+--
+--   tegraph run examples/gpt.lua                      # learn to reverse digit strings, then show samples
+--   tegraph run examples/gpt.lua --data train.bin --vocab 50257 --context 256 --width 256 --layers 4
+--   tegraph run examples/gpt.lua --make-data task.bin # write the built-in task as a .bin file
+--   tegraph run examples/gpt.lua --help
+local tg = require "tegraph"
+local nn = require "tegraph.nn"
+local optim = require "tegraph.optim"
+local data = require "tegraph.data"
+local progress = require "tegraph.progress"
+
+------------------------------------------------------------------------ options
+local defaults = {
+  { "task", "reverse", "built-in task: reverse (reverse a digit string) or sort (sort its digits)" },
+  { "digits", 6, "digits per task example" },
+  { "data", nil, "train on an llm.c/nanoGPT .bin token file instead of the task" },
+  { "make-data", nil, "write the task as a .bin token file and exit" },
+  { "tokens", 20000, "tokens for --make-data" },
+  { "vocab", nil, "vocabulary size (task: 12; --data: required unless the file's ids fit 65536)" },
+  { "layers", 2, "transformer layers" },
+  { "heads", 4, "attention heads" },
+  { "width", 64, "model width" },
+  { "context", nil, "context length T (task: 2*digits+1; --data: 64)" },
+  { "batch", 32, "microbatch size B (sequences)" },
+  { "microbatches", 2, "microbatches per step M" },
+  { "steps", 300, "optimizer steps" },
+  { "lr", 3e-3, "peak learning rate" },
+  { "min-lr", 3e-4, "final learning rate (cosine decay)" },
+  { "warmup", 20, "warmup steps" },
+  { "weight-decay", 0.01, "AdamW weight decay (matrices only)" },
+  { "clip", 1.0, "global gradient-norm clip (0: off)" },
+  { "dtype", "f32", "compute dtype: f32 or bf16" },
+  { "delay-wgrad", false, "delay weight gradients to backward_dw (TE delay_wgrad_compute)" },
+  { "fuse-wgrad", false, "accumulate weight gradients into f32 main_grad" },
+  { "seed", 1234, "seed of initialisation and batches" },
+  { "samples", 6, "greedy samples to print after training (task only)" },
+  { "eval", 256, "held-out examples for the exact-match accuracy (task only)" },
+  { "log", nil, "write metrics as JSON lines to this file" },
+  { "every", 25, "print every N steps when not on a terminal" },
+  { "quiet", false, "no progress lines" },
+}
+
+local function usage(out)
+  out:write("usage: tegraph run examples/gpt.lua [--OPTION VALUE | --FLAG]...\n\noptions:\n")
+  for _, d in ipairs(defaults) do
+    local def = d[2] == nil and "" or string.format(" (default %s)", tostring(d[2]))
+    out:write(string.format("  --%-14s %s%s\n", d[1], d[3], def))
+  end
+end
+
+local function parse_args(argv)
+  local o, known = {}, {}
+  for _, d in ipairs(defaults) do
+    o[d[1]] = d[2]
+    known[d[1]] = d
+  end
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    if a == "-h" or a == "--help" then
+      usage(io.stdout)
+      os.exit(0)
+    end
+    local name, val = a:match("^%-%-([%w-]+)=(.*)$")
+    if not name then name = a:match("^%-%-([%w-]+)$") end
+    if not name or not known[name] then
+      io.stderr:write("gpt.lua: unknown argument '", a, "'\n")
+      usage(io.stderr)
+      os.exit(2)
+    end
+    if type(known[name][2]) == "boolean" then
+      o[name] = val == nil or val == "1" or val == "true" or val == "yes"
+    else
+      if val == nil then
+        i = i + 1
+        val = argv[i]
+        if val == nil then
+          io.stderr:write("gpt.lua: --", name, " needs a value\n")
+          os.exit(2)
+        end
+      end
+      local num = tonumber(val)
+      local want_num = type(known[name][2]) == "number" or name == "vocab" or name == "context"
+      if want_num and not num then
+        io.stderr:write("gpt.lua: --", name, " needs a number (got '", val, "')\n")
+        os.exit(2)
+      end
+      o[name] = want_num and (math.tointeger(num) or num) or val
+    end
+    i = i + 1
+  end
+  return o
+end
+
+local opt = parse_args(arg or {})
+
+------------------------------------------------------------------------ the built-in task
+-- Tokens 0-9 are digits, 10 is '>' (question ends), 11 is '.' (answer ends).
+-- An example is "d1 .. dn > a1 .. an ." with a = reverse(d) (or sort(d)).
+-- Only the answer is scored (the digits before '>' are random, so no model
+-- can predict them), which makes the loss fall towards 0 as it learns.
+local GT, DOT = 10, 11
+local TASK_VOCAB = 12
+local CHARS = "0123456789>."
+
+local function task_answer(q)
+  local a = {}
+  if opt.task == "sort" then
+    for i = 1, #q do a[i] = q[i] end
+    table.sort(a)
+  else
+    for i = 1, #q do a[i] = q[#q + 1 - i] end
+  end
+  return a
+end
+
+local function task_example()
+  local q = {}
+  for i = 1, opt.digits do q[i] = math.random(0, 9) end
+  local s = {}
+  for i = 1, #q do s[#s + 1] = q[i] end
+  s[#s + 1] = GT
+  for _, d in ipairs(task_answer(q)) do s[#s + 1] = d end
+  s[#s + 1] = DOT
+  return s, q
+end
+
+local function show(tokens)
+  local out = {}
+  for i, t in ipairs(tokens) do out[i] = CHARS:sub(t + 1, t + 1) end
+  return table.concat(out)
+end
+
+-- x, y (B, T) i32 where T = 2n+1: x = example[1..T], y = example[2..T+1] with
+-- the question's targets ignored (-1).
+local function task_batch(B)
+  local n = opt.digits
+  local xs, ys = {}, {}
+  for b = 1, B do
+    local s = task_example()
+    local x, y = {}, {}
+    for t = 1, 2 * n + 1 do
+      x[t] = s[t]
+      y[t] = t >= n and s[t + 1] or -1
+    end
+    xs[b], ys[b] = x, y
+  end
+  return tg.tensor(xs, { dtype = "i32" }), tg.tensor(ys, { dtype = "i32" })
+end
+
+if opt.task ~= "reverse" and opt.task ~= "sort" then
+  io.stderr:write("gpt.lua: --task must be reverse or sort\n")
+  os.exit(2)
+end
+math.randomseed(opt.seed)
+tg.manual_seed(opt.seed)
+
+if opt["make-data"] then
+  local toks = {}
+  while #toks < opt.tokens do
+    for _, t in ipairs((task_example())) do toks[#toks + 1] = t end
+  end
+  local n = data.write(opt["make-data"], toks)
+  print(string.format("wrote %d tokens of the %s task to %s (vocab %d)", n, opt.task, opt["make-data"], TASK_VOCAB))
+  return
+end
+
+------------------------------------------------------------------------ the data
+local loader, vocab, T
+if opt.data then
+  vocab = opt.vocab or 65536
+  loader = data.open(opt.data, { vocab = vocab })
+  T = opt.context or 64
+else
+  vocab = opt.vocab or TASK_VOCAB
+  T = opt.context or 2 * opt.digits + 1
+  if T ~= 2 * opt.digits + 1 then
+    io.stderr:write(string.format("gpt.lua: the task needs --context %d for %d digits\n", 2 * opt.digits + 1, opt.digits))
+    os.exit(2)
+  end
+end
+local B, M = opt.batch, opt.microbatches
+
+local function next_batch()
+  if loader then return loader:batch(B, T) end
+  return task_batch(B)
+end
+
+------------------------------------------------------------------------ the model
+local model = nn.GPT {
+  vocab = vocab,
+  context = T,
+  width = opt.width,
+  heads = opt.heads,
+  layers = opt.layers,
+  dtype = opt.dtype,
+  delay_wgrad = opt["delay-wgrad"],
+  fuse_wgrad_accumulation = opt["fuse-wgrad"],
+}
+local params = model:parameters()
+local adamw = optim.AdamW(params, {
+  lr = opt.lr,
+  beta1 = 0.9,
+  beta2 = 0.99,
+  weight_decay = opt["weight-decay"],
+  max_norm = opt.clip > 0 and opt.clip or nil,
+})
+local schedule = optim.cosine_schedule { lr = opt.lr, min_lr = opt["min-lr"], warmup = opt.warmup, total = opt.steps }
+
+print(string.format("gpt: %s | vocab %d, context %d, width %d, heads %d, layers %d, %d parameters",
+  opt.data or ("task '" .. opt.task .. "' (" .. opt.digits .. " digits)"), vocab, T, opt.width, opt.heads, opt.layers,
+  model:num_parameters()))
+print(string.format("     device %s, dtype %s, %d steps x %d microbatches x %d sequences%s%s", tg.default_device(), opt.dtype,
+  opt.steps, M, B, opt["delay-wgrad"] and ", delayed wgrad" or "", opt["fuse-wgrad"] and ", fused main_grad" or ""))
+
+------------------------------------------------------------------------ training
+local tokens_per_step = M * B * T
+local bar = progress.new { total = opt.steps, tokens_per_step = tokens_per_step, log = opt.log, every = opt.every,
+  tty = (not opt.quiet) and nil or false, out = opt.quiet and io.open("/dev/null", "w") or io.stdout }
+local first_loss, last_loss
+local losses = {}
+
+for step = 1, opt.steps do
+  local lr = schedule(step)
+  tg.step_begin { microbatches = M }
+  local loss_sum = 0.0
+  for mb = 1, M do
+    local x, y = next_batch()
+    local loss = model:forward_loss(x, y, mb)
+    model:backward(1.0 / M, mb) -- the step's loss is the mean over its microbatches
+    loss_sum = loss_sum + nn.loss_value(loss)
+  end
+  while model:need_backward_dw() do model:backward_dw() end -- delayed wgrads (no-op otherwise)
+  tg.step_end()
+  local norm = adamw:step { lr = lr }
+  local loss = loss_sum / M
+  if loss ~= loss then error(string.format("step %d: the loss is NaN", step)) end
+  first_loss = first_loss or loss
+  last_loss = loss
+  losses[#losses + 1] = loss
+  bar:update(step, { loss = loss, lr = lr, norm = norm })
+end
+local elapsed = bar:finish()
+
+-- the loss of the first and last 10 steps, which one noisy step does not sway
+local function mean(a, i, j)
+  local s, n = 0, 0
+  for k = math.max(1, i), math.min(#a, j) do s, n = s + a[k], n + 1 end
+  return n > 0 and s / n or 0 / 0
+end
+local head10, tail10 = mean(losses, 1, 10), mean(losses, #losses - 9, #losses)
+print(string.format("trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (mean of first/last 10 steps %.4f -> %.4f, %.1fx lower)",
+  opt.steps, elapsed, opt.steps * tokens_per_step / elapsed, first_loss, last_loss, head10, tail10, head10 / tail10))
+
+------------------------------------------------------------------------ what it learned
+if not loader then
+  local n = opt.digits
+  local function decode(count)
+    local prompts, wants = {}, {}
+    for i = 1, count do
+      local s = task_example()
+      local p = {}
+      for t = 1, n + 1 do p[t] = s[t] end -- the digits and '>'
+      prompts[i], wants[i] = p, { table.unpack(s, n + 2) }
+    end
+    return prompts, wants, model:generate(prompts, n + 1)
+  end
+  local function same(a, b)
+    for i = 1, #b do
+      if a[i] ~= b[i] then return false end
+    end
+    return true
+  end
+  if opt.eval > 0 then
+    local prompts, wants, outs = decode(opt.eval)
+    local right = 0
+    for i = 1, #prompts do
+      if same(outs[i], wants[i]) then right = right + 1 end
+    end
+    print(string.format("exact-match accuracy on %d new examples (greedy): %d/%d = %.1f%%", #prompts, right, #prompts,
+      100 * right / #prompts))
+  end
+  if opt.samples > 0 then
+    print("samples (greedy decoding; question > model's answer):")
+    local prompts, wants, outs = decode(opt.samples)
+    for i = 1, #prompts do
+      print(string.format("  %s%s   %s", show(prompts[i]), show(outs[i]),
+        same(outs[i], wants[i]) and "ok" or ("expected " .. show(wants[i]))))
+    end
+  end
+end

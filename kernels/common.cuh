@@ -1,0 +1,46 @@
+/* common.cuh — device helpers shared by the kernels: bf16 bits <-> f32 and launch geometry. */
+#ifndef TG_KERNELS_COMMON_CUH
+#define TG_KERNELS_COMMON_CUH
+
+#include <stdint.h>
+
+#include "kernels.h"
+
+/* bf16 is kept as raw uint16_t bits so the rounding is exactly the CPU's
+ * tg_f32_to_bf16 (src/core/dtype.c), NaN payload included. */
+static __device__ __forceinline__ float tgk_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+static __device__ __forceinline__ uint16_t tgk_f32_to_bf16(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);                                             /* nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+/* Loads / stores of a float element in f32 or bf16 storage. */
+static __device__ __forceinline__ float tgk_load(const void *p, tg_dtype dt, int64_t i)
+{
+    return dt == TG_BF16 ? tgk_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+static __device__ __forceinline__ void tgk_store(void *p, tg_dtype dt, int64_t i, float v)
+{
+    if (dt == TG_BF16)
+        ((uint16_t *)p)[i] = tgk_f32_to_bf16(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+#define TGK_THREADS 256
+/* Blocks for a grid-stride loop over n elements: enough to fill the GPU,
+ * few enough that each thread does several elements on big tensors. */
+static inline unsigned tgk_blocks(int64_t n)
+{
+    int64_t b = (n + TGK_THREADS - 1) / TGK_THREADS;
+    return (unsigned)(b < 1 ? 1 : b > 8192 ? 8192 : b);
+}
+
+#define TGK_GRID_STRIDE(i, n)                                                                          \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+#endif

@@ -1,0 +1,13 @@
+# kernels: one CUDA op per file, each with a launcher taking the stream.
+EXTRA_DIST += %D%/kernels.h %D%/common.cuh
+if HAVE_CUDA
+libtegraph_la_SOURCES += \
+	%D%/fill.cu \
+	%D%/cast.cu \
+	%D%/binary.cu \
+	%D%/axpby.cu \
+	%D%/reduce.cu \
+	%D%/rand.cu
+# nvcc's host code (kernel registration, static guards) needs the C++ runtime.
+libtegraph_la_LIBADD += -lstdc++
+endif

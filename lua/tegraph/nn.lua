@@ -1,0 +1,221 @@
+-- tegraph.nn: the C modules (tg.nn.Linear, ...) plus Lua helpers: loss values, a GPT builder, a Lua Linear layer.
+local core = require "tegraph.core"
+
+local nn = core.nn -- the C constructors live here already; this file adds to them
+local ops = core.ops
+
+-- The mean loss (a number) of a loss tensor from lm:loss (its [mean, count]).
+function nn.loss_value(loss)
+  return loss:totable()[1]
+end
+
+-- Index of the largest of the numbers in t (1-based; the first on ties).
+function nn.argmax(t)
+  local best, at = -math.huge, 1
+  for i = 1, #t do
+    if t[i] > best then best, at = t[i], i end
+  end
+  return at
+end
+
+------------------------------------------------------------------------ GPT
+-- A GPT: token + position embedding, `layers` pre-norm transformer layers, a
+-- final norm and an LM head tied to the embedding, trained with a fused
+-- softmax cross-entropy.
+--   cfg = {vocab=, context=, width=, heads=, layers=, hidden=4*width,
+--          dtype="f32", delay_wgrad=false, fuse_wgrad_accumulation=false,
+--          activation="gelu", norm="layernorm", init_std=0.02, device=}
+local GPT = {}
+GPT.__index = GPT
+
+function nn.GPT(cfg)
+  for _, k in ipairs { "vocab", "context", "width", "heads", "layers" } do
+    if type(cfg[k]) ~= "number" then error("nn.GPT: cfg." .. k .. " (a number) is required", 2) end
+  end
+  if cfg.width % cfg.heads ~= 0 then
+    error(string.format("nn.GPT: width %d is not a multiple of heads %d", cfg.width, cfg.heads), 2)
+  end
+  local common = {
+    dtype = cfg.dtype,
+    device = cfg.device,
+    delay_wgrad = cfg.delay_wgrad,
+    fuse_wgrad_accumulation = cfg.fuse_wgrad_accumulation,
+    init_std = cfg.init_std,
+  }
+  local function opts(t)
+    for k, v in pairs(common) do
+      if t[k] == nil then t[k] = v end
+    end
+    return t
+  end
+  local embed = nn.Embedding(opts { vocab = cfg.vocab, dim = cfg.width, context = cfg.context, name = "embed" })
+  local blocks = { embed, name = "gpt" }
+  for i = 1, cfg.layers do
+    blocks[#blocks + 1] = nn.TransformerLayer(opts {
+      dim = cfg.width,
+      heads = cfg.heads,
+      hidden = cfg.hidden or 4 * cfg.width,
+      norm = cfg.norm,
+      activation = cfg.activation,
+      name = "h." .. (i - 1),
+    })
+  end
+  if cfg.device then blocks.device = cfg.device end
+  local body = nn.Sequential(blocks)
+  local head = nn.LMHead(opts { dim = cfg.width, vocab = cfg.vocab, tied = embed, norm = cfg.norm, name = "lm_head" })
+  return setmetatable({ cfg = cfg, embed = embed, body = body, head = head }, GPT)
+end
+
+-- All parameters, each once (the tied token table belongs to the embedding).
+function GPT:parameters()
+  local seen, out = {}, {}
+  for _, m in ipairs { self.body, self.head } do
+    for _, p in ipairs(m:parameters()) do
+      if not seen[p] then
+        seen[p] = true
+        out[#out + 1] = p
+      end
+    end
+  end
+  return out
+end
+
+function GPT:num_parameters()
+  local n = 0
+  for _, p in ipairs(self:parameters()) do n = n + p:numel() end
+  return n
+end
+
+-- Forward of microbatch mb: idx, targets (B, T) i32 -> loss tensor [mean, count].
+function GPT:forward_loss(idx, targets, mb, ignore_index)
+  local h = self.body:forward(idx, mb)
+  return self.head:loss(h, targets, mb, ignore_index or -1)
+end
+
+-- Backward of microbatch mb with d(total)/d(mean loss) = dloss (1/M averages
+-- over M microbatches).
+function GPT:backward(dloss, mb)
+  local dh = self.head:backward(dloss or 1.0, mb)
+  self.body:backward(dh, mb)
+end
+
+function GPT:need_backward_dw()
+  return self.body:need_backward_dw() or self.head:need_backward_dw()
+end
+
+-- Runs one queued wgrad of every module that has one (delay_wgrad).
+function GPT:backward_dw()
+  if self.head:need_backward_dw() then self.head:backward_dw() end
+  if self.body:need_backward_dw() then self.body:backward_dw() end
+end
+
+function GPT:register_wgrad_hook(fn)
+  for _, p in ipairs(self:parameters()) do p:register_hook(fn) end
+end
+
+-- Logits (B, T, V) for idx (B, T) without a backward to follow: it runs as
+-- microbatch `mb` (default 1) and drops what the forward saved.
+function GPT:logits(idx, mb)
+  mb = mb or 1
+  local h = self.body:forward(idx, mb)
+  local logits = self.head:forward(h, mb)
+  self.body:drop_saved(mb)
+  self.head:drop_saved(mb)
+  return logits
+end
+
+-- Greedy decoding. prompts: a list of token lists (all the same length);
+-- appends n tokens to each (stopping at none: callers cut at an end token).
+-- Returns the list of generated token lists.
+function GPT:generate(prompts, n, opts)
+  opts = opts or {}
+  local T = self.cfg.context
+  local B = #prompts
+  local seqs, outs = {}, {}
+  for b = 1, B do
+    seqs[b] = { table.unpack(prompts[b]) }
+    outs[b] = {}
+  end
+  for _ = 1, n do
+    local len = #seqs[1]
+    if len > T then error(string.format("generate: %d tokens exceed the context %d", len, T), 2) end
+    local rows = {}
+    for b = 1, B do
+      local r = {}
+      for t = 1, T do r[t] = seqs[b][t] or 0 end -- causal: padding after len does not matter
+      rows[b] = r
+    end
+    local idx = core.tensor(rows, { dtype = "i32", device = opts.device })
+    local logits = self:logits(idx)
+    local V = logits:dim(3)
+    -- only the rows at position len are needed
+    local flat = logits:view(B * T, V)
+    for b = 1, B do
+      local row = flat:narrow((b - 1) * T + len, 1):totable()[1]
+      local tok = nn.argmax(row) - 1
+      seqs[b][len + 1] = tok
+      outs[b][#outs[b] + 1] = tok
+    end
+  end
+  return outs
+end
+
+------------------------------------------------------------------------ a layer written in Lua
+-- nn.LuaLinear{in=, out=, bias=true, name=, dtype=, device=, delay_wgrad=,
+-- fuse_wgrad_accumulation=}: y = x W^T + b with tegraph.ops. An example of a
+-- custom layer: a Lua table with forward / backward / backward_dw and a
+-- params list, made a module with nn.Module. backward computes dgrad and
+-- keeps (x, dy); the engine then calls backward_dw now or, with
+-- delay_wgrad, when m:backward_dw() pops it, and fires the hooks after it.
+function nn.LuaLinear(o)
+  local nin, nout = o["in"], o.out
+  local name = o.name or "lua_linear"
+  local topts = { dtype = o.dtype or "f32", device = o.device }
+  local w = core.empty({ nout, nin }, topts)
+  w:copy_(core.randn({ nout, nin }, { std = o.init_std or 0.02, device = o.device }))
+  local fused = { fuse_wgrad_accumulation = o.fuse_wgrad_accumulation }
+  local W = nn.Parameter(name .. ".weight", w, fused)
+  local b = nil
+  if o.bias ~= false then b = nn.Parameter(name .. ".bias", core.zeros({ nout }, topts), fused) end
+  local self = { name = name, params = { W, b }, delay_wgrad = o.delay_wgrad, saved = {}, pending = {} }
+
+  local function shape_with_last(t, last)
+    local s = t:shape()
+    s[#s] = last
+    return s
+  end
+
+  function self:forward(x, mb)
+    if x:dim(-1) ~= nin then
+      error(string.format("%s: input's last dimension is %d, expected %d", name, x:dim(-1), nin))
+    end
+    local x2 = x:view(-1, nin)
+    local y = ops.matmul(x2, W.data, false, true) -- (N, out) = x @ W^T
+    if b then ops.bias_add(y, b.data) end
+    self.saved[mb] = x2
+    return y:view(shape_with_last(x, nout))
+  end
+
+  function self:backward(dy, mb)
+    local x2 = self.saved[mb]
+    if not x2 then error(string.format("%s: backward of microbatch %d before its forward", name, mb)) end
+    self.saved[mb] = nil
+    local dy2 = dy:view(-1, nout)
+    local dx = ops.matmul(dy2, W.data) -- dgrad (=): (N, in) = dy @ W
+    self.pending[mb] = { x2, dy2 }
+    return dx:view(shape_with_last(dy, nin))
+  end
+
+  function self:backward_dw(mb)
+    local p = self.pending[mb]
+    self.pending[mb] = nil
+    local x2, dy2 = p[1], p[2]
+    -- wgrad (+=, or = on the step's first microbatch): dW (out, in) = dy^T @ x
+    ops.gemm(W.wgrad, dy2, true, x2, false, 1.0, W:accumulate())
+    if b then ops.bias_backward_dw(b.wgrad, dy2, b:accumulate()) end
+  end
+
+  return nn.Module(self)
+end
+
+return nn

@@ -1,0 +1,147 @@
+-- cli.lua — `tegraph schedule NAME --stages P --microbatches M [--chunks V] [--svg FILE]`:
+-- prints the plan as a table and its simulated bubble. Returns an exit status; never exits.
+
+local USAGE = [[
+usage: tegraph schedule NAME --stages P --microbatches M [options]
+  NAME                 gpipe, 1f1b, interleaved, zb_h1, zb_v, or all (a bubble table of every one)
+  -p, --stages P       pipeline stages
+  -m, --microbatches M microbatches per step
+  -v, --chunks V       chunks per stage (interleaved; default 2)
+  --svg FILE           also draw the simulated timeline to FILE
+  --costs F=1,B=1,W=1,comm=0
+                       per-op costs for the simulation (a fused B costs B+W)
+  --comm               list the send/recv actions in the table too
+]]
+
+local function parse_costs(s)
+  local costs = {}
+  for k, v in s:gmatch("([%a_]+)=([^,]+)") do
+    local n = tonumber(v)
+    if not n or not ({ F = 1, B = 1, W = 1, comm = 1 })[k] then return nil, "bad --costs entry " .. k .. "=" .. v end
+    costs[k] = n
+  end
+  return costs
+end
+
+local function parse(args)
+  local o = {}
+  local i = 1
+  local function value(name)
+    i = i + 1
+    if args[i] == nil then return nil, name .. " needs a value" end
+    return args[i]
+  end
+  while args[i] ~= nil do
+    local a = args[i]
+    local key, inline = a:match("^(%-%-[%w-]+)=(.*)$")
+    if key then a = key end
+    local function val(name)
+      if inline then return inline end
+      return value(name)
+    end
+    local err
+    if a == "-p" or a == "--stages" then o.stages, err = val(a)
+    elseif a == "-m" or a == "--microbatches" then o.microbatches, err = val(a)
+    elseif a == "-v" or a == "--chunks" then o.chunks, err = val(a)
+    elseif a == "--svg" then o.svg, err = val(a)
+    elseif a == "--costs" then o.costs, err = val(a)
+    elseif a == "--comm" then o.comm = true
+    elseif a == "-h" or a == "--help" then o.help = true
+    elseif a:sub(1, 1) == "-" then return nil, "unknown option " .. a
+    elseif o.name then return nil, "unexpected argument " .. a
+    else o.name = a end
+    if err then return nil, err end
+    i = i + 1
+  end
+  for _, k in ipairs({ "stages", "microbatches", "chunks" }) do
+    if o[k] ~= nil then
+      local n = math.tointeger(tonumber(o[k]))
+      if not n or n < 1 then return nil, "--" .. k .. " must be a positive integer, got " .. o[k] end
+      o[k] = n
+    end
+  end
+  if o.costs then
+    local c, err = parse_costs(o.costs)
+    if not c then return nil, err end
+    o.costs = c
+  end
+  return o
+end
+
+local function fmt_list(t)
+  local parts = {}
+  for i, v in ipairs(t) do parts[i] = (string.format("%.3f", v):gsub("%.?0+$", "")) end
+  return table.concat(parts, " ")
+end
+
+return function(S)
+  local by_name = {}
+  for _, g in ipairs(S.generators) do
+    by_name[g.name] = g
+    for _, a in ipairs(g.aliases or {}) do by_name[a] = g end
+  end
+
+  local function build(g, o)
+    return pcall(g.fn, { stages = o.stages, microbatches = o.microbatches, chunks_per_stage = o.chunks })
+  end
+
+  -- cli(args) -> status: 0 done, 1 the schedule failed, 2 usage error. args = {"1f1b", "--stages", "4", ...}.
+  return function(args)
+    local out, errf = io.stdout, io.stderr
+    local o, perr = parse(args or {})
+    if not o then
+      errf:write("tegraph schedule: ", perr, "\n", USAGE)
+      return 2
+    end
+    if o.help then out:write(USAGE) return 0 end
+    if not (o.name and o.stages and o.microbatches) then
+      errf:write("tegraph schedule: NAME, --stages and --microbatches are required\n", USAGE)
+      return 2
+    end
+    if o.name == "all" then
+      out:write(string.format("P=%d M=%d%s\n%-12s %8s %9s  %-20s %-20s %s\n", o.stages, o.microbatches,
+        o.chunks and (" V=" .. o.chunks) or "", "schedule", "bubble", "makespan", "idle per stage",
+        "idle inside spans", "peak activations"))
+      for _, g in ipairs(S.generators) do
+        local ok, plan = build(g, o)
+        if ok then
+          local r = S.simulate(plan, o.costs)
+          out:write(string.format("%-12s %8.4f %9s  %-20s %-20s %s\n", g.name, r.bubble, fmt_list({ r.makespan }),
+            fmt_list(r.idle), fmt_list(r.gaps), fmt_list(r.peak)))
+        else
+          out:write(string.format("%-12s n/a: %s\n", g.name, tostring(plan):gsub("^.-schedule", "schedule")))
+        end
+      end
+      return 0
+    end
+    local g = by_name[o.name]
+    if not g then
+      errf:write("tegraph schedule: unknown schedule '", o.name, "'\n", USAGE)
+      return 2
+    end
+    local ok, plan = build(g, o)
+    if not ok then
+      errf:write("tegraph schedule: ", tostring(plan), "\n")
+      return 2
+    end
+    local vok, verr = S.validate(plan)
+    if not vok then
+      errf:write("tegraph schedule: ", verr, "\n")
+      return 1
+    end
+    out:write(S.table(plan, { comm = o.comm }))
+    local r = S.simulate(plan, o.costs)
+    out:write(string.format("makespan %s, bubble %.4f (%.2f%%)\n", fmt_list({ r.makespan }), r.bubble, 100 * r.bubble))
+    out:write("idle per stage: ", fmt_list(r.idle), " (inside each stage's span: ", fmt_list(r.gaps), ")\n")
+    out:write("peak activations per stage: ", fmt_list(r.peak), "\n")
+    if o.svg then
+      local sok, serr = pcall(S.svg, plan, o.svg, o.costs)
+      if not sok then
+        errf:write("tegraph schedule: ", tostring(serr), "\n")
+        return 1
+      end
+      out:write("wrote ", o.svg, "\n")
+    end
+    return 0
+  end
+end

@@ -1,0 +1,200 @@
+-- plan.lua — the vocabulary every schedule shares: plan and action shapes, chunk ownership,
+-- action descriptions, per-op costs, and the insertion of send/recv pairs into compute orders.
+--
+-- A plan is {stages = P, chunks = V, microbatches = M, kind = name, owner = {[c] = stage},
+-- [s] = ordered actions of stage s}. Chunks are global model chunks 1..P*V in model order
+-- (chunk c feeds chunk c+1; the last chunk computes the loss). An action is
+--   {op = "F"|"B"|"W", chunk = c, mb = m [, w = true]}      (compute; w: B does W's work too)
+--   {op = "send_fwd"|"recv_fwd"|"send_bwd"|"recv_bwd", chunk = c, mb = m, peer = stage}
+-- A transfer is named by the chunk that *produced* the tensor on both ends: send_fwd/recv_fwd
+-- chunk c carry chunk c's output (chunk c+1's input); send_bwd/recv_bwd chunk c carry the
+-- gradient of chunk c's input (chunk c-1's output gradient).
+local M = {}
+
+M.COMPUTE = { F = true, B = true, W = true }
+M.COMM = { send_fwd = true, recv_fwd = true, send_bwd = true, recv_bwd = true }
+
+-- "F chunk 2 mb 1", "B+W chunk 1 mb 3", "send_fwd chunk 1 mb 1 to stage 2".
+function M.describe(a)
+  if M.COMM[a.op] then
+    local dir = a.op:sub(1, 4) == "send" and "to" or "from"
+    return string.format("%s chunk %s mb %s %s stage %s", a.op, tostring(a.chunk), tostring(a.mb),
+      dir, tostring(a.peer))
+  end
+  local op = (a.op == "B" and a.w) and "B+W" or tostring(a.op)
+  return string.format("%s chunk %s mb %s", op, tostring(a.chunk), tostring(a.mb))
+end
+
+-- "stage 2 action 5 (W chunk 2 mb 1)"
+function M.where(plan, s, i)
+  return string.format("stage %d action %d (%s)", s, i, M.describe(plan[s][i]))
+end
+
+-- An empty plan with its chunk placement; generators fill plan[s].
+function M.new(kind, P, V, Mb, owner)
+  local plan = { kind = kind, stages = P, chunks = V, microbatches = Mb, owner = owner }
+  for s = 1, P do plan[s] = {} end
+  return plan
+end
+
+-- Raises a misuse error unless v is an integer >= lo.
+function M.check_int(v, name, lo)
+  if math.type(v) ~= "integer" and not (type(v) == "number" and v == math.floor(v)) then
+    error(string.format("schedule: %s must be an integer, got %s", name, tostring(v)), 3)
+  end
+  v = math.tointeger(v)
+  if v < lo then error(string.format("schedule: %s must be >= %d, got %d", name, lo, v), 3) end
+  return v
+end
+
+-- Reads {stages, microbatches} from a generator's argument table.
+function M.args(t, kind)
+  if type(t) ~= "table" then error("schedule." .. kind .. ": expects a table {stages=, microbatches=}", 3) end
+  local P = M.check_int(t.stages, "stages", 1)
+  local Mb = M.check_int(t.microbatches, "microbatches", 1)
+  return P, Mb
+end
+
+-- The cost of one action under costs = {F=, B=, W=, comm=} (numbers, default 1,1,1,0) or a
+-- function(action, stage) -> number. A fused B (w=true) costs B + W.
+function M.cost_fn(costs)
+  if type(costs) == "function" then return costs end
+  costs = costs or {}
+  local F, B, W, comm = costs.F or 1, costs.B or 1, costs.W or 1, costs.comm or 0
+  return function(a)
+    if a.op == "F" then return F
+    elseif a.op == "B" then return a.w and (B + W) or B
+    elseif a.op == "W" then return W
+    else return comm end
+  end
+end
+
+-- Start/finish times of the compute actions of a plan that has no transfers yet, with transfers
+-- taken as instant: times[s][i] = {start, finish}. Raises when the orders cannot make progress.
+function M.timeline(plan, cost)
+  local P, C = plan.stages, plan.stages * plan.chunks
+  local finish = {} -- "F:c:m" -> finish time of that compute
+  local pc, clock, times = {}, {}, {}
+  for s = 1, P do pc[s], clock[s], times[s] = 1, 0, {} end
+  local function dep_time(op, c, m)
+    return finish[op .. ":" .. c .. ":" .. m]
+  end
+  local progress = true
+  while progress do
+    progress = false
+    for s = 1, P do
+      while pc[s] <= #plan[s] do
+        local a = plan[s][pc[s]]
+        local c, m, need = a.chunk, a.mb, {}
+        if a.op == "F" then
+          if c > 1 then need[1] = dep_time("F", c - 1, m) or false end
+        elseif a.op == "B" then
+          need[1] = dep_time("F", c, m) or false
+          if c < C then need[2] = dep_time("B", c + 1, m) or false end
+        else
+          need[1] = dep_time("B", c, m) or false
+        end
+        local t0 = clock[s]
+        local ready = true
+        for _, t in ipairs(need) do
+          if t == false then ready = false break end
+          if t > t0 then t0 = t end
+        end
+        if not ready then break end
+        local d = cost(a, s)
+        times[s][pc[s]] = { t0, t0 + d }
+        clock[s] = t0 + d
+        finish[a.op .. ":" .. c .. ":" .. m] = t0 + d
+        if a.op == "B" and a.w then finish["W:" .. c .. ":" .. m] = t0 + d end
+        pc[s] = pc[s] + 1
+        progress = true
+      end
+    end
+  end
+  for s = 1, P do
+    if pc[s] <= #plan[s] then
+      error(string.format("schedule.%s: compute order stalls at %s", plan.kind, M.where(plan, s, pc[s])), 2)
+    end
+  end
+  return times
+end
+
+-- Inserts the send/recv pairs a compute-only plan needs, in place, and returns the plan
+-- (setting plan.owner from the computes when it is missing).
+-- Every transfer is placed, on both stages, at the time its producer finishes in a timeline
+-- with positive costs, and each stage's actions are sorted by one global (time, transfers
+-- before computes, id) order. Executing all stages in that global order never waits, so the
+-- result is deadlock-free even when sends block until the matching receive (rendezvous).
+function M.add_comm(plan, costs)
+  plan.chunks = plan.chunks or 1
+  plan.owner = M.owners(plan)
+  local cost = M.cost_fn(costs)
+  local P, C, owner = plan.stages, plan.stages * plan.chunks, plan.owner
+  local times = M.timeline(plan, function(a, s)
+    local d = cost(a, s)
+    if not (d > 0) then error("schedule.add_comm: costs must be positive", 4) end
+    return d
+  end)
+  local xfers = {}
+  for s = 1, P do
+    for i, a in ipairs(plan[s]) do
+      local t = times[s][i][2]
+      if a.op == "F" and a.chunk < C and owner[a.chunk + 1] ~= s then
+        xfers[#xfers + 1] = { t = t, s = s, i = i, dir = "fwd", chunk = a.chunk, mb = a.mb, to = owner[a.chunk + 1] }
+      elseif a.op == "B" and a.chunk > 1 and owner[a.chunk - 1] ~= s then
+        xfers[#xfers + 1] = { t = t, s = s, i = i, dir = "bwd", chunk = a.chunk, mb = a.mb, to = owner[a.chunk - 1] }
+      end
+    end
+  end
+  table.sort(xfers, function(x, y)
+    if x.t ~= y.t then return x.t < y.t end
+    if x.s ~= y.s then return x.s < y.s end
+    return x.i < y.i
+  end)
+  local items = {}
+  for s = 1, P do
+    items[s] = {}
+    for i, a in ipairs(plan[s]) do
+      items[s][#items[s] + 1] = { t = times[s][i][1], class = 1, id = i, a = a }
+    end
+  end
+  for id, x in ipairs(xfers) do
+    items[x.s][#items[x.s] + 1] = { t = x.t, class = 0, id = id,
+      a = { op = "send_" .. x.dir, chunk = x.chunk, mb = x.mb, peer = x.to } }
+    items[x.to][#items[x.to] + 1] = { t = x.t, class = 0, id = id,
+      a = { op = "recv_" .. x.dir, chunk = x.chunk, mb = x.mb, peer = x.s } }
+  end
+  for s = 1, P do
+    table.sort(items[s], function(x, y)
+      if x.t ~= y.t then return x.t < y.t end
+      if x.class ~= y.class then return x.class < y.class end
+      return x.id < y.id
+    end)
+    local list = {}
+    for k, it in ipairs(items[s]) do list[k] = it.a end
+    plan[s] = list
+  end
+  return plan
+end
+
+-- Which stage computes each chunk: plan.owner when given, else the first stage that computes it.
+function M.owners(plan)
+  if plan.owner then return plan.owner end
+  local owner = {}
+  for s = 1, plan.stages do
+    for _, a in ipairs(plan[s]) do
+      if type(a) == "table" and M.COMPUTE[a.op] and math.type(a.chunk) == "integer" and not owner[a.chunk] then
+        owner[a.chunk] = s
+      end
+    end
+  end
+  return owner
+end
+
+-- Appends a compute action to stage s.
+function M.push(plan, s, op, chunk, mb, w)
+  local list = plan[s]
+  list[#list + 1] = { op = op, chunk = chunk, mb = mb, w = w or nil }
+end
+
+return M

@@ -1,0 +1,344 @@
+/* backend.h — the backend vtable (internal): memory, streams, capture and one entry per kernel. */
+#ifndef TG_BACKEND_H
+#define TG_BACKEND_H
+
+#include "core/core.h"
+
+/* Kernel arguments are plain structs of raw addresses and sizes, so a CPU
+ * stream can record a call by copying the struct, and replay it later with
+ * the addresses it was captured with. Shapes are already validated by the
+ * op layer (src/core/ops.c); kernels do not fail on good arguments. */
+
+struct tg_fill_args {
+    void *dst; /* (n) */
+    tg_dtype dt;
+    int64_t n;
+    double value;
+};
+
+struct tg_cast_args {
+    const void *src; /* (n) */
+    tg_dtype src_dt;
+    void *dst;       /* (n) */
+    tg_dtype dst_dt;
+    int64_t n;
+};
+
+struct tg_binary_args {
+    tg_binop op;
+    const void *a, *b; /* (n) */
+    void *out;         /* (n), may alias a or b */
+    tg_dtype dt;
+    int64_t n;
+};
+
+/* y = alpha * x + beta * y; beta == 0 overwrites. */
+struct tg_axpby_args {
+    const void *x; /* (n) */
+    void *y;       /* (n) */
+    tg_dtype dt;
+    int64_t n;
+    float alpha, beta;
+};
+
+/* Row-major batched GEMM: for each batch b,
+ * C[b] (m, n) = alpha * op(A[b]) (m, k) @ op(B[b]) (k, n) + beta * C[b].
+ * op(A) = A^T when trans_a (A is then stored (k, m) with leading dim lda).
+ * Accumulation in f32; beta == 0 overwrites C. */
+struct tg_gemm_args {
+    int trans_a, trans_b;
+    int64_t m, n, k;
+    int64_t batch;
+    float alpha, beta;
+    const void *a; int64_t lda, stride_a; tg_dtype a_dt;
+    const void *b; int64_t ldb, stride_b; tg_dtype b_dt;
+    void *c;       int64_t ldc, stride_c; tg_dtype c_dt;
+};
+
+typedef enum tg_reduce_op { TG_REDUCE_SUM = 0, TG_REDUCE_MAX_ABS, TG_REDUCE_MAX_ABS_DIFF, TG_REDUCE_SUMSQ } tg_reduce_op;
+/* *out (one f32 in device memory) = reduce(a) or reduce(|a - b|). */
+struct tg_reduce_args {
+    tg_reduce_op op;
+    const void *a, *b; /* (n); b only for MAX_ABS_DIFF */
+    tg_dtype dt;
+    int64_t n;
+    float *out;        /* (1), device memory */
+};
+
+typedef enum tg_rand_dist { TG_RAND_UNIFORM = 0, TG_RAND_NORMAL } tg_rand_dist;
+/* Element i: from Philox words of counter (offset + i / 4), word i % 4.
+ * uniform: lo + (hi - lo) * u, u = ((w >> 8) + 0.5) * 2^-24 in (0, 1).
+ * normal: Box-Muller on word pairs (w0, w1) -> elements 4c, 4c+1 and (w2, w3)
+ * -> 4c+2, 4c+3, computed in double: r = sqrt(-2 ln u0), z0 = r cos(2 pi u1),
+ * z1 = r sin(2 pi u1); value = mean + std * z. */
+struct tg_rand_args {
+    void *dst; /* (n) */
+    tg_dtype dt;
+    int64_t n;
+    tg_rand_dist dist;
+    double a, b; /* uniform: lo, hi; normal: mean, std */
+    uint64_t seed, offset;
+};
+
+/* ------------------------------------------------------------------ transformer kernels (ops_nn.h)
+ * "Rows": n rows of c columns. Activations (x, y, dy, dx, gamma, beta, bias,
+ * qkv, logits, wte, wpe) share one dtype `dt` (f32 or bf16: compute in f32,
+ * round on store); statistics (mean, rstd, lse, losses, loss) are f32.
+ * wgrad outputs ("dw") have their own dtype `dw_dt` (f32 or dt) and are
+ * written as out = accumulate * out + grad, where accumulate == 0 overwrites
+ * (NaN in out ignored). Every kernel is deterministic: bit-identical results
+ * for the same inputs, whatever the thread count. */
+
+/* y = (x - mean) * rstd * gamma + beta; saves mean, rstd. */
+struct tg_layernorm_forward_args {
+    void *y;                   /* (n, c) dt, may alias x */
+    float *mean, *rstd;        /* (n) */
+    const void *x;             /* (n, c) dt */
+    const void *gamma, *beta;  /* (c) dt; beta may be NULL */
+    tg_dtype dt;
+    int64_t n, c;
+    float eps;
+};
+
+/* dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma. */
+struct tg_layernorm_backward_args {
+    void *dx;                  /* (n, c) dt, may alias dy */
+    const void *dy, *x;        /* (n, c) dt */
+    const void *gamma;         /* (c) dt */
+    const float *mean, *rstd;  /* (n) */
+    tg_dtype dt;
+    int64_t n, c;
+};
+
+/* dgamma = acc * dgamma + sum_n dy * xhat; dbeta = acc * dbeta + sum_n dy. */
+struct tg_layernorm_backward_dw_args {
+    void *dgamma, *dbeta;      /* (c) dw_dt; dbeta may be NULL */
+    const void *dy, *x;        /* (n, c) dt */
+    const float *mean, *rstd;  /* (n) */
+    tg_dtype dt, dw_dt;
+    int64_t n, c;
+    float accumulate;
+};
+
+/* y = x * rstd * gamma, rstd = 1 / sqrt(mean(x^2) + eps); saves rstd. */
+struct tg_rmsnorm_forward_args {
+    void *y;                   /* (n, c) dt, may alias x */
+    float *rstd;               /* (n) */
+    const void *x;             /* (n, c) dt */
+    const void *gamma;         /* (c) dt */
+    tg_dtype dt;
+    int64_t n, c;
+    float eps;
+};
+
+/* dx = rstd * (dxhat - xhat * mean(dxhat * xhat)), xhat = x * rstd, dxhat = dy * gamma. */
+struct tg_rmsnorm_backward_args {
+    void *dx;                  /* (n, c) dt, may alias dy */
+    const void *dy, *x;        /* (n, c) dt */
+    const void *gamma;         /* (c) dt */
+    const float *rstd;         /* (n) */
+    tg_dtype dt;
+    int64_t n, c;
+};
+
+/* dgamma = acc * dgamma + sum_n dy * x * rstd. */
+struct tg_rmsnorm_backward_dw_args {
+    void *dgamma;              /* (c) dw_dt */
+    const void *dy, *x;        /* (n, c) dt */
+    const float *rstd;         /* (n) */
+    tg_dtype dt, dw_dt;
+    int64_t n, c;
+    float accumulate;
+};
+
+/* GELU (tanh approximation), elementwise. */
+struct tg_gelu_forward_args {
+    void *y;                   /* (n) dt, may alias x */
+    const void *x;             /* (n) dt */
+    tg_dtype dt;
+    int64_t n;
+};
+
+struct tg_gelu_backward_args {
+    void *dx;                  /* (n) dt, may alias dy */
+    const void *dy, *x;        /* (n) dt */
+    tg_dtype dt;
+    int64_t n;
+};
+
+/* SwiGLU: row r of x is [a | b] (2h); y[r] = silu(a) * b (h). */
+struct tg_swiglu_forward_args {
+    void *y;                   /* (n, h) dt */
+    const void *x;             /* (n, 2h) dt */
+    tg_dtype dt;
+    int64_t n, h;
+};
+
+struct tg_swiglu_backward_args {
+    void *dx;                  /* (n, 2h) dt */
+    const void *dy;            /* (n, h) dt */
+    const void *x;             /* (n, 2h) dt */
+    tg_dtype dt;
+    int64_t n, h;
+};
+
+/* y[r] += bias, in place. */
+struct tg_bias_add_args {
+    void *y;                   /* (n, c) dt */
+    const void *bias;          /* (c) dt */
+    tg_dtype dt;
+    int64_t n, c;
+};
+
+/* dbias = acc * dbias + sum_n dy. */
+struct tg_bias_backward_dw_args {
+    void *dbias;               /* (c) dw_dt */
+    const void *dy;            /* (n, c) dt */
+    tg_dtype dt, dw_dt;
+    int64_t n, c;
+    float accumulate;
+};
+
+/* Causal attention over packed qkv, c = n_head * d, scale 1/sqrt(d);
+ * lse[b,h,t] = logsumexp_j<=t (q_t . k_j * scale). */
+struct tg_attention_forward_args {
+    void *out;                 /* (b, t, c) dt */
+    float *lse;                /* (b, n_head, t) */
+    const void *qkv;           /* (b, t, 3c) dt */
+    tg_dtype dt;
+    int64_t b, t, c;
+    int n_head;
+};
+
+/* dqkv from dout, recomputing the probabilities from qkv and lse. */
+struct tg_attention_backward_args {
+    void *dqkv;                /* (b, t, 3c) dt, overwritten */
+    const void *dout, *out;    /* (b, t, c) dt */
+    const void *qkv;           /* (b, t, 3c) dt */
+    const float *lse;          /* (b, n_head, t) */
+    tg_dtype dt;
+    int64_t b, t, c;
+    int n_head;
+};
+
+/* out[b,t] = wte[idx[b,t]] + wpe[t]; ids outside [0, v) give wte rows of zeros. */
+struct tg_embedding_forward_args {
+    void *out;                 /* (b, t, c) dt */
+    const int32_t *idx;        /* (b, t) */
+    const void *wte;           /* (v, c) dt */
+    const void *wpe;           /* (tmax, c) dt, may be NULL */
+    tg_dtype dt;
+    int64_t b, t, c, v;
+};
+
+/* dwte = acc * dwte + scatter-add of dout rows by idx (ids outside [0, v)
+ * skipped); dwpe rows [0, t) = acc * dwpe + sum_b dout[b], rows >= t = acc * dwpe. */
+struct tg_embedding_backward_dw_args {
+    void *dwte;                /* (v, c) dwte_dt, may be NULL */
+    void *dwpe;                /* (tmax, c) dwpe_dt, may be NULL */
+    const void *dout;          /* (b, t, c) dt */
+    const int32_t *idx;        /* (b, t) */
+    tg_dtype dt, dwte_dt, dwpe_dt;
+    int64_t b, t, c, v, tmax;
+    float accumulate;
+};
+
+/* losses[r] = logsumexp(logits[r]) - logits[r][target[r]] (0 when target[r] ==
+ * ignore_index; NaN for any other target outside [0, v), which counts as valid);
+ * loss = [mean of losses over valid rows (0 if none), number of valid rows]. */
+struct tg_cross_entropy_forward_args {
+    float *loss;               /* (2) */
+    float *losses;             /* (n) */
+    const void *logits;        /* (n, v) dt */
+    const int32_t *targets;    /* (n) */
+    tg_dtype dt;
+    int64_t n, v;
+    int ignore_index;
+};
+
+/* dlogits[r] = dloss / loss[1] * (softmax(logits[r]) - onehot(target[r])), 0 rows
+ * for ignored or out-of-range targets. */
+struct tg_cross_entropy_backward_args {
+    void *dlogits;             /* (n, v) dt, may alias logits */
+    const void *logits;        /* (n, v) dt */
+    const int32_t *targets;    /* (n) */
+    const float *loss;         /* (2): the count is read from loss[1] on the device */
+    tg_dtype dt;
+    int64_t n, v;
+    float dloss;
+    int ignore_index;
+};
+
+/* One AdamW step (see tg_adamw_step in ops_nn.h); bias corrections from step. */
+struct tg_adamw_args {
+    float *p, *m, *v;          /* (n) */
+    uint16_t *p_lowp;          /* (n) bf16 copy of p, may be NULL */
+    const void *g;             /* (n) g_dt */
+    tg_dtype g_dt;
+    int64_t n;
+    float lr, beta1, beta2, eps, weight_decay, grad_scale;
+    int64_t step;              /* >= 1 */
+};
+
+typedef enum tg_memcpy_kind { TG_H2D = 0, TG_D2H, TG_D2D } tg_memcpy_kind;
+
+struct tg_backend {
+    const char *name;
+    tg_device_type type;
+
+    /* devices */
+    int (*device_count)(void);
+    tg_status (*device_describe)(int index, char *name, size_t n, size_t *total);
+
+    /* memory (device allocator; NULL ptr on failure with status set) */
+    tg_status (*alloc)(int index, size_t bytes, void **out);
+    void (*free)(int index, void *ptr);
+    /* stream-ordered copy; D2H/H2D calls synchronise */
+    tg_status (*memcpy)(tg_stream *s, void *dst, const void *src, size_t bytes, tg_memcpy_kind kind);
+
+    /* streams and capture */
+    tg_status (*stream_init)(tg_stream *s);    /* fills s->impl */
+    void (*stream_destroy)(tg_stream *s);
+    tg_status (*stream_sync)(tg_stream *s);
+    tg_status (*capture_begin)(tg_stream *s);  /* s->capture already set to the new graph */
+    tg_status (*capture_end)(tg_stream *s, tg_graph *g); /* finalises g->impl, g->ncmds */
+    tg_status (*graph_replay)(tg_graph *g, tg_stream *s);
+    void (*graph_destroy)(tg_graph *g);
+
+    /* kernels */
+    tg_status (*fill)(tg_stream *s, const struct tg_fill_args *a);
+    tg_status (*cast)(tg_stream *s, const struct tg_cast_args *a);
+    tg_status (*binary)(tg_stream *s, const struct tg_binary_args *a);
+    tg_status (*axpby)(tg_stream *s, const struct tg_axpby_args *a);
+    tg_status (*gemm)(tg_stream *s, const struct tg_gemm_args *a);
+    tg_status (*reduce)(tg_stream *s, const struct tg_reduce_args *a);
+    tg_status (*rand)(tg_stream *s, const struct tg_rand_args *a);
+
+    /* transformer kernels (ops_nn.h) */
+    tg_status (*layernorm_forward)(tg_stream *s, const struct tg_layernorm_forward_args *a);
+    tg_status (*layernorm_backward)(tg_stream *s, const struct tg_layernorm_backward_args *a);
+    tg_status (*layernorm_backward_dw)(tg_stream *s, const struct tg_layernorm_backward_dw_args *a);
+    tg_status (*rmsnorm_forward)(tg_stream *s, const struct tg_rmsnorm_forward_args *a);
+    tg_status (*rmsnorm_backward)(tg_stream *s, const struct tg_rmsnorm_backward_args *a);
+    tg_status (*rmsnorm_backward_dw)(tg_stream *s, const struct tg_rmsnorm_backward_dw_args *a);
+    tg_status (*gelu_forward)(tg_stream *s, const struct tg_gelu_forward_args *a);
+    tg_status (*gelu_backward)(tg_stream *s, const struct tg_gelu_backward_args *a);
+    tg_status (*swiglu_forward)(tg_stream *s, const struct tg_swiglu_forward_args *a);
+    tg_status (*swiglu_backward)(tg_stream *s, const struct tg_swiglu_backward_args *a);
+    tg_status (*bias_add)(tg_stream *s, const struct tg_bias_add_args *a);
+    tg_status (*bias_backward_dw)(tg_stream *s, const struct tg_bias_backward_dw_args *a);
+    tg_status (*attention_forward)(tg_stream *s, const struct tg_attention_forward_args *a);
+    tg_status (*attention_backward)(tg_stream *s, const struct tg_attention_backward_args *a);
+    tg_status (*embedding_forward)(tg_stream *s, const struct tg_embedding_forward_args *a);
+    tg_status (*embedding_backward_dw)(tg_stream *s, const struct tg_embedding_backward_dw_args *a);
+    tg_status (*cross_entropy_forward)(tg_stream *s, const struct tg_cross_entropy_forward_args *a);
+    tg_status (*cross_entropy_backward)(tg_stream *s, const struct tg_cross_entropy_backward_args *a);
+    tg_status (*adamw)(tg_stream *s, const struct tg_adamw_args *a);
+};
+
+extern const struct tg_backend tg_backend_cpu;
+#ifdef TG_HAVE_CUDA
+extern const struct tg_backend tg_backend_cuda;
+#endif
+
+#endif

@@ -1,0 +1,209 @@
+/* cpu.c — the CPU reference backend: host memory and streams as command buffers that capture and replay. */
+#include "backend/cpu_impl.h"
+
+#include <string.h>
+#include <unistd.h>
+
+/* A recorded kernel call: the body and its own copy of the argument struct. */
+struct cpu_cmd {
+    cpu_fn fn;
+    void *args;
+    size_t size;
+};
+
+/* g->impl of a CPU graph. */
+struct cpu_cmdlist {
+    struct cpu_cmd *cmds; /* (n) in issue order */
+    size_t n, cap;
+};
+
+void *cpu_aligned_alloc(size_t bytes)
+{
+    size_t sz = (bytes + 63) & ~(size_t)63;
+    void *p = NULL;
+    if (sz == 0) sz = 64;
+    if (sz < bytes || posix_memalign(&p, 64, sz) != 0) return NULL;
+    return p;
+}
+
+/* ------------------------------------------------------------------ submission */
+static tg_status cmdlist_append(struct cpu_cmdlist *l, cpu_fn fn, const void *args, size_t size)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        struct cpu_cmd *c = realloc(l->cmds, cap * sizeof *c);
+        if (!c) return tg_error(TG_ENOMEM, "cpu: cannot grow a captured graph to %zu commands", cap);
+        l->cmds = c;
+        l->cap = cap;
+    }
+    void *copy = malloc(size ? size : 1);
+    if (!copy) return tg_error(TG_ENOMEM, "cpu: cannot record a command (%zu bytes of arguments)", size);
+    memcpy(copy, args, size);
+    l->cmds[l->n++] = (struct cpu_cmd){.fn = fn, .args = copy, .size = size};
+    return TG_OK;
+}
+
+tg_status cpu_submit(tg_stream *s, cpu_fn fn, const void *args, size_t size)
+{
+    if (s && s->capture) {
+        struct cpu_cmdlist *l = s->capture->impl;
+        TG_ASSERT(l != NULL); /* capture_begin creates it */
+        return cmdlist_append(l, fn, args, size);
+    }
+    fn(args);
+    return TG_OK;
+}
+
+/* ------------------------------------------------------------------ devices and memory */
+static int cpu_device_count(void) { return 1; }
+
+static tg_status cpu_device_describe(int index, char *name, size_t n, size_t *total)
+{
+    if (index != 0) return tg_error(TG_EINVAL, "cpu: no device cpu:%d (there is one CPU device)", index);
+    if (name && n) {
+        char model[128] = "CPU";
+        FILE *f = fopen("/proc/cpuinfo", "r");
+        if (f) {
+            char line[256];
+            while (fgets(line, sizeof line, f)) {
+                char *colon = strchr(line, ':');
+                if (strncmp(line, "model name", 10) == 0 && colon) {
+                    colon++;
+                    while (*colon == ' ' || *colon == '\t') colon++;
+                    colon[strcspn(colon, "\n")] = '\0';
+                    snprintf(model, sizeof model, "%s", colon);
+                    break;
+                }
+            }
+            fclose(f);
+        }
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        snprintf(name, n, "%s (%ld threads)", model, ncpu > 0 ? ncpu : 1);
+    }
+    if (total) {
+        long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+        *total = pages > 0 && psize > 0 ? (size_t)pages * (size_t)psize : 0;
+    }
+    return TG_OK;
+}
+
+static tg_status cpu_alloc(int index, size_t bytes, void **out)
+{
+    *out = cpu_aligned_alloc(bytes);
+    if (!*out) return tg_error(TG_ENOMEM, "cpu: cannot allocate %zu bytes", bytes);
+    return TG_OK;
+}
+
+static void cpu_free(int index, void *ptr) { free(ptr); }
+
+struct cpu_copy_args {
+    void *dst;
+    const void *src;
+    size_t bytes;
+};
+
+static void copy_run(const void *p)
+{
+    const struct cpu_copy_args *a = p;
+    memmove(a->dst, a->src, a->bytes); /* views of one storage may overlap */
+}
+
+static tg_status cpu_memcpy(tg_stream *s, void *dst, const void *src, size_t bytes, tg_memcpy_kind kind)
+{
+    struct cpu_copy_args a = {.dst = dst, .src = src, .bytes = bytes};
+    if (bytes == 0) return TG_OK;
+    if (kind != TG_D2D && s && s->capture)
+        return tg_error(TG_ECAPTURE, "cpu: host transfer of %zu bytes on stream '%s' while it captures", bytes,
+                        s->name);
+    return cpu_submit(s, copy_run, &a, sizeof a);
+}
+
+/* ------------------------------------------------------------------ streams and graphs */
+static tg_status cpu_stream_init(tg_stream *s)
+{
+    s->impl = NULL; /* the command buffer lives in the graph being captured */
+    return TG_OK;
+}
+
+static void cpu_stream_destroy(tg_stream *s) { s->impl = NULL; }
+
+static tg_status cpu_stream_sync(tg_stream *s) { return TG_OK; /* work ran when issued */ }
+
+static tg_status cpu_capture_begin(tg_stream *s)
+{
+    TG_ASSERT(s->capture != NULL);
+    struct cpu_cmdlist *l = calloc(1, sizeof *l);
+    if (!l) return tg_error(TG_ENOMEM, "cpu: cannot begin capture on stream '%s'", s->name);
+    s->capture->impl = l;
+    return TG_OK;
+}
+
+static tg_status cpu_capture_end(tg_stream *s, tg_graph *g)
+{
+    struct cpu_cmdlist *l = g->impl;
+    g->ncmds = l ? l->n : 0;
+    return TG_OK;
+}
+
+/* Runs the commands in order; on a capturing stream they are recorded into
+ * that capture instead (a graph launched inside a capture). */
+static tg_status cpu_graph_replay(tg_graph *g, tg_stream *s)
+{
+    struct cpu_cmdlist *l = g->impl;
+    if (!l) return tg_error(TG_ESTATE, "cpu: replay of a graph that holds no capture");
+    for (size_t i = 0; i < l->n; i++) TG_TRY(cpu_submit(s, l->cmds[i].fn, l->cmds[i].args, l->cmds[i].size));
+    return TG_OK;
+}
+
+static void cpu_graph_destroy(tg_graph *g)
+{
+    struct cpu_cmdlist *l = g->impl;
+    if (!l) return;
+    for (size_t i = 0; i < l->n; i++) free(l->cmds[i].args);
+    free(l->cmds);
+    free(l);
+    g->impl = NULL;
+}
+
+const struct tg_backend tg_backend_cpu = {
+    .name = "cpu",
+    .type = TG_CPU,
+    .device_count = cpu_device_count,
+    .device_describe = cpu_device_describe,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .memcpy = cpu_memcpy,
+    .stream_init = cpu_stream_init,
+    .stream_destroy = cpu_stream_destroy,
+    .stream_sync = cpu_stream_sync,
+    .capture_begin = cpu_capture_begin,
+    .capture_end = cpu_capture_end,
+    .graph_replay = cpu_graph_replay,
+    .graph_destroy = cpu_graph_destroy,
+    .fill = cpu_fill,
+    .cast = cpu_cast,
+    .binary = cpu_binary,
+    .axpby = cpu_axpby,
+    .gemm = cpu_gemm,
+    .reduce = cpu_reduce,
+    .rand = cpu_rand,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .layernorm_backward_dw = cpu_layernorm_backward_dw,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .rmsnorm_backward_dw = cpu_rmsnorm_backward_dw,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .bias_add = cpu_bias_add,
+    .bias_backward_dw = cpu_bias_backward_dw,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward_dw = cpu_embedding_backward_dw,
+    .cross_entropy_forward = cpu_cross_entropy_forward,
+    .cross_entropy_backward = cpu_cross_entropy_backward,
+    .adamw = cpu_adamw,
+};

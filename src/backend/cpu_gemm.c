@@ -1,0 +1,228 @@
+/* cpu_gemm.c — CPU GEMM with f32 accumulation: CBLAS for f32 operands when configured, else a packed, cache-blocked OpenMP loop. */
+#include "backend/cpu_impl.h"
+
+#include <limits.h>
+#include <string.h>
+#ifdef TG_HAVE_BLAS
+#include <cblas.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Blocking of the C loop. C is cut into MC x NC tiles, each computed by one
+ * thread from start to end: for each KC-deep slice of k it packs its slice of
+ * op(A) (MC x KC) and op(B) (KC x NC) into f32 panels and runs the MR x NR
+ * register kernel over them, accumulating into an f32 tile; alpha, beta and
+ * the rounding to C's dtype are applied once at the end. Tiles are
+ * independent (no barrier but the last), and every element sums its k
+ * products in the same order whatever the number of threads, so results are
+ * deterministic. */
+#define MR 6
+#define NR 16
+#define KC 256
+#define MC 72  /* multiple of MR */
+#define NC 128 /* multiple of NR */
+#define WS_FLOATS (MC * KC + KC * NC + MC * NC) /* per thread: A panels, B panels, f32 tile */
+
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline float ldf(const void *p, tg_dtype dt, int64_t i)
+{
+    return dt == TG_BF16 ? tg_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* C element = v + beta * C (beta == 0 overwrites), rounded to C's dtype; v is alpha * op(A) op(B). */
+static inline void store_c(const struct tg_gemm_args *g, void *c, int64_t idx, float v)
+{
+    if (g->c_dt == TG_BF16) {
+        uint16_t *h = (uint16_t *)c + idx;
+        *h = tg_f32_to_bf16(g->beta == 0.0f ? v : v + g->beta * tg_bf16_to_f32(*h));
+    } else {
+        float *f = (float *)c + idx;
+        *f = g->beta == 0.0f ? v : v + g->beta * *f;
+    }
+}
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* op(A)[i][p] and op(B)[p][j] of one batch. */
+static inline float op_a(const struct tg_gemm_args *g, const void *a, int64_t i, int64_t p)
+{
+    return ldf(a, g->a_dt, g->trans_a ? p * g->lda + i : i * g->lda + p);
+}
+static inline float op_b(const struct tg_gemm_args *g, const void *b, int64_t p, int64_t j)
+{
+    return ldf(b, g->b_dt, g->trans_b ? j * g->ldb + p : p * g->ldb + j);
+}
+
+/* The operands and C of batch bi. */
+static void batch_ptrs(const struct tg_gemm_args *g, int64_t bi, const void **a, const void **b, void **c)
+{
+    *a = (const char *)g->a + (size_t)(bi * g->stride_a) * tg_dtype_size(g->a_dt);
+    *b = (const char *)g->b + (size_t)(bi * g->stride_b) * tg_dtype_size(g->b_dt);
+    *c = (char *)g->c + (size_t)(bi * g->stride_c) * tg_dtype_size(g->c_dt);
+}
+
+/* ------------------------------------------------------------------ the blocked loop */
+/* acc (MR rows of stride NC, NR columns) (+)= Ap (kc, MR)^T @ Bp (kc, NR); acc is 32-byte aligned. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+static void gemm_kernel(int64_t kc, const float *restrict ap, const float *restrict bp, float *restrict acc, int load)
+{
+    v8f c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
+    v8f c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
+#define ROW(i) ((v8f *)(acc + (i) * NC))
+    if (load) {
+        c00 = ROW(0)[0], c01 = ROW(0)[1], c10 = ROW(1)[0], c11 = ROW(1)[1], c20 = ROW(2)[0], c21 = ROW(2)[1];
+        c30 = ROW(3)[0], c31 = ROW(3)[1], c40 = ROW(4)[0], c41 = ROW(4)[1], c50 = ROW(5)[0], c51 = ROW(5)[1];
+    }
+    for (int64_t p = 0; p < kc; p++, ap += MR, bp += NR) {
+        v8f b0 = *(const v8f *)bp, b1 = *(const v8f *)(bp + 8);
+        c00 += ap[0] * b0, c01 += ap[0] * b1;
+        c10 += ap[1] * b0, c11 += ap[1] * b1;
+        c20 += ap[2] * b0, c21 += ap[2] * b1;
+        c30 += ap[3] * b0, c31 += ap[3] * b1;
+        c40 += ap[4] * b0, c41 += ap[4] * b1;
+        c50 += ap[5] * b0, c51 += ap[5] * b1;
+    }
+    ROW(0)[0] = c00, ROW(0)[1] = c01, ROW(1)[0] = c10, ROW(1)[1] = c11, ROW(2)[0] = c20, ROW(2)[1] = c21;
+    ROW(3)[0] = c30, ROW(3)[1] = c31, ROW(4)[0] = c40, ROW(4)[1] = c41, ROW(5)[0] = c50, ROW(5)[1] = c51;
+#undef ROW
+}
+
+/* One MC x NC tile of C at (i0, j0) of batch bi; ws holds WS_FLOATS. */
+static void gemm_tile(const struct tg_gemm_args *g, int64_t bi, int64_t i0, int64_t j0, float *ws)
+{
+    const void *a, *b;
+    void *c;
+    batch_ptrs(g, bi, &a, &b, &c);
+    int64_t mc = min64(MC, g->m - i0), nc = min64(NC, g->n - j0);
+    int64_t mp = (mc + MR - 1) / MR, np = (nc + NR - 1) / NR;
+    float *ap = ws, *bp = ws + MC * KC, *acc = bp + KC * NC;
+
+    for (int64_t pc = 0; pc < g->k; pc += KC) {
+        int64_t kc = min64(KC, g->k - pc);
+        for (int64_t ip = 0; ip < mp; ip++) /* A panels (kc, MR), zero-padded past m */
+            for (int64_t p = 0; p < kc; p++)
+                for (int64_t ii = 0; ii < MR; ii++) {
+                    int64_t i = ip * MR + ii;
+                    ap[(ip * kc + p) * MR + ii] = i < mc ? op_a(g, a, i0 + i, pc + p) : 0.0f;
+                }
+        for (int64_t jp = 0; jp < np; jp++) /* B panels (kc, NR), zero-padded past n */
+            for (int64_t p = 0; p < kc; p++)
+                for (int64_t jj = 0; jj < NR; jj++) {
+                    int64_t j = jp * NR + jj;
+                    bp[(jp * kc + p) * NR + jj] = j < nc ? op_b(g, b, pc + p, j0 + j) : 0.0f;
+                }
+        for (int64_t jp = 0; jp < np; jp++)
+            for (int64_t ip = 0; ip < mp; ip++)
+                gemm_kernel(kc, ap + ip * kc * MR, bp + jp * kc * NR, acc + ip * MR * NC + jp * NR, pc > 0);
+    }
+    for (int64_t i = 0; i < mc; i++)
+        for (int64_t j = 0; j < nc; j++) store_c(g, c, (i0 + i) * g->ldc + j0 + j, g->alpha * acc[i * NC + j]);
+}
+
+/* Returns 0 when the workspace cannot be allocated. */
+static int gemm_blocked(const struct tg_gemm_args *g)
+{
+    int64_t tm = (g->m + MC - 1) / MC, tn = (g->n + NC - 1) / NC, ntiles = g->batch * tm * tn;
+    int nthreads = 1;
+#ifdef _OPENMP
+    nthreads = omp_get_max_threads();
+#endif
+    float *ws = cpu_aligned_alloc((size_t)nthreads * WS_FLOATS * sizeof(float));
+    if (!ws) return 0;
+    double flops = 2.0 * (double)g->batch * (double)g->m * (double)g->n * (double)g->k;
+#pragma omp parallel for schedule(dynamic) if (ntiles > 1 && flops > 4e5)
+    for (int64_t t = 0; t < ntiles; t++) {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        int64_t bi = t / (tm * tn), r = t % (tm * tn);
+        gemm_tile(g, bi, (r / tn) * MC, (r % tn) * NC, ws + (size_t)tid * WS_FLOATS);
+    }
+    free(ws);
+    return 1;
+}
+
+/* Without workspace (allocation failed): slow, same accumulation order per element. */
+static void gemm_naive(const struct tg_gemm_args *g)
+{
+    for (int64_t bi = 0; bi < g->batch; bi++) {
+        const void *a, *b;
+        void *c;
+        batch_ptrs(g, bi, &a, &b, &c);
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < g->m; i++)
+            for (int64_t j = 0; j < g->n; j++) {
+                float acc = 0;
+                for (int64_t p = 0; p < g->k; p++) acc += op_a(g, a, i, p) * op_b(g, b, p, j);
+                store_c(g, c, i * g->ldc + j, g->alpha * acc);
+            }
+    }
+}
+
+/* ------------------------------------------------------------------ CBLAS */
+#ifdef TG_HAVE_BLAS
+/* CBLAS takes all-f32 GEMMs; bf16 ones go through the blocked loop, whose
+ * packing converts them (faster than converting, then calling CBLAS). */
+static int blas_fits(const struct tg_gemm_args *g)
+{
+    if (g->a_dt != TG_F32 || g->b_dt != TG_F32 || g->c_dt != TG_F32) return 0;
+    int64_t acols = g->trans_a ? g->m : g->k, bcols = g->trans_b ? g->k : g->n;
+    return g->m <= INT_MAX && g->n <= INT_MAX && g->k <= INT_MAX && g->lda <= INT_MAX && g->ldb <= INT_MAX &&
+           g->ldc <= INT_MAX && g->lda >= acols && g->ldb >= bcols && g->ldc >= g->n;
+}
+
+static void gemm_blas(const struct tg_gemm_args *g)
+{
+    for (int64_t bi = 0; bi < g->batch; bi++) {
+        const void *a, *b;
+        void *c;
+        batch_ptrs(g, bi, &a, &b, &c);
+        cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+                    (int)g->m, (int)g->n, (int)g->k, g->alpha, a, (int)g->lda, b, (int)g->ldb, g->beta, c, (int)g->ldc);
+    }
+}
+#endif
+
+/* ------------------------------------------------------------------ entry */
+static void gemm_run(const void *p)
+{
+    const struct tg_gemm_args *g = p;
+    if (g->m <= 0 || g->n <= 0 || g->batch <= 0) return;
+
+    if (g->k == 0 || g->alpha == 0.0f) { /* C = beta * C, A and B not read */
+        for (int64_t bi = 0; bi < g->batch; bi++) {
+            const void *a, *b;
+            void *c;
+            batch_ptrs(g, bi, &a, &b, &c);
+            for (int64_t i = 0; i < g->m; i++)
+                for (int64_t j = 0; j < g->n; j++) store_c(g, c, i * g->ldc + j, 0.0f);
+        }
+        return;
+    }
+#ifdef TG_HAVE_BLAS
+    const char *mode = getenv("TG_CPU_GEMM"); /* "blocked": skip CBLAS (tests, benchmarks) */
+    if (blas_fits(g) && !(mode && strcmp(mode, "blocked") == 0)) {
+        gemm_blas(g);
+        return;
+    }
+#endif
+    if (!gemm_blocked(g)) gemm_naive(g);
+}
+
+tg_status cpu_gemm(tg_stream *s, const struct tg_gemm_args *a)
+{
+    if ((a->a_dt != TG_F32 && a->a_dt != TG_BF16) || (a->b_dt != TG_F32 && a->b_dt != TG_BF16) ||
+        (a->c_dt != TG_F32 && a->c_dt != TG_BF16))
+        return tg_error(TG_ENOTSUP, "cpu gemm: dtypes %s x %s -> %s are not supported", tg_dtype_name(a->a_dt),
+                        tg_dtype_name(a->b_dt), tg_dtype_name(a->c_dt));
+    if (a->m < 0 || a->n < 0 || a->k < 0 || a->batch < 0)
+        return tg_error(TG_EINVAL, "cpu gemm: negative size (m %lld, n %lld, k %lld, batch %lld)", (long long)a->m,
+                        (long long)a->n, (long long)a->k, (long long)a->batch);
+    return cpu_submit(s, gemm_run, a, sizeof *a);
+}

@@ -1,0 +1,624 @@
+/* cpu_nn.c — CPU reference kernels of the transformer ops (norms, activations, attention, embedding, loss, AdamW); deterministic. */
+#include "backend/cpu_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Results never depend on the thread count: work is split by rows (or by
+ * blocks of columns for sums over rows), and every sum runs in one fixed
+ * order inside one thread. bf16 is loaded to f32 and rounded on store. */
+
+static inline float ld(const void *p, tg_dtype dt, int64_t i)
+{
+    return dt == TG_BF16 ? tg_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static inline void st(void *p, tg_dtype dt, int64_t i, float v)
+{
+    if (dt == TG_BF16) ((uint16_t *)p)[i] = tg_f32_to_bf16(v);
+    else ((float *)p)[i] = v;
+}
+
+/* wgrad store: p[i] = acc * p[i] + g, acc == 0 overwrites (NaN in p ignored). */
+static inline void st_wgrad(void *p, tg_dtype dt, int64_t i, float acc, double g)
+{
+    double v = acc == 0 ? g : (double)acc * ld(p, dt, i) + g;
+    st(p, dt, i, (float)v);
+}
+
+static tg_status float_only(const char *what, tg_dtype dt)
+{
+    if (dt == TG_F32 || dt == TG_BF16) return TG_OK;
+    return tg_error(TG_ENOTSUP, "cpu %s: dtype %s is not supported", what,
+                    (unsigned)dt < TG_DTYPE_COUNT ? tg_dtype_name(dt) : "(invalid)");
+}
+
+/* Column block of the sums over rows (wgrads): one thread owns a block. */
+#define COL_BLOCK 32
+
+/* ------------------------------------------------------------------ layernorm */
+static void layernorm_forward_run(const void *p)
+{
+    const struct tg_layernorm_forward_args *a = p;
+    int64_t n = a->n, c = a->c;
+    tg_dtype dt = a->dt;
+#pragma omp parallel for schedule(static) if (n * c > CPU_PAR_MIN)
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t o = r * c;
+        double sum = 0, var = 0;
+        for (int64_t j = 0; j < c; j++) sum += ld(a->x, dt, o + j);
+        double mu = sum / (double)c;
+        for (int64_t j = 0; j < c; j++) {
+            double d = ld(a->x, dt, o + j) - mu;
+            var += d * d;
+        }
+        float m = (float)mu, rs = (float)(1.0 / sqrt(var / (double)c + a->eps));
+        a->mean[r] = m;
+        a->rstd[r] = rs;
+        for (int64_t j = 0; j < c; j++) {
+            float v = (ld(a->x, dt, o + j) - m) * rs * ld(a->gamma, dt, j);
+            if (a->beta) v += ld(a->beta, dt, j);
+            st(a->y, dt, o + j, v);
+        }
+    }
+}
+
+static void layernorm_backward_run(const void *p)
+{
+    const struct tg_layernorm_backward_args *a = p;
+    int64_t n = a->n, c = a->c;
+    tg_dtype dt = a->dt;
+#pragma omp parallel for schedule(static) if (n * c > CPU_PAR_MIN)
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t o = r * c;
+        const float m = a->mean[r], rs = a->rstd[r];
+        double s1 = 0, s2 = 0; /* sum dxhat, sum dxhat * xhat */
+        for (int64_t j = 0; j < c; j++) {
+            float xhat = (ld(a->x, dt, o + j) - m) * rs, dxhat = ld(a->dy, dt, o + j) * ld(a->gamma, dt, j);
+            s1 += dxhat;
+            s2 += (double)dxhat * xhat;
+        }
+        const float m1 = (float)(s1 / (double)c), m2 = (float)(s2 / (double)c);
+        for (int64_t j = 0; j < c; j++) {
+            float xhat = (ld(a->x, dt, o + j) - m) * rs, dxhat = ld(a->dy, dt, o + j) * ld(a->gamma, dt, j);
+            st(a->dx, dt, o + j, rs * (dxhat - m1 - xhat * m2));
+        }
+    }
+}
+
+static void layernorm_backward_dw_run(const void *p)
+{
+    const struct tg_layernorm_backward_dw_args *a = p;
+    int64_t n = a->n, c = a->c;
+    tg_dtype dt = a->dt;
+#pragma omp parallel for schedule(static) if (n * c > CPU_PAR_MIN)
+    for (int64_t c0 = 0; c0 < c; c0 += COL_BLOCK) {
+        int64_t w = c - c0 < COL_BLOCK ? c - c0 : COL_BLOCK;
+        double dg[COL_BLOCK] = {0}, db[COL_BLOCK] = {0};
+        for (int64_t r = 0; r < n; r++) {
+            const int64_t o = r * c + c0;
+            const float m = a->mean[r], rs = a->rstd[r];
+            for (int64_t j = 0; j < w; j++) {
+                float dy = ld(a->dy, dt, o + j), xhat = (ld(a->x, dt, o + j) - m) * rs;
+                dg[j] += (double)dy * xhat;
+                db[j] += dy;
+            }
+        }
+        for (int64_t j = 0; j < w; j++) {
+            st_wgrad(a->dgamma, a->dw_dt, c0 + j, a->accumulate, dg[j]);
+            if (a->dbeta) st_wgrad(a->dbeta, a->dw_dt, c0 + j, a->accumulate, db[j]);
+        }
+    }
+}
+
+tg_status cpu_layernorm_forward(tg_stream *s, const struct tg_layernorm_forward_args *a)
+{
+    TG_TRY(float_only("layernorm_forward", a->dt));
+    return cpu_submit(s, layernorm_forward_run, a, sizeof *a);
+}
+
+tg_status cpu_layernorm_backward(tg_stream *s, const struct tg_layernorm_backward_args *a)
+{
+    TG_TRY(float_only("layernorm_backward", a->dt));
+    return cpu_submit(s, layernorm_backward_run, a, sizeof *a);
+}
+
+tg_status cpu_layernorm_backward_dw(tg_stream *s, const struct tg_layernorm_backward_dw_args *a)
+{
+    TG_TRY(float_only("layernorm_backward_dw", a->dt));
+    TG_TRY(float_only("layernorm_backward_dw", a->dw_dt));
+    return cpu_submit(s, layernorm_backward_dw_run, a, sizeof *a);
+}
+
+/* ------------------------------------------------------------------ rmsnorm */
+static void rmsnorm_forward_run(const void *p)
+{
+    const struct tg_rmsnorm_forward_args *a = p;
+    int64_t n = a->n, c = a->c;
+    tg_dtype dt = a->dt;
+#pragma omp parallel for schedule(static) if (n * c > CPU_PAR_MIN)
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t o = r * c;
+        double ss = 0;
+        for (int64_t j = 0; j < c; j++) {
+            double v = ld(a->x, dt, o + j);
+            ss += v * v;
+        }
+        float rs = (float)(1.0 / sqrt(ss / (double)c + a->eps));
+        a->rstd[r] = rs;
+        for (int64_t j = 0; j < c; j++) st(a->y, dt, o + j, ld(a->x, dt, o + j) * rs * ld(a->gamma, dt, j));
+    }
+}
+
+static void rmsnorm_backward_run(const void *p)
+{
+    const struct tg_rmsnorm_backward_args *a = p;
+    int64_t n = a->n, c = a->c;
+    tg_dtype dt = a->dt;
+#pragma omp parallel for schedule(static) if (n * c > CPU_PAR_MIN)
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t o = r * c;
+        const float rs = a->rstd[r];
+        double s2 = 0; /* sum dxhat * xhat */
+        for (int64_t j = 0; j < c; j++)
+            s2 += (double)(ld(a->dy, dt, o + j) * ld(a->gamma, dt, j)) * (ld(a->x, dt, o + j) * rs);
+        const float m2 = (float)(s2 / (double)c);
+        for (int64_t j = 0; j < c; j++) {
+            float xhat = ld(a->x, dt, o + j) * rs, dxhat = ld(a->dy, dt, o + j) * ld(a->gamma, dt, j);
+            st(a->dx, dt, o + j, rs * (dxhat - xhat * m2));
+        }
+    }
+}
+
+static void rmsnorm_backward_dw_run(const void *p)
+{
+    const struct tg_rmsnorm_backward_dw_args *a = p;
+    int64_t n = a->n, c = a->c;
+    tg_dtype dt = a->dt;
+#pragma omp parallel for schedule(static) if (n * c > CPU_PAR_MIN)
+    for (int64_t c0 = 0; c0 < c; c0 += COL_BLOCK) {
+        int64_t w = c - c0 < COL_BLOCK ? c - c0 : COL_BLOCK;
+        double dg[COL_BLOCK] = {0};
+        for (int64_t r = 0; r < n; r++) {
+            const int64_t o = r * c + c0;
+            const float rs = a->rstd[r];
+            for (int64_t j = 0; j < w; j++) dg[j] += (double)ld(a->dy, dt, o + j) * (ld(a->x, dt, o + j) * rs);
+        }
+        for (int64_t j = 0; j < w; j++) st_wgrad(a->dgamma, a->dw_dt, c0 + j, a->accumulate, dg[j]);
+    }
+}
+
+tg_status cpu_rmsnorm_forward(tg_stream *s, const struct tg_rmsnorm_forward_args *a)
+{
+    TG_TRY(float_only("rmsnorm_forward", a->dt));
+    return cpu_submit(s, rmsnorm_forward_run, a, sizeof *a);
+}
+
+tg_status cpu_rmsnorm_backward(tg_stream *s, const struct tg_rmsnorm_backward_args *a)
+{
+    TG_TRY(float_only("rmsnorm_backward", a->dt));
+    return cpu_submit(s, rmsnorm_backward_run, a, sizeof *a);
+}
+
+tg_status cpu_rmsnorm_backward_dw(tg_stream *s, const struct tg_rmsnorm_backward_dw_args *a)
+{
+    TG_TRY(float_only("rmsnorm_backward_dw", a->dt));
+    TG_TRY(float_only("rmsnorm_backward_dw", a->dw_dt));
+    return cpu_submit(s, rmsnorm_backward_dw_run, a, sizeof *a);
+}
+
+/* ------------------------------------------------------------------ gelu (tanh), swiglu */
+#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+#define GELU_A 0.044715f
+
+static void gelu_forward_run(const void *p)
+{
+    const struct tg_gelu_forward_args *a = p;
+    int64_t n = a->n;
+#pragma omp parallel for schedule(static) if (n > CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float x = ld(a->x, a->dt, i);
+        st(a->y, a->dt, i, 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_A * x * x * x))));
+    }
+}
+
+static void gelu_backward_run(const void *p)
+{
+    const struct tg_gelu_backward_args *a = p;
+    int64_t n = a->n;
+#pragma omp parallel for schedule(static) if (n > CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float x = ld(a->x, a->dt, i), th = tanhf(GELU_K * (x + GELU_A * x * x * x));
+        float d = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+        st(a->dx, a->dt, i, ld(a->dy, a->dt, i) * d);
+    }
+}
+
+static void swiglu_forward_run(const void *p)
+{
+    const struct tg_swiglu_forward_args *a = p;
+    int64_t n = a->n, h = a->h;
+#pragma omp parallel for schedule(static) if (n * h > CPU_PAR_MIN)
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t j = 0; j < h; j++) {
+            float u = ld(a->x, a->dt, r * 2 * h + j), g = ld(a->x, a->dt, r * 2 * h + h + j);
+            st(a->y, a->dt, r * h + j, u / (1.0f + expf(-u)) * g);
+        }
+}
+
+static void swiglu_backward_run(const void *p)
+{
+    const struct tg_swiglu_backward_args *a = p;
+    int64_t n = a->n, h = a->h;
+#pragma omp parallel for schedule(static) if (n * h > CPU_PAR_MIN)
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t j = 0; j < h; j++) {
+            int64_t iu = r * 2 * h + j, ig = iu + h;
+            float u = ld(a->x, a->dt, iu), g = ld(a->x, a->dt, ig), dy = ld(a->dy, a->dt, r * h + j);
+            float sg = 1.0f / (1.0f + expf(-u));
+            st(a->dx, a->dt, iu, dy * g * sg * (1.0f + u * (1.0f - sg)));
+            st(a->dx, a->dt, ig, dy * u * sg);
+        }
+}
+
+tg_status cpu_gelu_forward(tg_stream *s, const struct tg_gelu_forward_args *a)
+{
+    TG_TRY(float_only("gelu_forward", a->dt));
+    return cpu_submit(s, gelu_forward_run, a, sizeof *a);
+}
+
+tg_status cpu_gelu_backward(tg_stream *s, const struct tg_gelu_backward_args *a)
+{
+    TG_TRY(float_only("gelu_backward", a->dt));
+    return cpu_submit(s, gelu_backward_run, a, sizeof *a);
+}
+
+tg_status cpu_swiglu_forward(tg_stream *s, const struct tg_swiglu_forward_args *a)
+{
+    TG_TRY(float_only("swiglu_forward", a->dt));
+    return cpu_submit(s, swiglu_forward_run, a, sizeof *a);
+}
+
+tg_status cpu_swiglu_backward(tg_stream *s, const struct tg_swiglu_backward_args *a)
+{
+    TG_TRY(float_only("swiglu_backward", a->dt));
+    return cpu_submit(s, swiglu_backward_run, a, sizeof *a);
+}
+
+/* ------------------------------------------------------------------ bias */
+static void bias_add_run(const void *p)
+{
+    const struct tg_bias_add_args *a = p;
+    int64_t n = a->n, c = a->c;
+#pragma omp parallel for schedule(static) if (n * c > CPU_PAR_MIN)
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t j = 0; j < c; j++) st(a->y, a->dt, r * c + j, ld(a->y, a->dt, r * c + j) + ld(a->bias, a->dt, j));
+}
+
+static void bias_backward_dw_run(const void *p)
+{
+    const struct tg_bias_backward_dw_args *a = p;
+    int64_t n = a->n, c = a->c;
+#pragma omp parallel for schedule(static) if (n * c > CPU_PAR_MIN)
+    for (int64_t c0 = 0; c0 < c; c0 += COL_BLOCK) {
+        int64_t w = c - c0 < COL_BLOCK ? c - c0 : COL_BLOCK;
+        double db[COL_BLOCK] = {0};
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t j = 0; j < w; j++) db[j] += ld(a->dy, a->dt, r * c + c0 + j);
+        for (int64_t j = 0; j < w; j++) st_wgrad(a->dbias, a->dw_dt, c0 + j, a->accumulate, db[j]);
+    }
+}
+
+tg_status cpu_bias_add(tg_stream *s, const struct tg_bias_add_args *a)
+{
+    TG_TRY(float_only("bias_add", a->dt));
+    return cpu_submit(s, bias_add_run, a, sizeof *a);
+}
+
+tg_status cpu_bias_backward_dw(tg_stream *s, const struct tg_bias_backward_dw_args *a)
+{
+    TG_TRY(float_only("bias_backward_dw", a->dt));
+    TG_TRY(float_only("bias_backward_dw", a->dw_dt));
+    return cpu_submit(s, bias_backward_dw_run, a, sizeof *a);
+}
+
+/* ------------------------------------------------------------------ causal attention
+ * Per (batch, head), one thread; q_t, k_t, v_t of head h live at columns
+ * h*d, c + h*d, 2c + h*d of token t's qkv row. Probabilities are recomputed
+ * in backward from the saved log-sum-exp: p_ij = exp(s_ij - lse_i). */
+
+/* scale * (q_i . k_j), the one definition of a score (forward and backward agree). */
+static inline float att_score(const void *qkv, tg_dtype dt, int64_t qi, int64_t kj, int64_t d, float scale)
+{
+    float acc = 0;
+    for (int64_t e = 0; e < d; e++) acc += ld(qkv, dt, qi + e) * ld(qkv, dt, kj + e);
+    return acc * scale;
+}
+
+static void attention_forward_run(const void *p)
+{
+    const struct tg_attention_forward_args *a = p;
+    const int64_t B = a->b, T = a->t, C = a->c, H = a->n_head, D = C / H, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)D);
+    tg_dtype dt = a->dt;
+#pragma omp parallel for collapse(2) schedule(static) if (B * H * T * T * D > CPU_PAR_MIN)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            float s[T > 0 ? T : 1], o[D > 0 ? D : 1];
+            for (int64_t i = 0; i < T; i++) {
+                const int64_t qi = (b * T + i) * C3 + h * D;
+                float mx = -INFINITY;
+                for (int64_t j = 0; j <= i; j++) {
+                    s[j] = att_score(a->qkv, dt, qi, (b * T + j) * C3 + C + h * D, D, scale);
+                    if (s[j] > mx) mx = s[j];
+                }
+                float l = 0;
+                for (int64_t j = 0; j <= i; j++) l += (s[j] = expf(s[j] - mx));
+                for (int64_t e = 0; e < D; e++) o[e] = 0;
+                for (int64_t j = 0; j <= i; j++) {
+                    const int64_t vj = (b * T + j) * C3 + 2 * C + h * D;
+                    for (int64_t e = 0; e < D; e++) o[e] += s[j] * ld(a->qkv, dt, vj + e);
+                }
+                const float inv = 1.0f / l;
+                for (int64_t e = 0; e < D; e++) st(a->out, dt, (b * T + i) * C + h * D + e, o[e] * inv);
+                a->lse[(b * H + h) * T + i] = mx + logf(l);
+            }
+        }
+}
+
+static void attention_backward_run(const void *p)
+{
+    const struct tg_attention_backward_args *a = p;
+    const int64_t B = a->b, T = a->t, C = a->c, H = a->n_head, D = C / H, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)D);
+    tg_dtype dt = a->dt;
+#pragma omp parallel for collapse(2) schedule(static) if (B * H * T * T * D > CPU_PAR_MIN)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            float dd[T > 0 ? T : 1], g1[D > 0 ? D : 1], g2[D > 0 ? D : 1]; /* dd_i = dout_i . out_i */
+            const float *lse = a->lse + (b * H + h) * T;
+            for (int64_t i = 0; i < T; i++) {
+                const int64_t oi = (b * T + i) * C + h * D;
+                float acc = 0;
+                for (int64_t e = 0; e < D; e++) acc += ld(a->dout, dt, oi + e) * ld(a->out, dt, oi + e);
+                dd[i] = acc;
+            }
+            /* dq_i = scale * sum_{j <= i} ds_ij k_j, ds_ij = p_ij (dout_i . v_j - dd_i) */
+            for (int64_t i = 0; i < T; i++) {
+                const int64_t qi = (b * T + i) * C3 + h * D, oi = (b * T + i) * C + h * D;
+                for (int64_t e = 0; e < D; e++) g1[e] = 0;
+                for (int64_t j = 0; j <= i; j++) {
+                    const int64_t kj = (b * T + j) * C3 + C + h * D, vj = kj + C;
+                    float pr = expf(att_score(a->qkv, dt, qi, kj, D, scale) - lse[i]), dp = 0;
+                    for (int64_t e = 0; e < D; e++) dp += ld(a->dout, dt, oi + e) * ld(a->qkv, dt, vj + e);
+                    float ds = pr * (dp - dd[i]);
+                    for (int64_t e = 0; e < D; e++) g1[e] += ds * ld(a->qkv, dt, kj + e);
+                }
+                for (int64_t e = 0; e < D; e++) st(a->dqkv, dt, qi + e, g1[e] * scale);
+            }
+            /* dk_j = scale * sum_{i >= j} ds_ij q_i; dv_j = sum_{i >= j} p_ij dout_i */
+            for (int64_t j = 0; j < T; j++) {
+                const int64_t kj = (b * T + j) * C3 + C + h * D, vj = kj + C;
+                for (int64_t e = 0; e < D; e++) g1[e] = g2[e] = 0;
+                for (int64_t i = j; i < T; i++) {
+                    const int64_t qi = (b * T + i) * C3 + h * D, oi = (b * T + i) * C + h * D;
+                    float pr = expf(att_score(a->qkv, dt, qi, kj, D, scale) - lse[i]), dp = 0;
+                    for (int64_t e = 0; e < D; e++) dp += ld(a->dout, dt, oi + e) * ld(a->qkv, dt, vj + e);
+                    float ds = pr * (dp - dd[i]);
+                    for (int64_t e = 0; e < D; e++) {
+                        g1[e] += ds * ld(a->qkv, dt, qi + e);
+                        g2[e] += pr * ld(a->dout, dt, oi + e);
+                    }
+                }
+                for (int64_t e = 0; e < D; e++) {
+                    st(a->dqkv, dt, kj + e, g1[e] * scale);
+                    st(a->dqkv, dt, vj + e, g2[e]);
+                }
+            }
+        }
+}
+
+tg_status cpu_attention_forward(tg_stream *s, const struct tg_attention_forward_args *a)
+{
+    TG_TRY(float_only("attention_forward", a->dt));
+    return cpu_submit(s, attention_forward_run, a, sizeof *a);
+}
+
+tg_status cpu_attention_backward(tg_stream *s, const struct tg_attention_backward_args *a)
+{
+    TG_TRY(float_only("attention_backward", a->dt));
+    return cpu_submit(s, attention_backward_run, a, sizeof *a);
+}
+
+/* ------------------------------------------------------------------ embedding */
+static void embedding_forward_run(const void *p)
+{
+    const struct tg_embedding_forward_args *a = p;
+    const int64_t BT = a->b * a->t, C = a->c;
+#pragma omp parallel for schedule(static) if (BT * C > CPU_PAR_MIN)
+    for (int64_t r = 0; r < BT; r++) {
+        const int64_t id = a->idx[r], t = r % a->t;
+        const int valid = id >= 0 && id < a->v;
+        for (int64_t j = 0; j < C; j++) {
+            float v = valid ? ld(a->wte, a->dt, id * C + j) : 0.0f;
+            if (a->wpe) v += ld(a->wpe, a->dt, t * C + j);
+            st(a->out, a->dt, r * C + j, v);
+        }
+    }
+}
+
+/* Row `row` of dwte: the dout rows of positions pos[0..npos) (increasing), summed in that order. */
+static void embedding_dwte_row(const struct tg_embedding_backward_dw_args *a, int64_t row, const int64_t *pos,
+                               int64_t npos, double *acc)
+{
+    const int64_t C = a->c;
+    for (int64_t j = 0; j < C; j++) acc[j] = 0;
+    for (int64_t k = 0; k < npos; k++)
+        for (int64_t j = 0; j < C; j++) acc[j] += ld(a->dout, a->dt, pos[k] * C + j);
+    for (int64_t j = 0; j < C; j++) st_wgrad(a->dwte, a->dwte_dt, row * C + j, a->accumulate, acc[j]);
+}
+
+static void embedding_backward_dw_run(const void *p)
+{
+    const struct tg_embedding_backward_dw_args *a = p;
+    const int64_t BT = a->b * a->t, C = a->c, V = a->v;
+    if (a->dwte) {
+        /* Bucket positions by id (counting sort, stable: increasing positions per id),
+         * then one thread per vocabulary row sums its bucket in order. */
+        int64_t *start = malloc((size_t)(V + 1) * sizeof *start), *pos = malloc((size_t)(BT ? BT : 1) * sizeof *pos);
+        if (start && pos) {
+            memset(start, 0, (size_t)(V + 1) * sizeof *start);
+            for (int64_t r = 0; r < BT; r++)
+                if (a->idx[r] >= 0 && a->idx[r] < V) start[a->idx[r] + 1]++;
+            for (int64_t v = 0; v < V; v++) start[v + 1] += start[v];
+            for (int64_t r = 0; r < BT; r++) {
+                int64_t id = a->idx[r];
+                if (id >= 0 && id < V) pos[start[id]++] = r;
+            }
+            for (int64_t v = V; v > 0; v--) start[v] = start[v - 1]; /* the fill moved each start to its end */
+            start[0] = 0;
+#pragma omp parallel for schedule(static) if (V * C > CPU_PAR_MIN)
+            for (int64_t v = 0; v < V; v++) {
+                double acc[C > 0 ? C : 1];
+                embedding_dwte_row(a, v, pos + start[v], start[v + 1] - start[v], acc);
+            }
+        } else {
+            /* No memory for the buckets: scan all positions per row (same order, same result). */
+#pragma omp parallel for schedule(static) if (V * C > CPU_PAR_MIN)
+            for (int64_t v = 0; v < V; v++) {
+                double acc[C > 0 ? C : 1];
+                for (int64_t j = 0; j < C; j++) acc[j] = 0;
+                for (int64_t r = 0; r < BT; r++)
+                    if (a->idx[r] == v)
+                        for (int64_t j = 0; j < C; j++) acc[j] += ld(a->dout, a->dt, r * C + j);
+                for (int64_t j = 0; j < C; j++) st_wgrad(a->dwte, a->dwte_dt, v * C + j, a->accumulate, acc[j]);
+            }
+        }
+        free(start);
+        free(pos);
+    }
+    if (a->dwpe) {
+#pragma omp parallel for schedule(static) if (a->tmax * C > CPU_PAR_MIN)
+        for (int64_t t = 0; t < a->tmax; t++)
+            for (int64_t j = 0; j < C; j++) {
+                double acc = 0;
+                if (t < a->t)
+                    for (int64_t b = 0; b < a->b; b++) acc += ld(a->dout, a->dt, (b * a->t + t) * C + j);
+                st_wgrad(a->dwpe, a->dwpe_dt, t * C + j, a->accumulate, acc);
+            }
+    }
+}
+
+tg_status cpu_embedding_forward(tg_stream *s, const struct tg_embedding_forward_args *a)
+{
+    TG_TRY(float_only("embedding_forward", a->dt));
+    return cpu_submit(s, embedding_forward_run, a, sizeof *a);
+}
+
+tg_status cpu_embedding_backward_dw(tg_stream *s, const struct tg_embedding_backward_dw_args *a)
+{
+    TG_TRY(float_only("embedding_backward_dw", a->dt));
+    if (a->dwte) TG_TRY(float_only("embedding_backward_dw", a->dwte_dt));
+    if (a->dwpe) TG_TRY(float_only("embedding_backward_dw", a->dwpe_dt));
+    return cpu_submit(s, embedding_backward_dw_run, a, sizeof *a);
+}
+
+/* ------------------------------------------------------------------ cross-entropy */
+/* max and sum of exp(x - max) of row r (double sum). */
+static void ce_row_stats(const void *logits, tg_dtype dt, int64_t o, int64_t v, float *mx, double *sum)
+{
+    float m = -INFINITY;
+    double s = 0;
+    for (int64_t j = 0; j < v; j++) {
+        float x = ld(logits, dt, o + j);
+        if (x > m) m = x;
+    }
+    for (int64_t j = 0; j < v; j++) s += exp((double)ld(logits, dt, o + j) - m);
+    *mx = m;
+    *sum = s;
+}
+
+static void cross_entropy_forward_run(const void *p)
+{
+    const struct tg_cross_entropy_forward_args *a = p;
+    const int64_t N = a->n, V = a->v;
+#pragma omp parallel for schedule(static) if (N * V > CPU_PAR_MIN)
+    for (int64_t r = 0; r < N; r++) {
+        const int32_t tgt = a->targets[r];
+        if (tgt == a->ignore_index) a->losses[r] = 0;
+        else if (tgt < 0 || tgt >= V) a->losses[r] = NAN;
+        else {
+            float mx;
+            double sum;
+            ce_row_stats(a->logits, a->dt, r * V, V, &mx, &sum);
+            a->losses[r] = (float)(mx + log(sum) - ld(a->logits, a->dt, r * V + tgt));
+        }
+    }
+    double total = 0;
+    int64_t count = 0;
+    for (int64_t r = 0; r < N; r++)
+        if (a->targets[r] != a->ignore_index) total += a->losses[r], count++;
+    a->loss[0] = count ? (float)(total / (double)count) : 0.0f;
+    a->loss[1] = (float)count;
+}
+
+static void cross_entropy_backward_run(const void *p)
+{
+    const struct tg_cross_entropy_backward_args *a = p;
+    const int64_t N = a->n, V = a->v;
+    const float count = a->loss[1];
+    const double scale = count > 0 ? (double)a->dloss / count : 0.0;
+#pragma omp parallel for schedule(static) if (N * V > CPU_PAR_MIN)
+    for (int64_t r = 0; r < N; r++) {
+        const int32_t tgt = a->targets[r];
+        if (tgt == a->ignore_index || tgt < 0 || tgt >= V) {
+            for (int64_t j = 0; j < V; j++) st(a->dlogits, a->dt, r * V + j, 0.0f);
+            continue;
+        }
+        float mx;
+        double sum;
+        ce_row_stats(a->logits, a->dt, r * V, V, &mx, &sum);
+        for (int64_t j = 0; j < V; j++) { /* reads logits[j] before writing dlogits[j] (they may alias) */
+            double pr = exp((double)ld(a->logits, a->dt, r * V + j) - mx) / sum;
+            st(a->dlogits, a->dt, r * V + j, (float)(scale * (pr - (j == tgt))));
+        }
+    }
+}
+
+tg_status cpu_cross_entropy_forward(tg_stream *s, const struct tg_cross_entropy_forward_args *a)
+{
+    TG_TRY(float_only("cross_entropy_forward", a->dt));
+    return cpu_submit(s, cross_entropy_forward_run, a, sizeof *a);
+}
+
+tg_status cpu_cross_entropy_backward(tg_stream *s, const struct tg_cross_entropy_backward_args *a)
+{
+    TG_TRY(float_only("cross_entropy_backward", a->dt));
+    return cpu_submit(s, cross_entropy_backward_run, a, sizeof *a);
+}
+
+/* ------------------------------------------------------------------ AdamW */
+static void adamw_run(const void *p)
+{
+    const struct tg_adamw_args *a = p;
+    const int64_t n = a->n;
+    const double b1 = a->beta1, b2 = a->beta2, lr = a->lr, eps = a->eps, wd = a->weight_decay, gs = a->grad_scale;
+    const double bc1 = 1.0 - pow(b1, (double)a->step), bc2 = 1.0 - pow(b2, (double)a->step);
+#pragma omp parallel for schedule(static) if (n > CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        double g = gs * ld(a->g, a->g_dt, i);
+        double m = b1 * a->m[i] + (1.0 - b1) * g, v = b2 * a->v[i] + (1.0 - b2) * g * g;
+        double w = a->p[i];
+        w -= lr * (m / bc1 / (sqrt(v / bc2) + eps) + wd * w);
+        a->m[i] = (float)m;
+        a->v[i] = (float)v;
+        a->p[i] = (float)w;
+        if (a->p_lowp) a->p_lowp[i] = tg_f32_to_bf16(a->p[i]);
+    }
+}
+
+tg_status cpu_adamw(tg_stream *s, const struct tg_adamw_args *a)
+{
+    TG_TRY(float_only("adamw", a->g_dt));
+    return cpu_submit(s, adamw_run, a, sizeof *a);
+}

@@ -1,0 +1,70 @@
+/* cuda_impl.h — internals of the CUDA backend shared by its host files: checks, streams, per-stream scratch. */
+#ifndef TG_CUDA_IMPL_H
+#define TG_CUDA_IMPL_H
+
+#include "backend/backend.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#define TG_CUDA_MAX_DEVICES 16
+/* cuBLASLt workspace per stream (NVIDIA's recommendation for Hopper). */
+#define TG_CUDA_GEMM_WORKSPACE ((size_t)32 << 20)
+
+/* Turns a failed CUDA / cuBLAS call into TG_EDEVICE with "file:line: call:
+ * error" (and clears CUDA's non-sticky last error). */
+tg_status tg_cuda_fail(cudaError_t e, const char *file, int line, const char *expr);
+tg_status tg_cublas_fail(cublasStatus_t e, const char *file, int line, const char *expr);
+
+#define TG_CUDA_TRY(expr)                                                                              \
+    do {                                                                                               \
+        cudaError_t tg_cuda_e_ = (expr);                                                               \
+        if (tg_cuda_e_ != cudaSuccess) return tg_cuda_fail(tg_cuda_e_, __FILE__, __LINE__, #expr);     \
+    } while (0)
+#define TG_CUBLAS_TRY(expr)                                                                            \
+    do {                                                                                               \
+        cublasStatus_t tg_cublas_e_ = (expr);                                                          \
+        if (tg_cublas_e_ != CUBLAS_STATUS_SUCCESS)                                                     \
+            return tg_cublas_fail(tg_cublas_e_, __FILE__, __LINE__, #expr);                            \
+    } while (0)
+
+/* s->impl of a CUDA stream is its cudaStream_t (non-blocking). */
+static inline cudaStream_t tg_cuda_stream(const tg_stream *s) { return (cudaStream_t)s->impl; }
+
+/* Device memory that belongs to one CUDA stream: the cuBLASLt workspace and
+ * the reduction partials. Work captured on the stream bakes these addresses
+ * into its graph, so the graph holds a reference and the memory outlives the
+ * stream until the last such graph is destroyed. Graphs captured on one
+ * stream share its scratch: replay them in order (on one stream), not
+ * concurrently. */
+struct tg_cuda_scratch {
+    cudaStream_t stream;
+    int dev;
+    int refs;              /* the stream + each graph captured on it */
+    void *gemm_ws;         /* (TG_CUDA_GEMM_WORKSPACE bytes), lazily */
+    double *reduce_parts;  /* (TGK_REDUCE_BLOCKS), lazily */
+    struct tg_cuda_scratch *next;
+};
+
+/* g->impl of a CUDA graph. */
+struct tg_cuda_graph {
+    cudaGraphExec_t exec;
+    struct tg_cuda_scratch *scratch; /* of the capturing stream (a reference) */
+};
+
+/* The scratch of s, created on first use (never NULL on TG_OK). */
+tg_status tg_cuda_scratch_of(tg_stream *s, struct tg_cuda_scratch **out);
+/* The buffers in it, allocated on first use. */
+tg_status tg_cuda_gemm_workspace(tg_stream *s, void **ws, size_t *bytes);
+tg_status tg_cuda_reduce_scratch(tg_stream *s, double **parts);
+
+/* cuBLASLt GEMM (cuda_gemm.c). */
+tg_status tg_cuda_gemm(tg_stream *s, const struct tg_gemm_args *a);
+/* The cuBLASLt handle of a device, created on first use. */
+tg_status tg_cuda_lt_handle(int dev, cublasLtHandle_t *out);
+
+/* Caching allocator statistics of a device, for tests and `tegraph info`:
+ * bytes handed out, bytes cached in free lists, and cudaMalloc calls made. */
+void tg_cuda_alloc_stats(int dev, size_t *in_use, size_t *cached, uint64_t *mallocs);
+
+#endif

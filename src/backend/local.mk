@@ -1,0 +1,11 @@
+# src/backend: the backend vtable; the CPU reference backend and the CUDA host side.
+libtegraph_la_SOURCES += \
+	%D%/backend.h \
+	%D%/cpu.c \
+	%D%/cpu_kernels.c \
+	%D%/cpu_gemm.c \
+	%D%/cpu_nn.c \
+	%D%/cpu_impl.h
+if HAVE_CUDA
+libtegraph_la_SOURCES += %D%/cuda.c %D%/cuda_gemm.c %D%/cuda_impl.h
+endif

@@ -1,0 +1,139 @@
+/* main.c — the `tegraph` command: runs Lua scripts in a tegraph runtime, prints build and device info. */
+#include "config.h"
+#include "tegraph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Exit statuses: success, script error, usage error. */
+enum { EXIT_OK = 0, EXIT_SCRIPT = 1, EXIT_USAGE = 2 };
+
+static void usage(FILE *f)
+{
+    fputs("usage: tegraph [--device DEV] COMMAND [ARGS...]\n"
+          "\n"
+          "commands:\n"
+          "  run FILE.lua [ARGS...]   run a Lua script (arg[0] = FILE.lua, arg[1..] = ARGS)\n"
+          "  FILE.lua [ARGS...]       the same as run\n"
+          "  -e CODE                  run a chunk of Lua code\n"
+          "  info                     version, build options, backends and devices\n"
+          "  --help                   this message\n"
+          "  --version                the version\n"
+          "\n"
+          "options:\n"
+          "  --device DEV             cpu, cuda or cuda:N: the default device (sets TG_DEVICE)\n"
+          "\n"
+          "exit status: 0 success, 1 script error, 2 usage error\n",
+          f);
+}
+
+static int usage_error(const char *fmt, const char *what)
+{
+    fputs("tegraph: ", stderr);
+    fprintf(stderr, fmt, what);
+    fputs("\n\n", stderr);
+    usage(stderr);
+    return EXIT_USAGE;
+}
+
+static void human_bytes(size_t b, char *buf, size_t n)
+{
+    if (b >= (size_t)1 << 30)
+        snprintf(buf, n, "%.1f GiB", (double)b / (double)((size_t)1 << 30));
+    else
+        snprintf(buf, n, "%.1f MiB", (double)b / (double)((size_t)1 << 20));
+}
+
+static int cmd_info(void)
+{
+    char dev[32], name[256], mem[32];
+    const char *opts = tg_build_options();
+    printf("tegraph %s\n", tg_version());
+    printf("build options: %s\n", opts);
+    printf("backends: cpu%s\n", strstr(opts, "cuda=yes") ? " cuda" : "");
+    printf("devices:\n");
+    for (int ty = TG_CPU; ty <= TG_CUDA; ty++) {
+        int n = tg_device_count((tg_device_type)ty);
+        for (int i = 0; i < n; i++) {
+            tg_device d = {(tg_device_type)ty, i};
+            size_t total = 0;
+            tg_device_str(d, dev, sizeof dev);
+            if (tg_device_describe(d, name, sizeof name, &total) == TG_OK) {
+                human_bytes(total, mem, sizeof mem);
+                printf("  %-8s %s, %s\n", dev, name, mem);
+            } else {
+                printf("  %-8s (%s)\n", dev, tg_last_error());
+            }
+        }
+    }
+    if (tg_device_count(TG_CUDA) == 0) printf("  (no CUDA device)\n");
+    printf("default device: %s\n", tg_device_str(tg_default_device(), dev, sizeof dev));
+    return EXIT_OK;
+}
+
+/* Runs a file or a chunk in a fresh runtime; prints the error (FILE:LINE:
+ * message, then the traceback) on failure. */
+static int run(const char *path, const char *code, int argc, char **argv)
+{
+    tg_runtime *rt = tg_runtime_new();
+    if (rt == NULL) {
+        fprintf(stderr, "tegraph: %s\n", tg_last_error());
+        return EXIT_SCRIPT;
+    }
+    tg_status st = code ? tg_runtime_dostring(rt, code, "=(command line)") : tg_runtime_dofile(rt, path, argc, argv);
+    if (st != TG_OK) {
+        fflush(stdout);
+        fprintf(stderr, "%s\n", tg_runtime_error(rt));
+    }
+    tg_runtime_free(rt);
+    fflush(stdout);
+    return st == TG_OK ? EXIT_OK : EXIT_SCRIPT;
+}
+
+int main(int argc, char **argv)
+{
+    int i = 1;
+    while (i < argc && strncmp(argv[i], "--device", 8) == 0) {
+        const char *d = NULL;
+        if (argv[i][8] == '=') {
+            d = argv[i] + 9;
+            i += 1;
+        } else if (argv[i][8] == '\0') {
+            if (i + 1 >= argc) return usage_error("%s needs a value (cpu, cuda or cuda:N)", argv[i]);
+            d = argv[i + 1];
+            i += 2;
+        } else {
+            return usage_error("unknown option '%s'", argv[i]);
+        }
+        tg_device dev;
+        if (tg_device_parse(d, &dev) != TG_OK) return usage_error("bad --device: %s", tg_last_error());
+        setenv("TG_DEVICE", d, 1);
+    }
+    if (i >= argc) return usage_error("%s", "no command given");
+    const char *cmd = argv[i];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return EXIT_OK;
+    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-v") == 0) {
+        printf("tegraph %s\n", tg_version());
+        return EXIT_OK;
+    }
+    if (strcmp(cmd, "info") == 0) {
+        if (i + 1 < argc) return usage_error("info takes no arguments (got '%s')", argv[i + 1]);
+        return cmd_info();
+    }
+    if (strcmp(cmd, "-e") == 0) {
+        if (i + 1 >= argc) return usage_error("%s", "-e needs a chunk of Lua code");
+        if (i + 2 < argc) return usage_error("-e takes one argument (unexpected '%s')", argv[i + 2]);
+        return run(NULL, argv[i + 1], 0, NULL);
+    }
+    if (strcmp(cmd, "run") == 0) {
+        if (i + 1 >= argc) return usage_error("%s", "run needs a script: tegraph run FILE.lua [ARGS...]");
+        return run(argv[i + 1], NULL, argc - i - 2, argv + i + 2);
+    }
+    size_t n = strlen(cmd);
+    if (n > 4 && strcmp(cmd + n - 4, ".lua") == 0) return run(cmd, NULL, argc - i - 1, argv + i + 1);
+    return usage_error("unknown command '%s'", cmd);
+}

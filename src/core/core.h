@@ -1,0 +1,139 @@
+/* core.h — internal definitions of tensors, storage, pools, streams, graphs and errors. */
+#ifndef TG_CORE_H
+#define TG_CORE_H
+
+#include "config.h"
+#include "tegraph.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct tg_backend;
+
+/* Invariant violations (bugs in tegraph, never bad input): abort with file:line. */
+#define TG_ASSERT(x)                                                                                   \
+    do {                                                                                               \
+        if (!(x)) tg_assert_fail(__FILE__, __LINE__, #x);                                              \
+    } while (0)
+_Noreturn void tg_assert_fail(const char *file, int line, const char *expr);
+
+/* Sets this thread's error message and returns st (printf-style). */
+tg_status tg_error(tg_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+tg_status tg_verror(tg_status st, const char *fmt, va_list ap);
+/* Prefixes the current message with "what: " and returns st (for context). */
+tg_status tg_error_prefix(tg_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define TG_TRY(expr)                                                                                   \
+    do {                                                                                               \
+        tg_status tg_try_st_ = (expr);                                                                 \
+        if (tg_try_st_ != TG_OK) return tg_try_st_;                                                    \
+    } while (0)
+
+/* ------------------------------------------------------------------ memory */
+struct tg_storage {
+    void *data;         /* device (or host, for the CPU) address */
+    size_t bytes;
+    tg_device dev;
+    int refcount;
+    struct tg_pool *pool; /* NULL: the device allocator owns data */
+};
+
+struct tg_tensor {
+    struct tg_storage *storage;
+    int64_t offset;               /* in elements, into storage */
+    tg_dtype dtype;
+    int ndim;
+    int64_t shape[TG_MAX_DIMS];
+    char *name;
+};
+
+struct tg_pool_block {
+    struct tg_pool_block *next;
+    void *data;
+    size_t size, used; /* bytes carved from the block so far (the rest is untouched) */
+};
+
+/* A free range inside one block of a pool (sorted by address, coalesced). */
+struct tg_pool_free {
+    struct tg_pool_free *next;
+    struct tg_pool_block *block;
+    char *ptr;
+    size_t size;
+};
+
+/* Graph memory. Freed ranges are reused by later allocations: captures happen
+ * in the order graphs replay, so memory freed at capture time (a microbatch's
+ * saved activations after its backward) is not read again by earlier graphs
+ * when a later graph reuses it. */
+struct tg_pool {
+    tg_device dev;
+    int refcount;
+    struct tg_pool_block *blocks;
+    struct tg_pool_free *free_list;
+    size_t used, peak, reserved;
+    size_t total; /* bytes ever handed out: what the pool would hold without reuse */
+};
+
+tg_status tg_storage_new(tg_pool *pool, tg_device dev, size_t bytes, struct tg_storage **out);
+void tg_storage_release(struct tg_storage *s);
+/* The pool pushed for dev on this thread, or NULL. */
+tg_pool *tg_pool_current(tg_device dev);
+/* Allocation from a pool (256-byte aligned) and its release. */
+tg_status tg_pool_alloc(tg_pool *p, size_t bytes, void **out);
+void tg_pool_free_range(tg_pool *p, void *ptr, size_t bytes);
+
+/* ------------------------------------------------------------------ streams and graphs */
+struct tg_stream {
+    tg_device dev;
+    const struct tg_backend *be;
+    char name[32];
+    struct tg_graph *capture; /* non-NULL while capturing: the graph being recorded */
+    tg_status capture_error;  /* first op error while capturing (capture is then invalid) */
+    char capture_msg[256];
+    void *impl;               /* backend stream (cudaStream_t); NULL on the CPU */
+};
+
+struct tg_graph {
+    tg_device dev;
+    const struct tg_backend *be;
+    size_t ncmds;
+    tg_pool *pools[8]; /* pools kept alive by this graph */
+    int npools;
+    void *impl;        /* backend graph: CPU command list / cudaGraphExec_t */
+};
+
+/* Per-device bookkeeping: current stream, default stream, capture count. */
+int tg_device_valid(tg_device d);
+const struct tg_backend *tg_backend_for(tg_device d);
+void tg_device_capture_count(tg_stream *s, int delta);
+/* Name of a stream of d that captures now (for messages). */
+const char *tg_device_capturer_name(tg_device d);
+void tg_device_forget_stream(tg_stream *s);
+/* Remembers the first op error while s captures (end_capture then fails); returns st. */
+tg_status tg_stream_note_error(tg_stream *s, tg_status st);
+
+/* Copies/converts raw elements; used by host transfers and the CPU backend. */
+float tg_bf16_to_f32(uint16_t h);
+uint16_t tg_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN (quiet) */
+
+/* ------------------------------------------------------------------ RNG (Philox4x32-10) */
+/* Four 32-bit words for (key, counter): the same function on every backend. */
+void tg_philox4x32(uint64_t key, uint64_t counter, uint32_t out[4]);
+/* Reserves `n` counters of the global generator: returns (seed, first counter). */
+void tg_rng_reserve(uint64_t n, uint64_t *seed, uint64_t *offset);
+
+/* Small helpers */
+static inline int64_t tg_numel_of(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+static inline size_t tg_tensor_bytes(const tg_tensor *t)
+{
+    return (size_t)tg_tensor_numel(t) * tg_dtype_size(t->dtype);
+}
+
+#endif

@@ -1,0 +1,149 @@
+/* device.c — devices, their backends, default and current streams, capture bookkeeping. */
+#include "backend/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TG_MAX_DEVICES 16
+
+struct tg_device_state {
+    tg_stream *default_stream;
+    tg_stream *current; /* NULL: the default stream */
+    int capturing;      /* streams of this device now capturing */
+    tg_stream *capturer; /* the stream that began capturing last (for messages) */
+};
+
+static struct tg_device_state cpu_state;
+static struct tg_device_state cuda_state[TG_MAX_DEVICES];
+
+static struct tg_device_state *state_of(tg_device d)
+{
+    if (d.type == TG_CPU) return &cpu_state;
+    TG_ASSERT(d.index >= 0 && d.index < TG_MAX_DEVICES);
+    return &cuda_state[d.index];
+}
+
+const struct tg_backend *tg_backend_for(tg_device d)
+{
+    if (d.type == TG_CPU) return &tg_backend_cpu;
+#ifdef TG_HAVE_CUDA
+    if (d.type == TG_CUDA) return &tg_backend_cuda;
+#endif
+    return NULL;
+}
+
+int tg_device_count(tg_device_type type)
+{
+    if (type == TG_CPU) return 1;
+#ifdef TG_HAVE_CUDA
+    if (type == TG_CUDA) {
+        static int count = -1;
+        if (count < 0) {
+            count = tg_backend_cuda.device_count();
+            if (count > TG_MAX_DEVICES) count = TG_MAX_DEVICES;
+        }
+        return count;
+    }
+#endif
+    return 0;
+}
+
+int tg_device_valid(tg_device d)
+{
+    if (d.type == TG_CPU) return d.index == 0;
+    return d.type == TG_CUDA && d.index >= 0 && d.index < tg_device_count(TG_CUDA);
+}
+
+tg_status tg_device_parse(const char *s, tg_device *out)
+{
+    if (strcmp(s, "cpu") == 0) {
+        *out = (tg_device){TG_CPU, 0};
+        return TG_OK;
+    }
+    if (strncmp(s, "cuda", 4) == 0) {
+        int idx = 0;
+        if (s[4] == ':') {
+            char *end;
+            long v = strtol(s + 5, &end, 10);
+            if (end == s + 5 || *end || v < 0) return tg_error(TG_EINVAL, "bad device '%s' (expected cpu, cuda or cuda:N)", s);
+            idx = (int)v;
+        } else if (s[4]) {
+            return tg_error(TG_EINVAL, "bad device '%s' (expected cpu, cuda or cuda:N)", s);
+        }
+#ifndef TG_HAVE_CUDA
+        return tg_error(TG_ENOTSUP, "device '%s': this tegraph was built without CUDA", s);
+#else
+        int n = tg_device_count(TG_CUDA);
+        if (idx >= n) return tg_error(TG_EINVAL, "device '%s': only %d CUDA device(s) present", s, n);
+        *out = (tg_device){TG_CUDA, idx};
+        return TG_OK;
+#endif
+    }
+    return tg_error(TG_EINVAL, "bad device '%s' (expected cpu, cuda or cuda:N)", s);
+}
+
+const char *tg_device_str(tg_device d, char *buf, size_t n)
+{
+    if (d.type == TG_CPU) snprintf(buf, n, "cpu");
+    else snprintf(buf, n, "cuda:%d", d.index);
+    return buf;
+}
+
+tg_status tg_device_describe(tg_device d, char *name, size_t n, size_t *total)
+{
+    if (!tg_device_valid(d)) return tg_error(TG_EINVAL, "no such device");
+    return tg_backend_for(d)->device_describe(d.index, name, n, total);
+}
+
+tg_device tg_default_device(void)
+{
+    const char *env = getenv("TG_DEVICE");
+    tg_device d;
+    if (env && *env && tg_device_parse(env, &d) == TG_OK) return d;
+    if (env && *env) return (tg_device){TG_CPU, 0}; /* unparsable or unavailable: the CPU */
+    if (tg_device_count(TG_CUDA) > 0) return (tg_device){TG_CUDA, 0};
+    return (tg_device){TG_CPU, 0};
+}
+
+tg_stream *tg_stream_current(tg_device dev)
+{
+    struct tg_device_state *st = state_of(dev);
+    if (st->current) return st->current;
+    if (!st->default_stream) {
+        if (tg_stream_new(dev, "default", &st->default_stream) != TG_OK) return NULL;
+    }
+    return st->default_stream;
+}
+
+tg_stream *tg_stream_set_current(tg_stream *s)
+{
+    struct tg_device_state *st = state_of(s->dev);
+    tg_stream *prev = tg_stream_current(s->dev);
+    st->current = s;
+    return prev;
+}
+
+/* Called by tg_stream_free: a freed stream must not stay current. */
+void tg_device_forget_stream(tg_stream *s)
+{
+    struct tg_device_state *st = state_of(s->dev);
+    if (st->current == s) st->current = NULL;
+    if (st->default_stream == s) st->default_stream = NULL;
+}
+
+void tg_device_capture_count(tg_stream *s, int delta)
+{
+    struct tg_device_state *st = state_of(s->dev);
+    st->capturing += delta;
+    TG_ASSERT(st->capturing >= 0);
+    if (delta > 0) st->capturer = s;
+    else if (st->capturer == s || st->capturing == 0) st->capturer = NULL;
+}
+
+const char *tg_device_capturer_name(tg_device d)
+{
+    struct tg_device_state *st = state_of(d);
+    return st->capturer ? st->capturer->name : "a stream";
+}
+
+int tg_device_capturing(tg_device dev) { return state_of(dev)->capturing > 0; }

@@ -1,0 +1,91 @@
+/* ops_nn.h — internal op layer for the transformer kernels: checks, then issues on the current stream. */
+#ifndef TG_OPS_NN_H
+#define TG_OPS_NN_H
+
+#include "core/core.h"
+
+/* Conventions
+ * - Every op checks shapes, dtypes and devices and fails with TG_EINVAL and a
+ *   message naming the op and the shapes ("layernorm_forward: x [4,7] vs
+ *   gamma [8]"), then issues one backend kernel on the current stream of the
+ *   tensors' device (so it is recorded while that stream captures).
+ * - "Rows": a tensor of shape (..., C) is treated as (N, C), N = numel / C.
+ * - Activations are f32 or bf16; bf16 is computed in f32 and rounded on store.
+ *   Statistics (mean, rstd, lse, losses) are always f32.
+ * - dgrad ops ("_backward") overwrite their outputs. wgrad ops ("_backward_dw")
+ *   compute out = accumulate * out + grad, with accumulate 0 (overwrite; NaN in
+ *   out ignored) or 1; their outputs are f32 (main_grad) or the param dtype.
+ */
+
+/* y (N, C) = (x - mean) * rstd * gamma + beta; mean, rstd (N) f32 saved.
+ * beta may be NULL (no bias). */
+tg_status tg_layernorm_forward(tg_tensor *y, tg_tensor *mean, tg_tensor *rstd, const tg_tensor *x,
+                               const tg_tensor *gamma, const tg_tensor *beta, double eps);
+/* dx (N, C) from dy (N, C), x, gamma, mean, rstd. */
+tg_status tg_layernorm_backward(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *x, const tg_tensor *gamma,
+                                const tg_tensor *mean, const tg_tensor *rstd);
+/* dgamma (C) = acc * dgamma + sum_n dy * xhat; dbeta (C) = acc * dbeta + sum_n dy (dbeta may be NULL). */
+tg_status tg_layernorm_backward_dw(tg_tensor *dgamma, tg_tensor *dbeta, const tg_tensor *dy, const tg_tensor *x,
+                                   const tg_tensor *mean, const tg_tensor *rstd, double accumulate);
+
+/* y (N, C) = x * rstd * gamma, rstd = 1 / sqrt(mean(x^2) + eps) (N) f32 saved. */
+tg_status tg_rmsnorm_forward(tg_tensor *y, tg_tensor *rstd, const tg_tensor *x, const tg_tensor *gamma, double eps);
+tg_status tg_rmsnorm_backward(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *x, const tg_tensor *gamma,
+                              const tg_tensor *rstd);
+tg_status tg_rmsnorm_backward_dw(tg_tensor *dgamma, const tg_tensor *dy, const tg_tensor *x, const tg_tensor *rstd,
+                                 double accumulate);
+
+/* GELU, tanh approximation: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Same shapes. */
+tg_status tg_gelu_forward(tg_tensor *y, const tg_tensor *x);
+tg_status tg_gelu_backward(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *x);
+
+/* SwiGLU: x (N, 2H) = [a | b] per row; y (N, H) = silu(a) * b, silu(a) = a / (1 + exp(-a)). */
+tg_status tg_swiglu_forward(tg_tensor *y, const tg_tensor *x);
+tg_status tg_swiglu_backward(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *x);
+
+/* y (N, C) += bias (C), in place. */
+tg_status tg_bias_add(tg_tensor *y, const tg_tensor *bias);
+/* dbias (C) = acc * dbias + sum_n dy (N, C). */
+tg_status tg_bias_backward_dw(tg_tensor *dbias, const tg_tensor *dy, double accumulate);
+
+/* Causal multi-head self-attention over packed projections.
+ * qkv (B, T, 3C): per token [q | k | v], each C = n_head * D, head h at [h*D, (h+1)*D).
+ * out (B, T, C) = softmax(q k^T / sqrt(D), causal) v per head; lse (B, n_head, T) f32 =
+ * log-sum-exp of each row of scaled scores, saved so backward can recompute the
+ * probabilities (flash-attention style). */
+tg_status tg_attention_forward(tg_tensor *out, tg_tensor *lse, const tg_tensor *qkv, int n_head);
+/* dqkv (B, T, 3C) from dout (B, T, C), qkv, out, lse. */
+tg_status tg_attention_backward(tg_tensor *dqkv, const tg_tensor *dout, const tg_tensor *qkv, const tg_tensor *out,
+                                const tg_tensor *lse, int n_head);
+
+/* out (B, T, C) = wte[idx[b,t]] + wpe[t] (wpe may be NULL). idx (B, T) i32; wte (V, C);
+ * wpe (Tmax >= T, C). Ids outside [0, V) give zero rows (callers validate ids: the
+ * data loader does). */
+tg_status tg_embedding_forward(tg_tensor *out, const tg_tensor *idx, const tg_tensor *wte, const tg_tensor *wpe);
+/* dwte (V, C) = acc * dwte + scatter-add of dout rows by idx; dwpe (Tmax, C) rows [0, T) =
+ * acc * dwpe + sum over b of dout[b] (rows >= T: acc * dwpe). Either may be NULL.
+ * Deterministic (same order every run). */
+tg_status tg_embedding_backward_dw(tg_tensor *dwte, tg_tensor *dwpe, const tg_tensor *dout, const tg_tensor *idx,
+                                   double accumulate);
+
+/* Softmax cross-entropy. logits (N, V) f32/bf16, targets (N) i32 (ignore_index rows are
+ * ignored). losses (N) f32 = per-row loss (0 when ignored); loss (2) f32 =
+ * [mean over valid rows, number of valid rows], all on the device (capturable). */
+tg_status tg_cross_entropy_forward(tg_tensor *loss, tg_tensor *losses, const tg_tensor *logits, const tg_tensor *targets,
+                                   int ignore_index);
+/* dlogits (N, V) = dloss / count * (softmax(logits) - onehot(target)), 0 rows for ignored;
+ * count read on the device from loss[1]. dlogits may alias logits. */
+tg_status tg_cross_entropy_backward(tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,
+                                    const tg_tensor *loss, double dloss, int ignore_index);
+
+/* AdamW on f32 master weights (decoupled weight decay):
+ * g' = grad_scale * g; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+ * p -= lr * (m / (1-b1^step) / (sqrt(v / (1-b2^step)) + eps) + weight_decay * p);
+ * p, m, v (n) f32; g (n) f32 or bf16; p_lowp (n) bf16 or NULL: set to round(p). */
+tg_status tg_adamw_step(tg_tensor *p, tg_tensor *p_lowp, const tg_tensor *g, tg_tensor *m, tg_tensor *v, double lr,
+                        double beta1, double beta2, double eps, double weight_decay, int64_t step, double grad_scale);
+
+/* Sum of squares of t into *out (host, blocking), for global-norm clipping. */
+tg_status tg_sumsq(const tg_tensor *t, double *out);
+
+#endif

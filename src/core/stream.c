@@ -1,0 +1,120 @@
+/* stream.c — streams, capture into graphs, replay; the backend does the device half. */
+#include "backend/backend.h"
+
+#include <string.h>
+
+tg_status tg_stream_new(tg_device dev, const char *name, tg_stream **out)
+{
+    char d[32];
+    if (!tg_device_valid(dev)) return tg_error(TG_EINVAL, "stream: no such device %s", tg_device_str(dev, d, sizeof d));
+    tg_stream *s = calloc(1, sizeof *s);
+    if (!s) return tg_error(TG_ENOMEM, "out of host memory");
+    s->dev = dev;
+    s->be = tg_backend_for(dev);
+    snprintf(s->name, sizeof s->name, "%s", name && *name ? name : "stream");
+    tg_status st = s->be->stream_init(s);
+    if (st != TG_OK) {
+        free(s);
+        return st;
+    }
+    *out = s;
+    return TG_OK;
+}
+
+void tg_stream_free(tg_stream *s)
+{
+    if (!s) return;
+    if (s->capture) { /* abandon the capture */
+        tg_graph *g = NULL;
+        tg_stream_end_capture(s, &g);
+        tg_graph_free(g);
+    }
+    tg_device_forget_stream(s);
+    s->be->stream_destroy(s);
+    free(s);
+}
+
+tg_status tg_stream_sync(tg_stream *s)
+{
+    if (s->capture) return tg_error(TG_ECAPTURE, "cannot synchronise stream '%s' while it is capturing", s->name);
+    return s->be->stream_sync(s);
+}
+
+const char *tg_stream_name(const tg_stream *s) { return s->name; }
+int tg_stream_capturing(const tg_stream *s) { return s->capture != NULL; }
+
+/* Records the first error of an op issued while s captures: the capture is
+ * then broken and tg_stream_end_capture reports it. Returns st. */
+tg_status tg_stream_note_error(tg_stream *s, tg_status st)
+{
+    if (st != TG_OK && s->capture && s->capture_error == TG_OK) {
+        s->capture_error = st;
+        snprintf(s->capture_msg, sizeof s->capture_msg, "%s", tg_last_error());
+    }
+    return st;
+}
+
+tg_status tg_stream_begin_capture(tg_stream *s)
+{
+    if (s->capture) return tg_error(TG_ECAPTURE, "stream '%s' is already capturing", s->name);
+    tg_graph *g = calloc(1, sizeof *g);
+    if (!g) return tg_error(TG_ENOMEM, "out of host memory");
+    g->dev = s->dev;
+    g->be = s->be;
+    s->capture = g;
+    s->capture_error = TG_OK;
+    s->capture_msg[0] = 0;
+    tg_status st = s->be->capture_begin(s);
+    if (st != TG_OK) {
+        s->capture = NULL;
+        free(g);
+        return st;
+    }
+    tg_device_capture_count(s, +1);
+    return TG_OK;
+}
+
+tg_status tg_stream_end_capture(tg_stream *s, tg_graph **out)
+{
+    *out = NULL;
+    if (!s->capture) return tg_error(TG_ESTATE, "stream '%s' is not capturing", s->name);
+    tg_graph *g = s->capture;
+    tg_status st = s->be->capture_end(s, g);
+    s->capture = NULL;
+    tg_device_capture_count(s, -1);
+    if (st == TG_OK && s->capture_error != TG_OK)
+        st = tg_error(s->capture_error, "capture on stream '%s' failed: %s", s->name, s->capture_msg);
+    if (st != TG_OK) {
+        tg_graph_free(g);
+        return st;
+    }
+    *out = g;
+    return TG_OK;
+}
+
+tg_status tg_graph_replay(tg_graph *g, tg_stream *s)
+{
+    if (!g) return tg_error(TG_ESTATE, "replay of a graph that was never captured");
+    if (s->be != g->be || s->dev.index != g->dev.index)
+        return tg_error(TG_EINVAL, "replay on stream '%s' of another device than the graph's", s->name);
+    if (s->capture) return tg_error(TG_ECAPTURE, "replay on stream '%s' while it is capturing", s->name);
+    return g->be->graph_replay(g, s);
+}
+
+size_t tg_graph_size(const tg_graph *g) { return g ? g->ncmds : 0; }
+
+void tg_graph_keep_pool(tg_graph *g, tg_pool *pool)
+{
+    for (int i = 0; i < g->npools; i++)
+        if (g->pools[i] == pool) return;
+    TG_ASSERT(g->npools < (int)(sizeof g->pools / sizeof g->pools[0]));
+    g->pools[g->npools++] = tg_pool_retain(pool);
+}
+
+void tg_graph_free(tg_graph *g)
+{
+    if (!g) return;
+    if (g->impl) g->be->graph_destroy(g);
+    for (int i = 0; i < g->npools; i++) tg_pool_release(g->pools[i]);
+    free(g);
+}

@@ -1,0 +1,208 @@
+/* tensor.c — tensor handles over refcounted storage: create, view, inspect, host transfers. */
+#include "backend/backend.h"
+
+#include <string.h>
+
+static tg_status check_shape(int ndim, const int64_t *shape, const char *what)
+{
+    if (ndim < 0 || ndim > TG_MAX_DIMS) return tg_error(TG_EINVAL, "%s: %d dimensions (at most %d)", what, ndim, TG_MAX_DIMS);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0) return tg_error(TG_EINVAL, "%s: negative size %lld in dimension %d", what, (long long)shape[i], i + 1);
+    return TG_OK;
+}
+
+static tg_status handle_new(struct tg_storage *st, int64_t offset, tg_dtype dt, int ndim, const int64_t *shape,
+                            tg_tensor **out)
+{
+    tg_tensor *t = calloc(1, sizeof *t);
+    if (!t) return tg_error(TG_ENOMEM, "out of host memory");
+    t->storage = st;
+    st->refcount++;
+    t->offset = offset;
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    *out = t;
+    return TG_OK;
+}
+
+tg_status tg_tensor_new_in(tg_pool *pool, tg_dtype dt, int ndim, const int64_t *shape, tg_device dev, tg_tensor **out)
+{
+    if ((unsigned)dt >= TG_DTYPE_COUNT) return tg_error(TG_EINVAL, "tensor: unknown dtype %d", (int)dt);
+    TG_TRY(check_shape(ndim, shape, "tensor"));
+    size_t bytes = (size_t)tg_numel_of(ndim, shape) * tg_dtype_size(dt);
+    struct tg_storage *st;
+    TG_TRY(tg_storage_new(pool, dev, bytes, &st));
+    tg_status s = handle_new(st, 0, dt, ndim, shape, out);
+    tg_storage_release(st); /* the handle holds the only reference */
+    return s;
+}
+
+tg_status tg_tensor_new(tg_dtype dt, int ndim, const int64_t *shape, tg_device dev, tg_tensor **out)
+{
+    return tg_tensor_new_in(NULL, dt, ndim, shape, dev, out);
+}
+
+void tg_tensor_free(tg_tensor *t)
+{
+    if (!t) return;
+    tg_storage_release(t->storage);
+    free(t->name);
+    free(t);
+}
+
+tg_status tg_tensor_ref(const tg_tensor *t, tg_tensor **out)
+{
+    TG_TRY(handle_new(t->storage, t->offset, t->dtype, t->ndim, t->shape, out));
+    if (t->name) tg_tensor_set_name(*out, t->name);
+    return TG_OK;
+}
+
+tg_status tg_tensor_view(const tg_tensor *t, int64_t offset, int ndim, const int64_t *shape, tg_tensor **out)
+{
+    char a[64];
+    TG_TRY(check_shape(ndim, shape, "view"));
+    int64_t n = tg_numel_of(ndim, shape), have = tg_tensor_numel(t);
+    if (offset < 0 || offset + n > have)
+        return tg_error(TG_EINVAL, "view of %lld elements at offset %lld does not fit in a tensor of shape %s", (long long)n,
+                        (long long)offset, tg_tensor_shape_str(t, a, sizeof a));
+    return handle_new(t->storage, t->offset + offset, t->dtype, ndim, shape, out);
+}
+
+tg_status tg_tensor_narrow(const tg_tensor *t, int64_t start, int64_t len, tg_tensor **out)
+{
+    char a[64];
+    if (t->ndim < 1) return tg_error(TG_EINVAL, "narrow: tensor has no dimensions");
+    if (start < 0 || len < 0 || start + len > t->shape[0])
+        return tg_error(TG_EINVAL, "narrow: rows [%lld, %lld) out of range for shape %s", (long long)start,
+                        (long long)(start + len), tg_tensor_shape_str(t, a, sizeof a));
+    int64_t shape[TG_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[0] = len;
+    int64_t row = tg_numel_of(t->ndim - 1, t->shape + 1);
+    return handle_new(t->storage, t->offset + start * row, t->dtype, t->ndim, shape, out);
+}
+
+tg_dtype tg_tensor_dtype(const tg_tensor *t) { return t->dtype; }
+int tg_tensor_ndim(const tg_tensor *t) { return t->ndim; }
+int64_t tg_tensor_dim(const tg_tensor *t, int i) { return i >= 0 && i < t->ndim ? t->shape[i] : 1; }
+int64_t tg_tensor_numel(const tg_tensor *t) { return tg_numel_of(t->ndim, t->shape); }
+tg_device tg_tensor_device(const tg_tensor *t) { return t->storage->dev; }
+void *tg_tensor_data(const tg_tensor *t)
+{
+    return (char *)t->storage->data + (size_t)t->offset * tg_dtype_size(t->dtype);
+}
+const char *tg_tensor_name(const tg_tensor *t) { return t->name; }
+
+tg_status tg_tensor_set_name(tg_tensor *t, const char *name)
+{
+    char *copy = NULL;
+    if (name && !(copy = strdup(name))) return tg_error(TG_ENOMEM, "out of host memory");
+    free(t->name);
+    t->name = copy;
+    return TG_OK;
+}
+
+const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n)
+{
+    size_t k = 0;
+    k += snprintf(buf + k, n > k ? n - k : 0, "[");
+    for (int i = 0; i < t->ndim; i++)
+        k += snprintf(buf + k, n > k ? n - k : 0, i ? ",%lld" : "%lld", (long long)t->shape[i]);
+    snprintf(buf + k, n > k ? n - k : 0, "]");
+    return buf;
+}
+
+int tg_tensor_same_shape(const tg_tensor *a, const tg_tensor *b)
+{
+    if (a->ndim != b->ndim) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}
+
+int tg_tensor_same_memory(const tg_tensor *a, const tg_tensor *b)
+{
+    return a->storage == b->storage && a->offset == b->offset && a->dtype == b->dtype &&
+           tg_tensor_numel(a) == tg_tensor_numel(b);
+}
+
+/* ------------------------------------------------------------------ host transfers */
+static tg_status host_io_check(const tg_tensor *t, size_t bytes, const char *what)
+{
+    char a[64], d[32];
+    tg_stream *s = tg_stream_current(tg_tensor_device(t));
+    if (!s) return TG_ENOMEM;
+    if (tg_device_capturing(tg_tensor_device(t)))
+        return tg_error(TG_ECAPTURE, "%s of a %s tensor %s on %s while stream '%s' is capturing (host transfers are not capturable)",
+                        what, tg_dtype_name(t->dtype), tg_tensor_shape_str(t, a, sizeof a),
+                        tg_device_str(tg_tensor_device(t), d, sizeof d), tg_device_capturer_name(tg_tensor_device(t)));
+    if (bytes != tg_tensor_bytes(t))
+        return tg_error(TG_EINVAL, "%s: %zu bytes given for a %s tensor %s of %zu bytes", what, bytes, tg_dtype_name(t->dtype),
+                        tg_tensor_shape_str(t, a, sizeof a), tg_tensor_bytes(t));
+    return TG_OK;
+}
+
+tg_status tg_tensor_write(tg_tensor *t, const void *src, size_t bytes)
+{
+    TG_TRY(host_io_check(t, bytes, "write"));
+    tg_stream *s = tg_stream_current(tg_tensor_device(t));
+    return s->be->memcpy(s, tg_tensor_data(t), src, bytes, TG_H2D);
+}
+
+tg_status tg_tensor_read(const tg_tensor *t, void *dst, size_t bytes)
+{
+    TG_TRY(host_io_check(t, bytes, "read"));
+    tg_stream *s = tg_stream_current(tg_tensor_device(t));
+    return s->be->memcpy(s, dst, tg_tensor_data(t), bytes, TG_D2H);
+}
+
+static double elem_to_f64(const void *p, tg_dtype dt, size_t i)
+{
+    switch (dt) {
+    case TG_F32: return ((const float *)p)[i];
+    case TG_BF16: return tg_bf16_to_f32(((const uint16_t *)p)[i]);
+    case TG_I32: return ((const int32_t *)p)[i];
+    case TG_U16: return ((const uint16_t *)p)[i];
+    default: TG_ASSERT(!"dtype without host conversion");
+    }
+    return 0;
+}
+
+static void f64_to_elem(void *p, tg_dtype dt, size_t i, double v)
+{
+    switch (dt) {
+    case TG_F32: ((float *)p)[i] = (float)v; break;
+    case TG_BF16: ((uint16_t *)p)[i] = tg_f32_to_bf16((float)v); break;
+    case TG_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case TG_U16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+    default: TG_ASSERT(!"dtype without host conversion");
+    }
+}
+
+tg_status tg_tensor_read_f64(const tg_tensor *t, double *dst, size_t n)
+{
+    if (t->dtype == TG_F16) return tg_error(TG_ENOTSUP, "f16 tensors are not supported yet");
+    if (n != (size_t)tg_tensor_numel(t)) return tg_error(TG_EINVAL, "read: %zu values asked of a tensor of %lld", n, (long long)tg_tensor_numel(t));
+    size_t bytes = tg_tensor_bytes(t);
+    void *tmp = malloc(bytes ? bytes : 1);
+    if (!tmp) return tg_error(TG_ENOMEM, "out of host memory");
+    tg_status st = tg_tensor_read(t, tmp, bytes);
+    if (st == TG_OK)
+        for (size_t i = 0; i < n; i++) dst[i] = elem_to_f64(tmp, t->dtype, i);
+    free(tmp);
+    return st;
+}
+
+tg_status tg_tensor_write_f64(tg_tensor *t, const double *src, size_t n)
+{
+    if (t->dtype == TG_F16) return tg_error(TG_ENOTSUP, "f16 tensors are not supported yet");
+    if (n != (size_t)tg_tensor_numel(t)) return tg_error(TG_EINVAL, "write: %zu values given for a tensor of %lld", n, (long long)tg_tensor_numel(t));
+    size_t bytes = tg_tensor_bytes(t);
+    void *tmp = malloc(bytes ? bytes : 1);
+    if (!tmp) return tg_error(TG_ENOMEM, "out of host memory");
+    for (size_t i = 0; i < n; i++) f64_to_elem(tmp, t->dtype, i, src[i]);
+    tg_status st = tg_tensor_write(t, tmp, bytes);
+    free(tmp);
+    return st;
+}

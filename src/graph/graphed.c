@@ -1,0 +1,500 @@
+/* graphed.c — graphed callables: warm-up, capture per (chunk, microbatch) in replay order, checked replay, hooks after wgrad replays. */
+#include "graph/graphed.h"
+
+#include <string.h>
+
+/* What a B or W graph computed wgrad for: each parameter once per contribution. */
+struct wgrad_set {
+    tg_param **p; /* references */
+    int n, cap;
+};
+
+struct entry {           /* one (chunk, microbatch) */
+    tg_graph *f, *b, *w;
+    tg_tensor *in;       /* static input (sample's shape and dtype) */
+    tg_tensor *out;      /* static output, written by the F graph */
+    tg_tensor *dout;     /* static output gradient, read by the B graph */
+    tg_tensor *din;      /* static input gradient, written by the B graph (NULL: none) */
+    struct wgrad_set bset, wset;
+};
+
+struct tg_graphed {
+    tg_module **chunks;  /* references */
+    int nchunks, mbs;
+    struct entry *e;     /* [(chunk - 1) * mbs + (mb - 1)] */
+    int *has_w;          /* per chunk */
+    struct tg_graph_action *order;
+    int norder, pos;
+    tg_pool *pool;
+    tg_device dev;
+};
+
+static int capturing_depth; /* warm-up or capture in progress */
+int tg_graph_capturing(void) { return capturing_depth > 0; }
+
+static struct entry *entry_of(tg_graphed *g, int chunk, int mb) { return &g->e[(chunk - 1) * g->mbs + (mb - 1)]; }
+
+/* ------------------------------------------------------------------ wgrad sets (filled by the engine's capture observer) */
+static tg_status set_add(struct wgrad_set *s, tg_param *p)
+{
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 16;
+        tg_param **np = realloc(s->p, (size_t)cap * sizeof *np);
+        if (!np) return tg_error(TG_ENOMEM, "out of host memory");
+        s->p = np;
+        s->cap = cap;
+    }
+    s->p[s->n++] = tg_param_retain(p);
+    return TG_OK;
+}
+
+static void set_free(struct wgrad_set *s)
+{
+    for (int i = 0; i < s->n; i++) tg_param_release(s->p[i]);
+    free(s->p);
+    memset(s, 0, sizeof *s);
+}
+
+static tg_status observe(void *ud, tg_param *p, int mb)
+{
+    (void)mb;
+    return set_add(ud, p);
+}
+
+/* Before a wgrad replay: graphs always accumulate, so a parameter whose next
+ * contribution is the first of the step gets its target zeroed here — the
+ * host-side "first microbatch overwrites" decision, taken at replay time. */
+static tg_status zero_first_targets(struct wgrad_set *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        tg_param *p = s->p[i];
+        int seen = 0;
+        for (int j = 0; j < i; j++) seen |= s->p[j] == p;
+        if (!seen && tg_param_wgrad_accumulate(p) == 0.0) TG_TRY(tg_fill(tg_param_wgrad_target(p), 0.0));
+    }
+    return TG_OK;
+}
+
+static tg_status fire(struct wgrad_set *s, int mb)
+{
+    for (int i = 0; i < s->n; i++) TG_TRY(tg_param_wgrad_done(s->p[i], mb));
+    return TG_OK;
+}
+
+/* ------------------------------------------------------------------ helpers */
+static void mark_forward(tg_module *m)
+{
+    m->forward_step = tg_step_index();
+    m->exec_mode = "graphed";
+    for (int i = 0; i < m->nchildren; i++) mark_forward(m->children[i]);
+}
+
+static const char *op_name(char op) { return op == 'F' ? "F" : op == 'B' ? "B" : "W"; }
+
+static tg_status check_order(tg_graphed *g, char op, int chunk, int mb)
+{
+    if (chunk < 1 || chunk > g->nchunks) return tg_error(TG_EINVAL, "graphed %s: chunk %d of %d", op_name(op), chunk, g->nchunks);
+    if (mb < 1 || mb > g->mbs) return tg_error(TG_EINVAL, "graphed %s: microbatch %d of %d", op_name(op), mb, g->mbs);
+    const struct tg_graph_action *a = &g->order[g->pos];
+    if (a->op != op || a->chunk != chunk || a->mb != mb)
+        return tg_error(TG_ESTATE, "graphed replay out of order: expected %s chunk %d mb %d (action %d of %d), got %s chunk %d mb %d",
+                        op_name(a->op), a->chunk, a->mb, g->pos + 1, g->norder, op_name(op), chunk, mb);
+    return TG_OK;
+}
+
+/* W actions of chunks without W graphs are not replayed: the order skips them. */
+static void skip_empty_w(tg_graphed *g)
+{
+    for (int i = 0; i < g->norder; i++) {
+        const struct tg_graph_action *a = &g->order[g->pos];
+        if (a->op != 'W' || g->has_w[a->chunk - 1]) return;
+        g->pos = (g->pos + 1) % g->norder;
+    }
+}
+
+static void advance(tg_graphed *g)
+{
+    g->pos = (g->pos + 1) % g->norder;
+    skip_empty_w(g);
+}
+
+static tg_status check_like(const char *what, const tg_tensor *x, const tg_tensor *ref)
+{
+    char a[64], b[64];
+    if (!tg_tensor_same_shape(x, ref) || x->dtype != ref->dtype)
+        return tg_error(TG_EINVAL, "%s: got %s %s, captured with %s %s", what, tg_tensor_shape_str(x, a, sizeof a),
+                        tg_dtype_name(x->dtype), tg_tensor_shape_str(ref, b, sizeof b), tg_dtype_name(ref->dtype));
+    return TG_OK;
+}
+
+/* The default order: every F in chunk order, then B (and W) in reverse. */
+static tg_status default_order(tg_graphed *g)
+{
+    int n = 3 * g->nchunks * g->mbs, k = 0;
+    g->order = calloc((size_t)n, sizeof *g->order);
+    if (!g->order) return tg_error(TG_ENOMEM, "out of host memory");
+    for (int m = 1; m <= g->mbs; m++)
+        for (int c = 1; c <= g->nchunks; c++) g->order[k++] = (struct tg_graph_action){'F', c, m};
+    for (int m = g->mbs; m >= 1; m--)
+        for (int c = g->nchunks; c >= 1; c--) {
+            g->order[k++] = (struct tg_graph_action){'B', c, m};
+            g->order[k++] = (struct tg_graph_action){'W', c, m};
+        }
+    g->norder = k;
+    return TG_OK;
+}
+
+/* Every (chunk, mb) needs exactly one F and one B, F before B before W. */
+static tg_status validate_order(tg_graphed *g)
+{
+    int n = g->nchunks * g->mbs;
+    char *state = calloc((size_t)n, 1); /* 0 none, 1 F, 2 B, 3 W */
+    if (!state) return tg_error(TG_ENOMEM, "out of host memory");
+    tg_status st = TG_OK;
+    for (int i = 0; i < g->norder && st == TG_OK; i++) {
+        const struct tg_graph_action *a = &g->order[i];
+        if (a->op != 'F' && a->op != 'B' && a->op != 'W')
+            st = tg_error(TG_EINVAL, "order action %d: op '%c' (expected F, B or W)", i + 1, a->op ? a->op : '?');
+        else if (a->chunk < 1 || a->chunk > g->nchunks || a->mb < 1 || a->mb > g->mbs)
+            st = tg_error(TG_EINVAL, "order action %d (%s chunk %d mb %d): chunk or microbatch out of range (%d chunks, %d microbatches)",
+                          i + 1, op_name(a->op), a->chunk, a->mb, g->nchunks, g->mbs);
+        else {
+            char *s = &state[(a->chunk - 1) * g->mbs + a->mb - 1];
+            int want = a->op == 'F' ? 0 : a->op == 'B' ? 1 : 2;
+            if (*s != want)
+                st = tg_error(TG_EINVAL, "order action %d (%s chunk %d mb %d): %s", i + 1, op_name(a->op), a->chunk, a->mb,
+                              *s > want ? "repeated" : a->op == 'B' ? "B before F" : "W before B");
+            else *s = (char)(want + 1);
+        }
+    }
+    for (int i = 0; i < n && st == TG_OK; i++)
+        if (state[i] < 2) st = tg_error(TG_EINVAL, "order has no %s for chunk %d mb %d", state[i] ? "B" : "F", i / g->mbs + 1, i % g->mbs + 1);
+    free(state);
+    return st;
+}
+
+/* Copies every parameter's grad and main_grad, to put them back after warm-up. */
+struct grad_backup {
+    tg_tensor **saved;
+    tg_tensor **live;
+    int n;
+};
+
+static tg_status backup_grads(tg_graphed *g, struct grad_backup *bk)
+{
+    memset(bk, 0, sizeof *bk);
+    for (int c = 0; c < g->nchunks; c++) {
+        tg_param **ps;
+        int np;
+        TG_TRY(tg_module_parameters(g->chunks[c], &ps, &np));
+        tg_status st = TG_OK;
+        for (int i = 0; i < np && st == TG_OK; i++) {
+            tg_tensor *bufs[2] = {ps[i]->grad, ps[i]->main_grad};
+            for (int j = 0; j < 2 && st == TG_OK; j++) {
+                if (!bufs[j]) continue;
+                tg_tensor **ns = realloc(bk->saved, (size_t)(bk->n + 1) * sizeof *ns);
+                tg_tensor **nl = ns ? realloc(bk->live, (size_t)(bk->n + 1) * sizeof *nl) : NULL;
+                if (ns) bk->saved = ns;
+                if (nl) bk->live = nl;
+                if (!ns || !nl) {
+                    st = tg_error(TG_ENOMEM, "out of host memory");
+                    break;
+                }
+                tg_tensor *copy = NULL;
+                st = tg_tensor_new(bufs[j]->dtype, bufs[j]->ndim, bufs[j]->shape, tg_tensor_device(bufs[j]), &copy);
+                if (st == TG_OK) st = tg_copy(copy, bufs[j]);
+                if (st != TG_OK) {
+                    tg_tensor_free(copy);
+                    break;
+                }
+                bk->saved[bk->n] = copy;
+                bk->live[bk->n++] = bufs[j];
+            }
+        }
+        free(ps);
+        TG_TRY(st);
+    }
+    return TG_OK;
+}
+
+static tg_status restore_grads(struct grad_backup *bk)
+{
+    tg_status st = TG_OK;
+    for (int i = 0; i < bk->n; i++) {
+        if (st == TG_OK) st = tg_copy(bk->live[i], bk->saved[i]);
+        tg_tensor_free(bk->saved[i]);
+    }
+    free(bk->saved);
+    free(bk->live);
+    memset(bk, 0, sizeof *bk);
+    return st;
+}
+
+/* ------------------------------------------------------------------ warm-up and capture */
+static tg_status make_dy(const tg_tensor *like, tg_tensor **out)
+{
+    TG_TRY(tg_tensor_new(like->dtype, like->ndim, like->shape, tg_tensor_device(like), out));
+    return tg_fill(*out, 1.0 / (double)(tg_tensor_numel(like) ? tg_tensor_numel(like) : 1));
+}
+
+/* Runs the order eagerly `iters` times with hooks silenced; records which
+ * chunks queue wgrad work (need W graphs). */
+static tg_status warm_up(tg_graphed *g, const tg_tensor *const *samples, int iters)
+{
+    tg_status st = TG_OK;
+    for (int it = 0; it < iters && st == TG_OK; it++) {
+        for (int i = 0; i < g->norder && st == TG_OK; i++) {
+            const struct tg_graph_action *a = &g->order[i];
+            tg_module *m = g->chunks[a->chunk - 1];
+            if (a->op == 'F') {
+                tg_tensor *y = NULL;
+                st = tg_module_forward(m, a->mb, samples[a->chunk - 1], &y);
+                if (st == TG_OK && !entry_of(g, a->chunk, a->mb)->out) {
+                    /* keep the output's shape for the static dy */
+                    entry_of(g, a->chunk, a->mb)->out = y;
+                    y = NULL;
+                }
+                tg_tensor_free(y);
+            } else if (a->op == 'B') {
+                tg_tensor *dy = NULL, *dx = NULL;
+                st = make_dy(entry_of(g, a->chunk, a->mb)->out, &dy);
+                if (st == TG_OK) st = tg_module_backward(m, a->mb, dy, &dx);
+                if (st == TG_OK && tg_module_need_backward_dw(m)) g->has_w[a->chunk - 1] = 1;
+                tg_tensor_free(dy);
+                tg_tensor_free(dx);
+            } else if (tg_module_need_backward_dw(m)) {
+                st = tg_module_backward_dw(m);
+            }
+        }
+    }
+    /* shapes are known now; the F captures allocate the real static outputs */
+    for (int i = 0; i < g->nchunks * g->mbs; i++) {
+        tg_tensor_free(g->e[i].out);
+        g->e[i].out = NULL;
+    }
+    return st;
+}
+
+/* Warm-up needs one iteration at least to learn output shapes and W needs. */
+static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples)
+{
+    tg_stream *s = tg_stream_current(g->dev);
+    if (!s) return TG_ENOMEM;
+    tg_status st = TG_OK;
+    for (int i = 0; i < g->norder && st == TG_OK; i++) {
+        const struct tg_graph_action *a = &g->order[i];
+        tg_module *m = g->chunks[a->chunk - 1];
+        struct entry *e = entry_of(g, a->chunk, a->mb);
+        const tg_tensor *x = samples[a->chunk - 1];
+        if (a->op == 'F') {
+            st = tg_tensor_new_in(g->pool, x->dtype, x->ndim, x->shape, g->dev, &e->in);
+            if (st == TG_OK) st = tg_copy(e->in, x); /* sensible contents for the capture-time shapes */
+            if (st == TG_OK) st = tg_stream_begin_capture(s);
+            if (st != TG_OK) break;
+            st = tg_module_forward(m, a->mb, e->in, &e->out);
+            tg_status end = tg_stream_end_capture(s, &e->f);
+            if (st == TG_OK) st = end;
+        } else if (a->op == 'B') {
+            st = tg_tensor_new_in(g->pool, e->out->dtype, e->out->ndim, e->out->shape, g->dev, &e->dout);
+            if (st == TG_OK) st = tg_fill(e->dout, 0.0);
+            if (st == TG_OK) st = tg_stream_begin_capture(s);
+            if (st != TG_OK) break;
+            tg_engine_set_capture_observer(observe, &e->bset);
+            st = tg_module_backward(m, a->mb, e->dout, &e->din);
+            tg_engine_set_capture_observer(NULL, NULL);
+            tg_status end = tg_stream_end_capture(s, &e->b);
+            if (st == TG_OK) st = end;
+        } else if (g->has_w[a->chunk - 1]) {
+            st = tg_stream_begin_capture(s);
+            if (st != TG_OK) break;
+            tg_engine_set_capture_observer(observe, &e->wset);
+            st = tg_module_backward_dw(m);
+            tg_engine_set_capture_observer(NULL, NULL);
+            tg_status end = tg_stream_end_capture(s, &e->w);
+            if (st == TG_OK) st = end;
+        }
+        if (st != TG_OK)
+            tg_error_prefix(st, "capturing %s chunk %d mb %d", op_name(a->op), a->chunk, a->mb);
+    }
+    for (int i = 0; i < g->nchunks * g->mbs && st == TG_OK; i++) {
+        struct entry *e = &g->e[i];
+        tg_graph *gs[3] = {e->f, e->b, e->w};
+        for (int j = 0; j < 3; j++)
+            if (gs[j]) tg_graph_keep_pool(gs[j], g->pool);
+    }
+    return st;
+}
+
+tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts *o, tg_graphed **out)
+{
+    *out = NULL;
+    if (nchunks < 1) return tg_error(TG_EINVAL, "make_graphed: no chunks");
+    if (o->microbatches < 1) return tg_error(TG_EINVAL, "make_graphed: microbatches must be >= 1 (got %d)", o->microbatches);
+    if (!o->samples) return tg_error(TG_EINVAL, "make_graphed: no sample inputs");
+    if (tg_graph_capturing()) return tg_error(TG_ESTATE, "make_graphed: already capturing another graphed set");
+    if (tg_step_open()) return tg_error(TG_ESTATE, "make_graphed: call it outside a step (step %lld is open)", (long long)tg_step_index());
+    tg_device dev = chunks[0]->opts.device;
+    for (int c = 0; c < nchunks; c++) {
+        if (!o->samples[c]) return tg_error(TG_EINVAL, "make_graphed: no sample input for chunk %d", c + 1);
+        tg_device d = tg_tensor_device(o->samples[c]);
+        if (chunks[c]->opts.device.type != dev.type || chunks[c]->opts.device.index != dev.index || d.type != dev.type || d.index != dev.index)
+            return tg_error(TG_EINVAL, "make_graphed: chunk %d or its sample is on another device than chunk 1", c + 1);
+        if (tg_module_need_backward_dw(chunks[c]))
+            return tg_error(TG_ESTATE, "make_graphed: chunk %d has queued wgrad work (call backward_dw first)", c + 1);
+    }
+    tg_graphed *g = calloc(1, sizeof *g);
+    if (!g) return tg_error(TG_ENOMEM, "out of host memory");
+    g->nchunks = nchunks;
+    g->mbs = o->microbatches;
+    g->dev = dev;
+    g->chunks = calloc((size_t)nchunks, sizeof *g->chunks);
+    g->has_w = calloc((size_t)nchunks, sizeof *g->has_w);
+    g->e = calloc((size_t)(nchunks * g->mbs), sizeof *g->e);
+    tg_status st = g->chunks && g->has_w && g->e ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
+    for (int c = 0; c < nchunks && st == TG_OK; c++) g->chunks[c] = tg_module_retain(chunks[c]);
+    if (st == TG_OK && o->order) {
+        g->order = malloc((size_t)o->norder * sizeof *g->order);
+        if (!g->order) st = tg_error(TG_ENOMEM, "out of host memory");
+        else memcpy(g->order, o->order, (size_t)o->norder * sizeof *g->order), g->norder = o->norder;
+    } else if (st == TG_OK) {
+        st = default_order(g);
+    }
+    if (st == TG_OK) st = validate_order(g);
+    if (st == TG_OK) {
+        g->pool = o->pool ? tg_pool_retain(o->pool) : NULL;
+        if (!g->pool) st = tg_pool_new(dev, &g->pool);
+    }
+    if (st != TG_OK) {
+        tg_graphed_free(g);
+        return st;
+    }
+
+    /* Warm up on a side stream, hooks silenced and gradients restored after. */
+    int warmup = o->warmup > 0 ? o->warmup : 1;
+    tg_stream *side = NULL, *prev = NULL;
+    struct grad_backup bk;
+    capturing_depth++;
+    tg_engine_set_quiet(1);
+    st = backup_grads(g, &bk);
+    if (st == TG_OK) st = tg_stream_new(dev, "graph-warmup", &side);
+    if (st == TG_OK) {
+        prev = tg_stream_set_current(side);
+        st = warm_up(g, o->samples, warmup);
+        if (st != TG_OK) tg_error_prefix(st, "make_graphed warm-up");
+        if (st == TG_OK) st = tg_pool_push(g->pool);
+        if (st == TG_OK) {
+            st = capture_all(g, o->samples);
+            tg_pool_pop(g->pool);
+        }
+        tg_status sy = tg_stream_sync(side);
+        if (st == TG_OK) st = sy;
+        tg_stream_set_current(prev);
+        tg_stream_free(side);
+    }
+    tg_status rs = restore_grads(&bk);
+    if (st == TG_OK) st = rs;
+    tg_engine_set_quiet(0);
+    capturing_depth--;
+    for (int c = 0; c < nchunks; c++) {
+        /* a failed capture can leave contexts or queued wgrad behind */
+        g->chunks[c]->exec_mode = "graphed";
+    }
+    if (st != TG_OK) {
+        tg_graphed_free(g);
+        return st;
+    }
+    tg_graphed_reset(g);
+    *out = g;
+    return TG_OK;
+}
+
+void tg_graphed_free(tg_graphed *g)
+{
+    if (!g) return;
+    for (int i = 0; g->e && i < g->nchunks * g->mbs; i++) {
+        struct entry *e = &g->e[i];
+        tg_graph_free(e->f);
+        tg_graph_free(e->b);
+        tg_graph_free(e->w);
+        tg_tensor_free(e->in);
+        tg_tensor_free(e->out);
+        tg_tensor_free(e->dout);
+        tg_tensor_free(e->din);
+        set_free(&e->bset);
+        set_free(&e->wset);
+    }
+    for (int c = 0; g->chunks && c < g->nchunks; c++) {
+        if (g->chunks[c]) g->chunks[c]->exec_mode = "eager";
+        tg_module_release(g->chunks[c]);
+    }
+    tg_pool_release(g->pool);
+    free(g->e);
+    free(g->chunks);
+    free(g->has_w);
+    free(g->order);
+    free(g);
+}
+
+/* ------------------------------------------------------------------ replay */
+static tg_stream *replay_stream(tg_graphed *g) { return tg_stream_current(g->dev); }
+
+tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
+{
+    *y = NULL;
+    TG_TRY(check_order(g, 'F', chunk, mb));
+    struct entry *e = entry_of(g, chunk, mb);
+    char what[64];
+    snprintf(what, sizeof what, "graphed forward chunk %d mb %d input", chunk, mb);
+    TG_TRY(check_like(what, x, e->in));
+    if (!tg_tensor_same_memory(x, e->in)) TG_TRY(tg_copy(e->in, x));
+    TG_TRY(tg_graph_replay(e->f, replay_stream(g)));
+    mark_forward(g->chunks[chunk - 1]);
+    advance(g);
+    return tg_tensor_ref(e->out, y);
+}
+
+tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
+{
+    *dx = NULL;
+    TG_TRY(check_order(g, 'B', chunk, mb));
+    struct entry *e = entry_of(g, chunk, mb);
+    char what[64];
+    snprintf(what, sizeof what, "graphed backward chunk %d mb %d gradient", chunk, mb);
+    if (dy) {
+        TG_TRY(check_like(what, dy, e->dout));
+        if (!tg_tensor_same_memory(dy, e->dout)) TG_TRY(tg_copy(e->dout, dy));
+    }
+    TG_TRY(zero_first_targets(&e->bset));
+    TG_TRY(tg_graph_replay(e->b, replay_stream(g)));
+    advance(g);
+    TG_TRY(fire(&e->bset, mb));
+    return e->din ? tg_tensor_ref(e->din, dx) : TG_OK;
+}
+
+tg_status tg_graphed_backward_dw(tg_graphed *g, int chunk, int mb)
+{
+    if (chunk >= 1 && chunk <= g->nchunks && !g->has_w[chunk - 1])
+        return tg_error(TG_ESTATE, "graphed backward_dw: chunk %d has no W graph (none of its modules delays wgrad)", chunk);
+    TG_TRY(check_order(g, 'W', chunk, mb));
+    struct entry *e = entry_of(g, chunk, mb);
+    TG_TRY(zero_first_targets(&e->wset));
+    TG_TRY(tg_graph_replay(e->w, replay_stream(g)));
+    advance(g);
+    if (tg_debug_skip_hooks_after_replay_get()) return TG_OK; /* TransformerEngine's bug, on purpose (tests) */
+    return fire(&e->wset, mb);
+}
+
+void tg_graphed_reset(tg_graphed *g)
+{
+    g->pos = 0;
+    skip_empty_w(g);
+}
+int tg_graphed_has_w(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks && g->has_w[chunk - 1]; }
+int tg_graphed_nchunks(const tg_graphed *g) { return g->nchunks; }
+tg_module *tg_graphed_chunk(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks ? g->chunks[chunk - 1] : NULL; }
+
+void tg_graphed_memory(const tg_graphed *g, size_t *peak, size_t *naive)
+{
+    if (peak) *peak = g->pool->peak;
+    if (naive) *naive = g->pool->total;
+}

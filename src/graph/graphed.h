@@ -1,0 +1,55 @@
+/* graphed.h — graphed callables: captured F / B / W graphs per (chunk, microbatch), replayed in order, hooks after wgrad replays. */
+#ifndef TG_GRAPHED_H
+#define TG_GRAPHED_H
+
+#include "nn/nn.h"
+
+/* One replay step: op 'F', 'B' or 'W' of chunk (1-based) for microbatch mb (1-based). */
+struct tg_graph_action {
+    char op;
+    int chunk;
+    int mb;
+};
+
+typedef struct tg_graphed tg_graphed;
+
+typedef struct tg_graphed_opts {
+    const tg_tensor *const *samples; /* one sample input per chunk (shape and dtype of its input) */
+    int microbatches;
+    const struct tg_graph_action *order; /* NULL: all F in order, then B (and W) in reverse */
+    int norder;
+    int warmup;   /* eager warm-up iterations before capture (default 3; 0 allowed) */
+    tg_pool *pool; /* graph memory (shared between graphed sets); NULL: a new one */
+} tg_graphed_opts;
+
+/* Warms up (hooks silenced), discovers which chunks delay wgrad, then captures
+ * every action of the order on the current stream of the chunks' device.
+ * Parameters' gradients are left as they were before the call. */
+tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts *o, tg_graphed **out);
+void tg_graphed_free(tg_graphed *g);
+
+/* Replays. Each call must be the next action of the captured order (checked:
+ * "graphed replay out of order: expected B chunk 2 mb 1, got F chunk 1 mb 3").
+ * forward copies x into the static input unless x is that buffer and returns a
+ * new handle on the static output (valid until that F graph replays again).
+ * backward copies dy into the static output-gradient buffer and returns the
+ * static input gradient (NULL for chunks whose input has no gradient, e.g.
+ * token ids). After a B replay (chunks without delayed wgrad) and after a W
+ * replay, the wgrad hooks of every parameter that graph computed fire. */
+tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y);
+tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx);
+tg_status tg_graphed_backward_dw(tg_graphed *g, int chunk, int mb);
+/* Starts the order again from its first action. */
+void tg_graphed_reset(tg_graphed *g);
+/* Whether chunk has W graphs (some module of it delays wgrad). */
+int tg_graphed_has_w(const tg_graphed *g, int chunk);
+/* Graph memory: bytes the pool holds at most, and what the allocations would
+ * take without reuse across microbatches whose buffers do not overlap. */
+void tg_graphed_memory(const tg_graphed *g, size_t *peak, size_t *naive);
+int tg_graphed_nchunks(const tg_graphed *g);
+tg_module *tg_graphed_chunk(const tg_graphed *g, int chunk);
+
+/* True while any graphed set warms up or captures (tg.graph.capturing()). */
+int tg_graph_capturing(void);
+
+#endif

@@ -1,0 +1,18 @@
+# src/lua: the Lua bindings (the only place that calls lua_*) and the embedding runtime.
+libtegraph_la_SOURCES += \
+	%D%/lua_impl.h \
+	%D%/runtime.c \
+	%D%/lua_core.c \
+	%D%/lua_tensor.c \
+	%D%/lua_stream.c \
+	%D%/lua_nn.h %D%/lua_nn.c %D%/lua_ops.c
+
+# The Lua-facing half of the public API (tensors on the Lua stack), installed next to tegraph.h.
+include_HEADERS += %D%/tegraph-lua.h
+
+# The C module for stock interpreters: require "tegraph" finds lua/tegraph/init.lua,
+# which loads tegraph.core from this module (Lua's all-in-one loader: tegraph.so).
+luacmod_LTLIBRARIES = lua/tegraph.la
+lua_tegraph_la_SOURCES = %D%/module.c
+lua_tegraph_la_LDFLAGS = -module -avoid-version -shared
+lua_tegraph_la_LIBADD = libtegraph.la

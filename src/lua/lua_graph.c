@@ -1,0 +1,240 @@
+/* lua_graph.c — tegraph.graph: make_graphed callables, capturing(), the test-only hook-skip switch. */
+#include "lua/lua_nn.h"
+#include "graph/graphed.h"
+
+#include <string.h>
+
+#define TGL_GRAPHED_SET "tegraph.GraphedSet"
+#define TGL_GRAPHED "tegraph.Graphed"
+
+struct tgl_graphed_set {
+    tg_graphed *g;
+};
+
+/* One chunk's callable; user value 1 is its set (keeps it alive). */
+struct tgl_graphed {
+    int chunk;
+};
+
+static int set_gc(lua_State *L)
+{
+    struct tgl_graphed_set *u = luaL_checkudata(L, 1, TGL_GRAPHED_SET);
+    tg_graphed_free(u->g);
+    u->g = NULL;
+    return 0;
+}
+
+static tg_graphed *graphed_check(lua_State *L, int idx, int *chunk)
+{
+    struct tgl_graphed *c = luaL_checkudata(L, idx, TGL_GRAPHED);
+    lua_getiuservalue(L, idx, 1); /* +1 */
+    struct tgl_graphed_set *u = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (!u || !u->g) luaL_argerror(L, idx, "graphed callable used after its set was freed");
+    *chunk = c->chunk;
+    return u->g;
+}
+
+static int g_forward(lua_State *L)
+{
+    int chunk;
+    tg_graphed *g = graphed_check(L, 1, &chunk);
+    int mb = (int)luaL_checkinteger(L, 2);
+    tg_tensor *x = tgl_tensor_check(L, 3);
+    tg_tensor **slot = tgl_tensor_push(L);
+    tgl_check(L, tg_graphed_forward(g, chunk, mb, x, slot));
+    return 1;
+}
+
+static int g_backward(lua_State *L)
+{
+    int chunk;
+    tg_graphed *g = graphed_check(L, 1, &chunk);
+    int mb = (int)luaL_checkinteger(L, 2);
+    tg_tensor *dy = lua_isnoneornil(L, 3) ? NULL : tgl_tensor_check(L, 3);
+    tg_tensor **slot = tgl_tensor_push(L);
+    lua_State *prev = tgl_nn_enter(L);
+    tg_status st = tg_graphed_backward(g, chunk, mb, dy, slot);
+    tgl_nn_leave(prev);
+    tgl_check(L, st);
+    if (!*slot) lua_pushnil(L);
+    return 1;
+}
+
+static int g_backward_dw(lua_State *L)
+{
+    int chunk;
+    tg_graphed *g = graphed_check(L, 1, &chunk);
+    int mb = (int)luaL_checkinteger(L, 2);
+    lua_State *prev = tgl_nn_enter(L);
+    tg_status st = tg_graphed_backward_dw(g, chunk, mb);
+    tgl_nn_leave(prev);
+    tgl_check(L, st);
+    return 0;
+}
+
+static int g_reset(lua_State *L)
+{
+    int chunk;
+    tg_graphed_reset(graphed_check(L, 1, &chunk));
+    return 0;
+}
+
+/* peak, naive = c:memory(): graph pool bytes at most / without reuse. */
+static int g_memory(lua_State *L)
+{
+    int chunk;
+    size_t peak, naive;
+    tg_graphed_memory(graphed_check(L, 1, &chunk), &peak, &naive);
+    lua_pushinteger(L, (lua_Integer)peak);
+    lua_pushinteger(L, (lua_Integer)naive);
+    return 2;
+}
+
+static int g_has_w(lua_State *L)
+{
+    int chunk;
+    tg_graphed *g = graphed_check(L, 1, &chunk);
+    lua_pushboolean(L, tg_graphed_has_w(g, chunk));
+    return 1;
+}
+
+static int g_tostring(lua_State *L)
+{
+    struct tgl_graphed *c = luaL_checkudata(L, 1, TGL_GRAPHED);
+    lua_pushfstring(L, "tegraph.Graphed (chunk %d)", c->chunk);
+    return 1;
+}
+
+static const luaL_Reg graphed_methods[] = {
+    {"forward", g_forward}, {"backward", g_backward}, {"backward_dw", g_backward_dw},
+    {"reset", g_reset},     {"memory", g_memory},     {"has_w", g_has_w},
+    {NULL, NULL},
+};
+
+/* Reads opts.order: a list of {op = "F"|"B"|"W", chunk = c, mb = m}. */
+static struct tg_graph_action *read_order(lua_State *L, int idx, int *n)
+{
+    *n = (int)luaL_len(L, idx);
+    struct tg_graph_action *a = lua_newuserdatauv(L, (size_t)(*n ? *n : 1) * sizeof *a, 0); /* +1, freed by the GC */
+    for (int i = 1; i <= *n; i++) {
+        lua_geti(L, idx, i); /* +1 */
+        if (!lua_istable(L, -1)) luaL_error(L, "make_graphed: order[%d] is not a table {op=, chunk=, mb=}", i);
+        lua_getfield(L, -1, "op");
+        const char *op = lua_tostring(L, -1);
+        if (!op || strlen(op) != 1 || !strchr("FBW", op[0]))
+            luaL_error(L, "make_graphed: order[%d].op is %s (expected \"F\", \"B\" or \"W\")", i, op ? op : "missing");
+        a[i - 1].op = op[0];
+        lua_getfield(L, -2, "chunk");
+        a[i - 1].chunk = lua_isnil(L, -1) ? 1 : (int)luaL_checkinteger(L, -1);
+        lua_getfield(L, -3, "mb");
+        if (!lua_isinteger(L, -1)) luaL_error(L, "make_graphed: order[%d].mb is not an integer", i);
+        a[i - 1].mb = (int)lua_tointeger(L, -1);
+        lua_pop(L, 4);
+    }
+    return a;
+}
+
+/* tg.graph.make_graphed(chunks, opts) -> callable, or a list of callables when chunks is a list. */
+static int l_make_graphed(lua_State *L)
+{
+    int single = !lua_istable(L, 1) || luaL_testudata(L, 1, "tegraph.Module") != NULL;
+    luaL_checktype(L, 2, LUA_TTABLE);
+    int n = single ? 1 : (int)luaL_len(L, 1);
+    if (n < 1) return luaL_argerror(L, 1, "no chunks");
+    tg_module **chunks = lua_newuserdatauv(L, (size_t)n * sizeof *chunks, 0); /* +1 */
+    const tg_tensor **samples = lua_newuserdatauv(L, (size_t)n * sizeof *samples, 0); /* +1 */
+    for (int i = 1; i <= n; i++) {
+        if (single) lua_pushvalue(L, 1);
+        else lua_geti(L, 1, i);
+        chunks[i - 1] = tgl_module_check(L, -1);
+        lua_pop(L, 1);
+    }
+    tg_graphed_opts o = {.warmup = 3};
+    lua_getfield(L, 2, "sample"); /* +1, kept on the stack while the call runs */
+    if (tgl_tensor_test(L, -1)) {
+        if (n != 1) return luaL_error(L, "make_graphed: %d chunks need a list of %d sample inputs", n, n);
+        samples[0] = tgl_tensor_check(L, -1);
+    } else if (lua_istable(L, -1)) {
+        if ((int)luaL_len(L, -1) != n) return luaL_error(L, "make_graphed: %d sample inputs for %d chunks", (int)luaL_len(L, -1), n);
+        for (int i = 1; i <= n; i++) {
+            lua_geti(L, -1, i);
+            samples[i - 1] = tgl_tensor_check(L, -1);
+            lua_pop(L, 1); /* the list keeps it alive */
+        }
+    } else {
+        return luaL_error(L, "make_graphed: opts.sample must be a tensor or a list of tensors (one per chunk)");
+    }
+    o.samples = samples;
+    lua_getfield(L, 2, "microbatches");
+    o.microbatches = lua_isnil(L, -1) ? 1 : (int)luaL_checkinteger(L, -1);
+    lua_getfield(L, 2, "warmup");
+    if (!lua_isnil(L, -1)) o.warmup = (int)luaL_checkinteger(L, -1);
+    lua_getfield(L, 2, "order");
+    if (lua_istable(L, -1)) o.order = read_order(L, lua_gettop(L), &o.norder);
+    else if (!lua_isnil(L, -1)) return luaL_error(L, "make_graphed: opts.order must be a list of {op=, chunk=, mb=}");
+    lua_getfield(L, 2, "pool");
+    if (!lua_isnil(L, -1)) {
+        struct tgl_pool *p = luaL_checkudata(L, -1, TGL_POOL);
+        if (!p->p) return luaL_error(L, "make_graphed: opts.pool was closed");
+        o.pool = p->p;
+    }
+
+    struct tgl_graphed_set *set = lua_newuserdatauv(L, sizeof *set, 1); /* +1 */
+    set->g = NULL;
+    luaL_setmetatable(L, TGL_GRAPHED_SET);
+    int setidx = lua_gettop(L);
+    lua_pushvalue(L, 1); /* the set keeps its chunks' Lua objects alive */
+    lua_setiuservalue(L, setidx, 1);
+    lua_State *prev = tgl_nn_enter(L);
+    tg_status st = tg_graphed_new(chunks, n, &o, &set->g);
+    tgl_nn_leave(prev);
+    tgl_check(L, st);
+
+    if (!single) lua_createtable(L, n, 0); /* +1 */
+    for (int i = 1; i <= n; i++) {
+        struct tgl_graphed *c = lua_newuserdatauv(L, sizeof *c, 1); /* +1 */
+        c->chunk = i;
+        luaL_setmetatable(L, TGL_GRAPHED);
+        lua_pushvalue(L, setidx);
+        lua_setiuservalue(L, -2, 1);
+        if (!single) lua_rawseti(L, -2, i);
+    }
+    return 1;
+}
+
+static int l_capturing(lua_State *L)
+{
+    lua_pushboolean(L, tg_graph_capturing() || tg_device_capturing(tg_default_device()));
+    return 1;
+}
+
+/* Test-only: reproduce TransformerEngine's bug (no hooks after W replays). */
+static int l_skip_hooks_after_replay(lua_State *L)
+{
+    tg_debug_skip_hooks_after_replay(lua_toboolean(L, 1));
+    return 0;
+}
+
+static const luaL_Reg graph_funcs[] = {
+    {"make_graphed", l_make_graphed},
+    {"capturing", l_capturing},
+    {"skip_hooks_after_replay", l_skip_hooks_after_replay},
+    {NULL, NULL},
+};
+
+void tgl_open_graph(lua_State *L)
+{
+    luaL_newmetatable(L, TGL_GRAPHED_SET); /* +1 */
+    lua_pushcfunction(L, set_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+    luaL_newmetatable(L, TGL_GRAPHED); /* +1 */
+    luaL_newlib(L, graphed_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, g_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
+    luaL_newlib(L, graph_funcs); /* +1 */
+    lua_setfield(L, -2, "graph");
+}

@@ -1,0 +1,69 @@
+/* lua_impl.h — internal helpers shared by the Lua bindings (userdata boxes, argument checks, errors). */
+#ifndef TG_LUA_IMPL_H
+#define TG_LUA_IMPL_H
+
+#include "config.h"
+#include "tegraph.h"
+#include "lua/tegraph-lua.h"
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#define TGL_TENSOR "tegraph.Tensor"
+#define TGL_STREAM "tegraph.Stream"
+#define TGL_GRAPH "tegraph.Graph"
+#define TGL_POOL "tegraph.Pool"
+
+/* The userdata boxes: a NULL handle means closed (or not yet acquired). */
+struct tgl_tensor {
+    tg_tensor *t;
+};
+struct tgl_stream {
+    tg_stream *s;
+    int owned; /* created by tg.stream.new (freed by __gc); else a core stream */
+};
+struct tgl_graph {
+    tg_graph *g;
+    tg_device dev;
+};
+struct tgl_pool {
+    tg_pool *p;
+};
+
+/* Raises a Lua error with the core's message when st is not TG_OK. The
+ * message gets the position of the Lua caller of the running C function. */
+void tgl_check(lua_State *L, tg_status st);
+
+/* Tensors (lua_tensor.c) */
+/* Pushes a new, empty tensor userdata and returns its slot; the caller
+ * acquires the tensor into the slot (so an error after that cannot leak it). */
+tg_tensor **tgl_tensor_push(lua_State *L);
+/* The open tensor at idx (raises "tensor used after close" when closed). */
+tg_tensor *tgl_tensor_check(lua_State *L, int idx);
+/* The tensor at idx or NULL when idx is not a tensor (raises when closed). */
+tg_tensor *tgl_tensor_test(lua_State *L, int idx);
+/* Reads a shape: a table {d1, d2, ...} at arg, or integers from arg on.
+ * Returns ndim; *next is the first argument after the shape. */
+int tgl_shape_check(lua_State *L, int arg, int64_t shape[TG_MAX_DIMS], int *next);
+/* Pushes a table {d1, d2, ...}. */
+void tgl_shape_push(lua_State *L, int ndim, const int64_t *shape);
+/* Parses a nested table of numbers (or a number) at idx: its shape, and,
+ * when vals is not NULL, its elements in row-major order (vals holds n). */
+int tgl_nested_shape(lua_State *L, int idx, int64_t shape[TG_MAX_DIMS]);
+void tgl_nested_read(lua_State *L, int idx, int ndim, const int64_t *shape, double *vals);
+/* The device named by a string, "cpu" / "cuda:N" (raises on bad names). */
+tg_device tgl_device_check(lua_State *L, int idx);
+tg_dtype tgl_dtype_check(lua_State *L, int idx);
+void tgl_device_push(lua_State *L, tg_device d);
+void tgl_open_tensor(lua_State *L);
+
+/* Streams, graphs, pools (lua_stream.c): sets core.stream and core.pool on
+ * the table at the top of the stack. */
+void tgl_open_stream(lua_State *L);
+
+/* The body of luaopen_tegraph_core (lua_core.c); the C module's
+ * luaopen_tegraph_core calls it, so the two copies do not clash. */
+TG_API int tg_lua_open_core(lua_State *L);
+
+#endif

@@ -1,0 +1,422 @@
+/* lua_ops.c — tegraph.ops: thin bindings of the transformer ops for layers written in Lua, plus token decoding. */
+#include "lua/lua_nn.h"
+#include "core/ops_nn.h"
+
+#include <string.h>
+
+/* Conventions: forward and dgrad ops allocate and return their outputs (on
+ * the input's device); wgrad ops ("_backward_dw") write into the tensors
+ * given first and take `accumulate` (0 overwrite, 1 add) last. */
+
+static tg_tensor *opt_tensor(lua_State *L, int idx) { return lua_isnoneornil(L, idx) ? NULL : tgl_tensor_check(L, idx); }
+
+/* A new tensor (pushed) on like's device. */
+static tg_tensor *push_new(lua_State *L, const tg_tensor *like, tg_dtype dt, int nd, const int64_t *shape)
+{
+    tg_tensor **slot = tgl_tensor_push(L);
+    tgl_check(L, tg_tensor_new(dt, nd, shape, tg_tensor_device(like), slot));
+    return *slot;
+}
+
+static tg_tensor *push_like(lua_State *L, const tg_tensor *t, tg_dtype dt)
+{
+    int64_t shape[TG_MAX_DIMS];
+    for (int i = 0; i < tg_tensor_ndim(t); i++) shape[i] = tg_tensor_dim(t, i);
+    return push_new(L, t, dt, tg_tensor_ndim(t), shape);
+}
+
+/* Rows of x when its last dimension is c: numel / c (at least 1 for the shape). */
+static int64_t rows_of(const tg_tensor *x, const tg_tensor *vec)
+{
+    int64_t c = tg_tensor_numel(vec);
+    return c > 0 ? tg_tensor_numel(x) / c : 0;
+}
+
+static double acc_arg(lua_State *L, int idx) { return (double)luaL_optnumber(L, idx, 0.0); }
+
+/* layernorm_forward(x, gamma [, beta [, eps]]) -> y, mean, rstd */
+static int o_layernorm_forward(lua_State *L)
+{
+    tg_tensor *x = tgl_tensor_check(L, 1), *g = tgl_tensor_check(L, 2), *b = opt_tensor(L, 3);
+    double eps = (double)luaL_optnumber(L, 4, 1e-5);
+    int64_t n = rows_of(x, g);
+    tg_tensor *y = push_like(L, x, tg_tensor_dtype(x));
+    tg_tensor *mean = push_new(L, x, TG_F32, 1, &n), *rstd = push_new(L, x, TG_F32, 1, &n);
+    tgl_check(L, tg_layernorm_forward(y, mean, rstd, x, g, b, eps));
+    return 3;
+}
+
+/* layernorm_backward(dy, x, gamma, mean, rstd) -> dx */
+static int o_layernorm_backward(lua_State *L)
+{
+    tg_tensor *dy = tgl_tensor_check(L, 1), *x = tgl_tensor_check(L, 2), *g = tgl_tensor_check(L, 3);
+    tg_tensor *mean = tgl_tensor_check(L, 4), *rstd = tgl_tensor_check(L, 5);
+    tg_tensor *dx = push_like(L, x, tg_tensor_dtype(x));
+    tgl_check(L, tg_layernorm_backward(dx, dy, x, g, mean, rstd));
+    return 1;
+}
+
+/* layernorm_backward_dw(dgamma, dbeta|nil, dy, x, mean, rstd [, accumulate]) */
+static int o_layernorm_backward_dw(lua_State *L)
+{
+    tg_tensor *dg = tgl_tensor_check(L, 1), *db = opt_tensor(L, 2), *dy = tgl_tensor_check(L, 3);
+    tg_tensor *x = tgl_tensor_check(L, 4), *mean = tgl_tensor_check(L, 5), *rstd = tgl_tensor_check(L, 6);
+    tgl_check(L, tg_layernorm_backward_dw(dg, db, dy, x, mean, rstd, acc_arg(L, 7)));
+    return 0;
+}
+
+/* rmsnorm_forward(x, gamma [, eps]) -> y, rstd */
+static int o_rmsnorm_forward(lua_State *L)
+{
+    tg_tensor *x = tgl_tensor_check(L, 1), *g = tgl_tensor_check(L, 2);
+    double eps = (double)luaL_optnumber(L, 3, 1e-5);
+    int64_t n = rows_of(x, g);
+    tg_tensor *y = push_like(L, x, tg_tensor_dtype(x)), *rstd = push_new(L, x, TG_F32, 1, &n);
+    tgl_check(L, tg_rmsnorm_forward(y, rstd, x, g, eps));
+    return 2;
+}
+
+/* rmsnorm_backward(dy, x, gamma, rstd) -> dx */
+static int o_rmsnorm_backward(lua_State *L)
+{
+    tg_tensor *dy = tgl_tensor_check(L, 1), *x = tgl_tensor_check(L, 2), *g = tgl_tensor_check(L, 3);
+    tg_tensor *rstd = tgl_tensor_check(L, 4);
+    tg_tensor *dx = push_like(L, x, tg_tensor_dtype(x));
+    tgl_check(L, tg_rmsnorm_backward(dx, dy, x, g, rstd));
+    return 1;
+}
+
+/* rmsnorm_backward_dw(dgamma, dy, x, rstd [, accumulate]) */
+static int o_rmsnorm_backward_dw(lua_State *L)
+{
+    tg_tensor *dg = tgl_tensor_check(L, 1), *dy = tgl_tensor_check(L, 2), *x = tgl_tensor_check(L, 3);
+    tg_tensor *rstd = tgl_tensor_check(L, 4);
+    tgl_check(L, tg_rmsnorm_backward_dw(dg, dy, x, rstd, acc_arg(L, 5)));
+    return 0;
+}
+
+static int o_gelu_forward(lua_State *L)
+{
+    tg_tensor *x = tgl_tensor_check(L, 1);
+    tg_tensor *y = push_like(L, x, tg_tensor_dtype(x));
+    tgl_check(L, tg_gelu_forward(y, x));
+    return 1;
+}
+
+/* gelu_backward(dy, x) -> dx */
+static int o_gelu_backward(lua_State *L)
+{
+    tg_tensor *dy = tgl_tensor_check(L, 1), *x = tgl_tensor_check(L, 2);
+    tg_tensor *dx = push_like(L, x, tg_tensor_dtype(x));
+    tgl_check(L, tg_gelu_backward(dx, dy, x));
+    return 1;
+}
+
+/* swiglu_forward(x (..., 2H)) -> y (..., H) */
+static int o_swiglu_forward(lua_State *L)
+{
+    tg_tensor *x = tgl_tensor_check(L, 1);
+    int nd = tg_tensor_ndim(x);
+    int64_t shape[TG_MAX_DIMS];
+    for (int i = 0; i < nd; i++) shape[i] = tg_tensor_dim(x, i);
+    shape[nd - 1] /= 2;
+    tg_tensor *y = push_new(L, x, tg_tensor_dtype(x), nd, shape);
+    tgl_check(L, tg_swiglu_forward(y, x));
+    return 1;
+}
+
+/* swiglu_backward(dy, x) -> dx */
+static int o_swiglu_backward(lua_State *L)
+{
+    tg_tensor *dy = tgl_tensor_check(L, 1), *x = tgl_tensor_check(L, 2);
+    tg_tensor *dx = push_like(L, x, tg_tensor_dtype(x));
+    tgl_check(L, tg_swiglu_backward(dx, dy, x));
+    return 1;
+}
+
+/* bias_add(y, bias) -> y (in place) */
+static int o_bias_add(lua_State *L)
+{
+    tgl_check(L, tg_bias_add(tgl_tensor_check(L, 1), tgl_tensor_check(L, 2)));
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* bias_backward_dw(dbias, dy [, accumulate]) */
+static int o_bias_backward_dw(lua_State *L)
+{
+    tgl_check(L, tg_bias_backward_dw(tgl_tensor_check(L, 1), tgl_tensor_check(L, 2), acc_arg(L, 3)));
+    return 0;
+}
+
+/* attention_forward(qkv (B, T, 3C), n_head) -> out (B, T, C), lse (B, n_head, T) */
+static int o_attention_forward(lua_State *L)
+{
+    tg_tensor *qkv = tgl_tensor_check(L, 1);
+    int nh = (int)luaL_checkinteger(L, 2);
+    luaL_argcheck(L, nh >= 1, 2, "n_head must be >= 1");
+    luaL_argcheck(L, tg_tensor_ndim(qkv) == 3, 1, "qkv must be (B, T, 3C)");
+    int64_t b = tg_tensor_dim(qkv, 0), t = tg_tensor_dim(qkv, 1), c = tg_tensor_dim(qkv, 2) / 3;
+    int64_t so[3] = {b, t, c}, sl[3] = {b, nh, t};
+    tg_tensor *out = push_new(L, qkv, tg_tensor_dtype(qkv), 3, so), *lse = push_new(L, qkv, TG_F32, 3, sl);
+    tgl_check(L, tg_attention_forward(out, lse, qkv, nh));
+    return 2;
+}
+
+/* attention_backward(dout, qkv, out, lse, n_head) -> dqkv */
+static int o_attention_backward(lua_State *L)
+{
+    tg_tensor *dout = tgl_tensor_check(L, 1), *qkv = tgl_tensor_check(L, 2), *out = tgl_tensor_check(L, 3);
+    tg_tensor *lse = tgl_tensor_check(L, 4);
+    int nh = (int)luaL_checkinteger(L, 5);
+    tg_tensor *dqkv = push_like(L, qkv, tg_tensor_dtype(qkv));
+    tgl_check(L, tg_attention_backward(dqkv, dout, qkv, out, lse, nh));
+    return 1;
+}
+
+/* embedding_forward(idx (B, T) i32, wte (V, C) [, wpe]) -> out (B, T, C) */
+static int o_embedding_forward(lua_State *L)
+{
+    tg_tensor *idx = tgl_tensor_check(L, 1), *wte = tgl_tensor_check(L, 2), *wpe = opt_tensor(L, 3);
+    luaL_argcheck(L, tg_tensor_ndim(idx) == 2, 1, "idx must be (B, T)");
+    luaL_argcheck(L, tg_tensor_ndim(wte) == 2, 2, "wte must be (V, C)");
+    int64_t shape[3] = {tg_tensor_dim(idx, 0), tg_tensor_dim(idx, 1), tg_tensor_dim(wte, 1)};
+    tg_tensor *out = push_new(L, wte, tg_tensor_dtype(wte), 3, shape);
+    tgl_check(L, tg_embedding_forward(out, idx, wte, wpe));
+    return 1;
+}
+
+/* embedding_backward_dw(dwte|nil, dwpe|nil, dout, idx [, accumulate]) */
+static int o_embedding_backward_dw(lua_State *L)
+{
+    tgl_check(L, tg_embedding_backward_dw(opt_tensor(L, 1), opt_tensor(L, 2), tgl_tensor_check(L, 3),
+                                          tgl_tensor_check(L, 4), acc_arg(L, 5)));
+    return 0;
+}
+
+/* cross_entropy_forward(logits (N, V), targets (N) [, ignore_index=-1]) -> loss (2), losses (N) */
+static int o_cross_entropy_forward(lua_State *L)
+{
+    tg_tensor *logits = tgl_tensor_check(L, 1), *targets = tgl_tensor_check(L, 2);
+    int ignore = (int)luaL_optinteger(L, 3, -1);
+    int64_t two = 2, n = tg_tensor_numel(targets);
+    tg_tensor *loss = push_new(L, logits, TG_F32, 1, &two), *losses = push_new(L, logits, TG_F32, 1, &n);
+    tgl_check(L, tg_cross_entropy_forward(loss, losses, logits, targets, ignore));
+    return 2;
+}
+
+/* cross_entropy_backward(logits, targets, loss [, dloss=1 [, ignore_index=-1]]) -> dlogits */
+static int o_cross_entropy_backward(lua_State *L)
+{
+    tg_tensor *logits = tgl_tensor_check(L, 1), *targets = tgl_tensor_check(L, 2), *loss = tgl_tensor_check(L, 3);
+    double dloss = (double)luaL_optnumber(L, 4, 1.0);
+    int ignore = (int)luaL_optinteger(L, 5, -1);
+    tg_tensor *dlogits = push_like(L, logits, tg_tensor_dtype(logits));
+    tgl_check(L, tg_cross_entropy_backward(dlogits, logits, targets, loss, dloss, ignore));
+    return 1;
+}
+
+static double num_field(lua_State *L, int t, const char *k, double def, int required)
+{
+    double v = def;
+    int ty = lua_getfield(L, t, k);
+    if (ty == LUA_TNIL) {
+        if (required) luaL_error(L, "adamw_step: option '%s' is required", k);
+    } else {
+        int isnum;
+        v = (double)lua_tonumberx(L, -1, &isnum);
+        if (!isnum) luaL_error(L, "adamw_step: option '%s' must be a number", k);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+/* adamw_step(p, p_lowp|nil, g, m, v, {lr=, step=, beta1=0.9, beta2=0.999, eps=1e-8,
+ * weight_decay=0, grad_scale=1}) */
+static int o_adamw_step(lua_State *L)
+{
+    tg_tensor *p = tgl_tensor_check(L, 1), *pl = opt_tensor(L, 2), *g = tgl_tensor_check(L, 3);
+    tg_tensor *m = tgl_tensor_check(L, 4), *v = tgl_tensor_check(L, 5);
+    luaL_checktype(L, 6, LUA_TTABLE);
+    double lr = num_field(L, 6, "lr", 0, 1), step = num_field(L, 6, "step", 0, 1);
+    double b1 = num_field(L, 6, "beta1", 0.9, 0), b2 = num_field(L, 6, "beta2", 0.999, 0);
+    double eps = num_field(L, 6, "eps", 1e-8, 0), wd = num_field(L, 6, "weight_decay", 0.0, 0);
+    double scale = num_field(L, 6, "grad_scale", 1.0, 0);
+    luaL_argcheck(L, step >= 1, 6, "step must be >= 1");
+    tgl_check(L, tg_adamw_step(p, pl, g, m, v, lr, b1, b2, eps, wd, (int64_t)step, scale));
+    return 0;
+}
+
+/* sumsq(t) -> sum of squares (host number) */
+static int o_sumsq(lua_State *L)
+{
+    double v;
+    tgl_check(L, tg_sumsq(tgl_tensor_check(L, 1), &v));
+    lua_pushnumber(L, (lua_Number)v);
+    return 1;
+}
+
+/* gemm(c, a, trans_a, b, trans_b [, alpha=1 [, beta=0]]) -> c:
+ * c = alpha * op(a) @ op(b) + beta * c. */
+static int o_gemm(lua_State *L)
+{
+    tg_tensor *c = tgl_tensor_check(L, 1), *a = tgl_tensor_check(L, 2), *b = tgl_tensor_check(L, 4);
+    int ta = lua_toboolean(L, 3), tb = lua_toboolean(L, 5);
+    double alpha = (double)luaL_optnumber(L, 6, 1.0), beta = (double)luaL_optnumber(L, 7, 0.0);
+    tgl_check(L, tg_gemm(c, a, ta, b, tb, alpha, beta));
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* matmul(a, b [, trans_a [, trans_b]]) -> op(a) @ op(b), a new tensor (2-D or batched 3-D). */
+static int o_matmul(lua_State *L)
+{
+    tg_tensor *a = tgl_tensor_check(L, 1), *b = tgl_tensor_check(L, 2);
+    int ta = lua_toboolean(L, 3), tb = lua_toboolean(L, 4);
+    int nd = tg_tensor_ndim(a);
+    if (nd != tg_tensor_ndim(b) || (nd != 2 && nd != 3)) {
+        char sa[64], sb[64];
+        return luaL_error(L, "matmul: expected two 2-D or two 3-D tensors, got %s and %s",
+                          tg_tensor_shape_str(a, sa, sizeof sa), tg_tensor_shape_str(b, sb, sizeof sb));
+    }
+    int off = nd - 2;
+    int64_t shape[3];
+    if (nd == 3) shape[0] = tg_tensor_dim(a, 0);
+    shape[off] = tg_tensor_dim(a, off + (ta ? 1 : 0));
+    shape[off + 1] = tg_tensor_dim(b, off + (tb ? 0 : 1));
+    tg_tensor *c = push_new(L, a, tg_tensor_dtype(a), nd, shape);
+    tgl_check(L, tg_gemm(c, a, ta, b, tb, 1.0, 0.0));
+    return 1;
+}
+
+/* add(a, b) -> a + b (a new tensor) */
+static int o_add(lua_State *L)
+{
+    tg_tensor *a = tgl_tensor_check(L, 1), *b = tgl_tensor_check(L, 2);
+    tg_tensor *out = push_like(L, a, tg_tensor_dtype(a));
+    tgl_check(L, tg_binary(TG_ADD, out, a, b));
+    return 1;
+}
+
+/* axpby(y, alpha, x [, beta=1]) -> y = alpha * x + beta * y */
+static int o_axpby(lua_State *L)
+{
+    tg_tensor *y = tgl_tensor_check(L, 1), *x = tgl_tensor_check(L, 3);
+    tgl_check(L, tg_axpby(y, (double)luaL_checknumber(L, 2), x, (double)luaL_optnumber(L, 4, 1.0)));
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* scale(t, s) -> t = s * t (in place) */
+static int o_scale(lua_State *L)
+{
+    tg_tensor *t = tgl_tensor_check(L, 1);
+    tgl_check(L, tg_axpby(t, (double)luaL_checknumber(L, 2), t, 0.0));
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* ------------------------------------------------------------------ token files
+ * Tokens of llm.c .bin files are little-endian uint16 after a 1024-byte header;
+ * these read them straight from the file's bytes in a Lua string. */
+
+static const unsigned char *u16_span(lua_State *L, int sidx, lua_Integer first, lua_Integer count)
+{
+    size_t len;
+    const char *s = luaL_checklstring(L, sidx, &len);
+    if (first < 0 || count < 0 || (size_t)first + 2 * (size_t)count > len)
+        luaL_error(L, "token bytes [%d, %d) outside the %d bytes given", (int)first, (int)(first + 2 * count), (int)len);
+    return (const unsigned char *)s + first;
+}
+
+/* u16_scan(bytes, first_byte, count) -> max token, its 0-based token index */
+static int o_u16_scan(lua_State *L)
+{
+    lua_Integer count = luaL_checkinteger(L, 3);
+    const unsigned char *p = u16_span(L, 1, luaL_checkinteger(L, 2), count);
+    unsigned max = 0;
+    lua_Integer at = 0;
+    for (lua_Integer i = 0; i < count; i++) {
+        unsigned v = (unsigned)p[2 * i] | (unsigned)p[2 * i + 1] << 8;
+        if (v > max || i == 0) max = v, at = i;
+    }
+    lua_pushinteger(L, (lua_Integer)max);
+    lua_pushinteger(L, at);
+    return 2;
+}
+
+/* token_windows(bytes, first_byte, starts, T [, device]) -> x, y (B, T) i32:
+ * row b holds tokens starts[b] .. starts[b]+T-1 (0-based token indices) in x
+ * and the same shifted by one in y. */
+static int o_token_windows(lua_State *L)
+{
+    size_t len;
+    const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &len);
+    lua_Integer first = luaL_checkinteger(L, 2);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lua_Integer t = luaL_checkinteger(L, 4);
+    tg_device dev = lua_isnoneornil(L, 5) ? tg_default_device() : tgl_device_check(L, 5);
+    lua_Integer b = luaL_len(L, 3);
+    luaL_argcheck(L, b >= 1 && t >= 1, 3, "need at least one window of at least one token");
+    lua_Integer ntok = first >= 0 && (size_t)first <= len ? (lua_Integer)((len - (size_t)first) / 2) : 0;
+    int32_t *buf = lua_newuserdatauv(L, (size_t)(2 * b * t) * sizeof *buf, 0); /* +1: scratch */
+    for (lua_Integer r = 0; r < b; r++) {
+        lua_rawgeti(L, 3, r + 1);
+        int isint;
+        lua_Integer st = lua_tointegerx(L, -1, &isint);
+        lua_pop(L, 1);
+        if (!isint || st < 0 || st + t + 1 > ntok)
+            return luaL_error(L, "token_windows: window %d starts at %d; it needs tokens up to %d but there are %d", (int)(r + 1),
+                              (int)st, (int)(st + t + 1), (int)ntok);
+        const unsigned char *p = s + first + 2 * st;
+        for (lua_Integer i = 0; i <= t; i++) {
+            int32_t v = (int32_t)((unsigned)p[2 * i] | (unsigned)p[2 * i + 1] << 8);
+            if (i < t) buf[r * t + i] = v;
+            if (i > 0) buf[b * t + r * t + i - 1] = v;
+        }
+    }
+    int64_t shape[2] = {(int64_t)b, (int64_t)t};
+    for (int k = 0; k < 2; k++) {
+        tg_tensor **slot = tgl_tensor_push(L);
+        tgl_check(L, tg_tensor_new(TG_I32, 2, shape, dev, slot));
+        tgl_check(L, tg_tensor_write(*slot, buf + (size_t)k * (size_t)(b * t), (size_t)(b * t) * sizeof *buf));
+    }
+    return 2;
+}
+
+static const luaL_Reg ops_funcs[] = {
+    {"layernorm_forward", o_layernorm_forward},
+    {"layernorm_backward", o_layernorm_backward},
+    {"layernorm_backward_dw", o_layernorm_backward_dw},
+    {"rmsnorm_forward", o_rmsnorm_forward},
+    {"rmsnorm_backward", o_rmsnorm_backward},
+    {"rmsnorm_backward_dw", o_rmsnorm_backward_dw},
+    {"gelu_forward", o_gelu_forward},
+    {"gelu_backward", o_gelu_backward},
+    {"swiglu_forward", o_swiglu_forward},
+    {"swiglu_backward", o_swiglu_backward},
+    {"bias_add", o_bias_add},
+    {"bias_backward_dw", o_bias_backward_dw},
+    {"attention_forward", o_attention_forward},
+    {"attention_backward", o_attention_backward},
+    {"embedding_forward", o_embedding_forward},
+    {"embedding_backward_dw", o_embedding_backward_dw},
+    {"cross_entropy_forward", o_cross_entropy_forward},
+    {"cross_entropy_backward", o_cross_entropy_backward},
+    {"adamw_step", o_adamw_step},
+    {"sumsq", o_sumsq},
+    {"gemm", o_gemm},
+    {"matmul", o_matmul},
+    {"add", o_add},
+    {"axpby", o_axpby},
+    {"scale", o_scale},
+    {"u16_scan", o_u16_scan},
+    {"token_windows", o_token_windows},
+    {NULL, NULL},
+};
+
+void tgl_open_ops(lua_State *L)
+{
+    luaL_newlib(L, ops_funcs); /* +1 */
+    lua_setfield(L, -2, "ops");
+}

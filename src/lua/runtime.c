@@ -1,0 +1,210 @@
+/* runtime.c — the embedding runtime: a Lua state with tegraph loaded, running files and strings. */
+#include "lua/lua_impl.h"
+#include "core/core.h" /* tg_error */
+
+#include <stdlib.h>
+#include <string.h>
+
+struct tg_runtime {
+    lua_State *L;
+    char *err; /* last error (malloc'd), NULL if none */
+};
+
+/* Appends "DIR/?.lua;DIR/?/init.lua;" (or the entry itself when it already
+ * is a template with '?') for each ';'-separated entry of dirs. */
+static void add_dirs(luaL_Buffer *b, const char *dirs)
+{
+    while (dirs && *dirs) {
+        const char *end = strchr(dirs, ';');
+        size_t n = end ? (size_t)(end - dirs) : strlen(dirs);
+        if (n > 0) {
+            if (memchr(dirs, '?', n)) {
+                luaL_addlstring(b, dirs, n);
+                luaL_addchar(b, ';');
+            } else {
+                luaL_addlstring(b, dirs, n);
+                luaL_addstring(b, "/?.lua;");
+                luaL_addlstring(b, dirs, n);
+                luaL_addstring(b, "/?/init.lua;");
+            }
+        }
+        dirs = end ? end + 1 : NULL;
+    }
+}
+
+/* Runs in protected mode: libraries, preload, package.path, global tg. */
+static int rt_setup(lua_State *L)
+{
+    luaL_openlibs(L);
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE); /* +1: package.preload */
+    lua_pushcfunction(L, tg_lua_open_core);
+    lua_setfield(L, -2, "tegraph.core");
+    lua_pop(L, 1);
+
+    /* package.path = $TEGRAPH_LUA_PATH; installed dir; source dir; then what Lua chose */
+    luaL_Buffer b;
+    lua_getglobal(L, "package"); /* +1 */
+    luaL_buffinit(L, &b);
+    add_dirs(&b, getenv("TEGRAPH_LUA_PATH"));
+    add_dirs(&b, TG_LUADIR);
+    add_dirs(&b, TG_SRC_LUADIR);
+    lua_getfield(L, -2, "path"); /* +1, added to the buffer below */
+    luaL_addvalue(&b);
+    luaL_pushresult(&b); /* +1 */
+    lua_setfield(L, -2, "path");
+    lua_pop(L, 1);
+
+    lua_getglobal(L, "require"); /* tg = require "tegraph" */
+    lua_pushstring(L, "tegraph");
+    lua_call(L, 1, 1);
+    lua_setglobal(L, "tg");
+    return 0;
+}
+
+/* The message handler: the message (made a string) plus a traceback, like lua.c. */
+static int rt_msghandler(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    if (msg == NULL) {
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+            msg = lua_tostring(L, -1);
+        else
+            msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+static void rt_set_error(tg_runtime *rt, const char *msg)
+{
+    free(rt->err);
+    rt->err = strdup(msg ? msg : "(no error message)");
+}
+
+/* Calls the function below narg arguments with the message handler; on
+ * error keeps the message and returns TG_ELUA. */
+static tg_status rt_docall(tg_runtime *rt, int narg)
+{
+    lua_State *L = rt->L;
+    int base = lua_gettop(L) - narg;
+    lua_pushcfunction(L, rt_msghandler);
+    lua_insert(L, base);
+    int st = lua_pcall(L, narg, 0, base);
+    lua_remove(L, base);
+    if (st == LUA_OK) return TG_OK;
+    rt_set_error(rt, lua_tostring(L, -1));
+    lua_pop(L, 1);
+    return tg_error(TG_ELUA, "%s", rt->err);
+}
+
+tg_runtime *tg_runtime_new(void)
+{
+    tg_runtime *rt = calloc(1, sizeof *rt);
+    if (rt == NULL) {
+        tg_error(TG_ENOMEM, "runtime: out of memory");
+        return NULL;
+    }
+    rt->L = luaL_newstate();
+    if (rt->L == NULL) {
+        free(rt);
+        tg_error(TG_ENOMEM, "runtime: cannot create a Lua state (out of memory)");
+        return NULL;
+    }
+    lua_pushcfunction(rt->L, rt_setup);
+    if (rt_docall(rt, 0) != TG_OK) {
+        tg_error(TG_ELUA, "runtime: cannot load the tegraph Lua library: %s", rt->err);
+        tg_runtime_free(rt);
+        return NULL;
+    }
+    return rt;
+}
+
+void tg_runtime_free(tg_runtime *rt)
+{
+    if (rt == NULL) return;
+    if (rt->L) lua_close(rt->L);
+    free(rt->err);
+    free(rt);
+}
+
+/* Sets the global `arg` (protected): arg[0] = path, arg[i] = argv[i-1]. */
+static int rt_setarg(lua_State *L)
+{
+    const char *path = lua_touserdata(L, 1);
+    int argc = (int)lua_tointeger(L, 2);
+    char **argv = lua_touserdata(L, 3);
+    lua_createtable(L, argc, 1);
+    lua_pushstring(L, path);
+    lua_rawseti(L, -2, 0);
+    for (int i = 0; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setglobal(L, "arg");
+    return 0;
+}
+
+tg_status tg_runtime_dofile(tg_runtime *rt, const char *path, int argc, char **argv)
+{
+    lua_State *L = rt->L;
+    if (path == NULL) return tg_error(TG_EINVAL, "runtime: dofile needs a path");
+    lua_pushcfunction(L, rt_setarg);
+    lua_pushlightuserdata(L, (void *)path);
+    lua_pushinteger(L, argc);
+    lua_pushlightuserdata(L, argv);
+    TG_TRY(rt_docall(rt, 3));
+    if (luaL_loadfile(L, path) != LUA_OK) {
+        rt_set_error(rt, lua_tostring(L, -1));
+        lua_pop(L, 1);
+        return tg_error(TG_ELUA, "%s", rt->err);
+    }
+    /* the script also gets its arguments as `...`, like lua.c */
+    if (!lua_checkstack(L, argc + 1)) {
+        lua_pop(L, 1);
+        return tg_error(TG_ENOMEM, "runtime: too many script arguments (%d)", argc);
+    }
+    for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
+    return rt_docall(rt, argc);
+}
+
+tg_status tg_runtime_dostring(tg_runtime *rt, const char *code, const char *chunkname)
+{
+    lua_State *L = rt->L;
+    if (code == NULL) return tg_error(TG_EINVAL, "runtime: dostring needs code");
+    if (luaL_loadbuffer(L, code, strlen(code), chunkname ? chunkname : "=(string)") != LUA_OK) {
+        rt_set_error(rt, lua_tostring(L, -1));
+        lua_pop(L, 1);
+        return tg_error(TG_ELUA, "%s", rt->err);
+    }
+    return rt_docall(rt, 0);
+}
+
+const char *tg_runtime_error(const tg_runtime *rt) { return rt && rt->err ? rt->err : ""; }
+
+lua_State *tg_runtime_lua(tg_runtime *rt) { return rt->L; }
+
+/* Protected part of register: global name = fn, tegraph.host[name] = fn. */
+static int rt_register(lua_State *L)
+{
+    const char *name = lua_touserdata(L, 1);
+    /* stack: name (light), fn */
+    lua_pushvalue(L, 2);
+    lua_setglobal(L, name);
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE); /* +1 */
+    if (lua_getfield(L, -1, "tegraph") == LUA_TTABLE) {      /* +1 */
+        luaL_getsubtable(L, -1, "host");                      /* +1 */
+        lua_pushvalue(L, 2);
+        lua_setfield(L, -2, name);
+    }
+    return 0;
+}
+
+tg_status tg_runtime_register(tg_runtime *rt, const char *name, tg_lua_cfunction fn)
+{
+    if (name == NULL || fn == NULL) return tg_error(TG_EINVAL, "runtime: register needs a name and a function");
+    lua_State *L = rt->L;
+    lua_pushcfunction(L, rt_register);
+    lua_pushlightuserdata(L, (void *)name);
+    lua_pushcfunction(L, fn);
+    return rt_docall(rt, 2);
+}

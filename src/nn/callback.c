@@ -1,0 +1,83 @@
+/* callback.c — a module whose forward / backward / backward_dw are callbacks (Lua tables); the engine fires its params' hooks. */
+#include "nn/nn.h"
+
+struct callback {
+    struct tg_callback_module_fns fns;
+    void *ud;
+};
+
+/* wgrad item: only the microbatch (the callbacks keep their own state) */
+
+static tg_status cb_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
+{
+    struct callback *C = m->impl;
+    TG_TRY(C->fns.forward(C->ud, mb, x, y));
+    if (!*y) return tg_error(TG_EINVAL, "forward returned no tensor");
+    return TG_OK;
+}
+
+static tg_status cb_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
+{
+    struct callback *C = m->impl;
+    TG_TRY(C->fns.backward(C->ud, mb, dy, dx));
+    if (!C->fns.backward_dw) return tg_module_wgrad_done_all(m, mb); /* wgrad ran inside backward */
+    struct tg_saved *item = calloc(1, sizeof *item);
+    if (!item) return tg_error(TG_ENOMEM, "out of host memory");
+    item->mb = mb;
+    return tg_module_wgrad_or_queue(m, item);
+}
+
+static tg_status cb_wgrad(tg_module *m, struct tg_saved *item)
+{
+    struct callback *C = m->impl;
+    TG_TRY(C->fns.backward_dw(C->ud, item->mb));
+    return tg_module_wgrad_done_all(m, item->mb);
+}
+
+static void cb_destroy(tg_module *m)
+{
+    struct callback *C = m->impl;
+    if (!C) return;
+    if (C->fns.free_ud) C->fns.free_ud(C->ud);
+    free(C);
+}
+
+static const struct tg_module_vtbl callback_vt = {
+    .type = "Module",
+    .forward = cb_forward,
+    .backward = cb_backward,
+    .wgrad = cb_wgrad,
+    .destroy = cb_destroy,
+};
+
+tg_status tg_callback_module_new(const struct tg_callback_module_fns *fns, void *ud, tg_param **params, int nparams,
+                                 const tg_module_opts *o, tg_module **mp)
+{
+    *mp = NULL;
+    if (!fns || !fns->forward || !fns->backward)
+        return tg_error(TG_EINVAL, "callback module: forward and backward are required");
+    if (nparams < 0 || (nparams > 0 && !params)) return tg_error(TG_EINVAL, "callback module: bad parameter list");
+    tg_module *m;
+    TG_TRY(tg_module_alloc(&callback_vt, o, &m));
+    struct callback *C = calloc(1, sizeof *C);
+    m->params = nparams ? calloc((size_t)nparams, sizeof *m->params) : NULL;
+    if (!C || (nparams && !m->params)) {
+        free(C);
+        tg_module_release(m);
+        return tg_error(TG_ENOMEM, "out of host memory");
+    }
+    C->fns = *fns;
+    C->ud = ud;
+    m->impl = C;
+    for (int i = 0; i < nparams; i++) {
+        if (!params[i]) {
+            C->fns.free_ud = NULL; /* on failure ud stays the caller's */
+            tg_module_release(m);
+            return tg_error(TG_EINVAL, "callback module: parameter %d is missing", i + 1);
+        }
+        m->params[m->nparams++] = tg_param_retain(params[i]);
+        if (!params[i]->owner) params[i]->owner = m;
+    }
+    *mp = m;
+    return TG_OK;
+}

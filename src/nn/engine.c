@@ -1,0 +1,177 @@
+/* engine.c — steps, per-parameter wgrad bookkeeping, hook dispatch and the end-of-step hook check. */
+#include "nn/nn.h"
+
+#include <string.h>
+
+/* One engine per process: modules run on one host thread (pipeline stages
+ * are processes), so this state is not locked. */
+static struct {
+    int open;            /* a step is open */
+    int64_t count;       /* steps begun so far; the open step's index */
+    int microbatches;    /* of the open step */
+    int check;           /* hook check at step end */
+    int skip_after_replay;
+    tg_param *live;      /* every parameter not yet freed, oldest first */
+    tg_param *live_tail;
+} eng = {.check = 1};
+
+void tg_engine_link(tg_param *p)
+{
+    p->next_live = NULL;
+    p->prev_live = eng.live_tail;
+    if (eng.live_tail) eng.live_tail->next_live = p;
+    else eng.live = p;
+    eng.live_tail = p;
+}
+
+void tg_engine_unlink(tg_param *p)
+{
+    if (p->prev_live) p->prev_live->next_live = p->next_live;
+    else if (eng.live == p) eng.live = p->next_live;
+    if (p->next_live) p->next_live->prev_live = p->prev_live;
+    else if (eng.live_tail == p) eng.live_tail = p->prev_live;
+    p->next_live = p->prev_live = NULL;
+}
+
+int tg_step_open(void) { return eng.open; }
+int64_t tg_step_index(void) { return eng.open ? eng.count : 0; }
+int tg_step_microbatches(void) { return eng.open ? eng.microbatches : 0; }
+void tg_hook_check_set(int on) { eng.check = on != 0; }
+int tg_hook_check_get(void) { return eng.check; }
+void tg_debug_skip_hooks_after_replay(int on) { eng.skip_after_replay = on != 0; }
+int tg_debug_skip_hooks_after_replay_get(void) { return eng.skip_after_replay; }
+
+tg_status tg_step_begin(int microbatches)
+{
+    if (eng.open)
+        return tg_error(TG_ESTATE, "step_begin: step %lld is still open (call step_end first)", (long long)eng.count);
+    if (microbatches < 1) return tg_error(TG_EINVAL, "step_begin: microbatches must be >= 1 (got %d)", microbatches);
+    eng.open = 1;
+    eng.count++;
+    eng.microbatches = microbatches;
+    return TG_OK;
+}
+
+/* Grows p's per-microbatch counters to hold n entries (new entries zero). */
+static tg_status counters_reserve(tg_param *p, int n)
+{
+    if (n <= p->fired_cap) return TG_OK;
+    int cap = p->fired_cap ? p->fired_cap : 4;
+    while (cap < n) cap *= 2;
+    int *c = realloc(p->contrib_mb, (size_t)cap * sizeof *c);
+    if (!c) return tg_error(TG_ENOMEM, "out of host memory");
+    p->contrib_mb = c;
+    int *f = realloc(p->fired_mb, (size_t)cap * sizeof *f);
+    if (!f) return tg_error(TG_ENOMEM, "out of host memory");
+    p->fired_mb = f;
+    memset(c + p->fired_cap, 0, (size_t)(cap - p->fired_cap) * sizeof *c);
+    memset(f + p->fired_cap, 0, (size_t)(cap - p->fired_cap) * sizeof *f);
+    p->fired_cap = cap;
+    return TG_OK;
+}
+
+/* The counters of p belong to the open step (key = its index) or to "outside
+ * steps" (key 0); they start from zero whenever the key changes. */
+static void counters_sync(tg_param *p)
+{
+    int64_t key = eng.open ? eng.count : 0;
+    if (p->step_seen == key) return;
+    p->step_seen = key;
+    p->contributed = 0;
+    p->fired = 0;
+    if (p->fired_cap) {
+        memset(p->contrib_mb, 0, (size_t)p->fired_cap * sizeof *p->contrib_mb);
+        memset(p->fired_mb, 0, (size_t)p->fired_cap * sizeof *p->fired_mb);
+    }
+}
+
+double tg_param_wgrad_accumulate(const tg_param *p)
+{
+    /* Captured work replays with the value baked in, so graphs always
+     * accumulate (the grad buffers are zeroed at the start of a step). */
+    if (!eng.open || tg_device_capturing(tg_tensor_device(p->data))) return 1.0;
+    if (p->step_seen != eng.count) return 0.0;
+    return p->contributed > 0 ? 1.0 : 0.0;
+}
+
+tg_status tg_param_wgrad_done(tg_param *p, int mb)
+{
+    if (tg_device_capturing(tg_tensor_device(p->data))) return TG_OK;
+    if (mb < 1) return tg_error(TG_EINVAL, "wgrad of %s: microbatch %d (microbatches count from 1)", p->name, mb);
+    if (eng.open && mb > eng.microbatches)
+        return tg_error(TG_EINVAL, "wgrad of %s for microbatch %d, but step %lld has %d microbatches", p->name, mb,
+                        (long long)eng.count, eng.microbatches);
+    counters_sync(p);
+    TG_TRY(counters_reserve(p, eng.open ? eng.microbatches : mb));
+    p->contributed++;
+    int per_mb = p->contributors > 0 ? p->contributors : 1;
+    if (++p->contrib_mb[mb - 1] % per_mb != 0) return TG_OK; /* more contributions of mb to come */
+    p->fired++;
+    p->fired_mb[mb - 1]++;
+    /* Outside steps the engine knows of no later microbatch: each firing is the last. */
+    tg_hook_info info = {.microbatch = mb,
+                         .last = eng.open ? p->fired == eng.microbatches : 1,
+                         .chunk = p->owner ? p->owner->opts.chunk : 1,
+                         .step = tg_step_index()};
+    for (int i = 0; i < p->nhooks; i++) {
+        tg_status st = p->hooks[i].fn(p->hooks[i].ud, p, &info);
+        if (st != TG_OK) return tg_error_prefix(st, "wgrad hook %d of %s (microbatch %d)", i + 1, p->name, mb);
+    }
+    return TG_OK;
+}
+
+/* "[1,0,1,1]" of p's firings per microbatch of the open step. */
+static void format_counts(const tg_param *p, int m, char *buf, size_t n)
+{
+    size_t len = 0;
+    len += (size_t)snprintf(buf + len, n - len, "[");
+    for (int i = 0; i < m && len < n; i++) {
+        int f = p->step_seen == eng.count && i < p->fired_cap ? p->fired_mb[i] : 0;
+        len += (size_t)snprintf(buf + len, n - len, "%s%d", i ? "," : "", f);
+    }
+    if (len < n) snprintf(buf + len, n - len, "]");
+}
+
+static int fired_once_each(const tg_param *p, int m)
+{
+    for (int i = 0; i < m; i++) {
+        int f = p->step_seen == eng.count && i < p->fired_cap ? p->fired_mb[i] : 0;
+        if (f != 1) return 0;
+    }
+    return 1;
+}
+
+static void mode_of(const tg_module *m, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s, %s", m->exec_mode ? m->exec_mode : "eager",
+             m->opts.delay_wgrad ? "delayed wgrad" : "wgrad not delayed");
+}
+
+tg_status tg_step_end(void)
+{
+    if (!eng.open) return tg_error(TG_ESTATE, "step_end: no step is open (call step_begin first)");
+    int m = eng.microbatches;
+    char msg[900], one[512], mode[64], first_mode[64] = "", counts[160];
+    size_t len = 0;
+    int bad = 0, listed = 0;
+    for (tg_param *p = eng.live; eng.check && p; p = p->next_live) {
+        if (!p->nhooks || !p->owner || p->owner->forward_step != eng.count || fired_once_each(p, m)) continue;
+        bad++;
+        mode_of(p->owner, mode, sizeof mode);
+        if (!first_mode[0]) memcpy(first_mode, mode, sizeof mode);
+        format_counts(p, m, counts, sizeof counts);
+        int same = strcmp(mode, first_mode) == 0;
+        char expected[64] = "";
+        if (!listed) snprintf(expected, sizeof expected, " (expected once per microbatch 1..%d)", m);
+        snprintf(one, sizeof one, "%s%s fired %s%s%s%s%s", listed ? ", " : "", p->name, counts, expected,
+                 same ? "" : " (mode: ", same ? "" : mode, same ? "" : ")");
+        if (len + strlen(one) + 32 < sizeof msg) {
+            len += (size_t)snprintf(msg + len, sizeof msg - len, "%s", one);
+            listed++;
+        }
+    }
+    eng.open = 0;
+    if (!bad) return TG_OK;
+    if (listed < bad) snprintf(msg + len, sizeof msg - len, ", and %d more", bad - listed);
+    return tg_error(TG_ESTATE, "hook check failed at step %lld (mode: %s): %s", (long long)eng.count, first_mode, msg);
+}

@@ -1,0 +1,391 @@
+/* module.c — generic module calls, saved contexts, the wgrad store (FIFO) and helpers for module code. */
+#include "nn/nn.h"
+
+#include <string.h>
+
+/* Errors are prefixed once with the innermost module that failed ("Linear
+ * 'h.0.fc' backward (microbatch 2): ..."); outer composites leave it. */
+static int call_depth, error_named;
+
+static void call_enter(void)
+{
+    if (call_depth++ == 0) error_named = 0;
+}
+
+static tg_status call_leave(tg_module *m, const char *what, int mb, tg_status st)
+{
+    call_depth--;
+    if (st == TG_OK || error_named) return st;
+    char label[160];
+    error_named = 1;
+    if (mb > 0) return tg_error_prefix(st, "%s %s (microbatch %d)", tg_module_label(m, label, sizeof label), what, mb);
+    return tg_error_prefix(st, "%s %s", tg_module_label(m, label, sizeof label), what);
+}
+
+const char *tg_module_label(const tg_module *m, char *buf, size_t n)
+{
+    if (m->name && m->name[0]) snprintf(buf, n, "%s '%s'", m->vt->type, m->name);
+    else snprintf(buf, n, "%s", m->vt->type);
+    return buf;
+}
+
+void tg_module_opts_default(tg_module_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->dtype = TG_F32;
+    o->device = tg_default_device();
+    o->bias = 1;
+    o->chunk = 1;
+    o->eps = 1e-5;
+    o->init_std = 0.02;
+}
+
+static int is_composite(const tg_module *m) { return !m->vt->wgrad && m->nchildren > 0; }
+
+/* ------------------------------------------------------------------ generic calls */
+tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
+{
+    *y = NULL;
+    call_enter();
+    tg_status st = TG_OK;
+    if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
+    else if (!x) st = tg_error(TG_EINVAL, "no input tensor");
+    else st = m->vt->forward(m, mb, x, y);
+    if (st == TG_OK && !tg_device_capturing(m->opts.device)) m->forward_step = tg_step_index();
+    return call_leave(m, "forward", mb, st);
+}
+
+tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
+{
+    *dx = NULL;
+    call_enter();
+    tg_status st = TG_OK;
+    if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
+    else st = m->vt->backward(m, mb, dy, dx);
+    return call_leave(m, "backward", mb, st);
+}
+
+tg_status tg_module_backward_dw(tg_module *m)
+{
+    char label[160];
+    call_enter();
+    tg_status st = TG_OK;
+    if (is_composite(m)) {
+        /* reverse order, like backward: a parameter shared by two children
+         * (tied embedding) then gets its contributions in the same order */
+        int any = 0;
+        for (int i = m->nchildren - 1; i >= 0 && st == TG_OK; i--)
+            if (tg_module_need_backward_dw(m->children[i])) {
+                any = 1;
+                st = tg_module_backward_dw(m->children[i]);
+            }
+        if (!any) goto empty;
+    } else {
+        struct tg_saved *item = m->wq_head;
+        if (!item || !m->vt->wgrad) goto empty;
+        m->wq_head = item->next;
+        if (!m->wq_head) m->wq_tail = NULL;
+        item->next = NULL;
+        st = m->vt->wgrad(m, item);
+        tg_saved_free(item);
+    }
+    return call_leave(m, "backward_dw", 0, st);
+empty:
+    error_named = 1;
+    call_depth--;
+    return tg_error(TG_ESTATE, "backward_dw with nothing queued on %s (delay_wgrad is %s: each backward %s)",
+                    tg_module_label(m, label, sizeof label), m->opts.delay_wgrad ? "on" : "off",
+                    m->opts.delay_wgrad ? "queues one wgrad" : "computes its wgrad itself");
+}
+
+int tg_module_need_backward_dw(const tg_module *m)
+{
+    if (m->wq_head) return 1;
+    if (!is_composite(m)) return 0;
+    for (int i = 0; i < m->nchildren; i++)
+        if (tg_module_need_backward_dw(m->children[i])) return 1;
+    return 0;
+}
+
+static tg_status collect(tg_module *m, tg_param ***arr, int *n, int *cap)
+{
+    for (int i = 0; i < m->nparams; i++) {
+        int dup = 0;
+        for (int j = 0; j < *n && !dup; j++) dup = (*arr)[j] == m->params[i];
+        if (dup) continue;
+        if (*n == *cap) {
+            int c = *cap ? *cap * 2 : 16;
+            tg_param **a = realloc(*arr, (size_t)c * sizeof *a);
+            if (!a) return tg_error(TG_ENOMEM, "out of host memory");
+            *arr = a, *cap = c;
+        }
+        (*arr)[(*n)++] = m->params[i];
+    }
+    for (int i = 0; i < m->nchildren; i++) TG_TRY(collect(m->children[i], arr, n, cap));
+    return TG_OK;
+}
+
+tg_status tg_module_parameters(tg_module *m, tg_param ***out, int *n)
+{
+    int cap = 0;
+    *out = NULL;
+    *n = 0;
+    tg_status st = collect(m, out, n, &cap);
+    if (st != TG_OK) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return st;
+}
+
+tg_module *tg_module_retain(tg_module *m)
+{
+    if (m) m->refcount++;
+    return m;
+}
+
+static void saved_list_free(struct tg_saved *s)
+{
+    while (s) {
+        struct tg_saved *next = s->next;
+        tg_saved_free(s);
+        s = next;
+    }
+}
+
+void tg_module_release(tg_module *m)
+{
+    if (!m || --m->refcount > 0) return;
+    if (m->vt->destroy) m->vt->destroy(m);
+    saved_list_free(m->saved);
+    saved_list_free(m->wq_head);
+    for (int i = 0; i < m->nparams; i++) {
+        if (m->params[i]->owner == m) m->params[i]->owner = NULL;
+        tg_param_release(m->params[i]);
+    }
+    free(m->params);
+    for (int i = 0; i < m->nchildren; i++) tg_module_release(m->children[i]);
+    free(m->children);
+    free(m->name);
+    free(m);
+}
+
+/* ------------------------------------------------------------------ helpers for module code */
+tg_status tg_module_alloc(const struct tg_module_vtbl *vt, const tg_module_opts *o, tg_module **out)
+{
+    *out = NULL;
+    tg_module_opts def;
+    if (!o) tg_module_opts_default(&def), o = &def;
+    if (o->dtype != TG_F32 && o->dtype != TG_BF16)
+        return tg_error(TG_EINVAL, "%s: dtype %s (modules compute in f32 or bf16)", vt->type, tg_dtype_name(o->dtype));
+    if (!tg_device_valid(o->device)) {
+        char d[32];
+        return tg_error(TG_EINVAL, "%s: device %s does not exist", vt->type, tg_device_str(o->device, d, sizeof d));
+    }
+    tg_module *m = calloc(1, sizeof *m);
+    if (!m) return tg_error(TG_ENOMEM, "out of host memory");
+    m->vt = vt;
+    m->refcount = 1;
+    m->opts = *o;
+    m->name = strdup(o->name ? o->name : "");
+    if (!m->name) {
+        free(m);
+        return tg_error(TG_ENOMEM, "out of host memory");
+    }
+    m->opts.name = m->name;
+    if (m->opts.chunk < 1) m->opts.chunk = 1;
+    if (m->opts.eps <= 0) m->opts.eps = 1e-5;
+    m->exec_mode = "eager";
+    m->forward_step = -1;
+    *out = m;
+    return TG_OK;
+}
+
+tg_status tg_module_add_param(tg_module *m, const char *suffix, int ndim, const int64_t *shape, double init_std,
+                              double init_const, tg_param **out)
+{
+    char name[256];
+    if (m->name[0]) snprintf(name, sizeof name, "%s.%s", m->name, suffix);
+    else snprintf(name, sizeof name, "%s", suffix);
+    tg_tensor *f = NULL, *data = NULL;
+    /* draw in f32 then round, so f32 and bf16 modules start from the same values */
+    TG_TRY(tg_tensor_new(TG_F32, ndim, shape, m->opts.device, &f));
+    tg_status st = init_std > 0 ? tg_randn(f, 0.0, init_std) : tg_fill(f, init_const);
+    if (st == TG_OK && m->opts.dtype != TG_F32) {
+        st = tg_tensor_new(m->opts.dtype, ndim, shape, m->opts.device, &data);
+        if (st == TG_OK) st = tg_copy(data, f);
+        tg_tensor_free(f);
+    } else {
+        data = f;
+    }
+    if (st != TG_OK) {
+        tg_tensor_free(data);
+        return st;
+    }
+    tg_param *p;
+    TG_TRY(tg_param_new(name, data, m->opts.fuse_wgrad_accumulation, &p));
+    tg_param **arr = realloc(m->params, (size_t)(m->nparams + 1) * sizeof *arr);
+    if (!arr) {
+        tg_param_release(p);
+        return tg_error(TG_ENOMEM, "out of host memory");
+    }
+    m->params = arr;
+    m->params[m->nparams++] = p;
+    p->owner = m;
+    if (out) *out = p;
+    return TG_OK;
+}
+
+tg_status tg_module_add_child(tg_module *m, tg_module *child)
+{
+    tg_module **arr = realloc(m->children, (size_t)(m->nchildren + 1) * sizeof *arr);
+    if (!arr) return tg_error(TG_ENOMEM, "out of host memory");
+    m->children = arr;
+    m->children[m->nchildren++] = tg_module_retain(child);
+    return TG_OK;
+}
+
+void tg_saved_free(struct tg_saved *s)
+{
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) tg_tensor_free(s->t[i]);
+    free(s);
+}
+
+tg_status tg_module_save(tg_module *m, int mb, tg_tensor **t, int n)
+{
+    TG_ASSERT(n >= 0 && n <= 8);
+    struct tg_saved *s = calloc(1, sizeof *s);
+    if (!s) {
+        for (int i = 0; i < n; i++) tg_tensor_free(t[i]);
+        return tg_error(TG_ENOMEM, "out of host memory");
+    }
+    s->mb = mb;
+    s->n = n;
+    for (int i = 0; i < n; i++) s->t[i] = t[i];
+    for (struct tg_saved **pp = &m->saved; *pp; pp = &(*pp)->next)
+        if ((*pp)->mb == mb) {
+            struct tg_saved *old = *pp;
+            *pp = old->next;
+            tg_saved_free(old);
+            break;
+        }
+    s->next = m->saved;
+    m->saved = s;
+    return TG_OK;
+}
+
+static tg_status missing(tg_module *m, int mb)
+{
+    char have[128] = "";
+    size_t len = 0;
+    int k = 0;
+    for (struct tg_saved *s = m->saved; s && len + 16 < sizeof have; s = s->next, k++)
+        len += (size_t)snprintf(have + len, sizeof have - len, "%s%d", k ? ", " : "", s->mb);
+    return tg_error(TG_ESTATE, "backward of microbatch %d before its forward (or after its backward); saved microbatches: %s",
+                    mb, k ? have : "none");
+}
+
+tg_status tg_module_peek(tg_module *m, int mb, struct tg_saved **out)
+{
+    for (struct tg_saved *s = m->saved; s; s = s->next)
+        if (s->mb == mb) {
+            *out = s;
+            return TG_OK;
+        }
+    *out = NULL;
+    return missing(m, mb);
+}
+
+tg_status tg_module_take(tg_module *m, int mb, struct tg_saved **out)
+{
+    for (struct tg_saved **pp = &m->saved; *pp; pp = &(*pp)->next)
+        if ((*pp)->mb == mb) {
+            *out = *pp;
+            *pp = (*pp)->next;
+            (*out)->next = NULL;
+            return TG_OK;
+        }
+    *out = NULL;
+    return missing(m, mb);
+}
+
+tg_status tg_module_wgrad_or_queue(tg_module *m, struct tg_saved *item)
+{
+    TG_ASSERT(m->vt->wgrad);
+    if (!m->opts.delay_wgrad) {
+        tg_status st = m->vt->wgrad(m, item);
+        tg_saved_free(item);
+        return st;
+    }
+    item->next = NULL;
+    if (m->wq_tail) m->wq_tail->next = item;
+    else m->wq_head = item;
+    m->wq_tail = item;
+    return TG_OK;
+}
+
+tg_status tg_module_wgrad_done_all(tg_module *m, int mb)
+{
+    for (int i = 0; i < m->nparams; i++) TG_TRY(tg_param_wgrad_done(m->params[i], mb));
+    return TG_OK;
+}
+
+tg_status tg_module_tensor(tg_module *m, tg_dtype dt, int ndim, const int64_t *shape, tg_tensor **out)
+{
+    return tg_tensor_new(dt, ndim, shape, m->opts.device, out);
+}
+
+/* ------------------------------------------------------------------ shape helpers */
+static const char *describe(const tg_tensor *t, char *buf, size_t n)
+{
+    char sh[64];
+    snprintf(buf, n, "%s %s", tg_tensor_shape_str(t, sh, sizeof sh), tg_dtype_name(t->dtype));
+    return buf;
+}
+
+tg_status tg_nn_check_rows(const char *what, const tg_tensor *t, tg_dtype dt, int64_t last)
+{
+    char a[96];
+    if (!t) return tg_error(TG_EINVAL, "%s is missing, expected (..., %lld) %s", what, (long long)last, tg_dtype_name(dt));
+    if (t->ndim < 2 || t->ndim > 4 || t->shape[t->ndim - 1] != last || t->dtype != dt)
+        return tg_error(TG_EINVAL, "%s is %s, expected (N, %lld) or (B, T, %lld) %s", what, describe(t, a, sizeof a),
+                        (long long)last, (long long)last, tg_dtype_name(dt));
+    return TG_OK;
+}
+
+tg_status tg_nn_check_like(const char *what, const tg_tensor *t, const tg_tensor *like, int64_t last, tg_dtype dt)
+{
+    char a[96], want[96];
+    int okay = t && t->ndim == like->ndim && t->dtype == dt && t->shape[t->ndim - 1] == last;
+    for (int i = 0; okay && i < like->ndim - 1; i++) okay = t->shape[i] == like->shape[i];
+    if (okay) return TG_OK;
+    size_t len = (size_t)snprintf(want, sizeof want, "[");
+    for (int i = 0; i < like->ndim - 1; i++) len += (size_t)snprintf(want + len, sizeof want - len, "%lld,", (long long)like->shape[i]);
+    snprintf(want + len, sizeof want - len, "%lld] %s", (long long)last, tg_dtype_name(dt));
+    return tg_error(TG_EINVAL, "%s is %s, expected %s", what, t ? describe(t, a, sizeof a) : "missing", want);
+}
+
+tg_status tg_nn_new_like(tg_module *m, const tg_tensor *like, int64_t last, tg_dtype dt, tg_tensor **out)
+{
+    int64_t shape[TG_MAX_DIMS];
+    for (int i = 0; i < like->ndim; i++) shape[i] = like->shape[i];
+    shape[like->ndim - 1] = last;
+    return tg_module_tensor(m, dt, like->ndim, shape, out);
+}
+
+tg_status tg_nn_rows(const tg_tensor *t, tg_tensor **out)
+{
+    int64_t c = t->shape[t->ndim - 1];
+    int64_t shape[2] = {c ? tg_tensor_numel(t) / c : 0, c};
+    return tg_tensor_view(t, 0, 2, shape, out);
+}
+
+void tg_nn_child_opts(const tg_module *m, const char *suffix, tg_module_opts *o, char *buf, size_t n)
+{
+    *o = m->opts;
+    if (m->name[0]) snprintf(buf, n, "%s.%s", m->name, suffix);
+    else snprintf(buf, n, "%s", suffix);
+    o->name = buf;
+}

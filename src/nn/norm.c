@@ -1,0 +1,130 @@
+/* norm.c — LayerNorm (gamma, beta) and RMSNorm (gamma) over the last dimension, split backward. */
+#include "nn/nn.h"
+
+#include <string.h>
+
+struct norm {
+    int64_t c;
+    int rms;     /* RMSNorm: no mean, no beta */
+    tg_param *g; /* (C) gamma, init 1 */
+    tg_param *b; /* (C) beta, init 0; NULL for RMSNorm or bias = 0 */
+};
+
+/* saved: t[0] = x (..., C), t[1] = rstd (N) f32, t[2] = mean (N) f32 (LayerNorm);
+ * wgrad item: the same plus t[3] = dy (..., C) */
+
+static tg_status norm_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
+{
+    struct norm *N = m->impl;
+    TG_TRY(tg_nn_check_rows("x", x, m->opts.dtype, N->c));
+    int64_t rows[1] = {tg_tensor_numel(x) / N->c};
+    tg_tensor *t[3] = {NULL, NULL, NULL}, *out = NULL;
+    tg_status st = tg_nn_new_like(m, x, N->c, m->opts.dtype, &out);
+    if (st == TG_OK) st = tg_module_tensor(m, TG_F32, 1, rows, &t[1]);
+    if (st == TG_OK && !N->rms) st = tg_module_tensor(m, TG_F32, 1, rows, &t[2]);
+    if (st == TG_OK) {
+        if (N->rms) st = tg_rmsnorm_forward(out, t[1], x, N->g->data, m->opts.eps);
+        else st = tg_layernorm_forward(out, t[2], t[1], x, N->g->data, N->b ? N->b->data : NULL, m->opts.eps);
+    }
+    if (st == TG_OK) st = tg_tensor_ref(x, &t[0]);
+    if (st != TG_OK) {
+        for (int i = 0; i < 3; i++) tg_tensor_free(t[i]);
+        tg_tensor_free(out);
+        return st;
+    }
+    st = tg_module_save(m, mb, t, 3);
+    if (st != TG_OK) {
+        tg_tensor_free(out);
+        return st;
+    }
+    *y = out;
+    return TG_OK;
+}
+
+static tg_status norm_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
+{
+    struct norm *N = m->impl;
+    struct tg_saved *s;
+    TG_TRY(tg_module_peek(m, mb, &s));
+    TG_TRY(tg_nn_check_like("dy", dy, s->t[0], N->c, m->opts.dtype));
+    tg_tensor *out = NULL;
+    tg_status st = tg_nn_new_like(m, s->t[0], N->c, m->opts.dtype, &out);
+    if (st == TG_OK) {
+        if (N->rms) st = tg_rmsnorm_backward(out, dy, s->t[0], N->g->data, s->t[1]);
+        else st = tg_layernorm_backward(out, dy, s->t[0], N->g->data, s->t[2], s->t[1]);
+    }
+    if (st == TG_OK) st = tg_tensor_ref(dy, &s->t[3]);
+    if (st != TG_OK) {
+        tg_tensor_free(out);
+        return st;
+    }
+    s->n = 4;
+    tg_module_take(m, mb, &s);
+    *dx = out;
+    return tg_module_wgrad_or_queue(m, s);
+}
+
+static tg_status norm_wgrad(tg_module *m, struct tg_saved *item)
+{
+    struct norm *N = m->impl;
+    const tg_tensor *x = item->t[0], *rstd = item->t[1], *mean = item->t[2], *dy = item->t[3];
+    double acc = tg_param_wgrad_accumulate(N->g);
+    tg_status st;
+    if (N->rms) {
+        st = tg_rmsnorm_backward_dw(tg_param_wgrad_target(N->g), dy, x, rstd, acc);
+    } else {
+        /* gamma and beta get their contributions together, so they share the accumulate flag */
+        if (N->b && tg_param_wgrad_accumulate(N->b) != acc)
+            return tg_error(TG_ESTATE, "%s and %s disagree on whether to overwrite or accumulate their gradients",
+                            N->g->name, N->b->name);
+        st = tg_layernorm_backward_dw(tg_param_wgrad_target(N->g), N->b ? tg_param_wgrad_target(N->b) : NULL, dy, x, mean,
+                                      rstd, acc);
+    }
+    if (st == TG_OK) st = tg_param_wgrad_done(N->g, item->mb);
+    if (st == TG_OK && N->b) st = tg_param_wgrad_done(N->b, item->mb);
+    return st;
+}
+
+static void norm_destroy(tg_module *m) { free(m->impl); }
+
+static const struct tg_module_vtbl layernorm_vt = {
+    .type = "LayerNorm", .forward = norm_forward, .backward = norm_backward, .wgrad = norm_wgrad, .destroy = norm_destroy};
+static const struct tg_module_vtbl rmsnorm_vt = {
+    .type = "RMSNorm", .forward = norm_forward, .backward = norm_backward, .wgrad = norm_wgrad, .destroy = norm_destroy};
+
+static tg_status norm_new(int64_t c, int rms, const tg_module_opts *o, tg_module **mp)
+{
+    *mp = NULL;
+    if (c < 1) return tg_error(TG_EINVAL, "%s: size must be positive (got %lld)", rms ? "RMSNorm" : "LayerNorm", (long long)c);
+    tg_module *m;
+    TG_TRY(tg_module_alloc(rms ? &rmsnorm_vt : &layernorm_vt, o, &m));
+    struct norm *N = calloc(1, sizeof *N);
+    if (!N) {
+        tg_module_release(m);
+        return tg_error(TG_ENOMEM, "out of host memory");
+    }
+    m->impl = N;
+    N->c = c;
+    N->rms = rms;
+    int64_t shape[1] = {c};
+    tg_status st = tg_module_add_param(m, "weight", 1, shape, 0.0, 1.0, &N->g);
+    if (st == TG_OK && !rms && m->opts.bias) st = tg_module_add_param(m, "bias", 1, shape, 0.0, 0.0, &N->b);
+    if (st != TG_OK) {
+        tg_module_release(m);
+        return st;
+    }
+    *mp = m;
+    return TG_OK;
+}
+
+tg_status tg_layernorm_new(int64_t c, const tg_module_opts *o, tg_module **m) { return norm_new(c, 0, o, m); }
+tg_status tg_rmsnorm_new(int64_t c, const tg_module_opts *o, tg_module **m) { return norm_new(c, 1, o, m); }
+
+/* Shared by the composites: "layernorm" or "rmsnorm" (NULL: layernorm). */
+tg_status tg_norm_new_by_name(const char *norm, int64_t c, const tg_module_opts *o, tg_module **m)
+{
+    *m = NULL;
+    if (!norm || !strcmp(norm, "layernorm")) return tg_layernorm_new(c, o, m);
+    if (!strcmp(norm, "rmsnorm")) return tg_rmsnorm_new(c, o, m);
+    return tg_error(TG_EINVAL, "unknown norm '%s' (expected \"layernorm\" or \"rmsnorm\")", norm);
+}

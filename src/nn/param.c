@@ -1,0 +1,105 @@
+/* param.c — parameters: data, f32 master copy, grad / main_grad buffers, hooks, refcounting. */
+#include "nn/nn.h"
+
+#include <string.h>
+
+static tg_status zeros_like(const tg_tensor *t, tg_dtype dt, tg_tensor **out)
+{
+    TG_TRY(tg_tensor_new(dt, t->ndim, t->shape, tg_tensor_device(t), out));
+    tg_status st = tg_fill(*out, 0.0);
+    if (st != TG_OK) {
+        tg_tensor_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+tg_status tg_param_new(const char *name, tg_tensor *data, int fuse_wgrad_accumulation, tg_param **out)
+{
+    *out = NULL;
+    if (!data) return tg_error(TG_EINVAL, "param_new: %s: no data tensor", name ? name : "(unnamed)");
+    if (data->dtype != TG_F32 && data->dtype != TG_BF16)
+        return tg_error(TG_EINVAL, "param_new: %s: dtype %s (parameters are f32 or bf16)", name ? name : "(unnamed)",
+                        tg_dtype_name(data->dtype));
+    tg_param *p = calloc(1, sizeof *p);
+    if (!p) return tg_error(TG_ENOMEM, "out of host memory");
+    p->name = strdup(name ? name : "");
+    p->data = data;
+    p->refcount = 1;
+    p->contributors = 1;
+    p->fuse_wgrad_accumulation = fuse_wgrad_accumulation != 0;
+    tg_status st = p->name ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
+    if (st == TG_OK) st = zeros_like(data, data->dtype, &p->grad);
+    if (st == TG_OK && data->dtype == TG_BF16) {
+        st = tg_tensor_new(TG_F32, data->ndim, data->shape, tg_tensor_device(data), &p->master);
+        if (st == TG_OK) st = tg_copy(p->master, data);
+    }
+    if (st == TG_OK && p->fuse_wgrad_accumulation) st = zeros_like(data, TG_F32, &p->main_grad);
+    tg_engine_link(p);
+    if (st != TG_OK) {
+        tg_param_release(p);
+        return st;
+    }
+    *out = p;
+    return TG_OK;
+}
+
+tg_param *tg_param_retain(tg_param *p)
+{
+    if (p) p->refcount++;
+    return p;
+}
+
+void tg_param_release(tg_param *p)
+{
+    if (!p || --p->refcount > 0) return;
+    tg_engine_unlink(p);
+    for (int i = 0; i < p->nhooks; i++)
+        if (p->hooks[i].free_ud) p->hooks[i].free_ud(p->hooks[i].ud);
+    free(p->hooks);
+    tg_tensor_free(p->data);
+    tg_tensor_free(p->master);
+    tg_tensor_free(p->grad);
+    tg_tensor_free(p->main_grad);
+    free(p->contrib_mb);
+    free(p->fired_mb);
+    free(p->name);
+    free(p);
+}
+
+tg_status tg_param_add_hook(tg_param *p, tg_hook_fn fn, void *ud, void (*free_ud)(void *))
+{
+    if (!fn) return tg_error(TG_EINVAL, "add_hook on %s: no function", p->name);
+    struct tg_hook *h = realloc(p->hooks, (size_t)(p->nhooks + 1) * sizeof *h);
+    if (!h) return tg_error(TG_ENOMEM, "out of host memory");
+    p->hooks = h;
+    p->hooks[p->nhooks++] = (struct tg_hook){.fn = fn, .ud = ud, .free_ud = free_ud};
+    return TG_OK;
+}
+
+tg_tensor *tg_param_wgrad_target(tg_param *p) { return p->fuse_wgrad_accumulation ? p->main_grad : p->grad; }
+
+tg_status tg_param_set_main_grad(tg_param *p, tg_tensor *view)
+{
+    char a[64], b[64];
+    if (!view || view->dtype != TG_F32 || tg_tensor_numel(view) != tg_tensor_numel(p->data))
+        return tg_error(TG_EINVAL, "set_main_grad of %s: expected %lld f32 elements (shape %s), got %s %s", p->name,
+                        (long long)tg_tensor_numel(p->data), tg_tensor_shape_str(p->data, a, sizeof a),
+                        view ? tg_tensor_shape_str(view, b, sizeof b) : "nothing", view ? tg_dtype_name(view->dtype) : "");
+    tg_device x = tg_tensor_device(view), y = tg_tensor_device(p->data);
+    if (x.type != y.type || x.index != y.index)
+        return tg_error(TG_EINVAL, "set_main_grad of %s: the buffer is on another device than the parameter", p->name);
+    tg_tensor *ref;
+    /* p's own handle, in p's shape, on view's storage; the caller keeps view. */
+    TG_TRY(tg_tensor_view(view, 0, p->data->ndim, p->data->shape, &ref));
+    tg_tensor_free(p->main_grad);
+    p->main_grad = ref;
+    return TG_OK;
+}
+
+tg_status tg_param_zero_grad(tg_param *p)
+{
+    if (p->grad) TG_TRY(tg_fill(p->grad, 0.0));
+    if (p->main_grad) TG_TRY(tg_fill(p->main_grad, 0.0));
+    return TG_OK;
+}

@@ -1,0 +1,63 @@
+/* sequential.c — chain composites: children forward in order, backward in reverse; Sequential itself. */
+#include "nn/nn.h"
+
+tg_status tg_chain_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
+{
+    if (m->nchildren == 0) return tg_tensor_ref(x, y);
+    tg_tensor *cur = NULL; /* owned; the children keep their own references to what they save */
+    for (int i = 0; i < m->nchildren; i++) {
+        tg_tensor *next;
+        tg_status st = tg_module_forward(m->children[i], mb, cur ? cur : x, &next);
+        tg_tensor_free(cur);
+        if (st != TG_OK) return st;
+        cur = next;
+    }
+    *y = cur;
+    return TG_OK;
+}
+
+tg_status tg_chain_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
+{
+    if (m->nchildren == 0) return dy ? tg_tensor_ref(dy, dx) : TG_OK;
+    tg_tensor *cur = NULL;
+    for (int i = m->nchildren - 1; i >= 0; i--) {
+        tg_tensor *next;
+        tg_status st = tg_module_backward(m->children[i], mb, cur ? cur : dy, &next);
+        tg_tensor_free(cur);
+        if (st != TG_OK) return st;
+        if (!next && i > 0) {
+            char a[160], b[160];
+            return tg_error(TG_EINVAL, "%s returns no input gradient, so it must come first (it is child %d, before %s)",
+                            tg_module_label(m->children[i], a, sizeof a), i + 1,
+                            tg_module_label(m->children[i - 1], b, sizeof b));
+        }
+        cur = next;
+    }
+    *dx = cur;
+    return TG_OK;
+}
+
+static const struct tg_module_vtbl sequential_vt = {
+    .type = "Sequential",
+    .forward = tg_chain_forward,
+    .backward = tg_chain_backward,
+};
+
+tg_status tg_sequential_new(tg_module **children, int n, const tg_module_opts *o, tg_module **out)
+{
+    *out = NULL;
+    if (n < 0 || (n > 0 && !children)) return tg_error(TG_EINVAL, "Sequential: bad list of %d children", n);
+    for (int i = 0; i < n; i++)
+        if (!children[i]) return tg_error(TG_EINVAL, "Sequential: child %d is missing", i + 1);
+    tg_module *m;
+    TG_TRY(tg_module_alloc(&sequential_vt, o, &m));
+    for (int i = 0; i < n; i++) {
+        tg_status st = tg_module_add_child(m, children[i]);
+        if (st != TG_OK) {
+            tg_module_release(m);
+            return st;
+        }
+    }
+    *out = m;
+    return TG_OK;
+}

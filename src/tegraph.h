@@ -1,0 +1,236 @@
+/* tegraph.h — public C API of libtegraph: runtime (Lua host), tensors, streams, graphs. */
+#ifndef TEGRAPH_H
+#define TEGRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && !defined(TG_STATIC)
+#define TG_API __attribute__((visibility("default")))
+#else
+#define TG_API
+#endif
+
+struct lua_State;
+
+/* ------------------------------------------------------------------ status
+ * Every fallible call returns a tg_status. TG_OK is 0; on failure a message
+ * naming the problem is kept per thread and read with tg_last_error(). */
+typedef enum tg_status {
+    TG_OK = 0,
+    TG_EINVAL,   /* bad argument (wrong shape, dtype, option) */
+    TG_ENOMEM,   /* allocation failed */
+    TG_ESTATE,   /* call not allowed in the current state (use after free, replay before capture) */
+    TG_ECAPTURE, /* not allowed while a stream is capturing */
+    TG_EIO,      /* file or stream error */
+    TG_EDEVICE,  /* device / driver error (CUDA, cuBLAS, NCCL) */
+    TG_ENOTSUP,  /* not built in or not implemented for this backend */
+    TG_ELUA      /* a Lua script failed */
+} tg_status;
+
+/* The message of the last failed call on this thread ("" if none). Valid
+ * until the next failing call on this thread. */
+TG_API const char *tg_last_error(void);
+/* A short name of a status ("invalid argument", ...). */
+TG_API const char *tg_status_name(tg_status st);
+
+/* Library version ("0.1.0") and the build options configure found. */
+TG_API const char *tg_version(void);
+TG_API const char *tg_build_options(void);
+
+/* ------------------------------------------------------------------ dtypes, devices */
+typedef enum tg_dtype {
+    TG_F32 = 0,
+    TG_BF16 = 1,
+    TG_F16 = 2, /* reserved: not implemented by the kernels yet */
+    TG_I32 = 3, /* token ids, indices */
+    TG_U16 = 4, /* raw token files */
+    TG_DTYPE_COUNT
+} tg_dtype;
+
+TG_API size_t tg_dtype_size(tg_dtype dt);
+TG_API const char *tg_dtype_name(tg_dtype dt);
+/* Parses "f32"/"float32", "bf16"/"bfloat16", "i32", "u16"; returns 0 on success. */
+TG_API int tg_dtype_parse(const char *s, tg_dtype *out);
+
+typedef enum tg_device_type { TG_CPU = 0, TG_CUDA = 1 } tg_device_type;
+typedef struct tg_device {
+    tg_device_type type;
+    int index;
+} tg_device;
+
+/* Parses "cpu", "cuda", "cuda:N"; fails with TG_EINVAL or TG_ENOTSUP when
+ * CUDA is not built in. */
+TG_API tg_status tg_device_parse(const char *s, tg_device *out);
+/* Formats "cpu" / "cuda:0" into buf. */
+TG_API const char *tg_device_str(tg_device d, char *buf, size_t n);
+/* Number of devices of a type (CPU: 1; CUDA: 0 when not built or no GPU). */
+TG_API int tg_device_count(tg_device_type type);
+/* Name and total memory of a device, for `tegraph info`. */
+TG_API tg_status tg_device_describe(tg_device d, char *name, size_t n, size_t *total_bytes);
+/* The device new tensors go to by default: CUDA:0 when a GPU exists and the
+ * environment variable TG_DEVICE does not say "cpu"; else the CPU. */
+TG_API tg_device tg_default_device(void);
+
+/* ------------------------------------------------------------------ tensors
+ * A tensor is a handle on refcounted storage: contiguous, row-major, up to 4
+ * dimensions, with an element offset into its storage (views share storage).
+ * Each handle has one owner, who frees it with tg_tensor_free; storage lives
+ * while any handle uses it. */
+#define TG_MAX_DIMS 4
+typedef struct tg_tensor tg_tensor;
+typedef struct tg_pool tg_pool;
+typedef struct tg_stream tg_stream;
+typedef struct tg_graph tg_graph;
+
+/* New uninitialised tensor on dev. Storage comes from the current pool of
+ * the device (tg_pool_push) if any, else from the device allocator; the
+ * latter fails with TG_ECAPTURE while a stream of that device captures. */
+TG_API tg_status tg_tensor_new(tg_dtype dt, int ndim, const int64_t *shape, tg_device dev, tg_tensor **out);
+/* Like tg_tensor_new, from an explicit pool (NULL: same as tg_tensor_new). */
+TG_API tg_status tg_tensor_new_in(tg_pool *pool, tg_dtype dt, int ndim, const int64_t *shape, tg_device dev,
+                                  tg_tensor **out);
+/* Frees the handle (NULL is fine); the storage goes when its last handle goes. */
+TG_API void tg_tensor_free(tg_tensor *t);
+/* A new handle on the same storage: same shape and offset. */
+TG_API tg_status tg_tensor_ref(const tg_tensor *t, tg_tensor **out);
+/* A view of numel(shape) elements starting `offset` elements into t. */
+TG_API tg_status tg_tensor_view(const tg_tensor *t, int64_t offset, int ndim, const int64_t *shape, tg_tensor **out);
+/* Rows [start, start+len) along dimension 0, as a view. */
+TG_API tg_status tg_tensor_narrow(const tg_tensor *t, int64_t start, int64_t len, tg_tensor **out);
+
+TG_API tg_dtype tg_tensor_dtype(const tg_tensor *t);
+TG_API int tg_tensor_ndim(const tg_tensor *t);
+TG_API int64_t tg_tensor_dim(const tg_tensor *t, int i);
+TG_API int64_t tg_tensor_numel(const tg_tensor *t);
+TG_API tg_device tg_tensor_device(const tg_tensor *t);
+/* Address of the first element (device memory for CUDA tensors). */
+TG_API void *tg_tensor_data(const tg_tensor *t);
+/* Optional name (NULL if none); the tensor keeps its own copy. */
+TG_API const char *tg_tensor_name(const tg_tensor *t);
+TG_API tg_status tg_tensor_set_name(tg_tensor *t, const char *name);
+/* "[2,3]" into buf. */
+TG_API const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n);
+/* Whether two tensors have the same shape. */
+TG_API int tg_tensor_same_shape(const tg_tensor *a, const tg_tensor *b);
+/* Whether two handles address exactly the same elements. */
+TG_API int tg_tensor_same_memory(const tg_tensor *a, const tg_tensor *b);
+
+/* Host <-> tensor transfers of raw elements in the tensor's dtype (blocking:
+ * they synchronise the current stream). Fail with TG_ECAPTURE while the
+ * device captures. */
+TG_API tg_status tg_tensor_write(tg_tensor *t, const void *src, size_t bytes);
+TG_API tg_status tg_tensor_read(const tg_tensor *t, void *dst, size_t bytes);
+/* Reads the tensor converted to double (n = numel). */
+TG_API tg_status tg_tensor_read_f64(const tg_tensor *t, double *dst, size_t n);
+/* Writes n doubles, converted (with rounding) to the tensor's dtype. */
+TG_API tg_status tg_tensor_write_f64(tg_tensor *t, const double *src, size_t n);
+
+/* ------------------------------------------------------------------ ops
+ * Issued on the current stream of the tensors' device (tg_stream_current),
+ * so they are recorded when that stream captures. Shapes and dtypes are
+ * checked; errors name them. */
+TG_API tg_status tg_fill(tg_tensor *t, double value);
+/* dst = src; same numel; dtypes may differ (then a cast); devices may differ
+ * (then a host transfer, not capturable). */
+TG_API tg_status tg_copy(tg_tensor *dst, const tg_tensor *src);
+typedef enum tg_binop { TG_ADD = 0, TG_SUB, TG_MUL, TG_DIV } tg_binop;
+/* out = a op b, elementwise, all the same shape and dtype (out may alias). */
+TG_API tg_status tg_binary(tg_binop op, tg_tensor *out, const tg_tensor *a, const tg_tensor *b);
+/* y = alpha * x + beta * y (beta == 0 overwrites y, ignoring NaN in it). */
+TG_API tg_status tg_axpby(tg_tensor *y, double alpha, const tg_tensor *x, double beta);
+/* C = alpha * op(A) @ op(B) + beta * C, row-major 2-D (or 3-D batched with
+ * equal leading dims). op(X) = X^T when trans_x. Accumulates in f32; A and B
+ * share a dtype; C is f32 or that dtype. beta == 0 overwrites C. */
+TG_API tg_status tg_gemm(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor *b, int trans_b, double alpha,
+                         double beta);
+/* Reductions to the host (blocking; fail with TG_ECAPTURE while capturing). */
+TG_API tg_status tg_sum(const tg_tensor *t, double *out);
+TG_API tg_status tg_max_abs(const tg_tensor *t, double *out);
+TG_API tg_status tg_max_abs_diff(const tg_tensor *a, const tg_tensor *b, double *out);
+
+/* Counter-based RNG (Philox4x32-10): element i of a fill with (seed, offset)
+ * depends only on (seed, offset, i), on every backend. The global generator
+ * advances its offset by each fill. */
+TG_API void tg_manual_seed(uint64_t seed);
+TG_API void tg_rng_state(uint64_t *seed, uint64_t *offset);
+TG_API tg_status tg_randn(tg_tensor *t, double mean, double std);
+TG_API tg_status tg_rand(tg_tensor *t, double lo, double hi);
+
+/* ------------------------------------------------------------------ streams and graphs
+ * All device work is issued on a stream. On the CPU a stream is a command
+ * buffer: commands run at once, or are recorded while capturing. On CUDA it
+ * is a cudaStream_t and capture is CUDA stream capture. A captured graph
+ * replays the recorded work with the addresses it was captured with; host
+ * code that ran during capture does not run at replay. */
+TG_API tg_status tg_stream_new(tg_device dev, const char *name, tg_stream **out);
+TG_API void tg_stream_free(tg_stream *s);
+/* The stream ops on dev are issued on (initially the device's default stream). */
+TG_API tg_stream *tg_stream_current(tg_device dev);
+/* Makes s the current stream of its device; returns the previous one. */
+TG_API tg_stream *tg_stream_set_current(tg_stream *s);
+TG_API tg_status tg_stream_sync(tg_stream *s);
+TG_API const char *tg_stream_name(const tg_stream *s);
+TG_API int tg_stream_capturing(const tg_stream *s);
+/* Whether any stream of dev is capturing. */
+TG_API int tg_device_capturing(tg_device dev);
+
+/* Begins capture on s. Fails with TG_ECAPTURE if s already captures. */
+TG_API tg_status tg_stream_begin_capture(tg_stream *s);
+/* Ends capture and returns the graph (owned by the caller). If the capture
+ * failed (an op errored during it) the graph is not returned and the first
+ * error is reported. */
+TG_API tg_status tg_stream_end_capture(tg_stream *s, tg_graph **out);
+/* Runs the captured work on s (which must be on the graph's device and not
+ * capturing). */
+TG_API tg_status tg_graph_replay(tg_graph *g, tg_stream *s);
+/* Number of commands captured (CUDA: graph nodes). */
+TG_API size_t tg_graph_size(const tg_graph *g);
+/* Keeps pool alive as long as the graph (graph memory). */
+TG_API void tg_graph_keep_pool(tg_graph *g, tg_pool *pool);
+TG_API void tg_graph_free(tg_graph *g);
+
+/* Graph memory pools: allocations that must outlive a capture (static
+ * buffers) come from a pool. Refcounted: each storage allocated from it and
+ * each graph that keeps it hold a reference. */
+TG_API tg_status tg_pool_new(tg_device dev, tg_pool **out);
+TG_API tg_pool *tg_pool_retain(tg_pool *p);
+TG_API void tg_pool_release(tg_pool *p);
+/* Bytes handed out now / at most / reserved from the device. */
+TG_API void tg_pool_stats(const tg_pool *p, size_t *used, size_t *peak, size_t *reserved);
+/* While pushed, tg_tensor_new on the pool's device allocates from it (a
+ * per-thread stack). */
+TG_API tg_status tg_pool_push(tg_pool *p);
+TG_API void tg_pool_pop(tg_pool *p);
+
+/* ------------------------------------------------------------------ runtime (embedding)
+ * A runtime is a Lua 5.4 state with the tegraph library loaded
+ * (`tegraph` is require-able and also the global `tg`). */
+typedef struct tg_runtime tg_runtime;
+typedef int (*tg_lua_cfunction)(struct lua_State *L);
+
+/* Creates a runtime; NULL on allocation failure (message in tg_last_error). */
+TG_API tg_runtime *tg_runtime_new(void);
+TG_API void tg_runtime_free(tg_runtime *rt);
+/* Runs a script file with `arg` set like the lua interpreter (arg[0] =
+ * path, arg[1..argc] = argv). On a Lua error returns TG_ELUA and the message
+ * (first line "FILE:LINE: message", then a traceback) is in
+ * tg_runtime_error(). */
+TG_API tg_status tg_runtime_dofile(tg_runtime *rt, const char *path, int argc, char **argv);
+/* Runs a chunk of Lua code; chunkname as in lua_load (e.g. "=(command line)"). */
+TG_API tg_status tg_runtime_dostring(tg_runtime *rt, const char *code, const char *chunkname);
+/* The last error of this runtime ("" if none). */
+TG_API const char *tg_runtime_error(const tg_runtime *rt);
+/* The Lua state, for hosts that want the full Lua C API. */
+TG_API struct lua_State *tg_runtime_lua(tg_runtime *rt);
+/* Registers fn as the global `name` and as tegraph.host[name]. */
+TG_API tg_status tg_runtime_register(tg_runtime *rt, const char *name, tg_lua_cfunction fn);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TEGRAPH_H */

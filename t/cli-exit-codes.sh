@@ -1,0 +1,96 @@
+#!/bin/sh
+# cli-exit-codes.sh — the tegraph command exits 0/1/2 for success/script error/usage error and prints FILE:LINE: first.
+TEGRAPH="${TG_TOP_BUILDDIR:-.}/tegraph"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-cli.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+n=0
+fails=0
+ok() { # ok COND-STATUS DESCRIPTION
+    n=$((n + 1))
+    if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fails=$((fails + 1)); fi
+}
+# run ARGS...: sets rc, out, err
+run() {
+    "$TEGRAPH" "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    out=$(cat "$tmp/out")
+    err=$(cat "$tmp/err")
+}
+
+echo "1..23"
+
+run --version
+ok $((rc != 0)) "--version exits 0"
+case "$out" in "tegraph "[0-9]*.[0-9]*) r=0 ;; *) r=1 ;; esac
+ok $r "--version prints 'tegraph X.Y.Z' (got '$out')"
+
+run --help
+ok $((rc != 0)) "--help exits 0"
+case "$out" in *usage:*run*FILE.lua*) r=0 ;; *) r=1 ;; esac
+ok $r "--help prints the usage"
+
+run info
+ok $((rc != 0)) "info exits 0"
+case "$out" in *"build options:"*cpu*"default device:"*) r=0 ;; *) r=1 ;; esac
+ok $r "info lists build options, devices and the default device"
+
+cat >"$tmp/good.lua" <<'LUA'
+local t = tg.ones({2, 2}, {device = "cpu"})
+print("sum", t:sum(), "args", select("#", ...), arg[0] ~= nil, arg[1], arg[2])
+LUA
+run run "$tmp/good.lua" a b
+ok $((rc != 0)) "run of a good script exits 0"
+case "$out" in "sum	4.0	args	2	true	a	b") r=0 ;; *) r=1 ;; esac
+ok $r "the script sees its arguments in arg and ... (got '$out')"
+
+run "$tmp/good.lua" x y
+case "$out" in *"args	2	true	x	y") r=0 ;; *) r=1 ;; esac
+ok $((rc != 0 || r)) "tegraph FILE.lua is a shortcut for run"
+
+cat >"$tmp/bad.lua" <<'LUA'
+local a = tg.zeros({2, 3}, {device = "cpu"})
+local b = tg.zeros({3, 2}, {device = "cpu"})
+local c = a:add(b)
+LUA
+run run "$tmp/bad.lua"
+ok $((rc != 1)) "a script error exits 1 (got $rc)"
+first=$(head -n 1 "$tmp/err")
+case "$first" in "$tmp/bad.lua:3: add: shapes differ"*"[2,3]"*"[3,2]"*) r=0 ;; *) r=1 ;; esac
+ok $r "the first line of the error is FILE:LINE: message (got '$first')"
+case "$err" in *"stack traceback:"*) r=0 ;; *) r=1 ;; esac
+ok $r "a traceback follows"
+
+printf 'local x = = 1\n' >"$tmp/syntax.lua"
+run run "$tmp/syntax.lua"
+first=$(head -n 1 "$tmp/err")
+case "$first" in "$tmp/syntax.lua:1: "*) r=0 ;; *) r=1 ;; esac
+ok $((rc != 1 || r)) "a syntax error exits 1 with FILE:LINE: (got $rc, '$first')"
+
+run run "$tmp/missing.lua"
+ok $((rc != 1)) "a missing script exits 1 (got $rc)"
+
+run -e 'print(tg.zeros({3}, {device = "cpu"}):numel())'
+ok $((rc != 0)) "-e runs code"
+ok $([ "$out" = "3" ]; echo $?) "-e output (got '$out')"
+
+run -e 'error("nope")'
+case "$err" in "(command line):1: nope"*) r=0 ;; *) r=1 ;; esac
+ok $((rc != 1 || r)) "-e error exits 1 with (command line):1: (got $rc)"
+
+run frobnicate
+ok $((rc != 2)) "an unknown command exits 2 (got $rc)"
+case "$err" in *"unknown command 'frobnicate'"*usage:*) r=0 ;; *) r=1 ;; esac
+ok $r "and says so, with the usage"
+
+run run
+ok $((rc != 2)) "run without a file exits 2 (got $rc)"
+
+run --device tpu info
+ok $((rc != 2)) "a bad --device exits 2 (got $rc)"
+
+run --device cpu -e 'io.write(tg.default_device())'
+ok $((rc != 0)) "--device cpu before the command (got $rc, '$out' '$err')"
+ok $([ "$out" = "cpu" ]; echo $?) "--device cpu makes cpu the default device (got '$out')"
+
+[ "$n" -eq 23 ] || echo "# ran $n checks, planned 23"
+exit 0

@@ -1,0 +1,471 @@
+/* cuda-ops-match-cpu.c — every CUDA kernel gives the CPU backend's results on the same random inputs and seed. */
+#include "backend/backend.h"
+
+#include "tap.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef TG_HAVE_CUDA
+int main(void) { skip_all("no CUDA device (built without CUDA)"); }
+#else
+
+static const tg_device cpu = {TG_CPU, 0}, gpu = {TG_CUDA, 0};
+static tg_stream *cs, *gs; /* the current streams of both devices */
+
+/* ------------------------------------------------------------------ host random numbers (xorshift64*) */
+static uint64_t rs;
+static uint64_t rnd_u64(void)
+{
+    rs ^= rs >> 12, rs ^= rs << 25, rs ^= rs >> 27;
+    return rs * 2685821657736338717ull;
+}
+static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * 0x1p-53; } /* [0, 1) */
+static double rnd_normal(void) { return sqrt(-2 * log(1 - rnd_unit())) * cos(6.283185307179586 * rnd_unit()); }
+
+/* ------------------------------------------------------------------ paired buffers: the same bytes on both devices */
+struct pair {
+    void *c, *g; /* CPU backend memory, CUDA memory */
+    size_t bytes;
+};
+
+static struct pair pair_new(size_t bytes)
+{
+    struct pair p = {.bytes = bytes};
+    if (tg_backend_cpu.alloc(0, bytes, &p.c) != TG_OK || tg_backend_cuda.alloc(0, bytes, &p.g) != TG_OK)
+        bail_out("alloc %zu: %s", bytes, tg_last_error());
+    return p;
+}
+
+static void pair_free(struct pair *p)
+{
+    tg_backend_cpu.free(0, p->c);
+    tg_backend_cuda.free(0, p->g);
+}
+
+/* Both copies = host bytes. */
+static void pair_set(struct pair *p, const void *host)
+{
+    memcpy(p->c, host, p->bytes);
+    if (tg_backend_cuda.memcpy(gs, p->g, host, p->bytes, TG_H2D) != TG_OK) bail_out("H2D: %s", tg_last_error());
+}
+
+/* NaN in every float (all bits set is NaN in f32 and bf16), so elements a kernel forgets to write show. */
+static void pair_poison(struct pair *p)
+{
+    void *h = malloc(p->bytes);
+    memset(h, 0xff, p->bytes);
+    pair_set(p, h);
+    free(h);
+}
+
+/* The CUDA copy, on the host (caller frees). */
+static void *pair_gpu(const struct pair *p)
+{
+    void *h = malloc(p->bytes);
+    if (tg_backend_cuda.memcpy(gs, h, p->g, p->bytes, TG_D2H) != TG_OK) bail_out("D2H: %s", tg_last_error());
+    return h;
+}
+
+static void sync_both(void)
+{
+    if (tg_backend_cpu.stream_sync(cs) != TG_OK || tg_backend_cuda.stream_sync(gs) != TG_OK)
+        bail_out("sync: %s", tg_last_error());
+}
+
+static int run_ok(tg_status a, tg_status b, const char *what)
+{
+    if (a == TG_OK && b == TG_OK) return 1;
+    ok(0, "%s: cpu %s, cuda %s: %s", what, tg_status_name(a), tg_status_name(b), tg_last_error());
+    return 0;
+}
+
+static double elem(const void *p, tg_dtype dt, size_t i)
+{
+    switch (dt) {
+    case TG_F32: return ((const float *)p)[i];
+    case TG_BF16: return tg_bf16_to_f32(((const uint16_t *)p)[i]);
+    case TG_I32: return ((const int32_t *)p)[i];
+    default: return ((const uint16_t *)p)[i];
+    }
+}
+
+/* Bytes identical (NaN payloads included). */
+static void check_exact(const struct pair *p, const char *what)
+{
+    unsigned char *g = pair_gpu(p);
+    size_t first = p->bytes;
+    for (size_t i = 0; i < p->bytes && first == p->bytes; i++)
+        if (g[i] != ((unsigned char *)p->c)[i]) first = i;
+    ok(first == p->bytes, "%s: bytes identical", what);
+    if (first != p->bytes) diag("first difference at byte %zu of %zu", first, p->bytes);
+    free(g);
+}
+
+/* ||gpu - cpu|| / ||cpu|| over n elements <= tol, with NaN in the same places. */
+static void check_close(const struct pair *p, tg_dtype dt, size_t n, double tol, const char *what)
+{
+    void *g = pair_gpu(p);
+    double num = 0, den = 0, maxd = 0;
+    size_t nan_mismatch = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = elem(g, dt, i), y = elem(p->c, dt, i);
+        if (isnan(x) || isnan(y)) {
+            nan_mismatch += isnan(x) != isnan(y);
+            continue;
+        }
+        num += (x - y) * (x - y), den += y * y;
+        if (fabs(x - y) > maxd) maxd = fabs(x - y);
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    ok(nan_mismatch == 0 && rel <= tol, "%s: relative L2 %.3g <= %g", what, rel, tol);
+    if (nan_mismatch) diag("%zu elements NaN on one backend only", nan_mismatch);
+    if (rel > 0) diag("%s: relative L2 %.3g, max |diff| %.3g", what, rel, maxd);
+    free(g);
+}
+
+/* Random f32 values with the special cases kernels get wrong. */
+static void fill_specials(float *v, size_t n, double scale)
+{
+    static const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 1.00390625f /* bf16 tie, to even (down) */,
+                                    1.01171875f /* bf16 tie, up */, 65535.5f, 65536.0f, -70000.0f, 3e9f, -3e9f,
+                                    1e-40f /* subnormal */, 3.4e38f /* rounds to bf16 inf */, INFINITY, -INFINITY, NAN};
+    for (size_t i = 0; i < n; i++)
+        v[i] = i < sizeof special / sizeof special[0] ? special[i] : (float)(scale * rnd_normal());
+}
+
+/* ------------------------------------------------------------------ fill, cast */
+static const tg_dtype all_dt[] = {TG_F32, TG_BF16, TG_I32, TG_U16};
+
+static void test_fill(void)
+{
+    const double values[] = {1.5, -3.14159265, 1e10, -1e10, 0.1};
+    const int64_t n = 1037;
+    for (int d = 0; d < 4; d++) {
+        for (size_t v = 0; v < sizeof values / sizeof values[0]; v++) {
+            struct pair p = pair_new((size_t)n * tg_dtype_size(all_dt[d]));
+            pair_poison(&p);
+            struct tg_fill_args a = {.dst = NULL, .dt = all_dt[d], .n = n, .value = values[v]};
+            a.dst = p.c;
+            tg_status sc = tg_backend_cpu.fill(cs, &a);
+            a.dst = p.g;
+            tg_status sg = tg_backend_cuda.fill(gs, &a);
+            sync_both();
+            char what[64];
+            snprintf(what, sizeof what, "fill %s %g", tg_dtype_name(all_dt[d]), values[v]);
+            if (run_ok(sc, sg, what)) check_exact(&p, what);
+            pair_free(&p);
+        }
+    }
+}
+
+static void random_elems(void *h, tg_dtype dt, size_t n)
+{
+    if (dt == TG_I32) {
+        for (size_t i = 0; i < n; i++) ((int32_t *)h)[i] = (int32_t)(uint32_t)rnd_u64() >> (int)(rnd_u64() % 31);
+    } else if (dt == TG_U16) {
+        for (size_t i = 0; i < n; i++) ((uint16_t *)h)[i] = (uint16_t)rnd_u64();
+    } else {
+        float *f = malloc(n * sizeof *f);
+        fill_specials(f, n, 1e4);
+        for (size_t i = 0; i < n; i++) {
+            if (dt == TG_F32) ((float *)h)[i] = f[i];
+            else ((uint16_t *)h)[i] = tg_f32_to_bf16(f[i]);
+        }
+        free(f);
+    }
+}
+
+static void test_cast(void)
+{
+    const int64_t n = 4099;
+    for (int s = 0; s < 4; s++) {
+        for (int d = 0; d < 4; d++) {
+            tg_dtype sd = all_dt[s], dd = all_dt[d];
+            struct pair src = pair_new((size_t)n * tg_dtype_size(sd)), dst = pair_new((size_t)n * tg_dtype_size(dd));
+            void *h = malloc(src.bytes);
+            random_elems(h, sd, (size_t)n);
+            pair_set(&src, h);
+            free(h);
+            pair_poison(&dst);
+            struct tg_cast_args a = {.src = src.c, .src_dt = sd, .dst = dst.c, .dst_dt = dd, .n = n};
+            tg_status sc = tg_backend_cpu.cast(cs, &a);
+            a.src = src.g, a.dst = dst.g;
+            tg_status sg = tg_backend_cuda.cast(gs, &a);
+            sync_both();
+            char what[64];
+            snprintf(what, sizeof what, "cast %s -> %s", tg_dtype_name(sd), tg_dtype_name(dd));
+            if (run_ok(sc, sg, what)) check_exact(&dst, what);
+            pair_free(&src), pair_free(&dst);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ binary, axpby */
+
+/* n random floats of dtype dt (rounded to bf16 when dt is bf16), away from 0 when nonzero. */
+static struct pair random_pair(tg_dtype dt, size_t n, int nonzero)
+{
+    struct pair p = pair_new(n * tg_dtype_size(dt));
+    void *h = malloc(p.bytes);
+    for (size_t i = 0; i < n; i++) {
+        double v = rnd_normal();
+        if (nonzero) v = (v < 0 ? -0.5 : 0.5) + v;
+        if (dt == TG_F32) ((float *)h)[i] = (float)v;
+        else ((uint16_t *)h)[i] = tg_f32_to_bf16((float)v);
+    }
+    pair_set(&p, h);
+    free(h);
+    return p;
+}
+
+static double tol_of(tg_dtype dt) { return dt == TG_BF16 ? 1e-2 : 1e-5; }
+
+static void test_binary(void)
+{
+    static const char *names[] = {"add", "sub", "mul", "div"};
+    const int64_t n = 100003;
+    for (int d = 0; d < 2; d++) {
+        tg_dtype dt = all_dt[d];
+        for (int op = TG_ADD; op <= TG_DIV; op++) {
+            for (int alias = 0; alias < 2; alias++) {
+                struct pair a = random_pair(dt, (size_t)n, 0), b = random_pair(dt, (size_t)n, 1);
+                struct pair o = pair_new((size_t)n * tg_dtype_size(dt));
+                pair_poison(&o);
+                struct pair *out = alias ? &a : &o; /* out = a op b in place */
+                struct tg_binary_args x = {.op = (tg_binop)op, .a = a.c, .b = b.c, .out = out->c, .dt = dt, .n = n};
+                tg_status sc = tg_backend_cpu.binary(cs, &x);
+                x.a = a.g, x.b = b.g, x.out = out->g;
+                tg_status sg = tg_backend_cuda.binary(gs, &x);
+                sync_both();
+                char what[64];
+                snprintf(what, sizeof what, "binary %s %s%s", names[op], tg_dtype_name(dt), alias ? " (out aliases a)" : "");
+                if (run_ok(sc, sg, what)) check_close(out, dt, (size_t)n, tol_of(dt), what);
+                pair_free(&a), pair_free(&b), pair_free(&o);
+            }
+        }
+    }
+}
+
+static void test_axpby(void)
+{
+    const float coef[][2] = {{0.5f, 0.0f}, {1.25f, -0.75f}, {-2.0f, 1.0f}};
+    const int64_t n = 77777;
+    for (int d = 0; d < 2; d++) {
+        tg_dtype dt = all_dt[d];
+        for (int c = 0; c < 3; c++) {
+            struct pair x = random_pair(dt, (size_t)n, 0), y = random_pair(dt, (size_t)n, 0);
+            if (coef[c][1] == 0.0f) pair_poison(&y); /* beta == 0 must overwrite NaN */
+            struct tg_axpby_args a = {.x = x.c, .y = y.c, .dt = dt, .n = n, .alpha = coef[c][0], .beta = coef[c][1]};
+            tg_status sc = tg_backend_cpu.axpby(cs, &a);
+            a.x = x.g, a.y = y.g;
+            tg_status sg = tg_backend_cuda.axpby(gs, &a);
+            sync_both();
+            char what[64];
+            snprintf(what, sizeof what, "axpby %s alpha=%g beta=%g", tg_dtype_name(dt), coef[c][0], coef[c][1]);
+            if (run_ok(sc, sg, what)) {
+                check_close(&y, dt, (size_t)n, tol_of(dt), what);
+                if (coef[c][1] == 0.0f) {
+                    double m = 0;
+                    float *g = pair_gpu(&y);
+                    for (int64_t i = 0; i < n; i++) m += isnan(elem(g, dt, (size_t)i));
+                    is_int((long long)m, 0, "%s: no NaN left from the poisoned y", what);
+                    free(g);
+                }
+            }
+            pair_free(&x), pair_free(&y);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ gemm */
+struct gemm_case {
+    int64_t m, n, k, batch;
+    int ta, tb;
+    tg_dtype ab, c;
+    float alpha, beta;
+    int pad; /* extra elements per row (ld) and between batch matrices */
+};
+
+/* A random matrix batch of rows x cols with leading dim cols + pad; padding holds NaN. */
+static struct pair random_matrix(tg_dtype dt, int64_t batch, int64_t rows, int64_t cols, int pad, int64_t *ld,
+                                 int64_t *stride, int nan_all)
+{
+    *ld = cols + pad;
+    *stride = rows * *ld + pad;
+    size_t n = (size_t)(*stride * batch);
+    struct pair p = pair_new(n * tg_dtype_size(dt));
+    void *h = malloc(p.bytes);
+    for (size_t i = 0; i < n; i++) {
+        int64_t in_b = (int64_t)i % *stride, col = in_b % *ld;
+        int inside = in_b < rows * *ld && col < cols && !nan_all;
+        float v = inside ? (float)rnd_normal() : NAN;
+        if (dt == TG_F32) ((float *)h)[i] = v;
+        else ((uint16_t *)h)[i] = tg_f32_to_bf16(v);
+    }
+    pair_set(&p, h);
+    free(h);
+    return p;
+}
+
+static void test_gemm(void)
+{
+    struct gemm_case cases[64];
+    int nc = 0;
+    const tg_dtype types[][2] = {{TG_F32, TG_F32}, {TG_BF16, TG_BF16}, {TG_BF16, TG_F32}};
+    for (int t = 0; t < 3; t++) {
+        for (int tr = 0; tr < 4; tr++) {
+            cases[nc++] = (struct gemm_case){37, 29, 51, 1, tr & 1, tr >> 1, types[t][0], types[t][1], 1.0f, 0.0f, 0};
+            cases[nc++] = (struct gemm_case){64, 96, 128, 3, tr & 1, tr >> 1, types[t][0], types[t][1], 0.5f, 1.0f, 3};
+        }
+        cases[nc++] = (struct gemm_case){256, 384, 512, 2, 0, 1, types[t][0], types[t][1], 1.0f, 0.0f, 0};
+        cases[nc++] = (struct gemm_case){1, 300, 17, 1, 1, 0, types[t][0], types[t][1], -1.5f, 0.25f, 1};
+        cases[nc++] = (struct gemm_case){5, 7, 0, 2, 0, 0, types[t][0], types[t][1], 1.0f, 0.5f, 0}; /* k == 0: C *= beta */
+    }
+    for (int i = 0; i < nc; i++) {
+        struct gemm_case *g = &cases[i];
+        struct tg_gemm_args a = {.trans_a = g->ta, .trans_b = g->tb, .m = g->m, .n = g->n, .k = g->k, .batch = g->batch,
+                                 .alpha = g->alpha, .beta = g->beta, .a_dt = g->ab, .b_dt = g->ab, .c_dt = g->c};
+        struct pair A = random_matrix(g->ab, g->batch, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->pad, &a.lda,
+                                      &a.stride_a, 0);
+        struct pair B = random_matrix(g->ab, g->batch, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->pad, &a.ldb,
+                                      &a.stride_b, 0);
+        struct pair C = random_matrix(g->c, g->batch, g->m, g->n, g->pad, &a.ldc, &a.stride_c, g->beta == 0.0f);
+        a.a = A.c, a.b = B.c, a.c = C.c;
+        tg_status sc = tg_backend_cpu.gemm(cs, &a);
+        a.a = A.g, a.b = B.g, a.c = C.g;
+        tg_status sg = tg_backend_cuda.gemm(gs, &a);
+        sync_both();
+        char what[160];
+        snprintf(what, sizeof what, "gemm %lldx%lldx%lld batch %lld%s%s %s->%s alpha=%g beta=%g pad %d", (long long)g->m,
+                 (long long)g->n, (long long)g->k, (long long)g->batch, g->ta ? " A^T" : "", g->tb ? " B^T" : "",
+                 tg_dtype_name(g->ab), tg_dtype_name(g->c), g->alpha, g->beta, g->pad);
+        if (run_ok(sc, sg, what)) {
+            size_t n = C.bytes / tg_dtype_size(g->c);
+            check_close(&C, g->c, n, g->c == TG_BF16 ? 1e-2 : 1e-5, what);
+            /* every element inside the matrices written (no NaN left), padding untouched (still NaN) */
+            void *h = pair_gpu(&C);
+            size_t bad = 0;
+            for (size_t e = 0; e < n; e++) {
+                int64_t in_b = (int64_t)e % a.stride_c, col = in_b % a.ldc;
+                int inside = in_b < g->m * a.ldc && col < g->n;
+                bad += inside == !!isnan(elem(h, g->c, e));
+            }
+            is_int((long long)bad, 0, "%s: all of C written, padding untouched", what);
+            free(h);
+        }
+        pair_free(&A), pair_free(&B), pair_free(&C);
+    }
+}
+
+/* ------------------------------------------------------------------ reduce */
+static void test_reduce(void)
+{
+    static const char *names[] = {"sum", "max_abs", "max_abs_diff", "sumsq"};
+    const int64_t sizes[] = {1, 1000, (1 << 20) + 3};
+    for (int d = 0; d < 2; d++) {
+        tg_dtype dt = all_dt[d];
+        for (int op = TG_REDUCE_SUM; op <= TG_REDUCE_SUMSQ; op++) {
+            for (int si = 0; si < 3; si++) {
+                for (int with_nan = 0; with_nan < 2; with_nan++) {
+                    if (with_nan && si != 1) continue;
+                    int64_t n = sizes[si];
+                    struct pair a = random_pair(dt, (size_t)n, 0), b = random_pair(dt, (size_t)n, 0);
+                    struct pair out = pair_new(sizeof(float));
+                    pair_poison(&out);
+                    if (with_nan) { /* one NaN in the middle of a */
+                        float nanv = NAN;
+                        uint16_t nanb = 0x7fc0;
+                        size_t at = (size_t)n / 2 * tg_dtype_size(dt);
+                        const void *src = dt == TG_F32 ? (const void *)&nanv : (const void *)&nanb;
+                        memcpy((char *)a.c + at, src, tg_dtype_size(dt));
+                        tg_backend_cuda.memcpy(gs, (char *)a.g + at, src, tg_dtype_size(dt), TG_H2D);
+                    }
+                    struct tg_reduce_args r = {.op = (tg_reduce_op)op, .a = a.c, .b = b.c, .dt = dt, .n = n, .out = out.c};
+                    tg_status sc = tg_backend_cpu.reduce(cs, &r);
+                    r.a = a.g, r.b = b.g, r.out = out.g;
+                    tg_status sg = tg_backend_cuda.reduce(gs, &r);
+                    sync_both();
+                    char what[96];
+                    snprintf(what, sizeof what, "reduce %s %s n=%lld%s", names[op], tg_dtype_name(dt), (long long)n,
+                             with_nan ? " with a NaN" : "");
+                    if (run_ok(sc, sg, what)) {
+                        float *g = pair_gpu(&out), c = *(float *)out.c;
+                        if (with_nan) {
+                            ok(isnan(*g) && isnan(c), "%s: NaN on both (cpu %g, cuda %g)", what, c, *g);
+                        } else {
+                            /* both sum in f64; they differ by the f32 rounding and the order */
+                            double scale = op == TG_REDUCE_SUM ? sqrt((double)n) + fabs(c) : fabs(c);
+                            is_near(*g, c, 1e-5 * scale + 1e-30, "%s", what);
+                        }
+                        free(g);
+                    }
+                    pair_free(&a), pair_free(&b), pair_free(&out);
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ rand */
+static void test_rand(void)
+{
+    const uint64_t offsets[] = {0, 5, (1ull << 32) + 7};
+    const int64_t n = 100001; /* not a multiple of 4: the last counter is cut */
+    for (int d = 0; d < 2; d++) {
+        tg_dtype dt = all_dt[d];
+        for (int dist = TG_RAND_UNIFORM; dist <= TG_RAND_NORMAL; dist++) {
+            for (int o = 0; o < 3; o++) {
+                struct pair p = pair_new((size_t)n * tg_dtype_size(dt));
+                pair_poison(&p);
+                struct tg_rand_args a = {.dst = p.c, .dt = dt, .n = n, .dist = (tg_rand_dist)dist,
+                                         .a = dist == TG_RAND_UNIFORM ? -2.0 : 0.5,
+                                         .b = dist == TG_RAND_UNIFORM ? 3.0 : 2.0, .seed = rnd_u64(), .offset = offsets[o]};
+                tg_status sc = tg_backend_cpu.rand(cs, &a);
+                a.dst = p.g;
+                tg_status sg = tg_backend_cuda.rand(gs, &a);
+                sync_both();
+                char what[96];
+                snprintf(what, sizeof what, "rand %s %s offset %llu", dist == TG_RAND_UNIFORM ? "uniform" : "normal",
+                         tg_dtype_name(dt), (unsigned long long)offsets[o]);
+                if (!run_ok(sc, sg, what)) {
+                } else if (dist == TG_RAND_UNIFORM) {
+                    check_exact(&p, what);
+                } else {
+                    /* f64 log/sin/cos of glibc and CUDA may differ in the last bit */
+                    check_close(&p, dt, (size_t)n, dt == TG_BF16 ? 1e-2 : 1e-6, what);
+                }
+                pair_free(&p);
+            }
+        }
+    }
+}
+
+int main(void)
+{
+    if (tg_device_count(TG_CUDA) == 0) skip_all("no CUDA device");
+    plan(NO_PLAN);
+    const char *env = getenv("TG_TEST_SEED");
+    rs = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    if (!rs) rs = 1;
+    diag("random inputs from TG_TEST_SEED=%llu", (unsigned long long)rs);
+    cs = tg_stream_current(cpu);
+    gs = tg_stream_current(gpu);
+    if (!cs || !gs) bail_out("streams: %s", tg_last_error());
+    char name[256];
+    size_t total = 0;
+    if (tg_device_describe(gpu, name, sizeof name, &total) == TG_OK) diag("cuda:0 is %s, %zu MiB", name, total >> 20);
+
+    test_fill();
+    test_cast();
+    test_binary();
+    test_axpby();
+    test_gemm();
+    test_reduce();
+    test_rand();
+    return done_testing();
+}
+#endif

@@ -1,0 +1,1 @@
+# t/gpt.mk — tests of the gpt area.

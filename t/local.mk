@@ -1,0 +1,9 @@
+# t: TAP tests. C programs are named for what they prove; GPU tests skip without a device.
+EXTRA_DIST += t/lib/tap.lua
+include $(srcdir)/t/core.mk
+include $(srcdir)/t/lua.mk
+include $(srcdir)/t/cuda.mk
+include $(srcdir)/t/nn-ops.mk
+include $(srcdir)/t/nn.mk
+include $(srcdir)/t/gpt.mk
+include $(srcdir)/t/schedule.mk

@@ -1,0 +1,13 @@
+# t/lua.mk — tests of the lua area: Lua scripts run by `tegraph run`, shell tests of the CLI,
+# the stock interpreter and the embedding example.
+LUA_TESTS = \
+	t/lua-tensor-api.lua \
+	t/lua-errors-name-the-problem.lua \
+	t/lua-capture-replay.lua
+LUA_SH_TESTS = \
+	t/cli-exit-codes.sh \
+	t/require-from-stock-lua.sh \
+	t/embed-host-example.sh \
+	t/examples-hello-runs.sh
+TESTS += $(LUA_TESTS) $(LUA_SH_TESTS)
+EXTRA_DIST += $(LUA_TESTS) $(LUA_SH_TESTS)

@@ -1,0 +1,8 @@
+# t/schedule.mk — tests of the pipeline schedule library (lua/tegraph/schedule), run by `tegraph run`.
+SCHEDULE_TESTS = \
+	t/schedule-generators-pass-validate.lua \
+	t/schedule-bubbles-match-formulas.lua \
+	t/schedule-validate-names-the-offender.lua \
+	t/schedule-svg-and-cli.lua
+TESTS += $(SCHEDULE_TESTS)
+EXTRA_DIST += $(SCHEDULE_TESTS)
