@@ -136,7 +136,9 @@ int main(void)
         tg_tensor *lg = keep(F32(6, 9)), *lg3 = keep(F32(2, 3, 9)), *t = keep(I32(6)), *t5 = keep(I32(5)), *tf = keep(F32(6));
         tg_tensor *loss = keep(F32(2)), *loss3 = keep(F32(3)), *lossb = keep(BF16(2)), *ls = keep(F32(6)), *ls5 = keep(F32(5));
         tg_tensor *dl = keep(F32(6, 9)), *dl8 = keep(F32(6, 8));
-        rejects(tg_cross_entropy_forward(loss, ls, lg3, t, -1), "cross_entropy_forward", "[2,3,9]", NULL, "3-D logits");
+        rejects(tg_cross_entropy_forward(loss, ls, lg3, t5, -1), "cross_entropy_forward", "[2,3,9]", "[5]",
+                "targets [5] for logits [2,3,9] (6 rows)");
+        ok(tg_cross_entropy_forward(loss, ls, lg3, t, -1) == TG_OK, "cross_entropy_forward takes logits (..., V) as rows");
         rejects(tg_cross_entropy_forward(loss, ls, lg, t5, -1), "cross_entropy_forward", "[6,9]", "[5]", "targets [5]");
         rejects(tg_cross_entropy_forward(loss, ls, lg, tf, -1), "cross_entropy_forward", "[6] f32", NULL, "f32 targets");
         rejects(tg_cross_entropy_forward(loss3, ls, lg, t, -1), "cross_entropy_forward", "[3]", NULL, "loss [3]");

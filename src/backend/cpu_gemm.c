@@ -135,7 +135,7 @@ static int gemm_blocked(const struct tg_gemm_args *g)
     float *ws = cpu_aligned_alloc((size_t)nthreads * WS_FLOATS * sizeof(float));
     if (!ws) return 0;
     double flops = 2.0 * (double)g->batch * (double)g->m * (double)g->n * (double)g->k;
-#pragma omp parallel for schedule(dynamic) if (ntiles > 1 && flops > 4e5)
+#pragma omp parallel for schedule(dynamic) if (ntiles > 1 && flops > 2e6)
     for (int64_t t = 0; t < ntiles; t++) {
         int tid = 0;
 #ifdef _OPENMP

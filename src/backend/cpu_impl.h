@@ -15,7 +15,7 @@ tg_status cpu_submit(tg_stream *s, cpu_fn fn, const void *args, size_t size);
 
 /* Elementwise loops above this many elements run with OpenMP; results never
  * depend on the thread count. */
-#define CPU_PAR_MIN 16384
+#define CPU_PAR_MIN 65536
 
 /* Kernel entries of the vtable (cpu_kernels.c, cpu_gemm.c). */
 tg_status cpu_fill(tg_stream *s, const struct tg_fill_args *a);

@@ -1,7 +1,7 @@
 /* cuda.c — the CUDA backend: devices, caching allocator, streams, graph capture and kernel dispatch. */
 #include "backend/cuda_impl.h"
 
-#include "../kernels/kernels.h" /* kernels/ is not on the C include path */
+#include "kernels.h" /* kernels/ is not on the C include path */
 
 #include <math.h>
 #include <pthread.h>

@@ -1,7 +1,7 @@
 /* cuda_gemm.c — row-major batched GEMM through cuBLASLt (f32 accumulation), capturable. */
 #include "backend/cuda_impl.h"
 
-#include "../kernels/kernels.h" /* kernels/ is not on the C include path */
+#include "kernels.h" /* kernels/ is not on the C include path */
 
 #include <pthread.h>
 #include <string.h>

@@ -2,6 +2,8 @@
 #include "config.h"
 #include "tegraph.h"
 
+#include <lua.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,9 @@ static void usage(FILE *f)
           "  run FILE.lua [ARGS...]   run a Lua script (arg[0] = FILE.lua, arg[1..] = ARGS)\n"
           "  FILE.lua [ARGS...]       the same as run\n"
           "  -e CODE                  run a chunk of Lua code\n"
+          "  schedule NAME -p P -m M [--svg FILE]\n"
+          "                           print a pipeline schedule (gpipe, 1f1b, interleaved, zb_h1, zb_v, all)\n"
+          "                           and its simulated bubble fraction\n"
           "  info                     version, build options, backends and devices\n"
           "  --help                   this message\n"
           "  --version                the version\n"
@@ -91,6 +96,39 @@ static int run(const char *path, const char *code, int argc, char **argv)
     return st == TG_OK ? EXIT_OK : EXIT_SCRIPT;
 }
 
+/* `tegraph schedule NAME --stages P --microbatches M [--svg FILE]`: the schedule
+ * library's cli() prints the table and the simulated bubble; its return value
+ * is the exit status. */
+static int cmd_schedule(int argc, char **argv)
+{
+    tg_runtime *rt = tg_runtime_new();
+    if (rt == NULL) {
+        fprintf(stderr, "tegraph: %s\n", tg_last_error());
+        return EXIT_SCRIPT;
+    }
+    lua_State *L = tg_runtime_lua(rt);
+    lua_createtable(L, argc, 0); /* +1: the arguments after "schedule" */
+    for (int k = 0; k < argc; k++) {
+        lua_pushstring(L, argv[k]);
+        lua_rawseti(L, -2, k + 1);
+    }
+    lua_setglobal(L, "TG_SCHEDULE_ARGS");
+    tg_status st = tg_runtime_dostring(rt, "TG_SCHEDULE_STATUS = require('tegraph.schedule').cli(TG_SCHEDULE_ARGS)",
+                                       "=(tegraph schedule)");
+    int status = EXIT_SCRIPT;
+    if (st != TG_OK) {
+        fflush(stdout);
+        fprintf(stderr, "%s\n", tg_runtime_error(rt));
+    } else {
+        lua_getglobal(L, "TG_SCHEDULE_STATUS"); /* +1 */
+        status = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : EXIT_SCRIPT;
+        lua_pop(L, 1);
+    }
+    tg_runtime_free(rt);
+    fflush(stdout);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     int i = 1;
@@ -129,6 +167,7 @@ int main(int argc, char **argv)
         if (i + 2 < argc) return usage_error("-e takes one argument (unexpected '%s')", argv[i + 2]);
         return run(NULL, argv[i + 1], 0, NULL);
     }
+    if (strcmp(cmd, "schedule") == 0) return cmd_schedule(argc - i - 1, argv + i + 1);
     if (strcmp(cmd, "run") == 0) {
         if (i + 1 >= argc) return usage_error("%s", "run needs a script: tegraph run FILE.lua [ARGS...]");
         return run(argv[i + 1], NULL, argc - i - 2, argv + i + 2);

@@ -555,13 +555,13 @@ tg_status tg_embedding_backward_dw(tg_tensor *dwte, tg_tensor *dwpe, const tg_te
 }
 
 /* ------------------------------------------------------------------ cross-entropy */
+/* logits (..., V) as rows (N, V), V >= 1; targets: N i32 of any shape. */
 static tg_status logits_check(const char *op, const tg_tensor *logits, const tg_tensor *targets)
 {
     char x[96];
     TG_TRY(activation(op, "logits", logits));
-    if (logits->ndim != 2 || logits->shape[1] < 1)
-        return tg_error(TG_EINVAL, "%s: logits %s must be (N, V)", op, desc(logits, x, sizeof x));
-    return ids(op, "logits", logits, "targets", targets, logits->shape[0]);
+    if (cols(logits) < 1) return tg_error(TG_EINVAL, "%s: logits %s must be (N, V) with V >= 1", op, desc(logits, x, sizeof x));
+    return ids(op, "logits", logits, "targets", targets, rows(logits));
 }
 
 static tg_status loss_check(const char *op, const tg_tensor *logits, const tg_tensor *loss)
@@ -582,12 +582,12 @@ tg_status tg_cross_entropy_forward(tg_tensor *loss, tg_tensor *losses, const tg_
     TG_TRY(stream_for(op, "logits", logits, &s));
     tg_status st = logits_check(op, logits, targets);
     if (st == TG_OK) st = loss_check(op, logits, loss);
-    if (st == TG_OK) st = stat(op, "logits", logits, "losses", losses, logits->shape[0]);
+    if (st == TG_OK) st = stat(op, "logits", logits, "losses", losses, rows(logits));
     struct tg_cross_entropy_forward_args a = {0};
     if (st == TG_OK)
         a = (struct tg_cross_entropy_forward_args){.loss = tg_tensor_data(loss), .losses = tg_tensor_data(losses),
                                                    .logits = tg_tensor_data(logits), .targets = tg_tensor_data(targets),
-                                                   .dt = logits->dtype, .n = logits->shape[0], .v = logits->shape[1],
+                                                   .dt = logits->dtype, .n = rows(logits), .v = cols(logits),
                                                    .ignore_index = ignore_index};
     ISSUE(s, op, cross_entropy_forward, &a, st);
 }
@@ -606,7 +606,7 @@ tg_status tg_cross_entropy_backward(tg_tensor *dlogits, const tg_tensor *logits,
     if (st == TG_OK)
         a = (struct tg_cross_entropy_backward_args){.dlogits = tg_tensor_data(dlogits), .logits = tg_tensor_data(logits),
                                                     .targets = tg_tensor_data(targets), .loss = tg_tensor_data(loss),
-                                                    .dt = logits->dtype, .n = logits->shape[0], .v = logits->shape[1],
+                                                    .dt = logits->dtype, .n = rows(logits), .v = cols(logits),
                                                     .dloss = (float)dloss, .ignore_index = ignore_index};
     ISSUE(s, op, cross_entropy_backward, &a, st);
 }

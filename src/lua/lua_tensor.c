@@ -261,6 +261,13 @@ static int t_tostring(lua_State *L)
         return 1;
     }
     tg_tensor *t = u->t;
+    /* The first few values, read through a view so a large tensor is not
+     * copied whole; the view is freed before anything here can raise. */
+    int64_t n = tg_tensor_numel(t), k = n < 8 ? n : 8;
+    double vals[8];
+    tg_tensor *head = NULL;
+    int have = k > 0 && tg_tensor_view(t, 0, 1, &k, &head) == TG_OK && tg_tensor_read_f64(head, vals, (size_t)k) == TG_OK;
+    tg_tensor_free(head);
     luaL_buffinit(L, &b);
     lua_pushfstring(L, "tegraph.Tensor %s %s %s", tg_dtype_name(tg_tensor_dtype(t)), tg_tensor_shape_str(t, sh, sizeof sh),
                     tg_device_str(tg_tensor_device(t), dev, sizeof dev));
@@ -269,11 +276,7 @@ static int t_tostring(lua_State *L)
         lua_pushfstring(L, " '%s'", tg_tensor_name(t));
         luaL_addvalue(&b);
     }
-    /* The first few values, read through a view so a large tensor is not copied whole. */
-    int64_t n = tg_tensor_numel(t), k = n < 8 ? n : 8;
-    double vals[8];
-    tg_tensor *head = NULL;
-    if (k > 0 && tg_tensor_view(t, 0, 1, &k, &head) == TG_OK && tg_tensor_read_f64(head, vals, (size_t)k) == TG_OK) {
+    if (have) {
         luaL_addstring(&b, " {");
         for (int64_t i = 0; i < k; i++) {
             char num[32];
@@ -282,7 +285,6 @@ static int t_tostring(lua_State *L)
         }
         luaL_addstring(&b, n > k ? ", ...}" : "}");
     }
-    tg_tensor_free(head);
     luaL_pushresult(&b);
     return 1;
 }

@@ -91,7 +91,7 @@ double tg_param_wgrad_accumulate(const tg_param *p)
      * accumulate (the grad buffers are zeroed at the start of a step). */
     if (!eng.open || tg_device_capturing(tg_tensor_device(p->data))) return 1.0;
     if (p->step_seen != eng.count) return 0.0;
-    return p->contributed > 0 ? 1.0 : 0.0;
+    return 1.0;
 }
 
 tg_status tg_param_wgrad_done(tg_param *p, int mb)
