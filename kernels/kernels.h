@@ -59,6 +59,67 @@ cudaError_t tg_cuda_reduce(int op, const void *a, const void *b, tg_dtype dt, in
 cudaError_t tg_cuda_rand(void *dst, tg_dtype dt, int64_t n, int dist, double a, double b, uint64_t seed,
                          uint64_t offset, cudaStream_t st);
 
+/* ------------------------------------------------------------------ transformer kernels
+ * Semantics of struct tg_*_args in src/backend/backend.h (the CPU reference
+ * in src/backend/cpu_nn.c); every one deterministic (no float atomics: sums
+ * over rows run in two stages in a fixed order). `scratch` is per-stream
+ * device memory (tg_cuda_nn_scratch), reused by the next call on the stream;
+ * a call whose partial sums do not fit returns cudaErrorInvalidValue. */
+
+cudaError_t tg_cuda_layernorm_forward(void *y, float *mean, float *rstd, const void *x, const void *gamma,
+                                      const void *beta, tg_dtype dt, int64_t n, int64_t c, float eps, cudaStream_t st);
+cudaError_t tg_cuda_layernorm_backward(void *dx, const void *dy, const void *x, const void *gamma, const float *mean,
+                                       const float *rstd, tg_dtype dt, int64_t n, int64_t c, cudaStream_t st);
+cudaError_t tg_cuda_layernorm_backward_dw(void *dgamma, void *dbeta, const void *dy, const void *x, const float *mean,
+                                          const float *rstd, tg_dtype dt, tg_dtype dw_dt, int64_t n, int64_t c,
+                                          float accumulate, float *scratch, size_t scratch_bytes, cudaStream_t st);
+
+cudaError_t tg_cuda_rmsnorm_forward(void *y, float *rstd, const void *x, const void *gamma, tg_dtype dt, int64_t n,
+                                    int64_t c, float eps, cudaStream_t st);
+cudaError_t tg_cuda_rmsnorm_backward(void *dx, const void *dy, const void *x, const void *gamma, const float *rstd,
+                                     tg_dtype dt, int64_t n, int64_t c, cudaStream_t st);
+cudaError_t tg_cuda_rmsnorm_backward_dw(void *dgamma, const void *dy, const void *x, const float *rstd, tg_dtype dt,
+                                        tg_dtype dw_dt, int64_t n, int64_t c, float accumulate, float *scratch,
+                                        size_t scratch_bytes, cudaStream_t st);
+
+cudaError_t tg_cuda_gelu_forward(void *y, const void *x, tg_dtype dt, int64_t n, cudaStream_t st);
+cudaError_t tg_cuda_gelu_backward(void *dx, const void *dy, const void *x, tg_dtype dt, int64_t n, cudaStream_t st);
+cudaError_t tg_cuda_swiglu_forward(void *y, const void *x, tg_dtype dt, int64_t n, int64_t h, cudaStream_t st);
+cudaError_t tg_cuda_swiglu_backward(void *dx, const void *dy, const void *x, tg_dtype dt, int64_t n, int64_t h,
+                                    cudaStream_t st);
+
+cudaError_t tg_cuda_bias_add(void *y, const void *bias, tg_dtype dt, int64_t n, int64_t c, cudaStream_t st);
+cudaError_t tg_cuda_bias_backward_dw(void *dbias, const void *dy, tg_dtype dt, tg_dtype dw_dt, int64_t n, int64_t c,
+                                     float accumulate, float *scratch, size_t scratch_bytes, cudaStream_t st);
+
+/* Causal attention. bf16 with head dim 16/32/64/128 and 16-byte aligned
+ * buffers runs on the tensor cores unless simt != 0; everything else (f32,
+ * other head dims up to 256) on one warp per row. Backward keeps
+ * rowsum(dout * out) of the (b, h, t) rows in scratch (4 bytes each). */
+cudaError_t tg_cuda_attention_forward(void *out, float *lse, const void *qkv, tg_dtype dt, int64_t b, int64_t t,
+                                      int64_t c, int n_head, int simt, cudaStream_t st);
+cudaError_t tg_cuda_attention_backward(void *dqkv, const void *dout, const void *out, const void *qkv,
+                                       const float *lse, tg_dtype dt, int64_t b, int64_t t, int64_t c, int n_head,
+                                       int simt, float *scratch, size_t scratch_bytes, cudaStream_t st);
+
+cudaError_t tg_cuda_embedding_forward(void *out, const int32_t *idx, const void *wte, const void *wpe, tg_dtype dt,
+                                      int64_t b, int64_t t, int64_t c, int64_t v, cudaStream_t st);
+/* Stable radix sort of (id, position) in scratch (16 bytes a token plus the sort's workspace). */
+cudaError_t tg_cuda_embedding_backward_dw(void *dwte, void *dwpe, const void *dout, const int32_t *idx, tg_dtype dt,
+                                          tg_dtype dwte_dt, tg_dtype dwpe_dt, int64_t b, int64_t t, int64_t c,
+                                          int64_t v, int64_t tmax, float accumulate, void *scratch,
+                                          size_t scratch_bytes, cudaStream_t st);
+
+cudaError_t tg_cuda_cross_entropy_forward(float *loss, float *losses, const void *logits, const int32_t *targets,
+                                          tg_dtype dt, int64_t n, int64_t v, int ignore_index, cudaStream_t st);
+cudaError_t tg_cuda_cross_entropy_backward(void *dlogits, const void *logits, const int32_t *targets,
+                                           const float *loss, tg_dtype dt, int64_t n, int64_t v, float dloss,
+                                           int ignore_index, cudaStream_t st);
+
+cudaError_t tg_cuda_adamw(float *p, float *m, float *v, uint16_t *p_lowp, const void *g, tg_dtype g_dt, int64_t n,
+                          float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                          int64_t step, cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif

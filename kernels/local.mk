@@ -1,5 +1,5 @@
 # kernels: one CUDA op per file, each with a launcher taking the stream.
-EXTRA_DIST += %D%/kernels.h %D%/common.cuh
+EXTRA_DIST += %D%/kernels.h %D%/common.cuh %D%/colsum.cuh
 if HAVE_CUDA
 libtegraph_la_SOURCES += \
 	%D%/fill.cu \
@@ -7,7 +7,16 @@ libtegraph_la_SOURCES += \
 	%D%/binary.cu \
 	%D%/axpby.cu \
 	%D%/reduce.cu \
-	%D%/rand.cu
+	%D%/rand.cu \
+	%D%/layernorm.cu \
+	%D%/rmsnorm.cu \
+	%D%/gelu.cu \
+	%D%/swiglu.cu \
+	%D%/bias.cu \
+	%D%/attention.cu \
+	%D%/embedding.cu \
+	%D%/cross_entropy.cu \
+	%D%/adamw.cu
 # nvcc's host code (kernel registration, static guards) needs the C++ runtime.
 libtegraph_la_LIBADD += -lstdc++
 endif

@@ -1,1 +1,11 @@
-# t/gpt.mk — tests of the gpt area.
+# t/gpt.mk — tests of the gpt area: tegraph.nn from Lua (modules, hooks, Lua layers), the optimizer,
+# token files, and the main job examples/gpt.lua.
+GPT_LUA_TESTS = \
+	t/lua-nn-modules-from-lua.lua \
+	t/lua-hooks-fire-once-per-microbatch.lua \
+	t/lua-custom-module-in-sequential.lua \
+	t/adamw-matches-hand-computed-step.lua \
+	t/data-bin-files-load-and-fail-clearly.lua \
+	t/gpt-example-loss-falls.lua
+TESTS += $(GPT_LUA_TESTS)
+EXTRA_DIST += $(GPT_LUA_TESTS) examples/gpt.lua

@@ -6,4 +6,5 @@ include $(srcdir)/t/cuda.mk
 include $(srcdir)/t/nn-ops.mk
 include $(srcdir)/t/nn.mk
 include $(srcdir)/t/gpt.mk
+include $(srcdir)/t/graph.mk
 include $(srcdir)/t/schedule.mk

@@ -200,8 +200,21 @@ int main(void)
         model_free(&md);
     }
 
-    /* the step check: skip one delayed wgrad of h.0 */
+    /* what the graph layer fires after a replay: each module's wgrad contributions, the tied table in both */
     model_new(&md, 1);
+    {
+        tg_param **w, **own;
+        int nw, nown, has_w = 0, has_own = 0;
+        CHECK(tg_module_wgrad_params(md.head, &w, &nw));
+        CHECK(tg_module_parameters(md.head, &own, &nown));
+        for (int i = 0; i < nw; i++) has_w += w[i] == md.p[0];
+        for (int i = 0; i < nown; i++) has_own += own[i] == md.p[0];
+        ok(nw == nown + 1 && has_w == 1 && has_own == 0,
+           "the tied head's wgrad contributions include %s, its parameters do not (%d vs %d)", md.p[0]->name, nw, nown);
+        free(w), free(own);
+    }
+
+    /* the step check: skip one delayed wgrad of h.0 */
     cur = &md;
     for (int i = 0; i < md.np; i++) CHECK(tg_param_add_hook(md.p[i], hook, NULL, NULL));
     for (int pass = 0; pass < 2; pass++) {

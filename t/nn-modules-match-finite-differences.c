@@ -166,6 +166,7 @@ static void run_case(struct fcase *c)
 
     /* dgrad: backward, with wgrad delayed so nothing is in the gradients yet */
     if (is_loss(c)) {
+        tg_tensor_free(h), h = NULL; /* the embedding keeps what it needs */
         CHECK(tg_module_backward(c->head ? c->head : c->m, 1, NULL, c->head ? &h : &dx));
         if (c->head) CHECK(tg_module_backward(c->m, 1, h, &dx));
     } else {

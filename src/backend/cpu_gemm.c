@@ -21,8 +21,8 @@
 #define MR 6
 #define NR 16
 #define KC 256
-#define MC 72  /* multiple of MR */
-#define NC 128 /* multiple of NR */
+#define MC 144 /* multiple of MR */
+#define NC 512 /* multiple of NR */
 #define WS_FLOATS (MC * KC + KC * NC + MC * NC) /* per thread: A panels, B panels, f32 tile */
 
 typedef float v8f __attribute__((vector_size(32)));
@@ -92,6 +92,51 @@ static void gemm_kernel(int64_t kc, const float *restrict ap, const float *restr
 #undef ROW
 }
 
+/* Packs op(A) rows [i0, i0+mc) x k range [p0, p0+kc) into MR-row panels
+ * dst[(ip*kc + p)*MR + ii], zero-padded to a multiple of MR rows. */
+static inline __attribute__((always_inline)) void pack_a_as(const struct tg_gemm_args *g, const void *a, int64_t i0,
+                                                             int64_t mc, int64_t p0, int64_t kc, float *restrict dst,
+                                                             const int bf16)
+{
+    const int64_t ld = g->lda;
+    const tg_dtype dt = bf16 ? TG_BF16 : TG_F32;
+    for (int64_t ip = 0; ip * MR < mc; ip++) {
+        float *d = dst + ip * kc * MR;
+        int64_t rows = min64(MR, mc - ip * MR), r0 = i0 + ip * MR;
+        if (!g->trans_a) { /* row i is contiguous in p */
+            for (int64_t ii = 0; ii < rows; ii++)
+                for (int64_t p = 0; p < kc; p++) d[p * MR + ii] = ldf(a, dt, (r0 + ii) * ld + p0 + p);
+        } else { /* stored (k, m): for each p the rows are contiguous */
+            for (int64_t p = 0; p < kc; p++)
+                for (int64_t ii = 0; ii < rows; ii++) d[p * MR + ii] = ldf(a, dt, (p0 + p) * ld + r0 + ii);
+        }
+        for (int64_t ii = rows; ii < MR; ii++)
+            for (int64_t p = 0; p < kc; p++) d[p * MR + ii] = 0.0f;
+    }
+}
+
+/* Packs op(B) k range [p0, p0+kc) x columns [j0, j0+nc) into NR-column panels
+ * dst[(jp*kc + p)*NR + jj], zero-padded to a multiple of NR columns. */
+static inline __attribute__((always_inline)) void pack_b_as(const struct tg_gemm_args *g, const void *b, int64_t j0,
+                                                             int64_t nc, int64_t p0, int64_t kc, float *restrict dst,
+                                                             const int bf16)
+{
+    const int64_t ld = g->ldb;
+    const tg_dtype dt = bf16 ? TG_BF16 : TG_F32;
+    for (int64_t jp = 0; jp * NR < nc; jp++) {
+        float *d = dst + jp * kc * NR;
+        int64_t cols = min64(NR, nc - jp * NR), c0 = j0 + jp * NR;
+        if (cols < NR) memset(d, 0, (size_t)kc * NR * sizeof *d);
+        if (!g->trans_b) { /* for each p the columns are contiguous */
+            for (int64_t p = 0; p < kc; p++)
+                for (int64_t jj = 0; jj < cols; jj++) d[p * NR + jj] = ldf(b, dt, (p0 + p) * ld + c0 + jj);
+        } else { /* stored (n, k): column j is contiguous in p */
+            for (int64_t jj = 0; jj < cols; jj++)
+                for (int64_t p = 0; p < kc; p++) d[p * NR + jj] = ldf(b, dt, (c0 + jj) * ld + p0 + p);
+        }
+    }
+}
+
 /* One MC x NC tile of C at (i0, j0) of batch bi; ws holds WS_FLOATS. */
 static void gemm_tile(const struct tg_gemm_args *g, int64_t bi, int64_t i0, int64_t j0, float *ws)
 {
@@ -104,18 +149,10 @@ static void gemm_tile(const struct tg_gemm_args *g, int64_t bi, int64_t i0, int6
 
     for (int64_t pc = 0; pc < g->k; pc += KC) {
         int64_t kc = min64(KC, g->k - pc);
-        for (int64_t ip = 0; ip < mp; ip++) /* A panels (kc, MR), zero-padded past m */
-            for (int64_t p = 0; p < kc; p++)
-                for (int64_t ii = 0; ii < MR; ii++) {
-                    int64_t i = ip * MR + ii;
-                    ap[(ip * kc + p) * MR + ii] = i < mc ? op_a(g, a, i0 + i, pc + p) : 0.0f;
-                }
-        for (int64_t jp = 0; jp < np; jp++) /* B panels (kc, NR), zero-padded past n */
-            for (int64_t p = 0; p < kc; p++)
-                for (int64_t jj = 0; jj < NR; jj++) {
-                    int64_t j = jp * NR + jj;
-                    bp[(jp * kc + p) * NR + jj] = j < nc ? op_b(g, b, pc + p, j0 + j) : 0.0f;
-                }
+        if (g->a_dt == TG_BF16) pack_a_as(g, a, i0, mc, pc, kc, ap, 1);
+        else pack_a_as(g, a, i0, mc, pc, kc, ap, 0);
+        if (g->b_dt == TG_BF16) pack_b_as(g, b, j0, nc, pc, kc, bp, 1);
+        else pack_b_as(g, b, j0, nc, pc, kc, bp, 0);
         for (int64_t jp = 0; jp < np; jp++)
             for (int64_t ip = 0; ip < mp; ip++)
                 gemm_kernel(kc, ap + ip * kc * MR, bp + jp * kc * NR, acc + ip * MR * NC + jp * NR, pc > 0);

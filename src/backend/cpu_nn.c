@@ -328,19 +328,20 @@ tg_status cpu_bias_backward_dw(tg_stream *s, const struct tg_bias_backward_dw_ar
  * in backward from the saved log-sum-exp: p_ij = exp(s_ij - lse_i). */
 
 /* scale * (q_i . k_j), the one definition of a score (forward and backward agree). */
-static inline float att_score(const void *qkv, tg_dtype dt, int64_t qi, int64_t kj, int64_t d, float scale)
+static inline __attribute__((always_inline)) float att_score(const void *qkv, tg_dtype dt, int64_t qi, int64_t kj, int64_t d, float scale)
 {
     float acc = 0;
     for (int64_t e = 0; e < d; e++) acc += ld(qkv, dt, qi + e) * ld(qkv, dt, kj + e);
     return acc * scale;
 }
 
-static void attention_forward_run(const void *p)
+/* The bodies take the dtype as a constant (always inlined into one copy per
+ * dtype), so the element loads fold and the inner loops vectorise. */
+static inline __attribute__((always_inline)) void attention_forward_body(const struct tg_attention_forward_args *a,
+                                                                          const tg_dtype dt)
 {
-    const struct tg_attention_forward_args *a = p;
     const int64_t B = a->b, T = a->t, C = a->c, H = a->n_head, D = C / H, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)D);
-    tg_dtype dt = a->dt;
 #pragma omp parallel for collapse(2) schedule(static) if (B * H * T * T * D > CPU_PAR_MIN)
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
@@ -366,12 +367,11 @@ static void attention_forward_run(const void *p)
         }
 }
 
-static void attention_backward_run(const void *p)
+static inline __attribute__((always_inline)) void attention_backward_body(const struct tg_attention_backward_args *a,
+                                                                           const tg_dtype dt)
 {
-    const struct tg_attention_backward_args *a = p;
     const int64_t B = a->b, T = a->t, C = a->c, H = a->n_head, D = C / H, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)D);
-    tg_dtype dt = a->dt;
 #pragma omp parallel for collapse(2) schedule(static) if (B * H * T * T * D > CPU_PAR_MIN)
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
@@ -416,6 +416,20 @@ static void attention_backward_run(const void *p)
                 }
             }
         }
+}
+
+static void attention_forward_run(const void *p)
+{
+    const struct tg_attention_forward_args *a = p;
+    if (a->dt == TG_BF16) attention_forward_body(a, TG_BF16);
+    else attention_forward_body(a, TG_F32);
+}
+
+static void attention_backward_run(const void *p)
+{
+    const struct tg_attention_backward_args *a = p;
+    if (a->dt == TG_BF16) attention_backward_body(a, TG_BF16);
+    else attention_backward_body(a, TG_F32);
 }
 
 tg_status cpu_attention_forward(tg_stream *s, const struct tg_attention_forward_args *a)
@@ -524,7 +538,7 @@ tg_status cpu_embedding_backward_dw(tg_stream *s, const struct tg_embedding_back
 }
 
 /* ------------------------------------------------------------------ cross-entropy */
-/* max and sum of exp(x - max) of row r (double sum). */
+/* max and sum of exp(x - max) of row r (f32 exponentials, double sum). */
 static void ce_row_stats(const void *logits, tg_dtype dt, int64_t o, int64_t v, float *mx, double *sum)
 {
     float m = -INFINITY;
@@ -533,7 +547,7 @@ static void ce_row_stats(const void *logits, tg_dtype dt, int64_t o, int64_t v, 
         float x = ld(logits, dt, o + j);
         if (x > m) m = x;
     }
-    for (int64_t j = 0; j < v; j++) s += exp((double)ld(logits, dt, o + j) - m);
+    for (int64_t j = 0; j < v; j++) s += expf(ld(logits, dt, o + j) - m);
     *mx = m;
     *sum = s;
 }
@@ -579,7 +593,7 @@ static void cross_entropy_backward_run(const void *p)
         double sum;
         ce_row_stats(a->logits, a->dt, r * V, V, &mx, &sum);
         for (int64_t j = 0; j < V; j++) { /* reads logits[j] before writing dlogits[j] (they may alias) */
-            double pr = exp((double)ld(a->logits, a->dt, r * V + j) - mx) / sum;
+            double pr = expf(ld(a->logits, a->dt, r * V + j) - mx) / sum;
             st(a->dlogits, a->dt, r * V + j, (float)(scale * (pr - (j == tgt))));
         }
     }

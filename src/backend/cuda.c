@@ -274,6 +274,7 @@ static void scratch_release_locked(struct cuda_dev *d, struct tg_cuda_scratch *x
     if (--x->refs > 0) return;
     release_locked(d, x->dev, x->gemm_ws);
     release_locked(d, x->dev, x->reduce_parts);
+    release_locked(d, x->dev, x->nn_scratch);
     free(x);
 }
 
@@ -323,6 +324,16 @@ tg_status tg_cuda_reduce_scratch(tg_stream *s, double **parts)
     TG_TRY(tg_cuda_scratch_of(s, &x));
     TG_TRY(scratch_buffer(s, (void **)&x->reduce_parts, TGK_REDUCE_BLOCKS * sizeof(double)));
     *parts = x->reduce_parts;
+    return TG_OK;
+}
+
+tg_status tg_cuda_nn_scratch(tg_stream *s, void **buf, size_t *bytes)
+{
+    struct tg_cuda_scratch *x;
+    TG_TRY(tg_cuda_scratch_of(s, &x));
+    TG_TRY(scratch_buffer(s, &x->nn_scratch, TG_CUDA_NN_SCRATCH));
+    *buf = x->nn_scratch;
+    *bytes = TG_CUDA_NN_SCRATCH;
     return TG_OK;
 }
 
@@ -515,6 +526,205 @@ static tg_status cuda_rand(tg_stream *s, const struct tg_rand_args *a)
     return TG_OK;
 }
 
+/* ------------------------------------------------------------------ transformer kernels (kernels/<op>.cu) */
+
+static tg_status float_only(const char *what, tg_dtype dt)
+{
+    if (is_float(dt)) return TG_OK;
+    return tg_error(TG_ENOTSUP, "cuda %s: dtype %s is not supported", what,
+                    (unsigned)dt < TG_DTYPE_COUNT ? tg_dtype_name(dt) : "(invalid)");
+}
+
+/* A kernel that needs the stream's scratch: a failure there is a size limit, said plainly. */
+#define LAUNCH_SCRATCH(s, what, call)                                                                  \
+    do {                                                                                               \
+        TG_TRY(use_device((s)->dev.index));                                                            \
+        cudaError_t e_ = (call);                                                                       \
+        if (e_ == cudaErrorInvalidValue)                                                               \
+            return tg_error(TG_ENOTSUP, "cuda %s: the shapes exceed the kernel's limits or its %zu MiB scratch", \
+                            what, TG_CUDA_NN_SCRATCH >> 20);                                           \
+        if (e_ != cudaSuccess) return tg_cuda_fail(e_, __FILE__, __LINE__, #call);                     \
+    } while (0)
+
+static tg_status cuda_layernorm_forward(tg_stream *s, const struct tg_layernorm_forward_args *a)
+{
+    TG_TRY(float_only("layernorm_forward", a->dt));
+    LAUNCH(s, tg_cuda_layernorm_forward(a->y, a->mean, a->rstd, a->x, a->gamma, a->beta, a->dt, a->n, a->c, a->eps,
+                                        tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_layernorm_backward(tg_stream *s, const struct tg_layernorm_backward_args *a)
+{
+    TG_TRY(float_only("layernorm_backward", a->dt));
+    LAUNCH(s, tg_cuda_layernorm_backward(a->dx, a->dy, a->x, a->gamma, a->mean, a->rstd, a->dt, a->n, a->c,
+                                         tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_layernorm_backward_dw(tg_stream *s, const struct tg_layernorm_backward_dw_args *a)
+{
+    void *scr;
+    size_t bytes;
+    TG_TRY(float_only("layernorm_backward_dw", a->dt));
+    TG_TRY(float_only("layernorm_backward_dw", a->dw_dt));
+    TG_TRY(tg_cuda_nn_scratch(s, &scr, &bytes));
+    LAUNCH_SCRATCH(s, "layernorm_backward_dw",
+                   tg_cuda_layernorm_backward_dw(a->dgamma, a->dbeta, a->dy, a->x, a->mean, a->rstd, a->dt, a->dw_dt,
+                                                 a->n, a->c, a->accumulate, scr, bytes, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_rmsnorm_forward(tg_stream *s, const struct tg_rmsnorm_forward_args *a)
+{
+    TG_TRY(float_only("rmsnorm_forward", a->dt));
+    LAUNCH(s, tg_cuda_rmsnorm_forward(a->y, a->rstd, a->x, a->gamma, a->dt, a->n, a->c, a->eps, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_rmsnorm_backward(tg_stream *s, const struct tg_rmsnorm_backward_args *a)
+{
+    TG_TRY(float_only("rmsnorm_backward", a->dt));
+    LAUNCH(s, tg_cuda_rmsnorm_backward(a->dx, a->dy, a->x, a->gamma, a->rstd, a->dt, a->n, a->c, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_rmsnorm_backward_dw(tg_stream *s, const struct tg_rmsnorm_backward_dw_args *a)
+{
+    void *scr;
+    size_t bytes;
+    TG_TRY(float_only("rmsnorm_backward_dw", a->dt));
+    TG_TRY(float_only("rmsnorm_backward_dw", a->dw_dt));
+    TG_TRY(tg_cuda_nn_scratch(s, &scr, &bytes));
+    LAUNCH_SCRATCH(s, "rmsnorm_backward_dw",
+                   tg_cuda_rmsnorm_backward_dw(a->dgamma, a->dy, a->x, a->rstd, a->dt, a->dw_dt, a->n, a->c,
+                                               a->accumulate, scr, bytes, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_gelu_forward(tg_stream *s, const struct tg_gelu_forward_args *a)
+{
+    TG_TRY(float_only("gelu_forward", a->dt));
+    LAUNCH(s, tg_cuda_gelu_forward(a->y, a->x, a->dt, a->n, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_gelu_backward(tg_stream *s, const struct tg_gelu_backward_args *a)
+{
+    TG_TRY(float_only("gelu_backward", a->dt));
+    LAUNCH(s, tg_cuda_gelu_backward(a->dx, a->dy, a->x, a->dt, a->n, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_swiglu_forward(tg_stream *s, const struct tg_swiglu_forward_args *a)
+{
+    TG_TRY(float_only("swiglu_forward", a->dt));
+    LAUNCH(s, tg_cuda_swiglu_forward(a->y, a->x, a->dt, a->n, a->h, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_swiglu_backward(tg_stream *s, const struct tg_swiglu_backward_args *a)
+{
+    TG_TRY(float_only("swiglu_backward", a->dt));
+    LAUNCH(s, tg_cuda_swiglu_backward(a->dx, a->dy, a->x, a->dt, a->n, a->h, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_bias_add(tg_stream *s, const struct tg_bias_add_args *a)
+{
+    TG_TRY(float_only("bias_add", a->dt));
+    LAUNCH(s, tg_cuda_bias_add(a->y, a->bias, a->dt, a->n, a->c, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_bias_backward_dw(tg_stream *s, const struct tg_bias_backward_dw_args *a)
+{
+    void *scr;
+    size_t bytes;
+    TG_TRY(float_only("bias_backward_dw", a->dt));
+    TG_TRY(float_only("bias_backward_dw", a->dw_dt));
+    TG_TRY(tg_cuda_nn_scratch(s, &scr, &bytes));
+    LAUNCH_SCRATCH(s, "bias_backward_dw",
+                   tg_cuda_bias_backward_dw(a->dbias, a->dy, a->dt, a->dw_dt, a->n, a->c, a->accumulate, scr, bytes,
+                                            tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+/* TG_CUDA_ATTENTION=simt: the one-warp-per-row kernels for bf16 too (to check the tensor-core path against). */
+static int attention_simt(void)
+{
+    const char *e = getenv("TG_CUDA_ATTENTION");
+    return e && strcmp(e, "simt") == 0;
+}
+
+static tg_status cuda_attention_forward(tg_stream *s, const struct tg_attention_forward_args *a)
+{
+    TG_TRY(float_only("attention_forward", a->dt));
+    LAUNCH_SCRATCH(s, "attention_forward",
+                   tg_cuda_attention_forward(a->out, a->lse, a->qkv, a->dt, a->b, a->t, a->c, a->n_head,
+                                             attention_simt(), tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_attention_backward(tg_stream *s, const struct tg_attention_backward_args *a)
+{
+    void *scr;
+    size_t bytes;
+    TG_TRY(float_only("attention_backward", a->dt));
+    TG_TRY(tg_cuda_nn_scratch(s, &scr, &bytes));
+    LAUNCH_SCRATCH(s, "attention_backward",
+                   tg_cuda_attention_backward(a->dqkv, a->dout, a->out, a->qkv, a->lse, a->dt, a->b, a->t, a->c,
+                                              a->n_head, attention_simt(), scr, bytes, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_embedding_forward(tg_stream *s, const struct tg_embedding_forward_args *a)
+{
+    TG_TRY(float_only("embedding_forward", a->dt));
+    LAUNCH(s, tg_cuda_embedding_forward(a->out, a->idx, a->wte, a->wpe, a->dt, a->b, a->t, a->c, a->v,
+                                        tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_embedding_backward_dw(tg_stream *s, const struct tg_embedding_backward_dw_args *a)
+{
+    void *scr;
+    size_t bytes;
+    TG_TRY(float_only("embedding_backward_dw", a->dt));
+    if (a->dwte) TG_TRY(float_only("embedding_backward_dw", a->dwte_dt));
+    if (a->dwpe) TG_TRY(float_only("embedding_backward_dw", a->dwpe_dt));
+    TG_TRY(tg_cuda_nn_scratch(s, &scr, &bytes));
+    LAUNCH_SCRATCH(s, "embedding_backward_dw",
+                   tg_cuda_embedding_backward_dw(a->dwte, a->dwpe, a->dout, a->idx, a->dt, a->dwte_dt, a->dwpe_dt, a->b,
+                                                 a->t, a->c, a->v, a->tmax, a->accumulate, scr, bytes,
+                                                 tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_cross_entropy_forward(tg_stream *s, const struct tg_cross_entropy_forward_args *a)
+{
+    TG_TRY(float_only("cross_entropy_forward", a->dt));
+    LAUNCH(s, tg_cuda_cross_entropy_forward(a->loss, a->losses, a->logits, a->targets, a->dt, a->n, a->v,
+                                            a->ignore_index, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_cross_entropy_backward(tg_stream *s, const struct tg_cross_entropy_backward_args *a)
+{
+    TG_TRY(float_only("cross_entropy_backward", a->dt));
+    LAUNCH(s, tg_cuda_cross_entropy_backward(a->dlogits, a->logits, a->targets, a->loss, a->dt, a->n, a->v, a->dloss,
+                                             a->ignore_index, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_adamw(tg_stream *s, const struct tg_adamw_args *a)
+{
+    TG_TRY(float_only("adamw", a->g_dt));
+    LAUNCH(s, tg_cuda_adamw(a->p, a->m, a->v, a->p_lowp, a->g, a->g_dt, a->n, a->lr, a->beta1, a->beta2, a->eps,
+                            a->weight_decay, a->grad_scale, a->step, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
 const struct tg_backend tg_backend_cuda = {
     .name = "cuda",
     .type = TG_CUDA,
@@ -537,4 +747,23 @@ const struct tg_backend tg_backend_cuda = {
     .gemm = tg_cuda_gemm,
     .reduce = cuda_reduce,
     .rand = cuda_rand,
+    .layernorm_forward = cuda_layernorm_forward,
+    .layernorm_backward = cuda_layernorm_backward,
+    .layernorm_backward_dw = cuda_layernorm_backward_dw,
+    .rmsnorm_forward = cuda_rmsnorm_forward,
+    .rmsnorm_backward = cuda_rmsnorm_backward,
+    .rmsnorm_backward_dw = cuda_rmsnorm_backward_dw,
+    .gelu_forward = cuda_gelu_forward,
+    .gelu_backward = cuda_gelu_backward,
+    .swiglu_forward = cuda_swiglu_forward,
+    .swiglu_backward = cuda_swiglu_backward,
+    .bias_add = cuda_bias_add,
+    .bias_backward_dw = cuda_bias_backward_dw,
+    .attention_forward = cuda_attention_forward,
+    .attention_backward = cuda_attention_backward,
+    .embedding_forward = cuda_embedding_forward,
+    .embedding_backward_dw = cuda_embedding_backward_dw,
+    .cross_entropy_forward = cuda_cross_entropy_forward,
+    .cross_entropy_backward = cuda_cross_entropy_backward,
+    .adamw = cuda_adamw,
 };

@@ -10,6 +10,9 @@
 #define TG_CUDA_MAX_DEVICES 16
 /* cuBLASLt workspace per stream (NVIDIA's recommendation for Hopper). */
 #define TG_CUDA_GEMM_WORKSPACE ((size_t)32 << 20)
+/* Scratch per stream for the transformer kernels' partial sums (norm and
+ * bias wgrads, attention's dd rows, the embedding wgrad's sort). */
+#define TG_CUDA_NN_SCRATCH ((size_t)32 << 20)
 
 /* Turns a failed CUDA / cuBLAS call into TG_EDEVICE with "file:line: call:
  * error" (and clears CUDA's non-sticky last error). */
@@ -43,6 +46,7 @@ struct tg_cuda_scratch {
     int refs;              /* the stream + each graph captured on it */
     void *gemm_ws;         /* (TG_CUDA_GEMM_WORKSPACE bytes), lazily */
     double *reduce_parts;  /* (TGK_REDUCE_BLOCKS), lazily */
+    void *nn_scratch;      /* (TG_CUDA_NN_SCRATCH bytes), lazily */
     struct tg_cuda_scratch *next;
 };
 
@@ -57,6 +61,7 @@ tg_status tg_cuda_scratch_of(tg_stream *s, struct tg_cuda_scratch **out);
 /* The buffers in it, allocated on first use. */
 tg_status tg_cuda_gemm_workspace(tg_stream *s, void **ws, size_t *bytes);
 tg_status tg_cuda_reduce_scratch(tg_stream *s, double **parts);
+tg_status tg_cuda_nn_scratch(tg_stream *s, void **buf, size_t *bytes);
 
 /* cuBLASLt GEMM (cuda_gemm.c). */
 tg_status tg_cuda_gemm(tg_stream *s, const struct tg_gemm_args *a);

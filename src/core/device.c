@@ -71,6 +71,7 @@ tg_status tg_device_parse(const char *s, tg_device *out)
             return tg_error(TG_EINVAL, "bad device '%s' (expected cpu, cuda or cuda:N)", s);
         }
 #ifndef TG_HAVE_CUDA
+        (void)idx;
         return tg_error(TG_ENOTSUP, "device '%s': this tegraph was built without CUDA", s);
 #else
         int n = tg_device_count(TG_CUDA);

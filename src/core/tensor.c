@@ -174,8 +174,9 @@ static void f64_to_elem(void *p, tg_dtype dt, size_t i, double v)
     switch (dt) {
     case TG_F32: ((float *)p)[i] = (float)v; break;
     case TG_BF16: ((uint16_t *)p)[i] = tg_f32_to_bf16((float)v); break;
-    case TG_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case TG_U16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+    /* integers: truncate toward zero and clamp, NaN -> 0 (like the cast kernels) */
+    case TG_I32: ((int32_t *)p)[i] = v != v ? 0 : v <= -2147483648.0 ? INT32_MIN : v >= 2147483647.0 ? INT32_MAX : (int32_t)v; break;
+    case TG_U16: ((uint16_t *)p)[i] = v != v || v <= 0 ? 0 : v >= 65535.0 ? 65535 : (uint16_t)v; break;
     default: TG_ASSERT(!"dtype without host conversion");
     }
 }

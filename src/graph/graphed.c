@@ -380,6 +380,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     if (st == TG_OK) {
         prev = tg_stream_set_current(side);
         st = warm_up(g, o->samples, warmup);
+        tg_engine_set_quiet(0);
         if (st != TG_OK) tg_error_prefix(st, "make_graphed warm-up");
         if (st == TG_OK) st = tg_pool_push(g->pool);
         if (st == TG_OK) {

@@ -5,7 +5,8 @@ libtegraph_la_SOURCES += \
 	%D%/lua_core.c \
 	%D%/lua_tensor.c \
 	%D%/lua_stream.c \
-	%D%/lua_nn.h %D%/lua_nn.c %D%/lua_ops.c
+	%D%/lua_nn.h %D%/lua_nn.c %D%/lua_ops.c \
+	%D%/lua_graph.c
 
 # The Lua-facing half of the public API (tensors on the Lua stack), installed next to tegraph.h.
 include_HEADERS += %D%/tegraph-lua.h

@@ -306,6 +306,7 @@ int tg_lua_open_core(lua_State *L)
     tgl_open_tensor(L);
     tgl_open_stream(L);
     tg_lua_open_nn(L);
+    tgl_open_graph(L);
     lua_pushstring(L, tg_version());
     lua_setfield(L, -2, "version");
     lua_pushstring(L, tg_build_options());

@@ -106,7 +106,8 @@ static void ref_free(void *ud)
 }
 
 /* Runs body(L) with the light userdata arg in protected mode on the thread of
- * anchor a; on error returns TG_ELUA with "what: message". */
+ * anchor a; on error returns TG_ELUA with the Lua message (its FILE:LINE
+ * included; the engine prefixes the hook or module). */
 static tg_status protected_call(struct tgl_anchor *a, lua_CFunction body, void *arg, const char *what)
 {
     lua_State *L = anchor_thread(a);
@@ -119,7 +120,7 @@ static tg_status protected_call(struct tgl_anchor *a, lua_CFunction body, void *
     const char *msg = lua_type(L, -1) == LUA_TSTRING || lua_type(L, -1) == LUA_TNUMBER
                           ? lua_tostring(L, -1)
                           : lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, -1));
-    tg_status st = tg_error(TG_ELUA, "%s: %s", what, msg ? msg : "(out of memory)");
+    tg_status st = tg_error(TG_ELUA, "%s", msg ? msg : "(out of memory)");
     lua_settop(L, top);
     return st;
 }
@@ -275,9 +276,7 @@ static tg_status hook_trampoline(void *ud, tg_param *p, const tg_hook_info *info
 {
     struct tgl_ref *fn = ud;
     struct hook_call c = {fn, p, info};
-    char what[200];
-    snprintf(what, sizeof what, "wgrad hook of parameter '%s' (microbatch %d)", p->name, info->microbatch);
-    return protected_call(fn->anchor, hook_body, &c, what);
+    return protected_call(fn->anchor, hook_body, &c, "a Lua wgrad hook");
 }
 
 static void hook_add(lua_State *L, tg_param *p, int fnidx)
@@ -722,9 +721,7 @@ static int cb_body(lua_State *L)
 
 static tg_status cb_run(struct cb_call *c)
 {
-    char what[160];
-    snprintf(what, sizeof what, "Lua module %s (microbatch %d)", c->method, c->mb);
-    return protected_call(c->mod->anchor, cb_body, c, what);
+    return protected_call(c->mod->anchor, cb_body, c, c->method);
 }
 
 static tg_status cb_forward(void *ud, int mb, const tg_tensor *x, tg_tensor **y)
@@ -1233,3 +1230,6 @@ int tg_lua_open_nn(lua_State *L)
     lua_settop(L, core);
     return 0;
 }
+
+/* For the other bindings (lua_graph.c): a module userdata or a Lua module table. */
+tg_module *tgl_module_check(lua_State *L, int idx) { return module_check(L, idx); }

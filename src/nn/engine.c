@@ -11,6 +11,9 @@ static struct {
     int microbatches;    /* of the open step */
     int check;           /* hook check at step end */
     int skip_after_replay;
+    int quiet;           /* graph warm-up: wgrads neither recorded nor fired */
+    tg_capture_observer observer; /* told of wgrads issued while capturing */
+    void *observer_ud;
     tg_param *live;      /* every parameter not yet freed, oldest first */
     tg_param *live_tail;
 } eng = {.check = 1};
@@ -89,14 +92,23 @@ double tg_param_wgrad_accumulate(const tg_param *p)
 {
     /* Captured work replays with the value baked in, so graphs always
      * accumulate (the grad buffers are zeroed at the start of a step). */
-    if (!eng.open || tg_device_capturing(tg_tensor_device(p->data))) return 1.0;
+    if (!eng.open || eng.quiet || tg_device_capturing(tg_tensor_device(p->data))) return 1.0;
     if (p->step_seen != eng.count) return 0.0;
-    return 1.0;
+    return p->contributed > 0 ? 1.0 : 0.0;
 }
+
+void tg_engine_set_capture_observer(tg_capture_observer fn, void *ud)
+{
+    eng.observer = fn;
+    eng.observer_ud = ud;
+}
+
+void tg_engine_set_quiet(int on) { eng.quiet = on != 0; }
 
 tg_status tg_param_wgrad_done(tg_param *p, int mb)
 {
-    if (tg_device_capturing(tg_tensor_device(p->data))) return TG_OK;
+    if (eng.quiet) return TG_OK;
+    if (tg_device_capturing(tg_tensor_device(p->data))) return eng.observer ? eng.observer(eng.observer_ud, p, mb) : TG_OK;
     if (mb < 1) return tg_error(TG_EINVAL, "wgrad of %s: microbatch %d (microbatches count from 1)", p->name, mb);
     if (eng.open && mb > eng.microbatches)
         return tg_error(TG_EINVAL, "wgrad of %s for microbatch %d, but step %lld has %d microbatches", p->name, mb,

@@ -133,6 +133,7 @@ tg_status tg_linear_new_shared(tg_param *weight, const tg_module_opts *o, tg_mod
     L->out = weight->data->shape[0], L->in = weight->data->shape[1];
     L->w = tg_param_retain(weight);
     L->shared = 1;
+    m->shared = weight;
     *mp = m;
     return TG_OK;
 }

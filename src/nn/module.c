@@ -107,30 +107,35 @@ int tg_module_need_backward_dw(const tg_module *m)
     return 0;
 }
 
-static tg_status collect(tg_module *m, tg_param ***arr, int *n, int *cap)
+static tg_status push_param(tg_param *p, int dedupe, tg_param ***arr, int *n, int *cap)
 {
-    for (int i = 0; i < m->nparams; i++) {
-        int dup = 0;
-        for (int j = 0; j < *n && !dup; j++) dup = (*arr)[j] == m->params[i];
-        if (dup) continue;
-        if (*n == *cap) {
-            int c = *cap ? *cap * 2 : 16;
-            tg_param **a = realloc(*arr, (size_t)c * sizeof *a);
-            if (!a) return tg_error(TG_ENOMEM, "out of host memory");
-            *arr = a, *cap = c;
-        }
-        (*arr)[(*n)++] = m->params[i];
+    for (int j = 0; dedupe && j < *n; j++)
+        if ((*arr)[j] == p) return TG_OK;
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 16;
+        tg_param **a = realloc(*arr, (size_t)c * sizeof *a);
+        if (!a) return tg_error(TG_ENOMEM, "out of host memory");
+        *arr = a, *cap = c;
     }
-    for (int i = 0; i < m->nchildren; i++) TG_TRY(collect(m->children[i], arr, n, cap));
+    (*arr)[(*n)++] = p;
     return TG_OK;
 }
 
-tg_status tg_module_parameters(tg_module *m, tg_param ***out, int *n)
+/* wgrad: every contribution (shared ones too, no dedupe); else each own parameter once */
+static tg_status collect(tg_module *m, int wgrad, tg_param ***arr, int *n, int *cap)
+{
+    for (int i = 0; i < m->nparams; i++) TG_TRY(push_param(m->params[i], !wgrad, arr, n, cap));
+    if (wgrad && m->shared) TG_TRY(push_param(m->shared, 0, arr, n, cap));
+    for (int i = 0; i < m->nchildren; i++) TG_TRY(collect(m->children[i], wgrad, arr, n, cap));
+    return TG_OK;
+}
+
+static tg_status param_list(tg_module *m, int wgrad, tg_param ***out, int *n)
 {
     int cap = 0;
     *out = NULL;
     *n = 0;
-    tg_status st = collect(m, out, n, &cap);
+    tg_status st = collect(m, wgrad, out, n, &cap);
     if (st != TG_OK) {
         free(*out);
         *out = NULL;
@@ -138,6 +143,9 @@ tg_status tg_module_parameters(tg_module *m, tg_param ***out, int *n)
     }
     return st;
 }
+
+tg_status tg_module_parameters(tg_module *m, tg_param ***out, int *n) { return param_list(m, 0, out, n); }
+tg_status tg_module_wgrad_params(tg_module *m, tg_param ***out, int *n) { return param_list(m, 1, out, n); }
 
 tg_module *tg_module_retain(tg_module *m)
 {

@@ -15,7 +15,7 @@ typedef struct tg_param tg_param;
  * hooks while the device captures. */
 typedef struct tg_hook_info {
     int microbatch; /* 1-based microbatch index of the wgrad that just finished */
-    int last;       /* 1 when this is p's last wgrad of the step (count == microbatches) */
+    int last;       /* 1 when this is p's last wgrad of the step (count == microbatches); 1 outside steps */
     int chunk;      /* pipeline chunk of the module (module option, default 1) */
     int64_t step;   /* 1-based step index (0 outside steps) */
 } tg_hook_info;
@@ -42,9 +42,9 @@ struct tg_param {
     struct tg_hook *hooks;
     int nhooks;
     int refcount;
-    tg_module *owner;     /* not a reference */
+    tg_module *owner;     /* not a reference; NULL once the owning module is gone */
     /* engine bookkeeping (src/nn/engine.c) */
-    int64_t step_seen;    /* step of the counts below */
+    int64_t step_seen;    /* step of the counts below (0: outside steps) */
     int contributed;      /* wgrad contributions issued this step (0: the next one overwrites) */
     int *contrib_mb;      /* (microbatches) contributions per microbatch this step */
     int fired;            /* hook dispatches this step */
@@ -54,8 +54,9 @@ struct tg_param {
     struct tg_param *prev_live;
 };
 
-/* New parameter (refcount 1) holding data (taken over). Allocates grad (and
- * master when data is bf16, copied from data; main_grad when fused), zeroed. */
+/* New parameter (refcount 1) holding data (taken over, also on failure).
+ * Allocates grad (and master when data is bf16, copied from data; main_grad
+ * when fused), zeroed; contributors 1; linked into the engine's live list. */
 tg_status tg_param_new(const char *name, tg_tensor *data, int fuse_wgrad_accumulation, tg_param **out);
 tg_param *tg_param_retain(tg_param *p);
 void tg_param_release(tg_param *p);
@@ -90,6 +91,15 @@ int tg_hook_check_get(void);
  * dispatched after W-graph replays (graph layer honours it). */
 void tg_debug_skip_hooks_after_replay(int on);
 int tg_debug_skip_hooks_after_replay_get(void);
+
+/* The graph layer learns which parameters a captured graph computes wgrad
+ * for: while the device captures, tg_param_wgrad_done calls the observer
+ * (if any) instead of recording or firing. */
+typedef tg_status (*tg_capture_observer)(void *ud, tg_param *p, int mb);
+void tg_engine_set_capture_observer(tg_capture_observer fn, void *ud);
+/* Graph warm-up: while quiet, wgrads are neither recorded nor fired and
+ * always accumulate (the graph layer restores the gradients afterwards). */
+void tg_engine_set_quiet(int on);
 
 /* Records that one wgrad contribution of p for microbatch mb is issued; when
  * all p->contributors contributions of mb are in, fires p's hooks. While the
@@ -148,6 +158,8 @@ struct tg_module {
     const char *exec_mode;       /* "eager" or "graphed" (set by the graph layer) */
     tg_param **params;           /* own parameters */
     int nparams;
+    tg_param *shared;            /* another module's parameter this one's wgrad also writes
+                                    (the tied LM head projection: the embedding's table) */
     tg_module **children;        /* composites: submodules (references) */
     int nchildren;
     struct tg_saved *saved;      /* forward contexts by microbatch */
@@ -160,17 +172,30 @@ struct tg_module {
 tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y);
 tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx);
 /* Pops one queued wgrad (leaf: its own; composite: one of each child that has
- * one), computes it, then fires the hooks of its parameters. Fails with
- * TG_ESTATE "backward_dw with nothing queued" when nothing is queued. */
+ * one, children in reverse order like backward), computes it, then fires the
+ * hooks of its parameters. Fails with TG_ESTATE "backward_dw with nothing
+ * queued on <module>" when nothing is queued.
+ * Errors of these calls are prefixed once, by the innermost module that
+ * failed: "Linear 'h.0.mlp.fc1' backward (microbatch 2): dy is ...".
+ * The engine is single-threaded (one host thread drives the modules). */
 tg_status tg_module_backward_dw(tg_module *m);
 int tg_module_need_backward_dw(const tg_module *m);
-/* All parameters, own then children's in order (caller frees the array, not the params). */
+/* All parameters, own then children's in order, each once (caller frees the
+ * array, not the params). A tied table is listed by its embedding only. */
 tg_status tg_module_parameters(tg_module *m, tg_param ***out, int *n);
+/* The wgrad contributions one backward (or backward_dw) of m makes per
+ * microbatch, one entry each: its parameters plus shared ones (a tied table
+ * appears in both the embedding's and the head's lists). The graph layer calls
+ * tg_param_wgrad_done on each after replaying m's wgrad. */
+tg_status tg_module_wgrad_params(tg_module *m, tg_param ***out, int *n);
 tg_module *tg_module_retain(tg_module *m);
 void tg_module_release(tg_module *m);
 
 /* Helpers for module implementations (src/nn/module.c). */
+/* A module of type vt with options o (NULL: defaults), refcount 1, exec_mode "eager". */
 tg_status tg_module_alloc(const struct tg_module_vtbl *vt, const tg_module_opts *o, tg_module **out);
+/* A parameter "<m's name>.<suffix>" owned by m: normal(0, init_std) when init_std > 0,
+ * else filled with init_const; drawn in f32, then rounded to m's dtype. */
 tg_status tg_module_add_param(tg_module *m, const char *suffix, int ndim, const int64_t *shape, double init_std,
                               double init_const, tg_param **out);
 tg_status tg_module_add_child(tg_module *m, tg_module *child);
@@ -220,7 +245,10 @@ void tg_engine_link(tg_param *p);
 void tg_engine_unlink(tg_param *p);
 
 /* ------------------------------------------------------------------ module constructors
- * x and y are (B, T, C) or (N, C) in the module's dtype unless said. */
+ * x and y are (B, T, C) or (N, C) in the module's dtype unless said. Weights
+ * are drawn normal(0, init_std) in f32 with tg_randn (then rounded for bf16),
+ * norm gammas are 1, betas and biases 0. opts.bias covers linear biases and
+ * LayerNorm betas. Children inherit the options, named "<name>.<child>". */
 tg_status tg_linear_new(int64_t in, int64_t out, const tg_module_opts *o, tg_module **m);
 tg_status tg_layernorm_new(int64_t c, const tg_module_opts *o, tg_module **m);
 tg_status tg_rmsnorm_new(int64_t c, const tg_module_opts *o, tg_module **m);
@@ -231,15 +259,21 @@ tg_status tg_layernorm_mlp_new(int64_t c, int64_t hidden, const char *norm, cons
                                const tg_module_opts *o, tg_module **m);
 /* Fused QKV projection (C -> 3C), causal attention with n_head heads, output projection (C -> C). */
 tg_status tg_attention_new(int64_t c, int n_head, const tg_module_opts *o, tg_module **m);
-/* Pre-norm block: x + attn(norm1(x)), then + mlp(norm2(.)). */
+/* Pre-norm block: h = x + attn(norm(x)), y = h + mlp(h), the MLP with its own
+ * norm. Children: <name>.attn_norm, <name>.attn (qkv, core, proj), <name>.mlp
+ * (norm, fc1, gelu|swiglu, fc2). */
 tg_status tg_transformer_layer_new(int64_t c, int n_head, int64_t hidden, const char *norm, const char *activation,
                                    const tg_module_opts *o, tg_module **m);
 /* idx (B, T) i32 -> (B, T, C): token + learned position (max_t positions). */
 tg_status tg_embedding_new(int64_t vocab, int64_t c, int64_t max_t, const tg_module_opts *o, tg_module **m);
 /* The token table (V, C) of an Embedding (NULL if m is not one). */
 tg_param *tg_embedding_token_table(tg_module *m);
-/* Final norm + projection to the vocabulary + softmax cross-entropy. tied: uses
- * the embedding's token table (V, C) as the weight (its wgrad adds into it). */
+/* Final norm + projection to the vocabulary (no bias) + softmax cross-entropy.
+ * tied: uses the embedding's token table (V, C) as the weight (its wgrad adds
+ * into it, and the table's hooks fire once both halves of a microbatch are in);
+ * the table stays the embedding's parameter: the head does not list it.
+ * Parameter names: <name>.norm.weight/.bias, <name>.weight (untied).
+ * A plain forward returns logits (..., V) (generation). */
 tg_status tg_lm_head_new(int64_t c, int64_t vocab, tg_module *tied_embedding, const char *norm,
                          const tg_module_opts *o, tg_module **m);
 /* LM head with targets: loss (2) f32 = [mean loss, valid count] (device). Its

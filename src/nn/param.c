@@ -18,11 +18,17 @@ tg_status tg_param_new(const char *name, tg_tensor *data, int fuse_wgrad_accumul
 {
     *out = NULL;
     if (!data) return tg_error(TG_EINVAL, "param_new: %s: no data tensor", name ? name : "(unnamed)");
-    if (data->dtype != TG_F32 && data->dtype != TG_BF16)
-        return tg_error(TG_EINVAL, "param_new: %s: dtype %s (parameters are f32 or bf16)", name ? name : "(unnamed)",
-                        tg_dtype_name(data->dtype));
+    if (data->dtype != TG_F32 && data->dtype != TG_BF16) {
+        tg_status st = tg_error(TG_EINVAL, "param_new: %s: dtype %s (parameters are f32 or bf16)", name ? name : "(unnamed)",
+                                tg_dtype_name(data->dtype));
+        tg_tensor_free(data);
+        return st;
+    }
     tg_param *p = calloc(1, sizeof *p);
-    if (!p) return tg_error(TG_ENOMEM, "out of host memory");
+    if (!p) {
+        tg_tensor_free(data);
+        return tg_error(TG_ENOMEM, "out of host memory");
+    }
     p->name = strdup(name ? name : "");
     p->data = data;
     p->refcount = 1;

@@ -1,0 +1,599 @@
+/* attention.cu — causal multi-head attention over packed qkv: flash-style forward saving logsumexp, backward recomputing the probabilities. */
+#include "colsum.cuh"
+
+#include <cuda_bf16.h>
+#include <mma.h>
+
+/* Two paths, both deterministic (no atomics; every sum in a fixed order):
+ * - tensor cores (bf16, head dim 16/32/64/128, 16-byte aligned rows): one
+ *   block of 4 warps per (batch*head, 64-row tile), K/V tiles of 64 staged in
+ *   shared memory, wmma bf16 x bf16 -> f32, softmax in f32 registers.
+ *   Backward = dd (rowsum dout*out) + a dK/dV kernel per key tile + a dQ
+ *   kernel per query tile, so no tile's gradient is summed by two blocks.
+ * - SIMT (f32, other head dims, or TG_CUDA_ATTENTION=simt): one warp per row,
+ *   f32 arithmetic as the CPU reference. */
+
+using namespace nvcuda;
+
+#define ATT_TILE 64
+#define ATT_WARPS 4
+#define ATT_THREADS (ATT_WARPS * 32)
+#define ATT_LDP 72 /* bf16 row stride of per-warp 16 x 64 probability tiles */
+#define ATT_LDS 68 /* f32 row stride of per-warp 16 x 64 score tiles */
+
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_acc;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> frag_a;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> frag_b_row;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> frag_b_col;
+
+static __device__ __forceinline__ const __nv_bfloat16 *bf(const uint16_t *p) { return (const __nv_bfloat16 *)p; }
+
+/* Rows [t0, t0 + 64) of a (T, stride) bf16 matrix, columns [0, D), into dst
+ * (64 x LDB); rows >= T are zeros. 16-byte loads (the caller checked alignment). */
+template <int D>
+static __device__ __forceinline__ void att_load_tile(uint16_t *dst, const uint16_t *src, int t0, int T, int64_t stride)
+{
+    constexpr int LDB = D + 8, CPR = D / 8;
+    for (int i = threadIdx.x; i < ATT_TILE * CPR; i += ATT_THREADS) {
+        const int row = i / CPR, ch = i % CPR, t = t0 + row;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (t < T) v = *(const uint4 *)(src + (int64_t)t * stride + ch * 8);
+        *(uint4 *)(dst + row * LDB + ch * 8) = v;
+    }
+}
+
+/* S (16 x 64, f32, ld LDS) = A (16 x D rows of sA) . B^T, B = 64 rows of sB (both ld D + 8). */
+template <int D, int LDS = ATT_LDS>
+static __device__ __forceinline__ void att_scores(float *S, const uint16_t *sA, const uint16_t *sB)
+{
+    constexpr int LDB = D + 8;
+    frag_acc acc[4];
+#pragma unroll
+    for (int n = 0; n < 4; n++) wmma::fill_fragment(acc[n], 0.0f);
+#pragma unroll
+    for (int k = 0; k < D / 16; k++) {
+        frag_a a;
+        wmma::load_matrix_sync(a, bf(sA + k * 16), LDB);
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+            frag_b_col b;
+            wmma::load_matrix_sync(b, bf(sB + n * 16 * LDB + k * 16), LDB);
+            wmma::mma_sync(acc[n], a, b, acc[n]);
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < 4; n++) wmma::store_matrix_sync(S + n * 16, acc[n], LDS, wmma::mem_row_major);
+}
+
+/* acc[n] += P (16 x 64 bf16, ld ATT_LDP) . M (64 x D rows of sM, ld D + 8), n over D / 16 column blocks. */
+template <int D> static __device__ __forceinline__ void att_pv(frag_acc *acc, const uint16_t *P, const uint16_t *sM)
+{
+    constexpr int LDB = D + 8;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        frag_a a;
+        wmma::load_matrix_sync(a, bf(P + k * 16), ATT_LDP);
+#pragma unroll
+        for (int n = 0; n < D / 16; n++) {
+            frag_b_row b;
+            wmma::load_matrix_sync(b, bf(sM + k * 16 * LDB + n * 16), LDB);
+            wmma::mma_sync(acc[n], a, b, acc[n]);
+        }
+    }
+}
+
+/* Shared memory of the tensor-core kernels, in bytes. */
+template <int D> static constexpr size_t att_fwd_smem()
+{
+    return 3 * ATT_TILE * (D + 8) * 2 + ATT_WARPS * 16 * ((D > 64 ? D : 64) + 4) * 4 + ATT_WARPS * 16 * ATT_LDP * 2;
+}
+template <int D> static constexpr size_t att_bwd_smem()
+{
+    return 4 * ATT_TILE * (D + 8) * 2 + ATT_WARPS * 2 * 16 * ATT_LDS * 4 + ATT_WARPS * 2 * 16 * ATT_LDP * 2 +
+           2 * ATT_TILE * 4;
+}
+
+/* ------------------------------------------------------------------ forward, tensor cores */
+template <int D>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    att_fwd_mma(uint16_t *out, float *lse, const uint16_t *qkv, int T, int C, int H, float scale)
+{
+    constexpr int LDB = D + 8, LDF = (D > 64 ? D : 64) + 4, OPL = D / 2;
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *Qs = (uint16_t *)smem, *Ks = Qs + ATT_TILE * LDB, *Vs = Ks + ATT_TILE * LDB;
+    float *Fw = (float *)(Vs + ATT_TILE * LDB);
+    uint16_t *Pw = (uint16_t *)(Fw + ATT_WARPS * 16 * LDF);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane >> 1, half = lane & 1;
+    const int qt = gridDim.x - 1 - blockIdx.x; /* the longest rows first */
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    float *F = Fw + warp * 16 * LDF;
+    uint16_t *P = Pw + warp * 16 * ATT_LDP;
+    const int qi = qt * ATT_TILE + warp * 16 + r;
+
+    att_load_tile<D>(Qs, base, qt * ATT_TILE, T, C3);
+    float m = -INFINITY, l = 0.0f, o[OPL];
+#pragma unroll
+    for (int e = 0; e < OPL; e++) o[e] = 0.0f;
+
+    for (int kt = 0; kt <= qt; kt++) {
+        __syncthreads(); /* the previous tile's K, V are no longer read */
+        att_load_tile<D>(Ks, base + C, kt * ATT_TILE, T, C3);
+        att_load_tile<D>(Vs, base + 2 * (int64_t)C, kt * ATT_TILE, T, C3);
+        __syncthreads();
+        att_scores<D, LDF>(F, Qs + warp * 16 * LDB, Ks);
+        __syncwarp();
+        /* online softmax of row r over columns [half * 32, half * 32 + 32) */
+        float sv[32], tmax = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < 32; c++) {
+            const int col = half * 32 + c, kj = kt * ATT_TILE + col;
+            float s = F[r * LDF + col] * scale;
+            if (kj > qi || kj >= T) s = -INFINITY;
+            sv[c] = s;
+            tmax = fmaxf(tmax, s);
+        }
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        const float mn = fmaxf(m, tmax); /* finite: key 0 is in tile 0 */
+        const float corr = expf(m - mn);
+        float ps = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 32; c++) {
+            float p = expf(sv[c] - mn);
+            ps += p;
+            P[r * ATT_LDP + half * 32 + c] = tgk_f32_to_bf16(p);
+        }
+        ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+        l = l * corr + ps;
+        m = mn;
+        __syncwarp();
+        /* F (16 x D) = P . V, then o = o * corr + F */
+        {
+            frag_acc acc[D / 16];
+#pragma unroll
+            for (int n = 0; n < D / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
+            att_pv<D>(acc, P, Vs);
+#pragma unroll
+            for (int n = 0; n < D / 16; n++) wmma::store_matrix_sync(F + n * 16, acc[n], LDF, wmma::mem_row_major);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int e = 0; e < OPL; e++) o[e] = o[e] * corr + F[r * LDF + half * OPL + e];
+        __syncwarp();
+    }
+    if (qi < T) {
+        const float inv = 1.0f / l;
+        uint16_t *orow = out + ((int64_t)b * T + qi) * C + (int64_t)h * D + half * OPL;
+#pragma unroll
+        for (int e = 0; e < OPL; e++) orow[e] = tgk_f32_to_bf16(o[e] * inv);
+        if (half == 0) lse[(int64_t)bh * T + qi] = m + logf(l);
+    }
+}
+
+/* ------------------------------------------------------------------ backward, tensor cores */
+
+/* Stages per-row lse and dd of query rows [t0, t0 + 64) into shared memory (rows >= T: lse = +inf, dd = 0). */
+static __device__ __forceinline__ void att_load_rowstats(float *lse_s, float *dd_s, const float *lse, const float *dd,
+                                                         int t0, int T)
+{
+    for (int i = threadIdx.x; i < ATT_TILE; i += ATT_THREADS) {
+        const int t = t0 + i;
+        lse_s[i] = t < T ? lse[t] : INFINITY;
+        dd_s[i] = t < T ? dd[t] : 0.0f;
+    }
+}
+
+/* dK, dV of one key tile (blockIdx.x) from every query tile at or after it. */
+template <int D>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    att_bwd_dkdv_mma(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse, const float *dd,
+                     int T, int C, int H, float scale)
+{
+    constexpr int LDB = D + 8;
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + ATT_TILE * LDB, *Qs = Vs + ATT_TILE * LDB, *dOs = Qs + ATT_TILE * LDB;
+    float *Fw = (float *)(dOs + ATT_TILE * LDB);
+    uint16_t *Bw = (uint16_t *)(Fw + ATT_WARPS * 2 * 16 * ATT_LDS);
+    float *lse_s = (float *)(Bw + ATT_WARPS * 2 * 16 * ATT_LDP), *dd_s = lse_s + ATT_TILE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane >> 1, half = lane & 1;
+    const int kt = blockIdx.x, nt = (T + ATT_TILE - 1) / ATT_TILE;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const uint16_t *dobase = dout + (int64_t)b * T * C + (int64_t)h * D;
+    float *St = Fw + warp * 2 * 16 * ATT_LDS, *dPt = St + 16 * ATT_LDS;
+    uint16_t *Pt = Bw + warp * 2 * 16 * ATT_LDP, *dSt = Pt + 16 * ATT_LDP;
+    const int kj = kt * ATT_TILE + warp * 16 + r;
+
+    att_load_tile<D>(Ks, base + C, kt * ATT_TILE, T, C3);
+    att_load_tile<D>(Vs, base + 2 * (int64_t)C, kt * ATT_TILE, T, C3);
+    frag_acc dK[D / 16], dV[D / 16];
+#pragma unroll
+    for (int n = 0; n < D / 16; n++) {
+        wmma::fill_fragment(dK[n], 0.0f);
+        wmma::fill_fragment(dV[n], 0.0f);
+    }
+    for (int qt = kt; qt < nt; qt++) {
+        __syncthreads();
+        att_load_tile<D>(Qs, base, qt * ATT_TILE, T, C3);
+        att_load_tile<D>(dOs, dobase, qt * ATT_TILE, T, C);
+        att_load_rowstats(lse_s, dd_s, lse + (int64_t)bh * T, dd + (int64_t)bh * T, qt * ATT_TILE, T);
+        __syncthreads();
+        att_scores<D>(St, Ks + warp * 16 * LDB, Qs);  /* S^T: keys x queries */
+        att_scores<D>(dPt, Vs + warp * 16 * LDB, dOs); /* dP^T = V dO^T */
+        __syncwarp();
+#pragma unroll 8
+        for (int c = 0; c < 32; c++) {
+            const int col = half * 32 + c, qi = qt * ATT_TILE + col;
+            float p = 0.0f;
+            if (qi >= kj && qi < T && kj < T) p = expf(St[r * ATT_LDS + col] * scale - lse_s[col]);
+            const float ds = p * (dPt[r * ATT_LDS + col] - dd_s[col]);
+            Pt[r * ATT_LDP + col] = tgk_f32_to_bf16(p);
+            dSt[r * ATT_LDP + col] = tgk_f32_to_bf16(ds);
+        }
+        __syncwarp();
+        att_pv<D>(dV, Pt, dOs); /* dV += P^T dO */
+        att_pv<D>(dK, dSt, Qs); /* dK += dS^T Q */
+    }
+    /* stage each result as f32 (16 x D, ld D + 4) in the warp's score space, then store bf16 */
+    float *G = St;
+#pragma unroll
+    for (int which = 0; which < 2; which++) {
+        __syncwarp();
+#pragma unroll
+        for (int n = 0; n < D / 16; n++)
+            wmma::store_matrix_sync(G + n * 16, which ? dV[n] : dK[n], D + 4, wmma::mem_row_major);
+        __syncwarp();
+        if (kj < T) {
+            uint16_t *row = dqkv + ((int64_t)b * T + kj) * C3 + (which ? 2 : 1) * (int64_t)C + (int64_t)h * D;
+            const float f = which ? 1.0f : scale;
+            for (int e = half * (D / 2); e < (half + 1) * (D / 2); e++) row[e] = tgk_f32_to_bf16(G[r * (D + 4) + e] * f);
+        }
+    }
+}
+
+/* dQ of one query tile from every key tile at or before it. */
+template <int D>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    att_bwd_dq_mma(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse, const float *dd, int T,
+                   int C, int H, float scale)
+{
+    constexpr int LDB = D + 8;
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *Qs = (uint16_t *)smem, *dOs = Qs + ATT_TILE * LDB, *Ks = dOs + ATT_TILE * LDB, *Vs = Ks + ATT_TILE * LDB;
+    float *Fw = (float *)(Vs + ATT_TILE * LDB);
+    uint16_t *Bw = (uint16_t *)(Fw + ATT_WARPS * 2 * 16 * ATT_LDS);
+    float *lse_s = (float *)(Bw + ATT_WARPS * 2 * 16 * ATT_LDP), *dd_s = lse_s + ATT_TILE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane >> 1, half = lane & 1;
+    const int qt = gridDim.x - 1 - blockIdx.x;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const uint16_t *dobase = dout + (int64_t)b * T * C + (int64_t)h * D;
+    float *S = Fw + warp * 2 * 16 * ATT_LDS, *dP = S + 16 * ATT_LDS;
+    uint16_t *dS = Bw + warp * 2 * 16 * ATT_LDP;
+    const int row = warp * 16 + r, qi = qt * ATT_TILE + row;
+
+    att_load_tile<D>(Qs, base, qt * ATT_TILE, T, C3);
+    att_load_tile<D>(dOs, dobase, qt * ATT_TILE, T, C);
+    att_load_rowstats(lse_s, dd_s, lse + (int64_t)bh * T, dd + (int64_t)bh * T, qt * ATT_TILE, T);
+    frag_acc dQ[D / 16];
+#pragma unroll
+    for (int n = 0; n < D / 16; n++) wmma::fill_fragment(dQ[n], 0.0f);
+    for (int kt = 0; kt <= qt; kt++) {
+        __syncthreads();
+        att_load_tile<D>(Ks, base + C, kt * ATT_TILE, T, C3);
+        att_load_tile<D>(Vs, base + 2 * (int64_t)C, kt * ATT_TILE, T, C3);
+        __syncthreads();
+        att_scores<D>(S, Qs + warp * 16 * LDB, Ks);
+        att_scores<D>(dP, dOs + warp * 16 * LDB, Vs);
+        __syncwarp();
+        const float l_i = lse_s[row], d_i = dd_s[row];
+#pragma unroll 8
+        for (int c = 0; c < 32; c++) {
+            const int col = half * 32 + c, kj = kt * ATT_TILE + col;
+            float p = 0.0f;
+            if (kj <= qi && kj < T && qi < T) p = expf(S[r * ATT_LDS + col] * scale - l_i);
+            dS[r * ATT_LDP + col] = tgk_f32_to_bf16(p * (dP[r * ATT_LDS + col] - d_i));
+        }
+        __syncwarp();
+        att_pv<D>(dQ, dS, Ks); /* dQ += dS K */
+    }
+    float *G = S;
+    __syncwarp();
+#pragma unroll
+    for (int n = 0; n < D / 16; n++) wmma::store_matrix_sync(G + n * 16, dQ[n], D + 4, wmma::mem_row_major);
+    __syncwarp();
+    if (qi < T) {
+        uint16_t *out = dqkv + ((int64_t)b * T + qi) * C3 + (int64_t)h * D;
+        for (int e = half * (D / 2); e < (half + 1) * (D / 2); e++) out[e] = tgk_f32_to_bf16(G[r * (D + 4) + e] * scale);
+    }
+}
+
+/* ------------------------------------------------------------------ SIMT path: one warp per row */
+
+/* Row w of the (B, H, T) rows: its batch, head and position. */
+struct att_row {
+    int64_t b, h, t;
+};
+static __device__ __forceinline__ att_row att_row_of(int64_t w, int64_t H, int64_t T)
+{
+    att_row a;
+    a.t = w % T;
+    a.h = (w / T) % H;
+    a.b = w / (T * H);
+    return a;
+}
+
+/* lane's share of a head vector: elements lane + 32 k, k < DPL (zeros past D). */
+template <int DPL>
+static __device__ __forceinline__ void att_ld_vec(float *v, const void *p, tg_dtype dt, int64_t o, int D, int lane)
+{
+#pragma unroll
+    for (int k = 0; k < DPL; k++) {
+        const int e = lane + 32 * k;
+        v[k] = e < D ? tgk_load(p, dt, o + e) : 0.0f;
+    }
+}
+
+template <int DPL> static __device__ __forceinline__ float att_dot(const float *a, const float *b)
+{
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < DPL; k++) s += a[k] * b[k];
+    return tgk_warp_sum(s);
+}
+
+template <int DPL>
+static __global__ void att_fwd_simt(void *out, float *lse, const void *qkv, tg_dtype dt, int64_t B, int64_t T,
+                                    int64_t C, int64_t H, int D, float scale)
+{
+    const int64_t w = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (w >= B * H * T) return;
+    const att_row a = att_row_of(w, H, T);
+    const int64_t C3 = 3 * C, qo = (a.b * T + a.t) * C3 + a.h * D;
+    float q[DPL], o[DPL], kv[DPL];
+    att_ld_vec<DPL>(q, qkv, dt, qo, D, lane);
+#pragma unroll
+    for (int k = 0; k < DPL; k++) o[k] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j = 0; j <= a.t; j++) {
+        const int64_t ko = (a.b * T + j) * C3 + C + a.h * D;
+        att_ld_vec<DPL>(kv, qkv, dt, ko, D, lane);
+        const float s = att_dot<DPL>(q, kv) * scale;
+        const float mn = fmaxf(m, s), corr = expf(m - mn), p = expf(s - mn);
+        l = l * corr + p;
+        att_ld_vec<DPL>(kv, qkv, dt, ko + C, D, lane);
+#pragma unroll
+        for (int k = 0; k < DPL; k++) o[k] = o[k] * corr + p * kv[k];
+        m = mn;
+    }
+    const float inv = 1.0f / l;
+    const int64_t oo = (a.b * T + a.t) * C + a.h * D;
+#pragma unroll
+    for (int k = 0; k < DPL; k++)
+        if (lane + 32 * k < D) tgk_store(out, dt, oo + lane + 32 * k, o[k] * inv);
+    if (lane == 0) lse[(a.b * H + a.h) * T + a.t] = m + logf(l);
+}
+
+/* dd[(b, h, t)] = dout_t . out_t over the head (f32, in order per lane then a fixed tree). */
+template <int DPL>
+static __global__ void att_dd_kernel(float *dd, const void *dout, const void *out, tg_dtype dt, int64_t B, int64_t T,
+                                     int64_t C, int64_t H, int D)
+{
+    const int64_t w = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (w >= B * H * T) return;
+    const att_row a = att_row_of(w, H, T);
+    const int64_t oo = (a.b * T + a.t) * C + a.h * D;
+    float x[DPL], y[DPL];
+    att_ld_vec<DPL>(x, dout, dt, oo, D, lane);
+    att_ld_vec<DPL>(y, out, dt, oo, D, lane);
+    const float s = att_dot<DPL>(x, y);
+    if (lane == 0) dd[w] = s;
+}
+
+/* dq of one query row: scale * sum_{j <= i} p_ij (dout_i . v_j - dd_i) k_j. */
+template <int DPL>
+static __global__ void att_bwd_dq_simt(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *dd,
+                                       tg_dtype dt, int64_t B, int64_t T, int64_t C, int64_t H, int D, float scale)
+{
+    const int64_t w = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (w >= B * H * T) return;
+    const att_row a = att_row_of(w, H, T);
+    const int64_t C3 = 3 * C, qo = (a.b * T + a.t) * C3 + a.h * D;
+    float q[DPL], go[DPL], g[DPL], kv[DPL];
+    att_ld_vec<DPL>(q, qkv, dt, qo, D, lane);
+    att_ld_vec<DPL>(go, dout, dt, (a.b * T + a.t) * C + a.h * D, D, lane);
+#pragma unroll
+    for (int k = 0; k < DPL; k++) g[k] = 0.0f;
+    const float l_i = lse[w], d_i = dd[w];
+    for (int64_t j = 0; j <= a.t; j++) {
+        const int64_t ko = (a.b * T + j) * C3 + C + a.h * D;
+        att_ld_vec<DPL>(kv, qkv, dt, ko + C, D, lane);
+        const float dp = att_dot<DPL>(go, kv);
+        att_ld_vec<DPL>(kv, qkv, dt, ko, D, lane);
+        const float p = expf(att_dot<DPL>(q, kv) * scale - l_i), ds = p * (dp - d_i);
+#pragma unroll
+        for (int k = 0; k < DPL; k++) g[k] += ds * kv[k];
+    }
+#pragma unroll
+    for (int k = 0; k < DPL; k++)
+        if (lane + 32 * k < D) tgk_store(dqkv, dt, qo + lane + 32 * k, g[k] * scale);
+}
+
+/* dk, dv of one key row j: sums over queries i >= j. */
+template <int DPL>
+static __global__ void att_bwd_dkdv_simt(void *dqkv, const void *dout, const void *qkv, const float *lse,
+                                         const float *dd, tg_dtype dt, int64_t B, int64_t T, int64_t C, int64_t H, int D,
+                                         float scale)
+{
+    const int64_t w = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (w >= B * H * T) return;
+    const att_row a = att_row_of(w, H, T);
+    const int64_t C3 = 3 * C, ko = (a.b * T + a.t) * C3 + C + a.h * D, vo = ko + C;
+    const int64_t srow = (a.b * H + a.h) * T;
+    float kk[DPL], vv[DPL], gk[DPL], gv[DPL], x[DPL], go[DPL];
+    att_ld_vec<DPL>(kk, qkv, dt, ko, D, lane);
+    att_ld_vec<DPL>(vv, qkv, dt, vo, D, lane);
+#pragma unroll
+    for (int k = 0; k < DPL; k++) gk[k] = gv[k] = 0.0f;
+    for (int64_t i = a.t; i < T; i++) {
+        att_ld_vec<DPL>(x, qkv, dt, (a.b * T + i) * C3 + a.h * D, D, lane);
+        att_ld_vec<DPL>(go, dout, dt, (a.b * T + i) * C + a.h * D, D, lane);
+        const float p = expf(att_dot<DPL>(x, kk) * scale - lse[srow + i]);
+        const float ds = p * (att_dot<DPL>(go, vv) - dd[srow + i]);
+#pragma unroll
+        for (int k = 0; k < DPL; k++) {
+            gk[k] += ds * x[k];
+            gv[k] += p * go[k];
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < DPL; k++)
+        if (lane + 32 * k < D) {
+            tgk_store(dqkv, dt, ko + lane + 32 * k, gk[k] * scale);
+            tgk_store(dqkv, dt, vo + lane + 32 * k, gv[k]);
+        }
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+/* Raises a kernel's dynamic shared-memory limit once per device (not a stream operation: legal while capturing). */
+template <class K> static cudaError_t att_smem_limit(K kernel, size_t bytes, unsigned *done_mask)
+{
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev < 32 && (*done_mask >> dev & 1u)) return cudaSuccess;
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e == cudaSuccess && dev < 32) *done_mask |= 1u << dev;
+    return e;
+}
+
+static bool att_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* Whether the tensor-core path takes this call. */
+static bool att_use_mma(tg_dtype dt, int D, int simt, const void *a, const void *b, const void *c)
+{
+    return !simt && dt == TG_BF16 && (D == 16 || D == 32 || D == 64 || D == 128) && att_aligned(a) && att_aligned(b) &&
+           att_aligned(c);
+}
+
+template <int D> static cudaError_t att_fwd_mma_launch(void *out, float *lse, const void *qkv, int64_t B, int64_t T,
+                                                       int64_t C, int H, float scale, cudaStream_t st)
+{
+    const size_t sm = att_fwd_smem<D>();
+    static unsigned done;
+    cudaError_t e = att_smem_limit(att_fwd_mma<D>, sm, &done);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)((T + ATT_TILE - 1) / ATT_TILE), (unsigned)(B * H));
+    att_fwd_mma<D><<<grid, ATT_THREADS, sm, st>>>((uint16_t *)out, lse, (const uint16_t *)qkv, (int)T, (int)C, H, scale);
+    return cudaGetLastError();
+}
+
+template <int DPL>
+static cudaError_t att_fwd_simt_launch(void *out, float *lse, const void *qkv, tg_dtype dt, int64_t B, int64_t T,
+                                       int64_t C, int H, int D, float scale, cudaStream_t st)
+{
+    const int64_t rows = B * H * T, per = TGK_THREADS / 32;
+    att_fwd_simt<DPL><<<(unsigned)((rows + per - 1) / per), TGK_THREADS, 0, st>>>(out, lse, qkv, dt, B, T, C, H, D, scale);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t tg_cuda_attention_forward(void *out, float *lse, const void *qkv, tg_dtype dt, int64_t b,
+                                                 int64_t t, int64_t c, int n_head, int simt, cudaStream_t st)
+{
+    if (b <= 0 || t <= 0 || c <= 0) return cudaSuccess;
+    const int D = (int)(c / n_head);
+    const float scale = 1.0f / sqrtf((float)D);
+    if (t > INT32_MAX || 3 * c > INT32_MAX || b * n_head > 65535) return cudaErrorInvalidValue;
+    if (att_use_mma(dt, D, simt, out, qkv, qkv)) {
+        switch (D) {
+        case 16: return att_fwd_mma_launch<16>(out, lse, qkv, b, t, c, n_head, scale, st);
+        case 32: return att_fwd_mma_launch<32>(out, lse, qkv, b, t, c, n_head, scale, st);
+        case 64: return att_fwd_mma_launch<64>(out, lse, qkv, b, t, c, n_head, scale, st);
+        default: return att_fwd_mma_launch<128>(out, lse, qkv, b, t, c, n_head, scale, st);
+        }
+    }
+    if (D <= 32) return att_fwd_simt_launch<1>(out, lse, qkv, dt, b, t, c, n_head, D, scale, st);
+    if (D <= 64) return att_fwd_simt_launch<2>(out, lse, qkv, dt, b, t, c, n_head, D, scale, st);
+    if (D <= 128) return att_fwd_simt_launch<4>(out, lse, qkv, dt, b, t, c, n_head, D, scale, st);
+    if (D <= 256) return att_fwd_simt_launch<8>(out, lse, qkv, dt, b, t, c, n_head, D, scale, st);
+    return cudaErrorInvalidValue;
+}
+
+template <int D>
+static cudaError_t att_bwd_mma_launch(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *dd,
+                                      int64_t B, int64_t T, int64_t C, int H, float scale, cudaStream_t st)
+{
+    const size_t sm = att_bwd_smem<D>();
+    static unsigned done_kv, done_q;
+    cudaError_t e = att_smem_limit(att_bwd_dkdv_mma<D>, sm, &done_kv);
+    if (e == cudaSuccess) e = att_smem_limit(att_bwd_dq_mma<D>, sm, &done_q);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)((T + ATT_TILE - 1) / ATT_TILE), (unsigned)(B * H));
+    att_bwd_dkdv_mma<D><<<grid, ATT_THREADS, sm, st>>>((uint16_t *)dqkv, (const uint16_t *)dout, (const uint16_t *)qkv,
+                                                       lse, dd, (int)T, (int)C, H, scale);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    att_bwd_dq_mma<D><<<grid, ATT_THREADS, sm, st>>>((uint16_t *)dqkv, (const uint16_t *)dout, (const uint16_t *)qkv,
+                                                     lse, dd, (int)T, (int)C, H, scale);
+    return cudaGetLastError();
+}
+
+template <int DPL>
+static cudaError_t att_bwd_simt_launch(void *dqkv, const void *dout, const void *out, const void *qkv, const float *lse,
+                                       float *dd, tg_dtype dt, int64_t B, int64_t T, int64_t C, int H, int D,
+                                       float scale, bool dd_only, cudaStream_t st)
+{
+    const int64_t rows = B * H * T, per = TGK_THREADS / 32;
+    const unsigned g = (unsigned)((rows + per - 1) / per);
+    att_dd_kernel<DPL><<<g, TGK_THREADS, 0, st>>>(dd, dout, out, dt, B, T, C, H, D);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || dd_only) return e;
+    att_bwd_dq_simt<DPL><<<g, TGK_THREADS, 0, st>>>(dqkv, dout, qkv, lse, dd, dt, B, T, C, H, D, scale);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    att_bwd_dkdv_simt<DPL><<<g, TGK_THREADS, 0, st>>>(dqkv, dout, qkv, lse, dd, dt, B, T, C, H, D, scale);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t tg_cuda_attention_backward(void *dqkv, const void *dout, const void *out, const void *qkv,
+                                                  const float *lse, tg_dtype dt, int64_t b, int64_t t, int64_t c,
+                                                  int n_head, int simt, float *scratch, size_t scratch_bytes,
+                                                  cudaStream_t st)
+{
+    if (b <= 0 || t <= 0 || c <= 0) return cudaSuccess;
+    const int D = (int)(c / n_head);
+    const float scale = 1.0f / sqrtf((float)D);
+    if (t > INT32_MAX || 3 * c > INT32_MAX || b * n_head > 65535) return cudaErrorInvalidValue;
+    if ((size_t)(b * n_head * t) * sizeof(float) > scratch_bytes) return cudaErrorInvalidValue; /* dd does not fit */
+    float *dd = scratch;
+    if (att_use_mma(dt, D, simt, dqkv, dout, qkv) && att_aligned(out)) {
+        cudaError_t e;
+        switch (D) { /* dd through the SIMT kernel (DPL covers D), then the two tensor-core kernels */
+        case 16:
+            e = att_bwd_simt_launch<1>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, true, st);
+            return e != cudaSuccess ? e : att_bwd_mma_launch<16>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
+        case 32:
+            e = att_bwd_simt_launch<1>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, true, st);
+            return e != cudaSuccess ? e : att_bwd_mma_launch<32>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
+        case 64:
+            e = att_bwd_simt_launch<2>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, true, st);
+            return e != cudaSuccess ? e : att_bwd_mma_launch<64>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
+        default:
+            e = att_bwd_simt_launch<4>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, true, st);
+            return e != cudaSuccess ? e : att_bwd_mma_launch<128>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
+        }
+    }
+    if (D <= 32) return att_bwd_simt_launch<1>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, false, st);
+    if (D <= 64) return att_bwd_simt_launch<2>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, false, st);
+    if (D <= 128) return att_bwd_simt_launch<4>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, false, st);
+    if (D <= 256) return att_bwd_simt_launch<8>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, false, st);
+    return cudaErrorInvalidValue;
+}

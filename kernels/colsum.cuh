@@ -1,0 +1,101 @@
+/* colsum.cuh — deterministic two-stage column sums over rows (the wgrads of norms and bias), no float atomics. */
+#ifndef TG_KERNELS_COLSUM_CUH
+#define TG_KERNELS_COLSUM_CUH
+
+#include "common.cuh"
+
+/* A wgrad element: p[i] = acc * p[i] + g (acc == 0 overwrites, NaN in p
+ * ignored), computed in double and rounded once, as st_wgrad in cpu_nn.c. */
+static __device__ __forceinline__ void tgk_store_wgrad(void *p, tg_dtype dt, int64_t i, float acc, double g)
+{
+    double v = acc == 0.0f ? g : (double)acc * tgk_load(p, dt, i) + g;
+    tgk_store(p, dt, i, (float)v);
+}
+
+#define TGK_COLSUM_X 32 /* columns per block (one warp across a row) */
+#define TGK_COLSUM_Y 8  /* rows in flight per block */
+#define TGK_COLSUM_MIN_ROWS 64
+
+/* Stage 1: part[(chunk * NOUT + k) * c + col] = sum over the rows of `chunk`
+ * of term k of f(row, col); rows within a block are folded in a fixed order. */
+template <int NOUT, class F>
+static __global__ void tgk_colsum_partial(F f, int64_t n, int64_t c, int64_t rows_per_chunk, float *part)
+{
+    __shared__ float sh[NOUT][TGK_COLSUM_Y][TGK_COLSUM_X + 1];
+    const int64_t col = (int64_t)blockIdx.x * TGK_COLSUM_X + threadIdx.x;
+    const int64_t r0 = (int64_t)blockIdx.y * rows_per_chunk;
+    const int64_t r1 = r0 + rows_per_chunk < n ? r0 + rows_per_chunk : n;
+    float acc[NOUT];
+#pragma unroll
+    for (int k = 0; k < NOUT; k++) acc[k] = 0.0f;
+    if (col < c)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += TGK_COLSUM_Y) f(r, col, acc);
+#pragma unroll
+    for (int k = 0; k < NOUT; k++) sh[k][threadIdx.y][threadIdx.x] = acc[k];
+    __syncthreads();
+    if (threadIdx.y == 0 && col < c) {
+#pragma unroll
+        for (int k = 0; k < NOUT; k++) {
+            float s = sh[k][0][threadIdx.x];
+            for (int y = 1; y < TGK_COLSUM_Y; y++) s += sh[k][y][threadIdx.x];
+            part[((int64_t)blockIdx.y * NOUT + k) * c + col] = s;
+        }
+    }
+}
+
+/* Stage 2: out_k[col] = acc * out_k[col] + sum over chunks (in order, in double). */
+template <int NOUT>
+static __global__ void tgk_colsum_final(const float *part, int64_t nchunks, int64_t c, void *out0, void *out1,
+                                        tg_dtype dw_dt, float accumulate)
+{
+    TGK_GRID_STRIDE(col, c)
+    {
+#pragma unroll
+        for (int k = 0; k < NOUT; k++) {
+            void *out = k == 0 ? out0 : out1;
+            if (!out) continue;
+            double s = 0.0;
+            for (int64_t ch = 0; ch < nchunks; ch++) s += part[(ch * NOUT + k) * c + col];
+            tgk_store_wgrad(out, dw_dt, col, accumulate, s);
+        }
+    }
+}
+
+/* Launches both stages. The chunking depends only on (n, c, NOUT, the
+ * scratch size), so results are bit-identical run to run. scratch: device
+ * memory of scratch_bytes; too small for one chunk of partials is an error. */
+template <int NOUT, class F>
+static cudaError_t tgk_colsum(F f, int64_t n, int64_t c, void *out0, void *out1, tg_dtype dw_dt, float accumulate,
+                              float *scratch, size_t scratch_bytes, cudaStream_t st)
+{
+    if (c <= 0) return cudaSuccess;
+    int64_t per_chunk_bytes = NOUT * c * (int64_t)sizeof(float);
+    int64_t cap = (int64_t)scratch_bytes / per_chunk_bytes;
+    if (cap > 65535) cap = 65535; /* gridDim.y */
+    int64_t nchunks = (n + TGK_COLSUM_MIN_ROWS - 1) / TGK_COLSUM_MIN_ROWS;
+    if (nchunks > 1024) nchunks = 1024;
+    if (nchunks > cap) nchunks = cap;
+    if (n > 0 && nchunks < 1) return cudaErrorInvalidValue; /* c too large for the scratch */
+    if (n > 0) {
+        int64_t rows = (n + nchunks - 1) / nchunks;
+        nchunks = (n + rows - 1) / rows;
+        dim3 grid((unsigned)((c + TGK_COLSUM_X - 1) / TGK_COLSUM_X), (unsigned)nchunks);
+        tgk_colsum_partial<NOUT><<<grid, dim3(TGK_COLSUM_X, TGK_COLSUM_Y), 0, st>>>(f, n, c, rows, scratch);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    } else {
+        nchunks = 0;
+    }
+    tgk_colsum_final<NOUT><<<tgk_blocks(c), TGK_THREADS, 0, st>>>(scratch, nchunks, c, out0, out1, dw_dt, accumulate);
+    return cudaGetLastError();
+}
+
+/* Sum over a warp, in a fixed butterfly order (every lane gets the total). */
+template <class T> static __device__ __forceinline__ T tgk_warp_sum(T v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+#endif

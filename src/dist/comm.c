@@ -1,0 +1,607 @@
+/* comm.c — communicators: world setup from the launcher's environment, argument checks, dispatch to MPI / NCCL, requests. */
+#include "dist/comm_impl.h"
+
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+static tg_comm *world;
+static tg_comm *live;          /* every live communicator (world included) */
+static double timeout_s = -1;  /* < 0: not read from the environment yet */
+static int finalized;
+
+/* ------------------------------------------------------------------ small helpers */
+double tg_comm_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *const op_names[] = {"sum", "avg", "max", "min"};
+
+int tg_comm_op_parse(const char *s, tg_comm_op *out)
+{
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, op_names[i]) == 0) {
+            *out = (tg_comm_op)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *tg_comm_op_name(tg_comm_op op) { return (unsigned)op < 4 ? op_names[op] : "?"; }
+
+double tg_comm_timeout(void)
+{
+    if (timeout_s < 0) {
+        const char *e = getenv("TG_COMM_TIMEOUT");
+        char *end;
+        double v = e ? strtod(e, &end) : 0;
+        timeout_s = (e && end != e && v > 0) ? v : 600.0;
+    }
+    return timeout_s;
+}
+
+void tg_comm_set_timeout(double seconds)
+{
+    if (seconds > 0) timeout_s = seconds;
+}
+
+/* An integer from the first of the environment variables set, or def. */
+static int env_int(const char *const *names, int def)
+{
+    for (; *names; names++) {
+        const char *e = getenv(*names);
+        if (e && *e) {
+            char *end;
+            long v = strtol(e, &end, 10);
+            if (*end == '\0') return (int)v;
+        }
+    }
+    return def;
+}
+
+static const char *const rank_vars[] = {"TG_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", NULL};
+static const char *const size_vars[] = {"TG_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL};
+static const char *const local_rank_vars[] = {"TG_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                              "SLURM_LOCALID", NULL};
+static const char *const local_size_vars[] = {"TG_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                              NULL};
+
+/* Started by an MPI launcher (mpirun, mpiexec, srun with PMI). */
+static int under_mpi(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+static void link_comm(tg_comm *c)
+{
+    c->next = live;
+    live = c;
+}
+
+static void unlink_comm(tg_comm *c)
+{
+    for (tg_comm **pp = &live; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            return;
+        }
+}
+
+static void destroy_comm(tg_comm *c)
+{
+    unlink_comm(c);
+    if (c->nccl) c->nccl_tr->destroy(c->nccl);
+    if (c->mpi) c->mpi_tr->destroy(c->mpi);
+    free(c);
+}
+
+static void release_comm(tg_comm *c)
+{
+    if (c && --c->refcount == 0) destroy_comm(c);
+}
+
+/* ------------------------------------------------------------------ the world */
+#ifdef TG_HAVE_NCCL
+static int hexval(int ch)
+{
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+/* NCCL on the GPU of this local rank, its id from the launcher or over MPI. */
+static tg_status world_nccl(tg_comm *c)
+{
+    int ndev = tg_device_count(TG_CUDA);
+    const char *dev_env = getenv("TG_DEVICE");
+    if (ndev == 0 || c->size == 1) return TG_OK;
+    if (dev_env && strcmp(dev_env, "cpu") == 0) return TG_OK;
+    int dev = (c->local_rank >= 0 ? c->local_rank : c->rank) % ndev;
+    char name[32];
+    /* Tensors of this rank default to its GPU (respecting CUDA_VISIBLE_DEVICES). */
+    snprintf(name, sizeof name, "cuda:%d", dev);
+    if (!dev_env || strncmp(dev_env, "cuda", 4) == 0) setenv("TG_DEVICE", name, 1);
+    unsigned char id[TG_NCCL_ID_BYTES];
+    const char *hex = getenv("TG_NCCL_ID");
+    if (hex && *hex) {
+        if (strlen(hex) != 2 * TG_NCCL_ID_BYTES)
+            return tg_error(TG_EINVAL, "TG_NCCL_ID: expected %d hex digits, got %zu", 2 * TG_NCCL_ID_BYTES, strlen(hex));
+        for (int i = 0; i < TG_NCCL_ID_BYTES; i++) {
+            int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+            if (hi < 0 || lo < 0) return tg_error(TG_EINVAL, "TG_NCCL_ID: not a hex string");
+            id[i] = (unsigned char)(hi << 4 | lo);
+        }
+    } else {
+#ifdef TG_HAVE_MPI
+        if (!c->mpi)
+            return tg_error(TG_ESTATE, "NCCL setup: %d ranks but no NCCL id (TG_NCCL_ID) and no MPI to share one",
+                            c->size);
+        if (c->rank == 0) TG_TRY(tg_nccl_get_id(id));
+        TG_TRY(tg_mpi_bcast_bytes(c->mpi, id, sizeof id, 0));
+#else
+        return tg_error(TG_ESTATE, "NCCL setup: %d ranks but no NCCL id (TG_NCCL_ID): start with tegraph run -n",
+                        c->size);
+#endif
+    }
+    TG_TRY(tg_nccl_init(id, c->rank, c->size, dev, &c->nccl));
+    c->nccl_tr = &tg_comm_nccl;
+    c->cuda_dev = (tg_device){TG_CUDA, dev};
+    return TG_OK;
+}
+#endif
+
+static void finalize_at_exit(void) { tg_comm_finalize(); }
+
+int tg_comm_world_ready(void) { return world != NULL; }
+
+tg_status tg_comm_world(tg_comm **out)
+{
+    *out = NULL;
+    if (world) {
+        *out = world;
+        return TG_OK;
+    }
+    if (finalized) return tg_error(TG_ESTATE, "comm: the world communicator was finalised");
+    tg_comm *c = calloc(1, sizeof *c);
+    if (!c) return tg_error(TG_ENOMEM, "out of host memory");
+    c->refcount = 1;
+    c->is_world = 1;
+    c->cuda_dev = (tg_device){TG_CPU, 0};
+    c->rank = env_int(rank_vars, 0);
+    c->size = env_int(size_vars, 1);
+    c->local_rank = env_int(local_rank_vars, c->rank);
+    c->local_size = env_int(local_size_vars, c->size);
+    tg_status st = TG_OK;
+    if (under_mpi()) {
+#ifdef TG_HAVE_MPI
+        st = tg_mpi_world(&c->mpi, &c->rank, &c->size, &c->local_rank, &c->local_size);
+        if (st == TG_OK) c->mpi_tr = &tg_comm_mpi;
+#else
+        if (c->size > 1)
+            st = tg_error(TG_ENOTSUP, "comm: started by an MPI launcher (%d ranks) but this tegraph was built without MPI",
+                          c->size);
+#endif
+    }
+    if (c->rank < 0 || c->size < 1 || c->rank >= c->size)
+        st = tg_error(TG_EINVAL, "comm: rank %d of %d from the environment is not valid", c->rank, c->size);
+    if (st == TG_OK) {
+        static int registered;
+        if (!registered) atexit(finalize_at_exit);
+        registered = 1;
+        link_comm(c);
+    }
+#ifdef TG_HAVE_NCCL
+    if (st == TG_OK) st = world_nccl(c);
+#endif
+    if (st == TG_OK && c->size > 1 && !c->mpi && !c->nccl)
+        st = tg_error(TG_ENOTSUP,
+                      "comm: %d ranks (TG_WORLD_SIZE) but no transport between them: CPU ranks need MPI (start them "
+                      "with mpirun, or `tegraph run -n N` in a build with MPI); GPU ranks need NCCL and a visible GPU",
+                      c->size);
+    if (st != TG_OK) {
+        unlink_comm(c);
+        if (c->nccl) c->nccl_tr->destroy(c->nccl);
+        /* an MPI world stays initialised: MPI cannot be set up twice */
+        free(c);
+        return st;
+    }
+    world = c;
+    *out = c;
+    return TG_OK;
+}
+
+int tg_comm_rank(const tg_comm *c) { return c->rank; }
+int tg_comm_size(const tg_comm *c) { return c->size; }
+int tg_comm_local_rank(const tg_comm *c) { return c->local_rank; }
+int tg_comm_local_size(const tg_comm *c) { return c->local_size; }
+tg_device tg_comm_cuda_device(const tg_comm *c) { return c->cuda_dev; }
+
+const char *tg_comm_backend(const tg_comm *c)
+{
+    if (c->mpi && c->nccl) return "mpi+nccl";
+    if (c->mpi) return "mpi";
+    if (c->nccl) return "nccl";
+    return "self";
+}
+
+/* ------------------------------------------------------------------ sub-communicators */
+tg_status tg_comm_split(tg_comm *c, int color, int key, tg_comm **out)
+{
+    *out = NULL;
+    if (color < 0) return tg_error(TG_EINVAL, "comm split: color must be >= 0 (got %d)", color);
+    tg_comm *s = calloc(1, sizeof *s);
+    if (!s) return tg_error(TG_ENOMEM, "out of host memory");
+    s->refcount = 1;
+    s->cuda_dev = c->cuda_dev;
+    s->rank = 0;
+    s->size = 1;
+    tg_status st = TG_OK;
+    int r = 0, n = 1;
+    if (c->mpi) {
+        st = c->mpi_tr->split(c->mpi, color, key, &s->mpi, &r, &n);
+        if (st == TG_OK) {
+            s->mpi_tr = c->mpi_tr;
+            s->rank = r;
+            s->size = n;
+        }
+    }
+    if (st == TG_OK && c->nccl) {
+        st = c->nccl_tr->split(c->nccl, color, key, &s->nccl, &r, &n);
+        if (st == TG_OK) {
+            s->nccl_tr = c->nccl_tr;
+            if (s->mpi && (r != s->rank || n != s->size))
+                st = tg_error(TG_EDEVICE, "comm split: MPI and NCCL disagree (rank %d of %d vs %d of %d)", s->rank,
+                              s->size, r, n);
+            s->rank = r;
+            s->size = n;
+        }
+    }
+    if (st == TG_OK && c->size > 1 && !c->mpi && !c->nccl) st = tg_error(TG_ESTATE, "comm split: no transport");
+    s->local_rank = s->rank;
+    s->local_size = s->size;
+#ifdef TG_HAVE_MPI
+    if (st == TG_OK && s->mpi) st = tg_mpi_local(s->mpi, &s->local_rank, &s->local_size);
+#endif
+    if (st != TG_OK) {
+        if (s->nccl) s->nccl_tr->destroy(s->nccl);
+        if (s->mpi) s->mpi_tr->destroy(s->mpi);
+        free(s);
+        return st;
+    }
+    link_comm(s);
+    *out = s;
+    return TG_OK;
+}
+
+void tg_comm_free(tg_comm *c)
+{
+    if (!c || c->is_world) return;
+    release_comm(c);
+}
+
+/* ------------------------------------------------------------------ argument checks */
+static int dtype_ok(tg_dtype dt) { return dt == TG_F32 || dt == TG_BF16 || dt == TG_I32; }
+
+static void describe(char *buf, size_t n, const char *what, const tg_tensor *t, const char *extra)
+{
+    char dev[32];
+    snprintf(buf, n, "%s of %lld %s%s on %s", what, (long long)tg_tensor_numel(t), tg_dtype_name(t->dtype),
+             extra ? extra : "", tg_device_str(tg_tensor_device(t), dev, sizeof dev));
+}
+
+/* The transport for t (NULL on a one-rank communicator). */
+static tg_status pick(tg_comm *c, const char *what, const tg_tensor *t, const struct tg_comm_transport **tr, void **impl)
+{
+    char dev[32];
+    tg_device d = tg_tensor_device(t);
+    *tr = NULL;
+    *impl = NULL;
+    if (finalized) return tg_error(TG_ESTATE, "%s: the communicators were finalised", what);
+    if (!dtype_ok(t->dtype))
+        return tg_error(TG_EINVAL, "%s: dtype %s is not supported (f32, bf16 or i32)", what, tg_dtype_name(t->dtype));
+    if (tg_device_capturing(d))
+        return tg_error(TG_ECAPTURE, "%s: not allowed while %s captures (stream '%s'): issue it from a hook after the replay",
+                        what, tg_device_str(d, dev, sizeof dev), tg_device_capturer_name(d));
+    if (c->size == 1) return TG_OK;
+    if (d.type == TG_CPU) {
+        if (!c->mpi)
+            return tg_error(TG_ENOTSUP,
+                            "%s: a CPU tensor needs MPI, and this communicator runs over NCCL only (use CUDA tensors, "
+                            "or start the ranks with mpirun)",
+                            what);
+        *tr = c->mpi_tr;
+        *impl = c->mpi;
+        return TG_OK;
+    }
+    if (!c->nccl)
+        return tg_error(TG_ENOTSUP, "%s: a CUDA tensor (%s) needs NCCL, and this communicator has %s", what,
+                        tg_device_str(d, dev, sizeof dev), c->mpi ? "MPI only (CPU tensors)" : "no NCCL");
+    if (d.index != c->cuda_dev.index) {
+        char mine[32];
+        return tg_error(TG_EINVAL, "%s: the tensor is on %s but this rank's NCCL communicator is on %s", what,
+                        tg_device_str(d, dev, sizeof dev), tg_device_str(c->cuda_dev, mine, sizeof mine));
+    }
+    *tr = c->nccl_tr;
+    *impl = c->nccl;
+    return TG_OK;
+}
+
+static int same_device(const tg_tensor *a, const tg_tensor *b)
+{
+    tg_device x = tg_tensor_device(a), y = tg_tensor_device(b);
+    return x.type == y.type && x.index == y.index;
+}
+
+/* Whether [a, a+na) and [b, b+nb) elements of the same storage overlap. */
+static int overlap(const tg_tensor *a, const tg_tensor *b)
+{
+    if (a->storage != b->storage) return 0;
+    int64_t a0 = a->offset, a1 = a0 + tg_tensor_numel(a), b0 = b->offset, b1 = b0 + tg_tensor_numel(b);
+    return a0 < b1 && b0 < a1;
+}
+
+/* ------------------------------------------------------------------ requests */
+static tg_status req_new(tg_comm *c, const char *what, const char *desc, tg_tensor *a, tg_tensor *b, tg_comm_req **out)
+{
+    tg_comm_req *r = calloc(1, sizeof *r);
+    if (!r) return tg_error(TG_ENOMEM, "out of host memory");
+    r->comm = c;
+    c->refcount++;
+    r->what = what;
+    snprintf(r->desc, sizeof r->desc, "%s", desc);
+    tg_status st = TG_OK;
+    if (a) st = tg_tensor_ref(a, &r->keep[0]);
+    if (st == TG_OK && b) st = tg_tensor_ref(b, &r->keep[1]);
+    if (st != TG_OK) {
+        tg_comm_req_free(r);
+        return st;
+    }
+    *out = r;
+    return TG_OK;
+}
+
+static void req_drop_tensors(tg_comm_req *r)
+{
+    for (int i = 0; i < 2; i++) {
+        tg_tensor_free(r->keep[i]);
+        r->keep[i] = NULL;
+    }
+}
+
+static tg_status req_fail(tg_comm_req *r, tg_status st)
+{
+    r->done = 1;
+    r->failed = 1;
+    r->err = st;
+    snprintf(r->errmsg, sizeof r->errmsg, "%s", tg_last_error());
+    return st;
+}
+
+tg_status tg_comm_req_wait(tg_comm_req *r)
+{
+    if (r->done) return r->err == TG_OK ? TG_OK : tg_error(r->err, "%s", r->errmsg);
+    if (r->tr) {
+        tg_status st = r->tr->wait(r);
+        if (st != TG_OK) return req_fail(r, st);
+    }
+    r->done = 1;
+    req_drop_tensors(r);
+    return TG_OK;
+}
+
+tg_status tg_comm_req_test(tg_comm_req *r, int *done)
+{
+    *done = 1;
+    if (r->done) return r->err == TG_OK ? TG_OK : tg_error(r->err, "%s", r->errmsg);
+    if (!r->tr) return tg_comm_req_wait(r);
+    tg_status st = r->tr->test(r, done);
+    if (st != TG_OK) return req_fail(r, st);
+    if (*done) {
+        r->done = 1;
+        req_drop_tensors(r);
+    }
+    return TG_OK;
+}
+
+const char *tg_comm_req_what(const tg_comm_req *r) { return r->what; }
+
+void tg_comm_req_free(tg_comm_req *r)
+{
+    if (!r) return;
+    if (!r->done) (void)tg_comm_req_wait(r);
+    if (r->tr) r->tr->req_release(r);
+    /* after a failure the transport may still use the buffers: keep them */
+    if (!r->failed) req_drop_tensors(r);
+    release_comm(r->comm);
+    free(r);
+}
+
+/* Issues through issue() on a request; completes it at once when the caller
+ * wants a blocking call (out == NULL). */
+static tg_status finish_issue(tg_comm_req *r, tg_status st, tg_comm_req **out)
+{
+    if (st != TG_OK) {
+        r->done = 1;
+        r->failed = 0;
+        r->tr = NULL; /* nothing was issued */
+        tg_comm_req_free(r);
+        return st;
+    }
+    if (out) {
+        *out = r;
+        return TG_OK;
+    }
+    st = tg_comm_req_wait(r);
+    tg_comm_req_free(r);
+    return st;
+}
+
+/* ------------------------------------------------------------------ operations */
+tg_status tg_comm_all_reduce(tg_comm *c, tg_tensor *t, tg_comm_op op, tg_comm_req **req)
+{
+    const struct tg_comm_transport *tr;
+    void *impl;
+    char desc[128], extra[16];
+    tg_comm_req *r;
+    if (req) *req = NULL;
+    TG_TRY(pick(c, "all_reduce", t, &tr, &impl));
+    if ((unsigned)op > TG_COMM_MIN) return tg_error(TG_EINVAL, "all_reduce: bad reduce op %d", (int)op);
+    if (op == TG_COMM_AVG && t->dtype == TG_I32) return tg_error(TG_EINVAL, "all_reduce: avg of i32 (use sum)");
+    snprintf(extra, sizeof extra, " (%s)", tg_comm_op_name(op));
+    describe(desc, sizeof desc, "all_reduce", t, extra);
+    TG_TRY(req_new(c, "all_reduce", desc, t, NULL, &r));
+    r->tr = tr;
+    return finish_issue(r, tr ? tr->all_reduce(impl, t, op, r) : TG_OK, req);
+}
+
+tg_status tg_comm_reduce_scatter(tg_comm *c, tg_tensor *out, tg_tensor *in, tg_comm_op op, tg_comm_req **req)
+{
+    const struct tg_comm_transport *tr;
+    void *impl;
+    char desc[128], extra[16];
+    tg_comm_req *r;
+    if (req) *req = NULL;
+    TG_TRY(pick(c, "reduce_scatter", in, &tr, &impl));
+    int64_t n = tg_tensor_numel(out);
+    if (out->dtype != in->dtype || !same_device(out, in))
+        return tg_error(TG_EINVAL, "reduce_scatter: out (%s) and in (%s) differ in dtype or device",
+                        tg_dtype_name(out->dtype), tg_dtype_name(in->dtype));
+    if (tg_tensor_numel(in) != n * c->size)
+        return tg_error(TG_EINVAL, "reduce_scatter: in has %lld elements, expected %d ranks x %lld (out)",
+                        (long long)tg_tensor_numel(in), c->size, (long long)n);
+    if (overlap(out, in) && out->offset != in->offset + (int64_t)c->rank * n)
+        return tg_error(TG_EINVAL, "reduce_scatter: out overlaps in but is not rank %d's slice of it", c->rank);
+    if ((unsigned)op > TG_COMM_MIN) return tg_error(TG_EINVAL, "reduce_scatter: bad reduce op %d", (int)op);
+    if (op == TG_COMM_AVG && in->dtype == TG_I32) return tg_error(TG_EINVAL, "reduce_scatter: avg of i32 (use sum)");
+    snprintf(extra, sizeof extra, " (%s)", tg_comm_op_name(op));
+    describe(desc, sizeof desc, "reduce_scatter", in, extra);
+    TG_TRY(req_new(c, "reduce_scatter", desc, out, in, &r));
+    r->tr = tr;
+    tg_status st = TG_OK;
+    if (tr) st = tr->reduce_scatter(impl, out, in, op, r);
+    else if (!tg_tensor_same_memory(out, in)) st = tg_copy(out, in);
+    return finish_issue(r, st, req);
+}
+
+tg_status tg_comm_all_gather(tg_comm *c, tg_tensor *out, tg_tensor *in, tg_comm_req **req)
+{
+    const struct tg_comm_transport *tr;
+    void *impl;
+    char desc[128];
+    tg_comm_req *r;
+    if (req) *req = NULL;
+    TG_TRY(pick(c, "all_gather", in, &tr, &impl));
+    int64_t n = tg_tensor_numel(in);
+    if (out->dtype != in->dtype || !same_device(out, in))
+        return tg_error(TG_EINVAL, "all_gather: out (%s) and in (%s) differ in dtype or device",
+                        tg_dtype_name(out->dtype), tg_dtype_name(in->dtype));
+    if (tg_tensor_numel(out) != n * c->size)
+        return tg_error(TG_EINVAL, "all_gather: out has %lld elements, expected %d ranks x %lld (in)",
+                        (long long)tg_tensor_numel(out), c->size, (long long)n);
+    if (overlap(out, in) && in->offset != out->offset + (int64_t)c->rank * n)
+        return tg_error(TG_EINVAL, "all_gather: in overlaps out but is not rank %d's slice of it", c->rank);
+    describe(desc, sizeof desc, "all_gather", in, NULL);
+    TG_TRY(req_new(c, "all_gather", desc, out, in, &r));
+    r->tr = tr;
+    tg_status st = TG_OK;
+    if (tr) st = tr->all_gather(impl, out, in, r);
+    else if (!tg_tensor_same_memory(out, in)) st = tg_copy(out, in);
+    return finish_issue(r, st, req);
+}
+
+tg_status tg_comm_broadcast(tg_comm *c, tg_tensor *t, int root, tg_comm_req **req)
+{
+    const struct tg_comm_transport *tr;
+    void *impl;
+    char desc[128], extra[24];
+    tg_comm_req *r;
+    if (req) *req = NULL;
+    if (root < 0 || root >= c->size)
+        return tg_error(TG_EINVAL, "broadcast: root %d is not a rank of this communicator (0..%d)", root, c->size - 1);
+    TG_TRY(pick(c, "broadcast", t, &tr, &impl));
+    snprintf(extra, sizeof extra, " (root %d)", root);
+    describe(desc, sizeof desc, "broadcast", t, extra);
+    TG_TRY(req_new(c, "broadcast", desc, t, NULL, &r));
+    r->tr = tr;
+    return finish_issue(r, tr ? tr->broadcast(impl, t, root, r) : TG_OK, req);
+}
+
+static tg_status p2p(tg_comm *c, int is_send, tg_tensor *t, int peer, tg_comm_req **req)
+{
+    const struct tg_comm_transport *tr;
+    void *impl;
+    char desc[128], extra[24];
+    const char *what = is_send ? "send" : "recv";
+    tg_comm_req *r;
+    if (req) *req = NULL;
+    if (peer < 0 || peer >= c->size || peer == c->rank)
+        return tg_error(TG_EINVAL, "%s: peer %d is not another rank of this communicator (rank %d of %d)", what, peer,
+                        c->rank, c->size);
+    TG_TRY(pick(c, what, t, &tr, &impl));
+    snprintf(extra, sizeof extra, is_send ? " (to %d)" : " (from %d)", peer);
+    describe(desc, sizeof desc, what, t, extra);
+    TG_TRY(req_new(c, what, desc, t, NULL, &r));
+    r->tr = tr;
+    return finish_issue(r, is_send ? tr->send(impl, t, peer, r) : tr->recv(impl, t, peer, r), req);
+}
+
+tg_status tg_comm_send(tg_comm *c, tg_tensor *t, int peer, tg_comm_req **req) { return p2p(c, 1, t, peer, req); }
+tg_status tg_comm_recv(tg_comm *c, tg_tensor *t, int peer, tg_comm_req **req) { return p2p(c, 0, t, peer, req); }
+
+tg_status tg_comm_barrier(tg_comm *c)
+{
+    if (finalized) return tg_error(TG_ESTATE, "barrier: the communicators were finalised");
+    if (c->size == 1) return TG_OK;
+    if (c->mpi) return c->mpi_tr->barrier(c->mpi);
+    return c->nccl_tr->barrier(c->nccl);
+}
+
+/* ------------------------------------------------------------------ process level */
+tg_status tg_comm_nccl_unique_id(char *hex, size_t n)
+{
+#ifdef TG_HAVE_NCCL
+    unsigned char id[TG_NCCL_ID_BYTES];
+    if (n < 2 * TG_NCCL_ID_BYTES + 1) return tg_error(TG_EINVAL, "nccl id: buffer too small");
+    TG_TRY(tg_nccl_get_id(id));
+    for (int i = 0; i < TG_NCCL_ID_BYTES; i++) snprintf(hex + 2 * i, 3, "%02x", id[i]);
+    return TG_OK;
+#else
+    (void)hex;
+    (void)n;
+    return tg_error(TG_ENOTSUP, "this tegraph was built without NCCL");
+#endif
+}
+
+void tg_comm_abort_world(int code)
+{
+    if (!world || world->size == 1) return;
+    for (tg_comm *c = live; c; c = c->next)
+        if (c->nccl) c->nccl_tr->abort(c->nccl);
+#ifdef TG_HAVE_MPI
+    if (world->mpi) tg_mpi_abort_job(code);
+#endif
+    (void)code;
+}
+
+void tg_comm_finalize(void)
+{
+    if (finalized) return;
+    finalized = 1;
+    /* communicators still referenced by Lua or requests are torn down here;
+     * their owners must not use them afterwards (the process is ending). */
+    while (live) {
+        tg_comm *c = live;
+        live = c->next;
+        if (c->nccl) c->nccl_tr->destroy(c->nccl);
+        if (c->mpi) c->mpi_tr->destroy(c->mpi);
+        c->nccl = c->mpi = NULL;
+        c->next = NULL;
+    }
+#ifdef TG_HAVE_MPI
+    tg_mpi_finalize();
+#endif
+}

@@ -1,0 +1,80 @@
+/* comm_impl.h — internals of the communicators: the transport vtable (MPI, NCCL) and request state. */
+#ifndef TG_DIST_COMM_IMPL_H
+#define TG_DIST_COMM_IMPL_H
+
+#include "dist/comm.h"
+
+struct tg_comm_req;
+
+/* A transport moves tensors of one device type between the ranks of a
+ * group. Ops issue work and fill r->impl; test/wait complete it (and do any
+ * finishing work, such as MPI's division for avg); req_release frees r->impl
+ * after completion, or abandons it after a failure. Arguments are validated
+ * by comm.c: dtypes, sizes, in-place layouts, peers. */
+struct tg_comm_transport {
+    const char *name;
+    tg_status (*all_reduce)(void *impl, tg_tensor *t, tg_comm_op op, struct tg_comm_req *r);
+    tg_status (*reduce_scatter)(void *impl, tg_tensor *out, tg_tensor *in, tg_comm_op op, struct tg_comm_req *r);
+    tg_status (*all_gather)(void *impl, tg_tensor *out, tg_tensor *in, struct tg_comm_req *r);
+    tg_status (*broadcast)(void *impl, tg_tensor *t, int root, struct tg_comm_req *r);
+    tg_status (*send)(void *impl, tg_tensor *t, int peer, struct tg_comm_req *r);
+    tg_status (*recv)(void *impl, tg_tensor *t, int peer, struct tg_comm_req *r);
+    tg_status (*barrier)(void *impl);
+    tg_status (*test)(struct tg_comm_req *r, int *done);
+    tg_status (*wait)(struct tg_comm_req *r);
+    void (*req_release)(struct tg_comm_req *r);
+    /* New group of the ranks with the same color; its rank and size. */
+    tg_status (*split)(void *impl, int color, int key, void **out, int *rank, int *size);
+    void (*destroy)(void *impl);
+    void (*abort)(void *impl);
+};
+
+struct tg_comm {
+    int rank, size, local_rank, local_size;
+    int refcount;                            /* the owner + each pending request */
+    int is_world;
+    void *mpi;                               /* CPU tensors (NULL: none) */
+    const struct tg_comm_transport *mpi_tr;
+    void *nccl;                              /* CUDA tensors on cuda_dev (NULL: none) */
+    const struct tg_comm_transport *nccl_tr;
+    tg_device cuda_dev;
+    struct tg_comm *next;                    /* all live communicators (abort, finalize) */
+};
+
+struct tg_comm_req {
+    tg_comm *comm;                           /* a reference */
+    const struct tg_comm_transport *tr;      /* NULL: completed when issued (one rank) */
+    void *impl;
+    const char *what;                        /* "all_reduce" */
+    char desc[128];                          /* "all_reduce of 4096 f32 (sum) on cpu": for messages */
+    tg_tensor *keep[2];                      /* references held until completion */
+    int done;                                /* completed (successfully or not) */
+    int failed;                              /* completion failed: buffers may still be in use */
+    tg_status err;
+    char errmsg[512];
+};
+
+/* Monotonic seconds. */
+double tg_comm_now(void);
+
+#ifdef TG_HAVE_MPI
+extern const struct tg_comm_transport tg_comm_mpi;
+/* MPI_Init (unless the host did) and a duplicate of MPI_COMM_WORLD. */
+tg_status tg_mpi_world(void **impl, int *rank, int *size, int *local_rank, int *local_size);
+/* Local rank and size of the group (ranks on this node). */
+tg_status tg_mpi_local(void *impl, int *local_rank, int *local_size);
+/* Blocking broadcast of raw bytes (NCCL unique ids), within the timeout. */
+tg_status tg_mpi_bcast_bytes(void *impl, void *buf, size_t n, int root);
+void tg_mpi_abort_job(int code);
+void tg_mpi_finalize(void);
+#endif
+
+#ifdef TG_HAVE_NCCL
+extern const struct tg_comm_transport tg_comm_nccl;
+#define TG_NCCL_ID_BYTES 128
+tg_status tg_nccl_get_id(unsigned char id[TG_NCCL_ID_BYTES]);
+/* An NCCL communicator on CUDA device dev (collective over the group). */
+tg_status tg_nccl_init(const unsigned char id[TG_NCCL_ID_BYTES], int rank, int size, int dev, void **impl);
+#endif
+
+#endif

@@ -1,0 +1,501 @@
+/* comm_nccl.c — the NCCL transport for CUDA tensors: a comm stream ordered by events, a watchdog that aborts on error or timeout. */
+#include "dist/comm_impl.h"
+
+#ifdef TG_HAVE_NCCL
+#include "backend/cuda_impl.h"
+
+#include <nccl.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+/* One NCCL communicator on one GPU. Ops run on `stream`, which waits (event
+ * `ready`) for the work issued so far on the device's current stream; a
+ * request's wait makes the then-current stream wait for the op's event, so
+ * the host never blocks. The watchdog thread polls every op in flight and
+ * NCCL's asynchronous error: an error, or an op older than the timeout (a
+ * peer died or never joined), aborts the communicator, which releases the
+ * kernels waiting for the peer; later ops fail naming the reason. */
+struct watch {
+    struct watch *next;
+    cudaEvent_t ev;
+    double t0;
+    char desc[128];
+};
+
+struct nccl_group {
+    ncclComm_t comm;
+    int dev, rank, size;
+    cudaStream_t stream;    /* the communication stream */
+    cudaEvent_t ready;      /* recorded on the compute stream before each op */
+    int *scratch;           /* (1) i32 on the device: barrier */
+    pthread_t thread;
+    int thread_on;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct watch *watch;    /* ops in flight (lock) */
+    int stop;               /* lock */
+    int aborted;            /* lock (read racily as a hint) */
+    char why[512];          /* lock */
+};
+
+struct nccl_req {
+    struct nccl_group *g;
+    cudaEvent_t done;
+};
+
+static tg_status nccl_fail(ncclResult_t res, ncclComm_t comm, const char *what)
+{
+    const char *last = comm ? ncclGetLastError(comm) : NULL;
+    return tg_error(TG_EDEVICE, "%s: NCCL: %s%s%s", what, ncclGetErrorString(res), last && *last ? ": " : "",
+                    last ? last : "");
+}
+
+static void sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Nonblocking communicators return ncclInProgress while a call completes in
+ * the background: poll until it settles, within the timeout. */
+static tg_status settle(ncclComm_t comm, ncclResult_t res, const char *what)
+{
+    double t0 = tg_comm_now(), limit = tg_comm_timeout();
+    while (res == ncclInProgress) {
+        if (tg_comm_now() - t0 > limit)
+            return tg_error(TG_EDEVICE,
+                            "%s did not complete within %g s: another rank died, failed or did not reach the same call "
+                            "(timeout: TG_COMM_TIMEOUT or tg.comm.init{timeout=})",
+                            what, limit);
+        sleep_us(100);
+        if (ncclCommGetAsyncError(comm, &res) != ncclSuccess) break;
+    }
+    return res == ncclSuccess ? TG_OK : nccl_fail(res, comm, what);
+}
+
+static ncclDataType_t type_of(tg_dtype dt)
+{
+    switch (dt) {
+    case TG_F32: return ncclFloat32;
+    case TG_BF16: return ncclBfloat16;
+    case TG_I32: return ncclInt32;
+    default: TG_ASSERT(!"dtype checked by comm.c");
+    }
+    return ncclFloat32;
+}
+
+static ncclRedOp_t op_of(tg_comm_op op)
+{
+    switch (op) {
+    case TG_COMM_AVG: return ncclAvg;
+    case TG_COMM_MAX: return ncclMax;
+    case TG_COMM_MIN: return ncclMin;
+    default: return ncclSum;
+    }
+}
+
+/* ------------------------------------------------------------------ abort and the watchdog */
+/* Marks g aborted (first reason wins) and aborts the NCCL communicator. Lock not held. */
+static void group_abort(struct nccl_group *g, const char *why, int print)
+{
+    pthread_mutex_lock(&g->lock);
+    int first = !g->aborted;
+    if (first) {
+        __atomic_store_n(&g->aborted, 1, __ATOMIC_RELEASE);
+        snprintf(g->why, sizeof g->why, "%s", why);
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (!first) return;
+    /* the watchdog's message is the only trace when the main thread is stuck in a CUDA call */
+    if (print) fprintf(stderr, "tegraph: rank %d: %s; aborting the NCCL communicator\n", g->rank, why);
+    (void)ncclCommAbort(g->comm);
+}
+
+static int is_aborted(struct nccl_group *g) { return __atomic_load_n(&g->aborted, __ATOMIC_ACQUIRE); }
+
+static tg_status aborted_error(struct nccl_group *g, const char *what)
+{
+    pthread_mutex_lock(&g->lock);
+    tg_status st = tg_error(TG_EDEVICE, "%s: the NCCL communicator was aborted: %s", what, g->why);
+    pthread_mutex_unlock(&g->lock);
+    return st;
+}
+
+static void *watchdog(void *arg)
+{
+    struct nccl_group *g = arg;
+    char why[512];
+    (void)cudaSetDevice(g->dev);
+    pthread_mutex_lock(&g->lock);
+    while (!g->stop && !g->aborted) {
+        why[0] = '\0';
+        double now = tg_comm_now(), limit = tg_comm_timeout();
+        for (struct watch **pp = &g->watch; *pp;) {
+            struct watch *w = *pp;
+            cudaError_t e = cudaEventQuery(w->ev);
+            if (e == cudaSuccess) {
+                *pp = w->next;
+                (void)cudaEventDestroy(w->ev);
+                free(w);
+                continue;
+            }
+            if (e != cudaErrorNotReady) {
+                snprintf(why, sizeof why, "%s failed: %s", w->desc, cudaGetErrorString(e));
+                break;
+            }
+            if (now - w->t0 > limit) {
+                snprintf(why, sizeof why,
+                         "%s did not complete within %g s: another rank died, failed or did not reach the same call",
+                         w->desc, limit);
+                break;
+            }
+            pp = &w->next;
+        }
+        if (!why[0]) {
+            ncclResult_t ae = ncclSuccess;
+            if (ncclCommGetAsyncError(g->comm, &ae) == ncclSuccess && ae != ncclSuccess && ae != ncclInProgress)
+                snprintf(why, sizeof why, "NCCL error: %s (%s)", ncclGetErrorString(ae), ncclGetLastError(g->comm));
+        }
+        if (why[0]) {
+            pthread_mutex_unlock(&g->lock);
+            group_abort(g, why, 1);
+            pthread_mutex_lock(&g->lock);
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&g->cond, &g->lock, &ts);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return NULL;
+}
+
+/* Hands the watchdog an event recorded after the op on the comm stream. */
+static tg_status watch_add(struct nccl_group *g, const char *desc)
+{
+    struct watch *w = calloc(1, sizeof *w);
+    if (!w) return tg_error(TG_ENOMEM, "out of host memory");
+    TG_CUDA_TRY(cudaEventCreateWithFlags(&w->ev, cudaEventDisableTiming));
+    cudaError_t e = cudaEventRecord(w->ev, g->stream);
+    if (e != cudaSuccess) {
+        (void)cudaEventDestroy(w->ev);
+        free(w);
+        return tg_cuda_fail(e, __FILE__, __LINE__, "cudaEventRecord");
+    }
+    w->t0 = tg_comm_now();
+    snprintf(w->desc, sizeof w->desc, "%s", desc);
+    pthread_mutex_lock(&g->lock);
+    struct watch **pp = &g->watch;
+    while (*pp) pp = &(*pp)->next;
+    *pp = w;
+    pthread_mutex_unlock(&g->lock);
+    return TG_OK;
+}
+
+/* ------------------------------------------------------------------ setup */
+tg_status tg_nccl_get_id(unsigned char id[TG_NCCL_ID_BYTES])
+{
+    ncclUniqueId u;
+    _Static_assert(sizeof u.internal == TG_NCCL_ID_BYTES, "NCCL unique id size");
+    ncclResult_t res = ncclGetUniqueId(&u);
+    if (res != ncclSuccess) return nccl_fail(res, NULL, "ncclGetUniqueId");
+    memcpy(id, u.internal, TG_NCCL_ID_BYTES);
+    return TG_OK;
+}
+
+static void group_free(struct nccl_group *g)
+{
+    if (g->scratch) (void)cudaFree(g->scratch);
+    if (g->ready) (void)cudaEventDestroy(g->ready);
+    if (g->stream) (void)cudaStreamDestroy(g->stream);
+    pthread_mutex_destroy(&g->lock);
+    pthread_cond_destroy(&g->cond);
+    free(g);
+}
+
+/* The stream, events, scratch and watchdog of a new communicator. */
+static tg_status group_new(ncclComm_t comm, int dev, struct nccl_group **out)
+{
+    struct nccl_group *g = calloc(1, sizeof *g);
+    if (!g) return tg_error(TG_ENOMEM, "out of host memory");
+    g->comm = comm;
+    g->dev = dev;
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_cond_init(&g->cond, NULL);
+    cudaError_t e = cudaSetDevice(dev);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&g->scratch, sizeof(int));
+    ncclResult_t r1 = ncclCommUserRank(comm, &g->rank), r2 = ncclCommCount(comm, &g->size);
+    if (e != cudaSuccess || r1 != ncclSuccess || r2 != ncclSuccess) {
+        tg_status st = e != cudaSuccess ? tg_cuda_fail(e, __FILE__, __LINE__, "NCCL comm stream setup")
+                                        : nccl_fail(r1 != ncclSuccess ? r1 : r2, comm, "ncclCommUserRank");
+        group_free(g);
+        return st;
+    }
+    if (pthread_create(&g->thread, NULL, watchdog, g) != 0) {
+        group_free(g);
+        return tg_error(TG_ENOMEM, "NCCL: cannot start the watchdog thread");
+    }
+    g->thread_on = 1;
+    *out = g;
+    return TG_OK;
+}
+
+static ncclConfig_t nonblocking_config(void)
+{
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0; /* setup and ops return at once: we poll them within the timeout */
+    return cfg;
+}
+
+tg_status tg_nccl_init(const unsigned char id[TG_NCCL_ID_BYTES], int rank, int size, int dev, void **impl)
+{
+    ncclUniqueId u;
+    ncclComm_t comm = NULL;
+    ncclConfig_t cfg = nonblocking_config();
+    char what[96];
+    memcpy(u.internal, id, TG_NCCL_ID_BYTES);
+    TG_CUDA_TRY(cudaSetDevice(dev));
+    snprintf(what, sizeof what, "NCCL setup of rank %d of %d on cuda:%d", rank, size, dev);
+    ncclResult_t res = ncclCommInitRankConfig(&comm, size, u, rank, &cfg);
+    tg_status st = comm ? settle(comm, res, what) : nccl_fail(res, NULL, what);
+    if (st != TG_OK) {
+        if (comm) (void)ncclCommAbort(comm);
+        return st;
+    }
+    struct nccl_group *g;
+    st = group_new(comm, dev, &g);
+    if (st != TG_OK) {
+        (void)ncclCommAbort(comm);
+        return st;
+    }
+    *impl = g;
+    return TG_OK;
+}
+
+/* ------------------------------------------------------------------ ops */
+/* Orders the comm stream after the work issued so far on the compute stream. */
+static tg_status begin(struct nccl_group *g, struct tg_comm_req *r)
+{
+    if (is_aborted(g)) return aborted_error(g, r->desc);
+    TG_CUDA_TRY(cudaSetDevice(g->dev));
+    tg_stream *s = tg_stream_current((tg_device){TG_CUDA, g->dev});
+    if (!s) return tg_error(TG_EDEVICE, "%s: no stream on cuda:%d", r->desc, g->dev);
+    TG_CUDA_TRY(cudaEventRecord(g->ready, tg_cuda_stream(s)));
+    TG_CUDA_TRY(cudaStreamWaitEvent(g->stream, g->ready, 0));
+    return TG_OK;
+}
+
+/* After the NCCL call: settles it, records the request's event, watches it. */
+static tg_status end(struct nccl_group *g, struct tg_comm_req *r, ncclResult_t res)
+{
+    tg_status st = settle(g->comm, res, r->desc);
+    if (st != TG_OK) {
+        group_abort(g, tg_last_error(), 0);
+        return st;
+    }
+    struct nccl_req *q = calloc(1, sizeof *q);
+    if (!q) return tg_error(TG_ENOMEM, "out of host memory");
+    q->g = g;
+    cudaError_t e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(q->done, g->stream);
+    if (e != cudaSuccess) {
+        if (q->done) (void)cudaEventDestroy(q->done);
+        free(q);
+        return tg_cuda_fail(e, __FILE__, __LINE__, "cudaEventRecord");
+    }
+    r->impl = q;
+    return watch_add(g, r->desc);
+}
+
+static size_t count_of(const tg_tensor *t) { return (size_t)tg_tensor_numel(t); }
+
+static tg_status n_all_reduce(void *impl, tg_tensor *t, tg_comm_op op, struct tg_comm_req *r)
+{
+    struct nccl_group *g = impl;
+    TG_TRY(begin(g, r));
+    void *p = tg_tensor_data(t);
+    return end(g, r, ncclAllReduce(p, p, count_of(t), type_of(t->dtype), op_of(op), g->comm, g->stream));
+}
+
+static tg_status n_reduce_scatter(void *impl, tg_tensor *out, tg_tensor *in, tg_comm_op op, struct tg_comm_req *r)
+{
+    struct nccl_group *g = impl;
+    TG_TRY(begin(g, r));
+    /* in place when out is this rank's slice of in, as NCCL defines it */
+    return end(g, r, ncclReduceScatter(tg_tensor_data(in), tg_tensor_data(out), count_of(out), type_of(in->dtype),
+                                       op_of(op), g->comm, g->stream));
+}
+
+static tg_status n_all_gather(void *impl, tg_tensor *out, tg_tensor *in, struct tg_comm_req *r)
+{
+    struct nccl_group *g = impl;
+    TG_TRY(begin(g, r));
+    return end(g, r, ncclAllGather(tg_tensor_data(in), tg_tensor_data(out), count_of(in), type_of(in->dtype), g->comm,
+                                   g->stream));
+}
+
+static tg_status n_broadcast(void *impl, tg_tensor *t, int root, struct tg_comm_req *r)
+{
+    struct nccl_group *g = impl;
+    TG_TRY(begin(g, r));
+    void *p = tg_tensor_data(t);
+    return end(g, r, ncclBroadcast(p, p, count_of(t), type_of(t->dtype), root, g->comm, g->stream));
+}
+
+static tg_status n_send(void *impl, tg_tensor *t, int peer, struct tg_comm_req *r)
+{
+    struct nccl_group *g = impl;
+    TG_TRY(begin(g, r));
+    return end(g, r, ncclSend(tg_tensor_data(t), count_of(t), type_of(t->dtype), peer, g->comm, g->stream));
+}
+
+static tg_status n_recv(void *impl, tg_tensor *t, int peer, struct tg_comm_req *r)
+{
+    struct nccl_group *g = impl;
+    TG_TRY(begin(g, r));
+    return end(g, r, ncclRecv(tg_tensor_data(t), count_of(t), type_of(t->dtype), peer, g->comm, g->stream));
+}
+
+/* Host-side: an all-reduce of one integer, polled to completion within the timeout. */
+static tg_status n_barrier(void *impl)
+{
+    struct nccl_group *g = impl;
+    struct tg_comm_req r = {.desc = "barrier"};
+    TG_TRY(begin(g, &r));
+    TG_TRY(end(g, &r, ncclAllReduce(g->scratch, g->scratch, 1, ncclInt32, ncclSum, g->comm, g->stream)));
+    struct nccl_req *q = r.impl;
+    double t0 = tg_comm_now(), limit = tg_comm_timeout();
+    tg_status st = TG_OK;
+    for (;;) {
+        cudaError_t e = cudaEventQuery(q->done);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) {
+            st = tg_cuda_fail(e, __FILE__, __LINE__, "barrier");
+            break;
+        }
+        if (is_aborted(g)) {
+            st = aborted_error(g, "barrier");
+            break;
+        }
+        if (tg_comm_now() - t0 > limit) {
+            st = tg_error(TG_EDEVICE, "barrier on rank %d of %d did not complete within %g s: another rank died, "
+                          "failed or did not reach it", g->rank, g->size, limit);
+            group_abort(g, tg_last_error(), 0);
+            break;
+        }
+        sleep_us(100);
+    }
+    (void)cudaEventDestroy(q->done);
+    free(q);
+    return st;
+}
+
+static tg_status n_test(struct tg_comm_req *r, int *done)
+{
+    struct nccl_req *q = r->impl;
+    cudaError_t e = cudaEventQuery(q->done);
+    *done = e == cudaSuccess;
+    if (e == cudaSuccess) return TG_OK;
+    if (e != cudaErrorNotReady) return tg_cuda_fail(e, __FILE__, __LINE__, r->desc);
+    if (is_aborted(q->g)) return aborted_error(q->g, r->desc);
+    return TG_OK;
+}
+
+/* Device-side: the current stream waits for the op (the host goes on). */
+static tg_status n_wait(struct tg_comm_req *r)
+{
+    struct nccl_req *q = r->impl;
+    struct nccl_group *g = q->g;
+    if (is_aborted(g)) return aborted_error(g, r->desc);
+    TG_CUDA_TRY(cudaSetDevice(g->dev));
+    tg_stream *s = tg_stream_current((tg_device){TG_CUDA, g->dev});
+    if (!s) return tg_error(TG_EDEVICE, "%s: no stream on cuda:%d", r->desc, g->dev);
+    TG_CUDA_TRY(cudaStreamWaitEvent(tg_cuda_stream(s), q->done, 0));
+    return TG_OK;
+}
+
+static void n_req_release(struct tg_comm_req *r)
+{
+    struct nccl_req *q = r->impl;
+    if (!q) return;
+    (void)cudaEventDestroy(q->done); /* resources go once the event has completed */
+    free(q);
+    r->impl = NULL;
+}
+
+static tg_status n_split(void *impl, int color, int key, void **out, int *rank, int *size)
+{
+    struct nccl_group *g = impl;
+    ncclComm_t comm = NULL;
+    ncclConfig_t cfg = nonblocking_config();
+    if (is_aborted(g)) return aborted_error(g, "comm split");
+    TG_CUDA_TRY(cudaSetDevice(g->dev));
+    ncclResult_t res = ncclCommSplit(g->comm, color, key, &comm, &cfg);
+    tg_status st = settle(g->comm, res, "NCCL comm split");
+    if (st == TG_OK && comm) st = settle(comm, ncclInProgress, "NCCL comm split");
+    if (st == TG_OK && !comm) st = tg_error(TG_EDEVICE, "NCCL comm split: no communicator for color %d", color);
+    struct nccl_group *s = NULL;
+    if (st == TG_OK) st = group_new(comm, g->dev, &s);
+    if (st != TG_OK) {
+        if (comm) (void)ncclCommAbort(comm);
+        return st;
+    }
+    *rank = s->rank;
+    *size = s->size;
+    *out = s;
+    return TG_OK;
+}
+
+static void n_destroy(void *impl)
+{
+    struct nccl_group *g = impl;
+    if (g->thread_on) {
+        pthread_mutex_lock(&g->lock);
+        g->stop = 1;
+        pthread_cond_signal(&g->cond);
+        pthread_mutex_unlock(&g->lock);
+        pthread_join(g->thread, NULL);
+    }
+    (void)cudaSetDevice(g->dev);
+    if (!is_aborted(g)) {
+        tg_status st = settle(g->comm, ncclCommFinalize(g->comm), "NCCL finalize");
+        if (st == TG_OK) (void)ncclCommDestroy(g->comm);
+        else (void)ncclCommAbort(g->comm);
+    }
+    while (g->watch) {
+        struct watch *w = g->watch;
+        g->watch = w->next;
+        (void)cudaEventDestroy(w->ev);
+        free(w);
+    }
+    group_free(g);
+}
+
+static void n_abort(void *impl) { group_abort(impl, "the job is stopping after an error", 0); }
+
+const struct tg_comm_transport tg_comm_nccl = {
+    .name = "nccl",
+    .all_reduce = n_all_reduce,
+    .reduce_scatter = n_reduce_scatter,
+    .all_gather = n_all_gather,
+    .broadcast = n_broadcast,
+    .send = n_send,
+    .recv = n_recv,
+    .barrier = n_barrier,
+    .test = n_test,
+    .wait = n_wait,
+    .req_release = n_req_release,
+    .split = n_split,
+    .destroy = n_destroy,
+    .abort = n_abort,
+};
+
+#endif /* TG_HAVE_NCCL */

@@ -1,0 +1,127 @@
+-- graph-bad-use-errors.lua — misuse of graphed callables gives clear errors and corrupts nothing;
+-- hooks never fire during warm-up or capture; graph memory is shared between microbatches.
+local tg = require "tegraph"
+local t = require "tap"
+
+local D, TOK, M = 8, 4, 3
+
+local function chunk(delay, name)
+  tg.manual_seed(7)
+  return tg.nn.Sequential{
+    tg.nn.Linear{ ["in"] = D, out = D, delay_wgrad = delay, name = name .. ".a" },
+    tg.nn.LayerNormMLP{ dim = D, hidden = 2 * D, delay_wgrad = delay, name = name .. ".mlp" },
+    name = name }
+end
+
+local x = tg.randn({ TOK, D })
+local dy = tg.randn({ TOK, D })
+
+-- Hooks are silent during warm-up and capture; capturing() is true inside module code then.
+do
+  local fired, seen_capturing = 0, false
+  local probe = {
+    forward = function(self, xx, mb)
+      if tg.graph.capturing() then seen_capturing = true end
+      return xx:clone()
+    end,
+    backward = function(self, d, mb) return d:clone() end,
+  }
+  local m = tg.nn.Sequential{ chunk(false, "quiet"), probe }
+  m:register_wgrad_hook(function() fired = fired + 1 end)
+  local g = tg.graph.make_graphed(m, { sample = x, microbatches = M, warmup = 2 })
+  t.is(fired, 0, "no hook fired during warm-up and capture")
+  t.ok(seen_capturing, "tg.graph.capturing() is true while warming up / capturing")
+  t.ok(not tg.graph.capturing(), "and false afterwards")
+  tg.step_begin{ microbatches = M }
+  for mb = 1, M do g:forward(mb, x) end
+  for mb = M, 1, -1 do g:backward(mb, dy) end
+  tg.step_end()
+  t.is(fired, M * #m:parameters(), "after replays every parameter fired once per microbatch")
+end
+
+-- Replays must follow the captured order.
+do
+  local m = chunk(true, "ord")
+  local g = tg.graph.make_graphed(m, { sample = x, microbatches = M })
+  t.error_like(function() g:backward(1, dy) end, "out of order: expected F chunk 1 mb 1 .*got B chunk 1 mb 1",
+    "a B before any F names expected and actual actions")
+  g:forward(1, x)
+  t.error_like(function() g:forward(3, x) end, "expected F chunk 1 mb 2 .*got F chunk 1 mb 3",
+    "skipping a microbatch is refused")
+  t.error_like(function() g:forward(2, tg.randn({ TOK + 1, D })) end, "input: got %[5,8%] f32, captured with %[4,8%] f32",
+    "a wrong input shape names both shapes")
+  t.error_like(function() g:forward(2, tg.randn({ TOK, D }, { dtype = "bf16" })) end, "got %[4,8%] bf16, captured with %[4,8%] f32",
+    "a wrong input dtype names both dtypes")
+  t.error_like(function() g:forward(9, x) end, "microbatch 9 of 3", "a microbatch out of range is refused")
+  -- the failed calls changed nothing: the order goes on where it was
+  g:forward(2, x); g:forward(3, x)
+  for mb = M, 1, -1 do g:backward(mb, dy); g:backward_dw(mb) end
+  t.pass = t.pass or function(msg) t.ok(true, msg) end
+  t.ok(true, "after refused calls the captured order still replays to the end")
+  g:reset()
+  t.lives_ok(function() g:forward(1, x) end, "reset starts the order again")
+end
+
+-- backward_dw on a chunk without W graph.
+do
+  local m = chunk(false, "now")
+  local g = tg.graph.make_graphed(m, { sample = x, microbatches = 1 })
+  t.ok(not g:has_w(), "a chunk without delayed wgrad has no W graph")
+  g:forward(1, x); g:backward(1, dy)
+  t.error_like(function() g:backward_dw(1) end, "chunk 1 has no W graph", "backward_dw on it is refused clearly")
+end
+
+-- An order that breaks F before B before W is refused before anything is captured.
+do
+  local m = chunk(true, "bad")
+  t.error_like(function()
+    tg.graph.make_graphed(m, { sample = x, microbatches = 1,
+      order = { { op = "F", chunk = 1, mb = 1 }, { op = "W", chunk = 1, mb = 1 }, { op = "B", chunk = 1, mb = 1 } } })
+  end, "order action 2 %(W chunk 1 mb 1%): W before B", "W before B in the order names the action")
+  t.error_like(function()
+    tg.graph.make_graphed(m, { sample = x, microbatches = 2, order = { { op = "F", chunk = 1, mb = 1 }, { op = "B", chunk = 1, mb = 1 } } })
+  end, "order has no F for chunk 1 mb 2", "a missing microbatch is named")
+end
+
+-- A module that reads a tensor to the host while being captured: a clear error, then eager still works.
+do
+  local reads = {
+    forward = function(self, xx, mb)
+      local s = xx:sum() -- host read: not capturable
+      return xx:clone()
+    end,
+    backward = function(self, d, mb) return d:clone() end,
+  }
+  local m = tg.nn.Sequential{ chunk(false, "host"), reads }
+  t.error_like(function() tg.graph.make_graphed(m, { sample = x, microbatches = 1 }) end,
+    "capturing F chunk 1 mb 1.*not capturable", "a host read during capture fails, naming the action")
+  t.ok(not tg.graph.capturing() and not tg.stream.capturing(), "nothing is left capturing")
+  local y = m:forward(x, 1)
+  t.ok(y ~= nil and m:backward(dy, 1) ~= nil, "the module still runs eagerly")
+end
+
+-- Graph memory: saved activations of earlier microbatches are reused by later captures.
+do
+  local m = chunk(false, "mem")
+  local g = tg.graph.make_graphed(m, { sample = x, microbatches = 4,
+    order = (function()
+      local o = {}
+      for mb = 1, 4 do o[#o + 1] = { op = "F", chunk = 1, mb = mb }; o[#o + 1] = { op = "B", chunk = 1, mb = mb } end
+      return o
+    end)() })
+  local peak, naive = g:memory()
+  t.ok(peak > 0 and naive > 0, string.format("graph memory reported (peak %d B, naive %d B)", peak, naive))
+  t.ok(peak < naive, "microbatches whose buffers do not overlap share graph memory (peak below the naive sum)")
+end
+
+-- Gradients before make_graphed survive its warm-up.
+do
+  local m = chunk(false, "keep")
+  for _, p in ipairs(m:parameters()) do p.grad:fill_(0.25) end
+  tg.graph.make_graphed(m, { sample = x, microbatches = 2 })
+  local ok = true
+  for _, p in ipairs(m:parameters()) do ok = ok and p.grad:max_abs_diff(tg.full(p.grad:shape(), 0.25)) == 0 end
+  t.ok(ok, "warm-up leaves parameters' gradients as they were")
+end
+
+t.done_testing()
