@@ -217,7 +217,7 @@ print(string.format("     device %s, dtype %s, %d steps x %d microbatches x %d s
 ------------------------------------------------------------------------ training
 local tokens_per_step = M * B * T
 local bar = progress.new { total = opt.steps, tokens_per_step = tokens_per_step, log = opt.log, every = opt.every,
-  tty = (not opt.quiet) and nil or false, out = opt.quiet and io.open("/dev/null", "w") or io.stdout }
+  tty = not opt.quiet and tg.isatty(io.stdout), out = opt.quiet and io.open("/dev/null", "w") or io.stdout }
 local first_loss, last_loss
 local losses = {}
 

@@ -19,3 +19,9 @@ dist_tegraphschedule_DATA = \
 	%D%/tegraph/schedule/interleaved.lua \
 	%D%/tegraph/schedule/zb_h1.lua \
 	%D%/tegraph/schedule/zb_v.lua
+# lua/tegraph/reduce: gradient-reduce policies (hooks + tegraph.comm; see t/dist.mk).
+tegraphreducedir = $(luadir)/tegraph/reduce
+dist_tegraphreduce_DATA = \
+	%D%/tegraph/reduce/init.lua \
+	%D%/tegraph/reduce/ddp.lua \
+	%D%/tegraph/reduce/zero1.lua

@@ -3,11 +3,13 @@
 check_PROGRAMS += \
 	t/cuda-ops-match-cpu.t \
 	t/cuda-capture-replay.t \
-	t/cuda-allocator-caches-blocks.t
+	t/cuda-allocator-caches-blocks.t \
+	t/cuda-nn-ops-match-cpu.t
 TESTS += \
 	t/cuda-ops-match-cpu.t \
 	t/cuda-capture-replay.t \
-	t/cuda-allocator-caches-blocks.t
+	t/cuda-allocator-caches-blocks.t \
+	t/cuda-nn-ops-match-cpu.t
 
 t_cuda_ops_match_cpu_t_SOURCES = t/cuda-ops-match-cpu.c
 t_cuda_ops_match_cpu_t_LDADD = $(TG_TEST_LIBS)
@@ -19,3 +21,17 @@ t_cuda_capture_replay_t_LDADD = $(TG_TEST_LIBS)
 t_cuda_allocator_caches_blocks_t_SOURCES = t/cuda-allocator-caches-blocks.c
 t_cuda_allocator_caches_blocks_t_LDADD = $(TG_TEST_LIBS)
 t_cuda_allocator_caches_blocks_t_LDFLAGS = -static
+
+t_cuda_nn_ops_match_cpu_t_SOURCES = t/cuda-nn-ops-match-cpu.c
+t_cuda_nn_ops_match_cpu_t_LDADD = $(TG_TEST_LIBS)
+t_cuda_nn_ops_match_cpu_t_LDFLAGS = -static
+
+check_PROGRAMS += t/cuda-modules-match-cpu.t
+TESTS += t/cuda-modules-match-cpu.t
+t_cuda_modules_match_cpu_t_SOURCES = t/cuda-modules-match-cpu.c
+t_cuda_modules_match_cpu_t_LDADD = $(TG_TEST_LIBS)
+t_cuda_modules_match_cpu_t_LDFLAGS = -static
+
+# Modules against PyTorch autograd (skips where torch is not importable).
+TESTS += t/cuda-modules-match-torch.sh
+EXTRA_DIST += t/cuda-modules-match-torch.sh t/torch-check.lua t/torch_check.py

@@ -1,6 +1,7 @@
 /* main.c — the `tegraph` command: runs Lua scripts in a tegraph runtime, prints build and device info. */
 #include "config.h"
 #include "tegraph.h"
+#include "cli/launch.h"
 
 #include <lua.h>
 
@@ -17,6 +18,7 @@ static void usage(FILE *f)
           "\n"
           "commands:\n"
           "  run FILE.lua [ARGS...]   run a Lua script (arg[0] = FILE.lua, arg[1..] = ARGS)\n"
+          "  run -n N FILE.lua ...    run it as N local ranks (GPUs: one each, NCCL; CPU: via mpirun)\n"
           "  FILE.lua [ARGS...]       the same as run\n"
           "  -e CODE                  run a chunk of Lua code\n"
           "  schedule NAME -p P -m M [--svg FILE]\n"
@@ -81,6 +83,7 @@ static int cmd_info(void)
  * message, then the traceback) on failure. */
 static int run(const char *path, const char *code, int argc, char **argv)
 {
+    tg_cli_rank_begin(); /* launch.c: in a rank of a multi-rank job, prefix stderr with the rank */
     tg_runtime *rt = tg_runtime_new();
     if (rt == NULL) {
         fprintf(stderr, "tegraph: %s\n", tg_last_error());
@@ -91,8 +94,9 @@ static int run(const char *path, const char *code, int argc, char **argv)
         fflush(stdout);
         fprintf(stderr, "%s\n", tg_runtime_error(rt));
     }
-    tg_runtime_free(rt);
     fflush(stdout);
+    tg_cli_rank_end(st != TG_OK); /* launch.c: a failed rank stops the whole job (before anything can wait on it) */
+    tg_runtime_free(rt);
     return st == TG_OK ? EXIT_OK : EXIT_SCRIPT;
 }
 
@@ -170,6 +174,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "schedule") == 0) return cmd_schedule(argc - i - 1, argv + i + 1);
     if (strcmp(cmd, "run") == 0) {
         if (i + 1 >= argc) return usage_error("%s", "run needs a script: tegraph run FILE.lua [ARGS...]");
+        if (strcmp(argv[i + 1], "-n") == 0) return tg_cli_launch(argc - i - 1, argv + i + 1); /* launch.c: N ranks */
         return run(argv[i + 1], NULL, argc - i - 2, argv + i + 2);
     }
     size_t n = strlen(cmd);

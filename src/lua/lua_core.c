@@ -1,6 +1,7 @@
 /* lua_core.c — the tegraph.core module: constructors, RNG, devices, version, allclose. */
 #include "lua/lua_impl.h"
 #include "lua/lua_nn.h"
+#include "lua/lua_comm.h"
 
 #include <math.h>
 #include <string.h>
@@ -307,6 +308,7 @@ int tg_lua_open_core(lua_State *L)
     tgl_open_stream(L);
     tg_lua_open_nn(L);
     tgl_open_graph(L);
+    tgl_open_comm(L); /* core.comm: communicators (src/dist) */
     lua_pushstring(L, tg_version());
     lua_setfield(L, -2, "version");
     lua_pushstring(L, tg_build_options());

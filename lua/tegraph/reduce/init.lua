@@ -1,0 +1,135 @@
+-- tegraph.reduce: gradient-reduce policies built from wgrad hooks + tegraph.comm, and the bucket tracker they share.
+--
+--   local reduce = require "tegraph.reduce"
+--   local ddp = reduce.ddp{ params = model:parameters(), bucket_bytes = 4 << 20 }
+--   for step = 1, steps do
+--     tg.step_begin{ microbatches = M }
+--     ... forward / backward / backward_dw of every microbatch ...
+--     tg.step_end()
+--     ddp:finish()          -- every bucket reduced (waits), before the optimizer
+--     opt:step()
+--   end
+--
+-- A policy owns a grad buffer (tg.comm.grad_buffer): the parameters' main_grad
+-- become views into one f32 buffer in backward order, split into buckets, so a
+-- bucket is reduced in one call as soon as its last wgrad is in.
+local core = require "tegraph.core"
+local comm = core.comm
+
+local M = {}
+
+------------------------------------------------------------------------ tracker
+-- Calls on_ready(bucket, info) when every parameter of a bucket has fired its
+-- hook for the last microbatch of the step (info.last), i.e. when the bucket's
+-- gradient is complete. Hooks fire in backward order, so buckets complete
+-- while the rest of the backward still runs.
+--   reduce.tracker{ params=, on_ready=fn, name="reduce",
+--                   bucket_bytes=25 MiB | bucket_numel=, pad_to=1, align=64 }
+--   -> tracker { grad_buffer=, buckets= {bucket...}, ready= {bucket index...} }
+-- bucket = { index=, start= (1-based element), numel=, tensor= (1-D view), params= }
+local Tracker = {}
+Tracker.__index = Tracker
+
+function M.tracker(o)
+  if type(o) ~= "table" or type(o.params) ~= "table" then error("reduce.tracker: params (a list) is required", 2) end
+  if type(o.on_ready) ~= "function" then error("reduce.tracker: on_ready (a function) is required", 2) end
+  local gb = comm.grad_buffer(o.params, {
+    bucket_bytes = o.bucket_bytes,
+    bucket_numel = o.bucket_numel,
+    pad_to = o.pad_to,
+    align = o.align,
+  })
+  local self = setmetatable({
+    name = o.name or "reduce",
+    grad_buffer = gb,
+    buckets = gb:buckets(),
+    on_ready = o.on_ready,
+    fired = {}, -- bucket index -> parameters that fired their last wgrad this step
+    seen = {},  -- parameter -> true once its last wgrad fired this step
+    ready = {}, -- bucket indices in the order they completed
+  }, Tracker)
+  for bi, b in ipairs(self.buckets) do
+    self.fired[bi] = 0
+    for _, p in ipairs(b.params) do
+      p:register_hook(function(_, info)
+        if not info.last then return end
+        if self.seen[p] then
+          error(string.format("%s: parameter '%s' fired its last wgrad hook twice in step %d (call finish() after "
+            .. "every step)", self.name, p.name, info.step), 0)
+        end
+        self.seen[p] = true
+        self.fired[bi] = self.fired[bi] + 1
+        if self.fired[bi] == #b.params then
+          self.ready[#self.ready + 1] = bi
+          self.on_ready(b, info)
+        end
+      end)
+    end
+  end
+  return self
+end
+
+-- The buckets that have not completed this step, each with the names of the
+-- parameters that did not fire: { {bucket=, missing={names}} ... }.
+function Tracker:incomplete()
+  local out = {}
+  for bi, b in ipairs(self.buckets) do
+    if self.fired[bi] < #b.params then
+      local names = {}
+      for _, p in ipairs(b.params) do
+        if not self.seen[p] then names[#names + 1] = p.name end
+      end
+      out[#out + 1] = { bucket = b, missing = names }
+    end
+  end
+  return out
+end
+
+-- Raises when a bucket has not completed, naming its parameters that did not
+-- fire (the step check of a policy).
+function Tracker:check()
+  local bad = self:incomplete()
+  if #bad == 0 then return end
+  local lines = {}
+  for _, x in ipairs(bad) do
+    lines[#lines + 1] = string.format("bucket %d of %d: %s", x.bucket.index, #self.buckets, table.concat(x.missing, ", "))
+  end
+  error(string.format("%s: %d bucket(s) not reduced this step: their parameters did not fire the hook of their last "
+    .. "microbatch (did every module run backward and backward_dw inside tg.step_begin/step_end?)\n  %s",
+    self.name, #bad, table.concat(lines, "\n  ")), 0)
+end
+
+-- Completes the buckets that did not complete (in buffer order), for
+-- policies that allow parameters without gradients this step.
+function Tracker:flush()
+  for _, x in ipairs(self:incomplete()) do
+    local b = x.bucket
+    self.fired[b.index] = #b.params
+    self.ready[#self.ready + 1] = b.index
+    self.on_ready(b, { last = true, flushed = true })
+  end
+end
+
+-- Forgets this step's firings (after finish()).
+function Tracker:reset()
+  for bi in ipairs(self.buckets) do self.fired[bi] = 0 end
+  self.seen = {}
+  self.ready = {}
+end
+
+------------------------------------------------------------------------ helpers
+-- Makes every rank's parameters (data and the f32 master copy) equal to the
+-- root's: call once after building the model when initialisation differs.
+function M.broadcast_params(params, o)
+  o = o or {}
+  local c = o.comm or comm.world()
+  for _, p in ipairs(params) do
+    c:broadcast(p.data, { root = o.root or 0 })
+    if p.master then p.master:copy_(p.data) end
+  end
+end
+
+function M.ddp(o) return require("tegraph.reduce.ddp").new(o) end
+function M.zero1(o) return require("tegraph.reduce.zero1").new(o) end
+
+return M

@@ -1,0 +1,378 @@
+/* launch.c — `tegraph run -n N`: local ranks (forked with an NCCL id on GPUs, mpirun on CPUs), rank-prefixed stderr, failure stops the job. */
+#include "config.h"
+#include "tegraph.h"
+#include "cli/launch.h"
+#include "dist/comm.h"
+
+#ifdef TG_HAVE_MPI
+#include <mpi.h> /* OPEN_MPI: which mpirun flags exist */
+#endif
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define GRACE_S 5.0 /* after a rank fails: how long the others get to stop before SIGKILL */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int env_int(const char *const *names, int def)
+{
+    for (; *names; names++) {
+        const char *e = getenv(*names);
+        if (e && *e) {
+            char *end;
+            long v = strtol(e, &end, 10);
+            if (*end == '\0') return (int)v;
+        }
+    }
+    return def;
+}
+
+static const char *const rank_vars[] = {"TG_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", NULL};
+static const char *const size_vars[] = {"TG_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL};
+static const char *const local_rank_vars[] = {"TG_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                              "SLURM_LOCALID", NULL};
+
+/* ------------------------------------------------------------------ per-rank setup */
+static pid_t prefixer = -1;
+static int saved_stderr = -1;
+
+/* Copies in to out, "[rank R] " before each line, one write per line. */
+static void pump(int in, int out, const char *prefix)
+{
+    char buf[4096], line[8192];
+    size_t plen = strlen(prefix), len = plen;
+    memcpy(line, prefix, plen);
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        for (ssize_t i = 0; i < n; i++) {
+            line[len++] = buf[i];
+            if (buf[i] == '\n' || len == sizeof line) {
+                (void)!write(out, line, len);
+                len = plen;
+            }
+        }
+    }
+    if (len > plen) {
+        line[len++] = '\n';
+        (void)!write(out, line, len);
+    }
+}
+
+void tg_cli_rank_begin(void)
+{
+    int rank = env_int(rank_vars, -1), size = env_int(size_vars, 0);
+    if (rank < 0 || size == 1) return;
+    const char *off = getenv("TG_RANK_PREFIX");
+    int fds[2];
+    if (!(off && strcmp(off, "0") == 0) && pipe(fds) == 0) {
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid == 0) {
+            /* the prefixer: drains the rank's stderr until every writer is gone */
+            char prefix[32];
+            snprintf(prefix, sizeof prefix, "[rank %d] ", rank);
+            signal(SIGINT, SIG_IGN);
+            signal(SIGTERM, SIG_IGN);
+            close(fds[1]);
+            close(0);
+            close(1);
+            pump(fds[0], 2, prefix);
+            _exit(0);
+        }
+        close(fds[0]);
+        if (pid > 0) {
+            saved_stderr = dup(2);
+            dup2(fds[1], 2);
+            prefixer = pid;
+        }
+        close(fds[1]);
+    }
+    /* one GPU per local rank (CUDA_VISIBLE_DEVICES is respected by the count) */
+    const char *dev = getenv("TG_DEVICE");
+    int ndev = size > 1 ? tg_device_count(TG_CUDA) : 0;
+    if (ndev > 0 && (!dev || strncmp(dev, "cuda", 4) == 0)) {
+        char name[32];
+        snprintf(name, sizeof name, "cuda:%d", env_int(local_rank_vars, rank) % ndev);
+        setenv("TG_DEVICE", name, 1);
+    }
+}
+
+void tg_cli_rank_end(int failed)
+{
+    if (prefixer > 0) {
+        fflush(stderr);
+        dup2(saved_stderr, 2); /* closes this process's end of the pipe: the prefixer drains and exits */
+        close(saved_stderr);
+        saved_stderr = -1;
+        for (int i = 0; i < 200 && waitpid(prefixer, NULL, WNOHANG) == 0; i++) sleep_ms(10);
+        prefixer = -1;
+    }
+    if (failed) tg_comm_abort_world(1); /* under MPI this ends every rank (and does not return) */
+}
+
+/* ------------------------------------------------------------------ the launcher */
+static int launch_error(const char *fmt, const char *a, int code)
+{
+    fputs("tegraph run -n: ", stderr);
+    fprintf(stderr, fmt, a);
+    fputc('\n', stderr);
+    return code;
+}
+
+/* The running executable (the real binary, not a libtool wrapper). */
+static const char *self_exe(const char *argv0)
+{
+    static char path[4096];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0) return argv0;
+    path[n] = '\0';
+    return path;
+}
+
+static const char *const own_vars[] = {"TG_RANK", "TG_WORLD_SIZE", "TG_LOCAL_RANK", "TG_LOCAL_WORLD_SIZE",
+                                       "TG_NCCL_ID", NULL};
+
+static int is_own_var(const char *kv, int drop_device)
+{
+    for (const char *const *v = own_vars; *v; v++) {
+        size_t n = strlen(*v);
+        if (strncmp(kv, *v, n) == 0 && kv[n] == '=') return 1;
+    }
+    return drop_device && strncmp(kv, "TG_DEVICE=", 10) == 0;
+}
+
+static char *fmt_var(const char *name, const char *fmt, int v)
+{
+    char val[32], *s;
+    snprintf(val, sizeof val, fmt, v);
+    size_t n = strlen(name) + strlen(val) + 2;
+    s = malloc(n);
+    if (s) snprintf(s, n, "%s=%s", name, val);
+    return s;
+}
+
+/* The environment of rank r: ours, minus stale rank variables, plus its own. */
+static char **rank_env(int r, int n, const char *nccl_id, int ndev)
+{
+    size_t count = 0;
+    while (environ[count]) count++;
+    char **env = calloc(count + 8, sizeof *env);
+    if (!env) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < count; i++)
+        if (!is_own_var(environ[i], ndev > 0)) env[k++] = environ[i];
+    env[k++] = fmt_var("TG_RANK", "%d", r);
+    env[k++] = fmt_var("TG_WORLD_SIZE", "%d", n);
+    env[k++] = fmt_var("TG_LOCAL_RANK", "%d", r);
+    env[k++] = fmt_var("TG_LOCAL_WORLD_SIZE", "%d", n);
+    if (ndev > 0) env[k++] = fmt_var("TG_DEVICE", "cuda:%d", r % ndev);
+    if (nccl_id) {
+        size_t len = strlen(nccl_id) + 12;
+        char *s = malloc(len);
+        if (s) snprintf(s, len, "TG_NCCL_ID=%s", nccl_id);
+        env[k++] = s;
+    }
+    for (size_t i = 0; i < k; i++)
+        if (!env[i]) return NULL;
+    return env;
+}
+
+static void describe_status(int status, char *buf, size_t n)
+{
+    if (WIFEXITED(status)) snprintf(buf, n, "exited with status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(buf, n, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else snprintf(buf, n, "stopped (status 0x%x)", status);
+}
+
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig) { got_signal = sig; }
+
+/* Forks the n ranks and supervises them. */
+static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
+{
+    char id[2 * 128 + 1];
+    const char *nccl_id = NULL;
+    int ndev = use_gpus ? tg_device_count(TG_CUDA) : 0;
+    if (use_gpus) {
+        char msg[64];
+        if (n > ndev) {
+            snprintf(msg, sizeof msg, "%d", ndev);
+            return launch_error("%s CUDA device(s) visible (CUDA_VISIBLE_DEVICES): fewer than the ranks asked for", msg,
+                                2);
+        }
+        /* the parent holds the id's bootstrap root until the ranks have joined */
+        if (tg_comm_nccl_unique_id(id, sizeof id) != TG_OK) return launch_error("%s", tg_last_error(), 1);
+        nccl_id = id;
+    }
+    pid_t *pids = calloc((size_t)n, sizeof *pids);
+    int *alive = calloc((size_t)n, sizeof *alive);
+    if (!pids || !alive) return launch_error("%s", "out of memory", 1);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    fflush(stdout);
+    fflush(stderr);
+    int started = 0, rc = 0;
+    for (int r = 0; r < n; r++) {
+        char **env = rank_env(r, n, nccl_id, ndev);
+        if (!env) {
+            rc = launch_error("%s", "out of memory", 1);
+            break;
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+            setpgid(0, 0); /* its own group: stopping a rank stops what it started too */
+            execve(exe, child_argv, env);
+            fprintf(stderr, "tegraph run -n: cannot run %s: %s\n", exe, strerror(errno));
+            _exit(127);
+        }
+        if (pid < 0) {
+            rc = launch_error("fork failed: %s", strerror(errno), 1);
+            break;
+        }
+        setpgid(pid, pid);
+        pids[r] = pid;
+        alive[r] = 1;
+        started++;
+    }
+    int running = started, failed = rc != 0;
+    double deadline = failed ? now_s() + GRACE_S : 0;
+    if (failed)
+        for (int r = 0; r < started; r++) kill(-pids[r], SIGTERM);
+    while (running > 0) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid > 0) {
+            int r = 0;
+            while (r < started && pids[r] != pid) r++;
+            if (r == started || !alive[r]) continue;
+            alive[r] = 0;
+            running--;
+            int bad = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            if (bad && !failed) {
+                char how[96];
+                describe_status(status, how, sizeof how);
+                fprintf(stderr, "tegraph: rank %d (pid %d) %s; stopping the other %d rank(s)\n", r, (int)pid, how,
+                        running);
+                failed = 1;
+                rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                deadline = now_s() + GRACE_S;
+                for (int q = 0; q < started; q++)
+                    if (alive[q]) kill(-pids[q], SIGTERM);
+            }
+            continue;
+        }
+        if (got_signal) { /* pass it on, then treat it as a failure */
+            int sig = got_signal;
+            got_signal = 0;
+            for (int q = 0; q < started; q++)
+                if (alive[q]) kill(-pids[q], sig);
+            if (!failed) {
+                failed = 1;
+                rc = 128 + sig;
+                deadline = now_s() + GRACE_S;
+            }
+        }
+        if (failed && now_s() > deadline) {
+            for (int q = 0; q < started; q++)
+                if (alive[q]) {
+                    fprintf(stderr, "tegraph: rank %d (pid %d) did not stop within %g s; killing it\n", q,
+                            (int)pids[q], GRACE_S);
+                    kill(-pids[q], SIGKILL);
+                }
+            deadline = now_s() + 3600;
+        }
+        sleep_ms(20);
+    }
+    free(pids);
+    free(alive);
+    return rc;
+}
+
+/* Replaces this process by `mpirun -np N exe run FILE ARGS...`. */
+static int launch_mpirun(int n, const char *exe, char **child_argv, int nchild)
+{
+    const char *mpirun = getenv("TG_MPIRUN");
+    if (!mpirun || !*mpirun) mpirun = "mpirun";
+    char np[16];
+    snprintf(np, sizeof np, "%d", n);
+    char **argv = calloc((size_t)nchild + 8, sizeof *argv);
+    if (!argv) return launch_error("%s", "out of memory", 1);
+    int k = 0;
+    argv[k++] = (char *)mpirun;
+    argv[k++] = "-np";
+    argv[k++] = np;
+#ifdef OPEN_MPI
+    argv[k++] = "--oversubscribe"; /* N local ranks, whatever the core count */
+    argv[k++] = "--bind-to";       /* each rank runs OpenMP threads: no pinning to one core */
+    argv[k++] = "none";
+#endif
+    argv[k++] = (char *)exe;
+    for (int i = 1; i < nchild; i++) argv[k++] = child_argv[i];
+    argv[k] = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    execvp(mpirun, argv);
+    char msg[256];
+    snprintf(msg, sizeof msg, "cannot run %s (%s): set TG_MPIRUN to the mpirun program", mpirun, strerror(errno));
+    free(argv);
+    return launch_error("%s", msg, 1);
+}
+
+int tg_cli_launch(int argc, char **argv)
+{
+    if (argc < 2) return launch_error("%s", "-n needs a number of ranks: tegraph run -n N FILE.lua [ARGS...]", 2);
+    char *end;
+    long n = strtol(argv[1], &end, 10);
+    if (*end || n < 1 || n > 4096) return launch_error("bad number of ranks '%s' (1 to 4096)", argv[1], 2);
+    if (argc < 3) return launch_error("%s", "no script: tegraph run -n N FILE.lua [ARGS...]", 2);
+    const char *exe = self_exe(argv[0]);
+    /* the ranks run `exe run FILE ARGS...` */
+    int nchild = argc - 2 + 2;
+    char **child_argv = calloc((size_t)nchild + 1, sizeof *child_argv);
+    if (!child_argv) return launch_error("%s", "out of memory", 1);
+    child_argv[0] = (char *)exe;
+    child_argv[1] = "run";
+    for (int i = 2; i < argc; i++) child_argv[i] = argv[i];
+    const char *how = getenv("TG_LAUNCHER"), *dev = getenv("TG_DEVICE");
+    const char *opts = tg_build_options();
+    int have_mpi = strstr(opts, "mpi=yes") != NULL, have_nccl = strstr(opts, "nccl=yes") != NULL;
+    int gpus = have_nccl && !(dev && strcmp(dev, "cpu") == 0) && tg_device_count(TG_CUDA) > 0;
+    int rc;
+    if (how && strcmp(how, "fork") == 0) rc = launch_fork((int)n, exe, child_argv, gpus);
+    else if (how && strcmp(how, "mpirun") == 0) rc = launch_mpirun((int)n, exe, child_argv, nchild);
+    else if (how && *how) rc = launch_error("TG_LAUNCHER='%s': expected fork or mpirun", how, 2);
+    else if (gpus || n == 1) rc = launch_fork((int)n, exe, child_argv, gpus);
+    else if (have_mpi) rc = launch_mpirun((int)n, exe, child_argv, nchild);
+    else
+        rc = launch_error("%s", "CPU ranks talk through MPI, and this tegraph was built without it (install "
+                                "Open MPI and reconfigure), nor are there GPUs for NCCL", 1);
+    free(child_argv);
+    return rc;
+}

@@ -1,0 +1,491 @@
+/* lua_module.c — the tegraph.Module userdata (forward, backward, backward_dw, hooks...) and modules written as Lua tables. */
+#include "lua/lua_nn.h"
+#include "nn/nn.h"
+
+#include <string.h>
+
+#define TGL_WRAPPED "tegraph.nn.wrapped" /* registry: weak, Lua table -> its Module */
+
+struct tgl_module *tgl_module_box(lua_State *L, int idx)
+{
+    struct tgl_module *u = luaL_checkudata(L, idx, TGL_MODULE);
+    if (u->m == NULL) luaL_argerror(L, idx, "module is not initialised");
+    return u;
+}
+
+/* Pushes an empty Module box with its two user values: 1 = fields table (the
+ * Lua table of a Lua-table module), 2 = values kept alive (children, tied). */
+tg_module **tgl_module_newbox(lua_State *L, int fields)
+{
+    fields = fields ? lua_absindex(L, fields) : 0;
+    struct tgl_module *u = lua_newuserdatauv(L, sizeof *u, 2); /* +1 */
+    memset(u, 0, sizeof *u);
+    luaL_setmetatable(L, TGL_MODULE);
+    if (fields)
+        lua_pushvalue(L, fields);
+    else
+        lua_newtable(L);
+    lua_setiuservalue(L, -2, 1);
+    lua_newtable(L);
+    lua_setiuservalue(L, -2, 2);
+    return &u->m;
+}
+
+static void module_push(lua_State *L, tg_module *m)
+{
+    if (tgl_objects_get(L, m)) return;
+    tg_module **slot = tgl_module_newbox(L, 0);
+    *slot = tg_module_retain(m);
+    tgl_objects_set(L, m, -1);
+}
+
+/* Keeps the value at idx alive as long as the module at midx (user value 2). */
+void tgl_module_keep(lua_State *L, int midx, int idx)
+{
+    idx = lua_absindex(L, idx);
+    lua_getiuservalue(L, midx, 2); /* +1 */
+    lua_pushvalue(L, idx);
+    lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+    lua_pop(L, 1);
+}
+
+static int m_gc(lua_State *L)
+{
+    struct tgl_module *u = luaL_checkudata(L, 1, TGL_MODULE);
+    tg_module_release(u->m);
+    u->m = NULL;
+    return 0;
+}
+
+static int m_tostring(lua_State *L)
+{
+    struct tgl_module *u = luaL_checkudata(L, 1, TGL_MODULE);
+    if (u->m == NULL)
+        lua_pushstring(L, "tegraph.Module (empty)");
+    else
+        lua_pushfstring(L, "tegraph.Module %s '%s'", u->m->vt->type, u->m->name ? u->m->name : "");
+    return 1;
+}
+
+static int m_index(lua_State *L)
+{
+    struct tgl_module *u = tgl_module_box(L, 1);
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1; /* a method */
+    lua_pop(L, 1);
+    const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
+    const tg_module_opts *o = &u->m->opts;
+    if (strcmp(k, "name") == 0)
+        lua_pushstring(L, u->m->name ? u->m->name : "");
+    else if (strcmp(k, "type") == 0)
+        lua_pushstring(L, u->m->vt->type);
+    else if (strcmp(k, "exec_mode") == 0)
+        lua_pushstring(L, u->m->exec_mode ? u->m->exec_mode : "eager");
+    else if (strcmp(k, "delay_wgrad") == 0)
+        lua_pushboolean(L, o->delay_wgrad);
+    else if (strcmp(k, "fuse_wgrad_accumulation") == 0)
+        lua_pushboolean(L, o->fuse_wgrad_accumulation);
+    else if (strcmp(k, "chunk") == 0)
+        lua_pushinteger(L, o->chunk);
+    else if (strcmp(k, "dtype") == 0)
+        lua_pushstring(L, tg_dtype_name(o->dtype));
+    else if (strcmp(k, "device") == 0)
+        tgl_device_push(L, o->device);
+    else {
+        lua_getiuservalue(L, 1, 1); /* +1: the fields table */
+        lua_pushvalue(L, 2);
+        lua_gettable(L, -2);
+    }
+    return 1;
+}
+
+/* Other fields go to the fields table (a Lua-table module's own table). */
+static int m_newindex(lua_State *L)
+{
+    tgl_module_box(L, 1);
+    lua_getiuservalue(L, 1, 1); /* +1 */
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, 3);
+    lua_settable(L, -3);
+    return 0;
+}
+
+/* The microbatch of a call: the explicit argument, or the module's FIFO
+ * counter (reset at each step) so forward/backward pair up in order. */
+static int mb_arg(lua_State *L, int idx, struct tgl_module *u, int **counter)
+{
+    *counter = NULL;
+    if (!lua_isnoneornil(L, idx)) {
+        lua_Integer mb = luaL_checkinteger(L, idx);
+        luaL_argcheck(L, mb >= 1 && mb <= 1 << 30, idx, "microbatch must be >= 1");
+        return (int)mb;
+    }
+    int64_t key = tg_step_open() ? tg_step_index() : 0;
+    if (key != u->fifo_key) {
+        u->fifo_key = key;
+        u->fwd_mb = u->bwd_mb = 0;
+    }
+    return 0;
+}
+
+/* m:forward(x [, mb]) -> y */
+static int m_forward(lua_State *L)
+{
+    struct tgl_module *u = tgl_module_box(L, 1);
+    tg_tensor *x = tgl_tensor_check(L, 2);
+    int *ctr;
+    int mb = mb_arg(L, 3, u, &ctr);
+    if (mb == 0) mb = u->fwd_mb + 1, ctr = &u->fwd_mb;
+    tg_tensor **slot = tgl_tensor_push(L);
+    lua_State *prev = tgl_nn_enter(L);
+    tg_status st = tg_module_forward(u->m, mb, x, slot);
+    tgl_nn_leave(prev);
+    tgl_check(L, st);
+    if (ctr) *ctr = mb;
+    return 1;
+}
+
+/* m:backward(dy [, mb]) -> dx (nil for a first module such as Embedding).
+ * For the LM head after m:loss, dy is nil or a number: d(total)/d(mean loss),
+ * e.g. 1/M to average over M microbatches. */
+static int m_backward(lua_State *L)
+{
+    struct tgl_module *u = tgl_module_box(L, 1);
+    int is_dloss = lua_type(L, 2) == LUA_TNUMBER;
+    double dloss = is_dloss ? (double)lua_tonumber(L, 2) : 1.0;
+    tg_tensor *dy = lua_isnoneornil(L, 2) || is_dloss ? NULL : tgl_tensor_check(L, 2);
+    int *ctr;
+    int mb = mb_arg(L, 3, u, &ctr);
+    if (mb == 0) mb = u->bwd_mb + 1, ctr = &u->bwd_mb;
+    tg_tensor **slot = tgl_tensor_push(L);
+    lua_State *prev = tgl_nn_enter(L);
+    tg_status st = is_dloss ? tg_lm_head_backward_loss(u->m, mb, dloss, slot) : tg_module_backward(u->m, mb, dy, slot);
+    tgl_nn_leave(prev);
+    tgl_check(L, st);
+    if (ctr) *ctr = mb;
+    if (*slot == NULL) lua_pushnil(L);
+    return 1;
+}
+
+/* lm:loss(x, targets [, mb [, ignore_index]]) -> loss (2) f32 = [mean, valid count]. */
+static int m_loss(lua_State *L)
+{
+    struct tgl_module *u = tgl_module_box(L, 1);
+    tg_tensor *x = tgl_tensor_check(L, 2), *targets = tgl_tensor_check(L, 3);
+    int *ctr;
+    int mb = mb_arg(L, 4, u, &ctr);
+    if (mb == 0) mb = u->fwd_mb + 1, ctr = &u->fwd_mb;
+    int ignore = (int)luaL_optinteger(L, 5, -1);
+    tg_tensor **slot = tgl_tensor_push(L);
+    lua_State *prev = tgl_nn_enter(L);
+    tg_status st = tg_lm_head_forward_loss(u->m, mb, x, targets, ignore, slot);
+    tgl_nn_leave(prev);
+    tgl_check(L, st);
+    if (ctr) *ctr = mb;
+    return 1;
+}
+
+static int m_backward_dw(lua_State *L)
+{
+    struct tgl_module *u = tgl_module_box(L, 1);
+    lua_State *prev = tgl_nn_enter(L);
+    tg_status st = tg_module_backward_dw(u->m);
+    tgl_nn_leave(prev);
+    tgl_check(L, st);
+    return 0;
+}
+
+static int m_need_backward_dw(lua_State *L)
+{
+    lua_pushboolean(L, tg_module_need_backward_dw(tgl_module_box(L, 1)->m));
+    return 1;
+}
+
+/* Pushes the parameters (a scratch array is freed before any Lua allocation can fail). */
+static int m_parameters(lua_State *L)
+{
+    struct tgl_module *u = tgl_module_box(L, 1);
+    tg_param **ps = NULL;
+    int n = 0;
+    tgl_check(L, tg_module_parameters(u->m, &ps, &n));
+    /* Retain them all first, then free the array: pushing can raise. */
+    lua_createtable(L, n, 0); /* +1 */
+    tg_param **copy = lua_newuserdatauv(L, (size_t)(n > 0 ? n : 1) * sizeof *copy, 0); /* +1: scratch */
+    memcpy(copy, ps, (size_t)n * sizeof *copy);
+    free(ps);
+    for (int i = 0; i < n; i++) {
+        tgl_param_push(L, copy[i]);
+        lua_rawseti(L, -3, i + 1);
+    }
+    lua_pop(L, 1);
+    return 1;
+}
+
+/* m:register_wgrad_hook(fn): fn(param, info) on every parameter of m (TE:
+ * register_wgrad_accumulation_and_reduce_hooks). */
+static int m_register_wgrad_hook(lua_State *L)
+{
+    tgl_module_box(L, 1);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    lua_settop(L, 2);
+    lua_pushcfunction(L, m_parameters);
+    lua_pushvalue(L, 1);
+    lua_call(L, 1, 1); /* +1: the parameter list */
+    for (lua_Integer i = 1, n = luaL_len(L, 3); i <= n; i++) {
+        lua_rawgeti(L, 3, i); /* +1 */
+        tgl_hook_add(L, tgl_param_check(L, -1), 2);
+        lua_pop(L, 1);
+    }
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int m_zero_grad(lua_State *L)
+{
+    struct tgl_module *u = tgl_module_box(L, 1);
+    tg_param **ps = NULL;
+    int n = 0;
+    tgl_check(L, tg_module_parameters(u->m, &ps, &n));
+    tg_status st = TG_OK;
+    for (int i = 0; i < n && st == TG_OK; i++) st = tg_param_zero_grad(ps[i]);
+    free(ps);
+    tgl_check(L, st);
+    return 0;
+}
+
+static int m_num_parameters(lua_State *L)
+{
+    struct tgl_module *u = tgl_module_box(L, 1);
+    tg_param **ps = NULL;
+    int n = 0;
+    int64_t total = 0;
+    tgl_check(L, tg_module_parameters(u->m, &ps, &n));
+    for (int i = 0; i < n; i++) total += tg_tensor_numel(ps[i]->data);
+    free(ps);
+    lua_pushinteger(L, (lua_Integer)total);
+    return 1;
+}
+
+static int m_children(lua_State *L)
+{
+    struct tgl_module *u = tgl_module_box(L, 1);
+    lua_createtable(L, u->m->nchildren, 0);
+    for (int i = 0; i < u->m->nchildren; i++) {
+        module_push(L, u->m->children[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+/* Drops saved forward contexts (an evaluation forward that no backward
+ * follows): of microbatch mb, or all when mb is omitted; children too. */
+static void drop_saved(tg_module *m, int mb)
+{
+    struct tg_saved **pp = &m->saved;
+    while (*pp) {
+        struct tg_saved *s = *pp;
+        if (mb == 0 || s->mb == mb) {
+            *pp = s->next;
+            s->next = NULL;
+            tg_saved_free(s);
+        } else {
+            pp = &s->next;
+        }
+    }
+    for (int i = 0; i < m->nchildren; i++) drop_saved(m->children[i], mb);
+}
+
+static int m_drop_saved(lua_State *L)
+{
+    struct tgl_module *u = tgl_module_box(L, 1);
+    int mb = (int)luaL_optinteger(L, 2, 0);
+    drop_saved(u->m, mb);
+    if (mb == 0) u->fwd_mb = u->bwd_mb = 0;
+    return 0;
+}
+
+static const luaL_Reg m_methods[] = {
+    {"forward", m_forward},
+    {"backward", m_backward},
+    {"backward_dw", m_backward_dw},
+    {"need_backward_dw", m_need_backward_dw},
+    {"loss", m_loss},
+    {"parameters", m_parameters},
+    {"register_wgrad_hook", m_register_wgrad_hook},
+    {"zero_grad", m_zero_grad},
+    {"num_parameters", m_num_parameters},
+    {"children", m_children},
+    {"drop_saved", m_drop_saved},
+    {NULL, NULL},
+};
+
+/* ------------------------------------------------------------------ Lua-table modules
+ * A table with forward(self, x, mb) -> y, backward(self, dy, mb) -> dx and
+ * optionally backward_dw(self, mb), plus `params` (a list of Parameters) or
+ * a parameters(self) method: the engine fires those parameters' hooks after
+ * backward (or after backward_dw when the table sets delay_wgrad). */
+struct cb_call {
+    struct tgl_ref *mod;
+    const char *method;
+    int mb;
+    int nargs;           /* 1 (backward_dw) or 2 (a tensor argument) */
+    const tg_tensor *in; /* x or dy; NULL pushes nil */
+    tg_tensor **out;     /* y or dx; NULL for backward_dw */
+    int out_required;
+};
+
+static int cb_body(lua_State *L)
+{
+    struct cb_call *c = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->mod->ref); /* +1: self */
+    if (lua_getfield(L, -1, c->method) != LUA_TFUNCTION) /* +1 */
+        return luaL_error(L, "the module table has no %s function", c->method);
+    lua_pushvalue(L, -2);
+    if (c->nargs == 2) {
+        if (c->in)
+            tgl_push_tensor_ref(L, c->in);
+        else
+            lua_pushnil(L);
+    }
+    lua_pushinteger(L, c->mb);
+    lua_call(L, c->nargs + 1, 1);
+    if (c->out == NULL) return 0;
+    tg_tensor *t = tgl_tensor_test(L, -1);
+    if (t == NULL) {
+        if (lua_isnil(L, -1) && !c->out_required) return 0;
+        return luaL_error(L, "%s returned a %s, expected a tensor", c->method, luaL_typename(L, -1));
+    }
+    tgl_check(L, tg_tensor_ref(t, c->out));
+    return 0;
+}
+
+static tg_status cb_run(struct cb_call *c)
+{
+    return tgl_protected_call(c->mod, cb_body, c, c->method);
+}
+
+static tg_status cb_forward(void *ud, int mb, const tg_tensor *x, tg_tensor **y)
+{
+    struct cb_call c = {ud, "forward", mb, 2, x, y, 1};
+    return cb_run(&c);
+}
+
+static tg_status cb_backward(void *ud, int mb, const tg_tensor *dy, tg_tensor **dx)
+{
+    struct cb_call c = {ud, "backward", mb, 2, dy, dx, 0};
+    return cb_run(&c);
+}
+
+static tg_status cb_backward_dw(void *ud, int mb)
+{
+    struct cb_call c = {ud, "backward_dw", mb, 1, NULL, NULL, 0};
+    return cb_run(&c);
+}
+
+/* Pushes the Module wrapping the Lua table at idx (the same one each time
+ * while it lives). */
+static tg_module *wrap_table(lua_State *L, int idx)
+{
+    idx = lua_absindex(L, idx);
+    lua_getfield(L, LUA_REGISTRYINDEX, TGL_WRAPPED); /* +1 */
+    lua_pushvalue(L, idx);
+    if (lua_rawget(L, -2) != LUA_TNIL) { /* +1 */
+        lua_remove(L, -2);
+        return tgl_module_box(L, -1)->m;
+    }
+    lua_pop(L, 2);
+    if (lua_getfield(L, idx, "forward") != LUA_TFUNCTION || lua_getfield(L, idx, "backward") != LUA_TFUNCTION)
+        luaL_error(L, "a Lua module needs forward and backward functions");
+    int has_dw = lua_getfield(L, idx, "backward_dw") == LUA_TFUNCTION;
+    lua_pop(L, 3);
+
+    /* Its parameters: t.params, or t:parameters() */
+    if (lua_getfield(L, idx, "params") == LUA_TNIL) { /* +1 */
+        lua_pop(L, 1);
+        if (lua_getfield(L, idx, "parameters") == LUA_TFUNCTION) {
+            lua_pushvalue(L, idx);
+            lua_call(L, 1, 1);
+        } else {
+            lua_pop(L, 1);
+            lua_newtable(L);
+        }
+    }
+    if (!lua_istable(L, -1)) luaL_error(L, "a Lua module's params must be a list of tegraph.Parameter");
+    int plist = lua_gettop(L);
+    int np = (int)luaL_len(L, plist);
+    tg_param **ps = lua_newuserdatauv(L, (size_t)(np > 0 ? np : 1) * sizeof *ps, 0); /* +1: scratch */
+    for (int i = 0; i < np; i++) {
+        lua_rawgeti(L, plist, i + 1);
+        if (luaL_testudata(L, -1, TGL_PARAM) == NULL)
+            luaL_error(L, "a Lua module's params[%d] is a %s, expected a tegraph.Parameter", i + 1, luaL_typename(L, -1));
+        ps[i] = tgl_param_check(L, -1);
+        lua_pop(L, 1);
+    }
+
+    tg_module_opts o;
+    tg_module_opts_default(&o);
+    o.delay_wgrad = has_dw && tgl_field_bool(L, idx, "delay_wgrad");
+    if (lua_getfield(L, idx, "name") == LUA_TSTRING) o.name = lua_tostring(L, -1); /* stays in the table */
+    lua_pop(L, 1);
+    if (lua_getfield(L, idx, "chunk") != LUA_TNIL) o.chunk = (int)luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+
+    struct tg_callback_module_fns fns = {cb_forward, cb_backward, has_dw ? cb_backward_dw : NULL, tgl_ref_free};
+    tg_module **slot = tgl_module_newbox(L, idx); /* +1 */
+    struct tgl_ref *r = tgl_ref_new(L, idx);
+    tg_status st = tg_callback_module_new(&fns, r, ps, np, &o, slot);
+    if (st != TG_OK) {
+        if (*slot == NULL) tgl_ref_free(r); /* not taken over */
+        tgl_check(L, st);
+    }
+    tgl_objects_set(L, *slot, -1);
+    lua_getfield(L, LUA_REGISTRYINDEX, TGL_WRAPPED); /* +1 */
+    lua_pushvalue(L, idx);
+    lua_pushvalue(L, -3);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+    tgl_module_keep(L, lua_gettop(L), plist); /* the parameters' userdata */
+    tg_module *m = *slot;
+    lua_replace(L, plist); /* the module goes where the list was */
+    lua_settop(L, plist);
+    return m;
+}
+
+/* The module at idx: a Module, or a Lua table (wrapped; the wrapper replaces
+ * the table at idx so it stays alive). */
+tg_module *tgl_module_check(lua_State *L, int idx)
+{
+    idx = lua_absindex(L, idx);
+    if (lua_istable(L, idx)) {
+        tg_module *m = wrap_table(L, idx); /* +1 */
+        lua_replace(L, idx);
+        return m;
+    }
+    struct tgl_module *u = luaL_testudata(L, idx, TGL_MODULE);
+    if (u == NULL) luaL_typeerror(L, idx, "tegraph.Module or a table with forward/backward");
+    if (u->m == NULL) luaL_argerror(L, idx, "module is not initialised");
+    return u->m;
+}
+
+/* tg.nn.Module(t): t as a module (see above). */
+int tgl_nn_module(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    wrap_table(L, 1);
+    return 1;
+}
+
+void tgl_open_module(lua_State *L)
+{
+    tgl_new_class(L, TGL_MODULE, m_methods, m_index, m_gc, m_tostring, m_newindex);
+    if (lua_getfield(L, LUA_REGISTRYINDEX, TGL_WRAPPED) != LUA_TTABLE) { /* +1 */
+        lua_newtable(L);
+        lua_createtable(L, 0, 1);
+        lua_pushstring(L, "kv");
+        lua_setfield(L, -2, "__mode");
+        lua_setmetatable(L, -2);
+        lua_setfield(L, LUA_REGISTRYINDEX, TGL_WRAPPED);
+    }
+    lua_pop(L, 1);
+}

@@ -1,0 +1,592 @@
+/* cuda-nn-ops-match-cpu.c — every transformer kernel on CUDA matches the CPU reference on the same random inputs, writes every output, and is bit-identical run to run. */
+#include "backend/backend.h"
+
+#include "tap.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef TG_HAVE_CUDA
+int main(void) { skip_all("no CUDA device (built without CUDA)"); }
+#else
+
+static const tg_device cpu = {TG_CPU, 0}, gpu = {TG_CUDA, 0};
+static tg_stream *cs, *gs;
+
+/* ------------------------------------------------------------------ host random numbers (xorshift64*) */
+static uint64_t rs;
+static uint64_t rnd_u64(void)
+{
+    rs ^= rs >> 12, rs ^= rs << 25, rs ^= rs >> 27;
+    return rs * 2685821657736338717ull;
+}
+static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * 0x1p-53; }
+static double rnd_normal(void) { return sqrt(-2 * log(1 - rnd_unit())) * cos(6.283185307179586 * rnd_unit()); }
+
+/* ------------------------------------------------------------------ the same bytes on both backends */
+struct pair {
+    void *c, *g; /* CPU backend memory, CUDA memory */
+    size_t bytes;
+};
+
+static struct pair pair_new(size_t bytes)
+{
+    struct pair p = {.bytes = bytes ? bytes : 4};
+    if (tg_backend_cpu.alloc(0, p.bytes, &p.c) != TG_OK || tg_backend_cuda.alloc(0, p.bytes, &p.g) != TG_OK)
+        bail_out("alloc %zu: %s", bytes, tg_last_error());
+    return p;
+}
+
+static void pair_free(struct pair *p)
+{
+    tg_backend_cpu.free(0, p->c);
+    tg_backend_cuda.free(0, p->g);
+}
+
+static void gpu_set(struct pair *p, const void *host)
+{
+    if (tg_backend_cuda.memcpy(gs, p->g, host, p->bytes, TG_H2D) != TG_OK) bail_out("H2D: %s", tg_last_error());
+}
+
+static void pair_set(struct pair *p, const void *host)
+{
+    memcpy(p->c, host, p->bytes);
+    gpu_set(p, host);
+}
+
+/* The GPU copy = the CPU copy (for inputs computed by the CPU reference). */
+static void pair_from_cpu(struct pair *p) { gpu_set(p, p->c); }
+
+static void *pair_gpu(const struct pair *p)
+{
+    void *h = malloc(p->bytes);
+    if (tg_backend_cuda.memcpy(gs, h, p->g, p->bytes, TG_D2H) != TG_OK) bail_out("D2H: %s", tg_last_error());
+    return h;
+}
+
+static void sync_both(void)
+{
+    if (tg_backend_cpu.stream_sync(cs) != TG_OK || tg_backend_cuda.stream_sync(gs) != TG_OK)
+        bail_out("sync: %s", tg_last_error());
+}
+
+static double elem(const void *p, tg_dtype dt, size_t i)
+{
+    return dt == TG_BF16 ? tg_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* n values N(mean, sd) of dtype dt (f32 or bf16) on both backends. */
+static struct pair rnd_pair(tg_dtype dt, size_t n, double mean, double sd)
+{
+    struct pair p = pair_new(n * tg_dtype_size(dt));
+    void *h = malloc(p.bytes);
+    for (size_t i = 0; i < n; i++) {
+        float v = (float)(mean + sd * rnd_normal());
+        if (dt == TG_F32) ((float *)h)[i] = v;
+        else ((uint16_t *)h)[i] = tg_f32_to_bf16(v);
+    }
+    pair_set(&p, h);
+    free(h);
+    return p;
+}
+
+static struct pair uniform_f32(size_t n, double lo, double hi)
+{
+    struct pair p = pair_new(n * 4);
+    float *h = malloc(p.bytes);
+    for (size_t i = 0; i < n; i++) h[i] = (float)(lo + (hi - lo) * rnd_unit());
+    pair_set(&p, h);
+    free(h);
+    return p;
+}
+
+static double tol_of(tg_dtype dt) { return dt == TG_BF16 ? 1e-2 : 1e-5; }
+
+/* ||gpu - cpu|| / ||cpu|| <= tol with NaN in the same places (a poisoned element left unwritten shows). */
+static void check_close(const struct pair *p, tg_dtype dt, size_t n, double tol, const char *what)
+{
+    void *g = pair_gpu(p);
+    double num = 0, den = 0, maxd = 0;
+    size_t nan_mismatch = 0, nans = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = elem(g, dt, i), y = elem(p->c, dt, i);
+        if (isnan(x) || isnan(y)) {
+            nan_mismatch += isnan(x) != isnan(y);
+            nans++;
+            continue;
+        }
+        num += (x - y) * (x - y), den += y * y;
+        if (fabs(x - y) > maxd) maxd = fabs(x - y);
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    ok(nan_mismatch == 0 && rel <= tol, "%s: relative L2 %.3g <= %g", what, rel, tol);
+    if (nan_mismatch) diag("%zu of %zu elements NaN on one backend only", nan_mismatch, n);
+    if (nans == n && n > 1) diag("all %zu elements NaN on both backends", n);
+    if (rel > tol) diag("max |diff| %.3g", maxd);
+    free(g);
+}
+
+/* ------------------------------------------------------------------ one case: CPU vs CUDA, then CUDA twice */
+
+/* An output: reset before each run to `init` (host bytes) or to NaN (all bits set) when init is NULL. */
+struct out {
+    struct pair *p;
+    tg_dtype dt;
+    size_t n;
+    const void *init;
+    const char *name;
+};
+
+static void out_reset(const struct out *o, int cpu_too)
+{
+    void *h = malloc(o->p->bytes);
+    if (o->init) memcpy(h, o->init, o->p->bytes);
+    else memset(h, 0xff, o->p->bytes);
+    if (cpu_too) memcpy(o->p->c, h, o->p->bytes);
+    gpu_set(o->p, h);
+    free(h);
+}
+
+/* The host bytes of a pair's CPU copy (an init for in-place outputs); caller frees. */
+static void *init_of(const struct pair *p)
+{
+    void *h = malloc(p->bytes);
+    memcpy(h, p->c, p->bytes);
+    return h;
+}
+
+typedef tg_status (*issue_fn)(int on_gpu, const void *args);
+
+#define ISSUE_FN(op)                                                                                   \
+    static tg_status issue_##op(int on_gpu, const void *a)                                             \
+    {                                                                                                  \
+        return on_gpu ? tg_backend_cuda.op(gs, a) : tg_backend_cpu.op(cs, a);                          \
+    }
+ISSUE_FN(layernorm_forward)
+ISSUE_FN(layernorm_backward)
+ISSUE_FN(layernorm_backward_dw)
+ISSUE_FN(rmsnorm_forward)
+ISSUE_FN(rmsnorm_backward)
+ISSUE_FN(rmsnorm_backward_dw)
+ISSUE_FN(gelu_forward)
+ISSUE_FN(gelu_backward)
+ISSUE_FN(swiglu_forward)
+ISSUE_FN(swiglu_backward)
+ISSUE_FN(bias_add)
+ISSUE_FN(bias_backward_dw)
+ISSUE_FN(attention_forward)
+ISSUE_FN(attention_backward)
+ISSUE_FN(embedding_forward)
+ISSUE_FN(embedding_backward_dw)
+ISSUE_FN(cross_entropy_forward)
+ISSUE_FN(cross_entropy_backward)
+ISSUE_FN(adamw)
+
+static void run_case(const char *what, issue_fn fn, const void *args_cpu, const void *args_gpu, const struct out *o,
+                     int no, tg_dtype op_dt)
+{
+    char w[256];
+    for (int i = 0; i < no; i++) out_reset(&o[i], 1);
+    tg_status sc = fn(0, args_cpu), sg = fn(1, args_gpu);
+    sync_both();
+    if (sc != TG_OK || sg != TG_OK) {
+        ok(0, "%s: cpu %s, cuda %s: %s", what, tg_status_name(sc), tg_status_name(sg), tg_last_error());
+        return;
+    }
+    for (int i = 0; i < no; i++) {
+        snprintf(w, sizeof w, "%s: %s", what, o[i].name);
+        check_close(o[i].p, o[i].dt, o[i].n, tol_of(op_dt == TG_BF16 ? TG_BF16 : o[i].dt), w);
+    }
+    void *snap[8];
+    for (int i = 0; i < no; i++) {
+        snap[i] = pair_gpu(o[i].p);
+        out_reset(&o[i], 0);
+    }
+    sg = fn(1, args_gpu);
+    if (sg == TG_OK && tg_backend_cuda.stream_sync(gs) != TG_OK) sg = TG_EDEVICE;
+    int same = sg == TG_OK;
+    for (int i = 0; i < no; i++) {
+        void *again = pair_gpu(o[i].p);
+        same = same && memcmp(again, snap[i], o[i].p->bytes) == 0;
+        free(again);
+        free(snap[i]);
+    }
+    ok(same, "%s: two CUDA runs bit-identical", what);
+}
+
+/* A[0] for the CPU, A[1] for CUDA: the pointer of pair p on backend g. */
+#define ON(p) (g ? (p).g : (p).c)
+#define ON_OPT(p, cond) ((cond) ? ON(p) : NULL)
+
+static const tg_dtype dts[] = {TG_F32, TG_BF16};
+
+/* ------------------------------------------------------------------ norms */
+static void test_norms(void)
+{
+    const int64_t shapes[][2] = {{67, 200}, {33, 1024}, {300, 96}};
+    for (int d = 0; d < 2; d++)
+        for (int s = 0; s < 3; s++) {
+            tg_dtype dt = dts[d];
+            int64_t n = shapes[s][0], c = shapes[s][1];
+            size_t nc = (size_t)(n * c);
+            int with_beta = s != 1;
+            char what[160];
+            struct pair x = rnd_pair(dt, nc, 0.5, 2.0), gamma = rnd_pair(dt, (size_t)c, 1.0, 0.5),
+                        beta = rnd_pair(dt, (size_t)c, 0.0, 1.0), y = pair_new(nc * tg_dtype_size(dt)),
+                        mean = pair_new((size_t)n * 4), rstd = pair_new((size_t)n * 4);
+            /* layernorm forward, then in place (y aliases x) */
+            for (int alias = 0; alias < 2; alias++) {
+                struct pair *yy = alias ? &x : &y;
+                void *xinit = alias ? init_of(&x) : NULL;
+                struct tg_layernorm_forward_args a[2];
+                for (int g = 0; g < 2; g++)
+                    a[g] = (struct tg_layernorm_forward_args){.y = ON(*yy), .mean = ON(mean), .rstd = ON(rstd), .x = ON(x),
+                                                              .gamma = ON(gamma), .beta = ON_OPT(beta, with_beta),
+                                                              .dt = dt, .n = n, .c = c, .eps = 1e-5f};
+                struct out o[] = {{yy, dt, nc, xinit, "y"}, {&mean, TG_F32, (size_t)n, NULL, "mean"},
+                                  {&rstd, TG_F32, (size_t)n, NULL, "rstd"}};
+                snprintf(what, sizeof what, "layernorm_forward %s [%lld,%lld]%s%s", tg_dtype_name(dt), (long long)n,
+                         (long long)c, with_beta ? "" : " no beta", alias ? " y aliases x" : "");
+                run_case(what, issue_layernorm_forward, &a[0], &a[1], o, 3, dt);
+                if (alias) { /* x is y now: restore x on both */
+                    pair_set(&x, xinit);
+                    free(xinit);
+                }
+            }
+            /* rmsnorm forward */
+            {
+                struct tg_rmsnorm_forward_args a[2];
+                for (int g = 0; g < 2; g++)
+                    a[g] = (struct tg_rmsnorm_forward_args){.y = ON(y), .rstd = ON(rstd), .x = ON(x), .gamma = ON(gamma),
+                                                            .dt = dt, .n = n, .c = c, .eps = 1e-6f};
+                struct out o[] = {{&y, dt, nc, NULL, "y"}, {&rstd, TG_F32, (size_t)n, NULL, "rstd"}};
+                snprintf(what, sizeof what, "rmsnorm_forward %s [%lld,%lld]", tg_dtype_name(dt), (long long)n, (long long)c);
+                run_case(what, issue_rmsnorm_forward, &a[0], &a[1], o, 2, dt);
+            }
+            /* backward: statistics as inputs (random, so the formula is checked on its own) */
+            struct pair dy = rnd_pair(dt, nc, 0.0, 1.0), dx = pair_new(nc * tg_dtype_size(dt));
+            struct pair mu = rnd_pair(TG_F32, (size_t)n, 0.5, 0.3), rsd = uniform_f32((size_t)n, 0.5, 2.0);
+            {
+                struct tg_layernorm_backward_args a[2];
+                for (int g = 0; g < 2; g++)
+                    a[g] = (struct tg_layernorm_backward_args){.dx = ON(dx), .dy = ON(dy), .x = ON(x), .gamma = ON(gamma),
+                                                               .mean = ON(mu), .rstd = ON(rsd), .dt = dt, .n = n, .c = c};
+                struct out o[] = {{&dx, dt, nc, NULL, "dx"}};
+                snprintf(what, sizeof what, "layernorm_backward %s [%lld,%lld]", tg_dtype_name(dt), (long long)n, (long long)c);
+                run_case(what, issue_layernorm_backward, &a[0], &a[1], o, 1, dt);
+            }
+            {
+                struct tg_rmsnorm_backward_args a[2];
+                for (int g = 0; g < 2; g++)
+                    a[g] = (struct tg_rmsnorm_backward_args){.dx = ON(dx), .dy = ON(dy), .x = ON(x), .gamma = ON(gamma),
+                                                             .rstd = ON(rsd), .dt = dt, .n = n, .c = c};
+                struct out o[] = {{&dx, dt, nc, NULL, "dx"}};
+                snprintf(what, sizeof what, "rmsnorm_backward %s [%lld,%lld]", tg_dtype_name(dt), (long long)n, (long long)c);
+                run_case(what, issue_rmsnorm_backward, &a[0], &a[1], o, 1, dt);
+            }
+            /* wgrads: into f32 or the activation dtype, overwrite (NaN ignored) or accumulate */
+            for (int wd = 0; wd < 2; wd++)
+                for (int acc = 0; acc < 2; acc++) {
+                    tg_dtype dw_dt = wd ? dt : TG_F32;
+                    struct pair dgamma = rnd_pair(dw_dt, (size_t)c, 0.0, 1.0), dbeta = rnd_pair(dw_dt, (size_t)c, 0.0, 1.0);
+                    void *ig = acc ? init_of(&dgamma) : NULL, *ib = acc ? init_of(&dbeta) : NULL;
+                    struct tg_layernorm_backward_dw_args a[2];
+                    for (int g = 0; g < 2; g++)
+                        a[g] = (struct tg_layernorm_backward_dw_args){
+                            .dgamma = ON(dgamma), .dbeta = ON_OPT(dbeta, with_beta), .dy = ON(dy), .x = ON(x),
+                            .mean = ON(mu), .rstd = ON(rsd), .dt = dt, .dw_dt = dw_dt, .n = n, .c = c,
+                            .accumulate = (float)acc};
+                    struct out o[] = {{&dgamma, dw_dt, (size_t)c, ig, "dgamma"}, {&dbeta, dw_dt, (size_t)c, ib, "dbeta"}};
+                    snprintf(what, sizeof what, "layernorm_backward_dw %s -> %s [%lld,%lld] accumulate %d",
+                             tg_dtype_name(dt), tg_dtype_name(dw_dt), (long long)n, (long long)c, acc);
+                    run_case(what, issue_layernorm_backward_dw, &a[0], &a[1], o, with_beta ? 2 : 1, dt);
+                    struct tg_rmsnorm_backward_dw_args r[2];
+                    for (int g = 0; g < 2; g++)
+                        r[g] = (struct tg_rmsnorm_backward_dw_args){.dgamma = ON(dgamma), .dy = ON(dy), .x = ON(x),
+                                                                    .rstd = ON(rsd), .dt = dt, .dw_dt = dw_dt, .n = n,
+                                                                    .c = c, .accumulate = (float)acc};
+                    snprintf(what, sizeof what, "rmsnorm_backward_dw %s -> %s [%lld,%lld] accumulate %d",
+                             tg_dtype_name(dt), tg_dtype_name(dw_dt), (long long)n, (long long)c, acc);
+                    run_case(what, issue_rmsnorm_backward_dw, &r[0], &r[1], o, 1, dt);
+                    struct tg_bias_backward_dw_args b[2];
+                    for (int g = 0; g < 2; g++)
+                        b[g] = (struct tg_bias_backward_dw_args){.dbias = ON(dgamma), .dy = ON(dy), .dt = dt,
+                                                                 .dw_dt = dw_dt, .n = n, .c = c, .accumulate = (float)acc};
+                    snprintf(what, sizeof what, "bias_backward_dw %s -> %s [%lld,%lld] accumulate %d", tg_dtype_name(dt),
+                             tg_dtype_name(dw_dt), (long long)n, (long long)c, acc);
+                    run_case(what, issue_bias_backward_dw, &b[0], &b[1], o, 1, dt);
+                    free(ig), free(ib);
+                    pair_free(&dgamma), pair_free(&dbeta);
+                }
+            /* bias add, in place */
+            {
+                void *yinit = init_of(&dy);
+                struct tg_bias_add_args a[2];
+                for (int g = 0; g < 2; g++)
+                    a[g] = (struct tg_bias_add_args){.y = ON(dy), .bias = ON(beta), .dt = dt, .n = n, .c = c};
+                struct out o[] = {{&dy, dt, nc, yinit, "y"}};
+                snprintf(what, sizeof what, "bias_add %s [%lld,%lld]", tg_dtype_name(dt), (long long)n, (long long)c);
+                run_case(what, issue_bias_add, &a[0], &a[1], o, 1, dt);
+                free(yinit);
+            }
+            pair_free(&x), pair_free(&gamma), pair_free(&beta), pair_free(&y), pair_free(&mean), pair_free(&rstd);
+            pair_free(&dy), pair_free(&dx), pair_free(&mu), pair_free(&rsd);
+        }
+}
+
+/* ------------------------------------------------------------------ activations */
+static void test_activations(void)
+{
+    char what[128];
+    for (int d = 0; d < 2; d++) {
+        tg_dtype dt = dts[d];
+        const int64_t n = 100003, rows = 77, h = 300;
+        struct pair x = rnd_pair(dt, (size_t)n, 0.0, 2.0), dy = rnd_pair(dt, (size_t)n, 0.0, 1.0),
+                    y = pair_new((size_t)n * tg_dtype_size(dt));
+        struct tg_gelu_forward_args f[2];
+        struct tg_gelu_backward_args b[2];
+        for (int g = 0; g < 2; g++) {
+            f[g] = (struct tg_gelu_forward_args){.y = ON(y), .x = ON(x), .dt = dt, .n = n};
+            b[g] = (struct tg_gelu_backward_args){.dx = ON(y), .dy = ON(dy), .x = ON(x), .dt = dt, .n = n};
+        }
+        struct out o[] = {{&y, dt, (size_t)n, NULL, "out"}};
+        snprintf(what, sizeof what, "gelu_forward %s n=%lld", tg_dtype_name(dt), (long long)n);
+        run_case(what, issue_gelu_forward, &f[0], &f[1], o, 1, dt);
+        snprintf(what, sizeof what, "gelu_backward %s n=%lld", tg_dtype_name(dt), (long long)n);
+        run_case(what, issue_gelu_backward, &b[0], &b[1], o, 1, dt);
+
+        struct pair sx = rnd_pair(dt, (size_t)(rows * 2 * h), 0.0, 2.0), sdy = rnd_pair(dt, (size_t)(rows * h), 0.0, 1.0),
+                    sy = pair_new((size_t)(rows * h) * tg_dtype_size(dt)),
+                    sdx = pair_new((size_t)(rows * 2 * h) * tg_dtype_size(dt));
+        struct tg_swiglu_forward_args sf[2];
+        struct tg_swiglu_backward_args sb[2];
+        for (int g = 0; g < 2; g++) {
+            sf[g] = (struct tg_swiglu_forward_args){.y = ON(sy), .x = ON(sx), .dt = dt, .n = rows, .h = h};
+            sb[g] = (struct tg_swiglu_backward_args){.dx = ON(sdx), .dy = ON(sdy), .x = ON(sx), .dt = dt, .n = rows, .h = h};
+        }
+        struct out so[] = {{&sy, dt, (size_t)(rows * h), NULL, "y"}}, sbo[] = {{&sdx, dt, (size_t)(rows * 2 * h), NULL, "dx"}};
+        snprintf(what, sizeof what, "swiglu_forward %s [%lld,%lld]", tg_dtype_name(dt), (long long)rows, (long long)(2 * h));
+        run_case(what, issue_swiglu_forward, &sf[0], &sf[1], so, 1, dt);
+        snprintf(what, sizeof what, "swiglu_backward %s [%lld,%lld]", tg_dtype_name(dt), (long long)rows, (long long)(2 * h));
+        run_case(what, issue_swiglu_backward, &sb[0], &sb[1], sbo, 1, dt);
+        pair_free(&x), pair_free(&dy), pair_free(&y), pair_free(&sx), pair_free(&sdy), pair_free(&sy), pair_free(&sdx);
+    }
+}
+
+/* ------------------------------------------------------------------ attention */
+static void test_attention(void)
+{
+    struct {
+        tg_dtype dt;
+        int64_t b, t;
+        int h, d, simt;
+    } cases[] = {
+        {TG_BF16, 2, 100, 2, 64, 0}, {TG_BF16, 1, 300, 2, 64, 0}, {TG_BF16, 1, 130, 2, 128, 0},
+        {TG_BF16, 2, 70, 4, 32, 0},  {TG_BF16, 1, 40, 2, 16, 0},  {TG_BF16, 2, 100, 2, 64, 1},
+        {TG_BF16, 1, 33, 3, 48, 0},  {TG_F32, 2, 100, 2, 64, 0},  {TG_F32, 1, 50, 3, 40, 0},
+        {TG_F32, 1, 64, 1, 128, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tg_dtype dt = cases[k].dt;
+        int64_t B = cases[k].b, T = cases[k].t, H = cases[k].h, C = H * cases[k].d;
+        size_t nqkv = (size_t)(B * T * 3 * C), nout = (size_t)(B * T * C), nl = (size_t)(B * H * T);
+        char what[160];
+        if (cases[k].simt) setenv("TG_CUDA_ATTENTION", "simt", 1);
+        struct pair qkv = rnd_pair(dt, nqkv, 0.0, 1.0), out = pair_new(nout * tg_dtype_size(dt)), lse = pair_new(nl * 4),
+                    dout = rnd_pair(dt, nout, 0.0, 1.0), dqkv = pair_new(nqkv * tg_dtype_size(dt));
+        struct tg_attention_forward_args f[2];
+        for (int g = 0; g < 2; g++)
+            f[g] = (struct tg_attention_forward_args){.out = ON(out), .lse = ON(lse), .qkv = ON(qkv), .dt = dt, .b = B,
+                                                      .t = T, .c = C, .n_head = (int)H};
+        struct out fo[] = {{&out, dt, nout, NULL, "out"}, {&lse, TG_F32, nl, NULL, "lse"}};
+        snprintf(what, sizeof what, "attention_forward %s B=%lld T=%lld H=%lld D=%d%s", tg_dtype_name(dt), (long long)B,
+                 (long long)T, (long long)H, cases[k].d, cases[k].simt ? " (simt)" : "");
+        run_case(what, issue_attention_forward, &f[0], &f[1], fo, 2, dt);
+        /* backward from the CPU forward's out and lse, on both */
+        pair_from_cpu(&out);
+        pair_from_cpu(&lse);
+        struct tg_attention_backward_args b[2];
+        for (int g = 0; g < 2; g++)
+            b[g] = (struct tg_attention_backward_args){.dqkv = ON(dqkv), .dout = ON(dout), .out = ON(out), .qkv = ON(qkv),
+                                                       .lse = ON(lse), .dt = dt, .b = B, .t = T, .c = C, .n_head = (int)H};
+        struct out bo[] = {{&dqkv, dt, nqkv, NULL, "dqkv"}};
+        snprintf(what, sizeof what, "attention_backward %s B=%lld T=%lld H=%lld D=%d%s", tg_dtype_name(dt), (long long)B,
+                 (long long)T, (long long)H, cases[k].d, cases[k].simt ? " (simt)" : "");
+        run_case(what, issue_attention_backward, &b[0], &b[1], bo, 1, dt);
+        unsetenv("TG_CUDA_ATTENTION");
+        pair_free(&qkv), pair_free(&out), pair_free(&lse), pair_free(&dout), pair_free(&dqkv);
+    }
+}
+
+/* ------------------------------------------------------------------ embedding */
+static void test_embedding(void)
+{
+    struct {
+        int64_t b, t, c, v, tmax;
+    } cases[] = {{3, 17, 40, 50, 20}, {4, 256, 128, 1000, 256}, {2, 64, 33, 7, 64}};
+    for (int d = 0; d < 2; d++)
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            tg_dtype dt = dts[d];
+            int64_t B = cases[k].b, T = cases[k].t, C = cases[k].c, V = cases[k].v, TM = cases[k].tmax;
+            size_t nbt = (size_t)(B * T);
+            char what[160];
+            struct pair idx = pair_new(nbt * 4), wte = rnd_pair(dt, (size_t)(V * C), 0.0, 1.0),
+                        wpe = rnd_pair(dt, (size_t)(TM * C), 0.0, 1.0), out = pair_new(nbt * C * tg_dtype_size(dt)),
+                        dout = rnd_pair(dt, nbt * C, 0.0, 1.0);
+            int32_t *ids = malloc(nbt * 4);
+            for (size_t i = 0; i < nbt; i++) ids[i] = (int32_t)(rnd_u64() % (uint64_t)V); /* repeats: V small */
+            ids[0] = -1;                                                                   /* skipped */
+            ids[nbt / 2] = (int32_t)V + 3;
+            pair_set(&idx, ids);
+            free(ids);
+            for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
+                struct tg_embedding_forward_args f[2];
+                for (int g = 0; g < 2; g++)
+                    f[g] = (struct tg_embedding_forward_args){.out = ON(out), .idx = ON(idx), .wte = ON(wte),
+                                                              .wpe = ON_OPT(wpe, with_wpe), .dt = dt, .b = B, .t = T,
+                                                              .c = C, .v = V};
+                struct out fo[] = {{&out, dt, nbt * C, NULL, "out"}};
+                snprintf(what, sizeof what, "embedding_forward %s B=%lld T=%lld C=%lld V=%lld%s", tg_dtype_name(dt),
+                         (long long)B, (long long)T, (long long)C, (long long)V, with_wpe ? "" : " no wpe");
+                run_case(what, issue_embedding_forward, &f[0], &f[1], fo, 1, dt);
+            }
+            for (int wd = 0; wd < 2; wd++)
+                for (int acc = 0; acc < 2; acc++) {
+                    tg_dtype dw_dt = wd ? dt : TG_F32;
+                    struct pair dwte = rnd_pair(dw_dt, (size_t)(V * C), 0.0, 1.0),
+                                dwpe = rnd_pair(dw_dt, (size_t)(TM * C), 0.0, 1.0);
+                    void *it = acc ? init_of(&dwte) : NULL, *ip = acc ? init_of(&dwpe) : NULL;
+                    struct tg_embedding_backward_dw_args a[2];
+                    for (int g = 0; g < 2; g++)
+                        a[g] = (struct tg_embedding_backward_dw_args){
+                            .dwte = ON(dwte), .dwpe = ON(dwpe), .dout = ON(dout), .idx = ON(idx), .dt = dt,
+                            .dwte_dt = dw_dt, .dwpe_dt = dw_dt, .b = B, .t = T, .c = C, .v = V, .tmax = TM,
+                            .accumulate = (float)acc};
+                    struct out o[] = {{&dwte, dw_dt, (size_t)(V * C), it, "dwte"}, {&dwpe, dw_dt, (size_t)(TM * C), ip, "dwpe"}};
+                    snprintf(what, sizeof what, "embedding_backward_dw %s -> %s B=%lld T=%lld C=%lld V=%lld accumulate %d",
+                             tg_dtype_name(dt), tg_dtype_name(dw_dt), (long long)B, (long long)T, (long long)C,
+                             (long long)V, acc);
+                    run_case(what, issue_embedding_backward_dw, &a[0], &a[1], o, 2, dt);
+                    free(it), free(ip);
+                    pair_free(&dwte), pair_free(&dwpe);
+                }
+            pair_free(&idx), pair_free(&wte), pair_free(&wpe), pair_free(&out), pair_free(&dout);
+        }
+}
+
+/* ------------------------------------------------------------------ cross-entropy */
+static void test_cross_entropy(void)
+{
+    struct {
+        int64_t n, v;
+        int bad; /* one target out of range: its loss and the mean are NaN */
+    } cases[] = {{64, 1000, 0}, {37, 5003, 0}, {16, 50257, 0}, {20, 100, 1}};
+    const int ignore = -100;
+    for (int d = 0; d < 2; d++)
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            tg_dtype dt = dts[d];
+            int64_t N = cases[k].n, V = cases[k].v;
+            size_t nv = (size_t)(N * V);
+            char what[160];
+            struct pair logits = rnd_pair(dt, nv, 0.0, 3.0), tg = pair_new((size_t)N * 4), loss = pair_new(8),
+                        losses = pair_new((size_t)N * 4), dl = pair_new(nv * tg_dtype_size(dt));
+            int32_t *t = malloc((size_t)N * 4);
+            for (int64_t i = 0; i < N; i++) t[i] = i % 5 == 3 ? ignore : (int32_t)(rnd_u64() % (uint64_t)V);
+            if (cases[k].bad) t[1] = (int32_t)V;
+            pair_set(&tg, t);
+            free(t);
+            struct tg_cross_entropy_forward_args f[2];
+            for (int g = 0; g < 2; g++)
+                f[g] = (struct tg_cross_entropy_forward_args){.loss = ON(loss), .losses = ON(losses), .logits = ON(logits),
+                                                              .targets = ON(tg), .dt = dt, .n = N, .v = V,
+                                                              .ignore_index = ignore};
+            struct out fo[] = {{&loss, TG_F32, 2, NULL, "loss"}, {&losses, TG_F32, (size_t)N, NULL, "losses"}};
+            snprintf(what, sizeof what, "cross_entropy_forward %s N=%lld V=%lld%s", tg_dtype_name(dt), (long long)N,
+                     (long long)V, cases[k].bad ? " (a target out of range)" : "");
+            run_case(what, issue_cross_entropy_forward, &f[0], &f[1], fo, 2, dt);
+            pair_from_cpu(&loss);
+            for (int alias = 0; alias < 2; alias++) {
+                struct pair *out = alias ? &logits : &dl;
+                void *linit = alias ? init_of(&logits) : NULL;
+                struct tg_cross_entropy_backward_args b[2];
+                for (int g = 0; g < 2; g++)
+                    b[g] = (struct tg_cross_entropy_backward_args){.dlogits = ON(*out), .logits = ON(logits),
+                                                                   .targets = ON(tg), .loss = ON(loss), .dt = dt, .n = N,
+                                                                   .v = V, .dloss = 1.7f, .ignore_index = ignore};
+                struct out bo[] = {{out, dt, nv, linit, "dlogits"}};
+                snprintf(what, sizeof what, "cross_entropy_backward %s N=%lld V=%lld%s%s", tg_dtype_name(dt),
+                         (long long)N, (long long)V, cases[k].bad ? " (a target out of range)" : "",
+                         alias ? " dlogits aliases logits" : "");
+                run_case(what, issue_cross_entropy_backward, &b[0], &b[1], bo, 1, dt);
+                if (alias) {
+                    pair_set(&logits, linit);
+                    free(linit);
+                }
+            }
+            pair_free(&logits), pair_free(&tg), pair_free(&loss), pair_free(&losses), pair_free(&dl);
+        }
+}
+
+/* ------------------------------------------------------------------ AdamW */
+static void test_adamw(void)
+{
+    const int64_t n = 10007;
+    for (int d = 0; d < 2; d++)
+        for (int lowp = 0; lowp < 2; lowp++)
+            for (int s = 0; s < 2; s++) {
+                tg_dtype g_dt = dts[d];
+                int64_t step = s ? 7 : 1;
+                char what[128];
+                struct pair p = rnd_pair(TG_F32, (size_t)n, 0.0, 1.0), m = rnd_pair(TG_F32, (size_t)n, 0.0, 0.1),
+                            v = uniform_f32((size_t)n, 0.0, 0.01), g = rnd_pair(g_dt, (size_t)n, 0.0, 1.0),
+                            pl = pair_new((size_t)n * 2);
+                void *ip = init_of(&p), *im = init_of(&m), *iv = init_of(&v);
+                struct tg_adamw_args a[2];
+                for (int k = 0; k < 2; k++) {
+                    int gg = k;
+#define ONK(q) (gg ? (q).g : (q).c)
+                    a[k] = (struct tg_adamw_args){.p = ONK(p), .m = ONK(m), .v = ONK(v), .p_lowp = lowp ? ONK(pl) : NULL,
+                                                  .g = ONK(g), .g_dt = g_dt, .n = n, .lr = 3e-3f, .beta1 = 0.9f,
+                                                  .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                                                  .grad_scale = 0.5f, .step = step};
+#undef ONK
+                }
+                struct out o[] = {{&p, TG_F32, (size_t)n, ip, "p"},
+                                  {&m, TG_F32, (size_t)n, im, "m"},
+                                  {&v, TG_F32, (size_t)n, iv, "v"},
+                                  {&pl, TG_BF16, (size_t)n, NULL, "p_lowp"}};
+                snprintf(what, sizeof what, "adamw g %s%s step %lld", tg_dtype_name(g_dt), lowp ? " with bf16 copy" : "",
+                         (long long)step);
+                run_case(what, issue_adamw, &a[0], &a[1], o, lowp ? 4 : 3, TG_F32);
+                free(ip), free(im), free(iv);
+                pair_free(&p), pair_free(&m), pair_free(&v), pair_free(&g), pair_free(&pl);
+            }
+}
+
+int main(void)
+{
+    if (tg_device_count(TG_CUDA) == 0) skip_all("no CUDA device");
+    plan(NO_PLAN);
+    const char *env = getenv("TG_TEST_SEED");
+    rs = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    if (!rs) rs = 1;
+    diag("random inputs from TG_TEST_SEED=%llu", (unsigned long long)rs);
+    cs = tg_stream_current(cpu);
+    gs = tg_stream_current(gpu);
+    if (!cs || !gs) bail_out("streams: %s", tg_last_error());
+    /* TG_NN_OPS=attention,embedding: only those groups (for the sanitizers, which are slow) */
+    const char *only = getenv("TG_NN_OPS");
+#define GROUP(name) if (!only || strstr(only, #name)) test_##name()
+    GROUP(norms);
+    GROUP(activations);
+    GROUP(attention);
+    GROUP(embedding);
+    GROUP(cross_entropy);
+    GROUP(adamw);
+#undef GROUP
+    return done_testing();
+}
+#endif

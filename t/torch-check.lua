@@ -1,0 +1,113 @@
+-- torch-check.lua — saves every module's input, weights, output, input gradient and weight gradients (raw f32 + manifest.json) for t/torch_check.py.
+--   tegraph run t/torch-check.lua OUTDIR [device]      (device: default device, e.g. cuda:0 where a GPU exists)
+local tg = require "tegraph"
+
+local dir = assert(arg and arg[1], "usage: tegraph run t/torch-check.lua OUTDIR [device]")
+local device = arg[2] or tg.default_device()
+local B, T, C, NH, H, V = 2, 40, 64, 2, 128, 97
+
+local nfiles = 0
+-- Writes t's values as little-endian f32 to a new file; returns its name.
+local function save(t)
+  nfiles = nfiles + 1
+  local name = string.format("t%04d.f32", nfiles)
+  local vals = t:view({ -1 }):totable()
+  local f = assert(io.open(dir .. "/" .. name, "wb"))
+  local parts = {}
+  for i = 1, #vals do
+    parts[#parts + 1] = string.pack("<f", vals[i])
+    if #parts == 4096 then
+      f:write(table.concat(parts))
+      parts = {}
+    end
+  end
+  f:write(table.concat(parts))
+  f:close()
+  return name
+end
+
+local function json(v)
+  if type(v) == "table" then
+    if #v > 0 or next(v) == nil then
+      local out = {}
+      for i = 1, #v do out[i] = json(v[i]) end
+      return "[" .. table.concat(out, ",") .. "]"
+    end
+    local keys, out = {}, {}
+    for k in pairs(v) do keys[#keys + 1] = k end
+    table.sort(keys)
+    for _, k in ipairs(keys) do out[#out + 1] = string.format("%q:%s", k, json(v[k])) end
+    return "{" .. table.concat(out, ",") .. "}"
+  elseif type(v) == "string" then
+    return string.format("%q", v)
+  else
+    return tostring(v)
+  end
+end
+
+local specs = {
+  { kind = "Linear", make = function(o) o["in"], o.out = C, 96; return tg.nn.Linear(o) end },
+  { kind = "LayerNorm", make = function(o) o.dim = C; return tg.nn.LayerNorm(o) end },
+  { kind = "RMSNorm", make = function(o) o.dim = C; return tg.nn.RMSNorm(o) end },
+  { kind = "LayerNormLinear", make = function(o) o["in"], o.out, o.norm = C, 96, "layernorm"; return tg.nn.LayerNormLinear(o) end },
+  { kind = "LayerNormMLP", norm = "layernorm", activation = "gelu",
+    make = function(o) o.dim, o.hidden, o.norm, o.activation = C, H, "layernorm", "gelu"; return tg.nn.LayerNormMLP(o) end },
+  { kind = "LayerNormMLP", norm = "rmsnorm", activation = "swiglu",
+    make = function(o) o.dim, o.hidden, o.norm, o.activation = C, H, "rmsnorm", "swiglu"; return tg.nn.LayerNormMLP(o) end },
+  { kind = "CausalSelfAttention", make = function(o) o.dim, o.heads = C, NH; return tg.nn.CausalSelfAttention(o) end },
+  { kind = "TransformerLayer", norm = "layernorm", activation = "gelu",
+    make = function(o) o.dim, o.heads, o.hidden = C, NH, H; return tg.nn.TransformerLayer(o) end },
+  { kind = "Embedding", make = function(o) o.vocab, o.dim, o.context = V, C, T; return tg.nn.Embedding(o) end },
+  { kind = "LMHead", make = function(o) o.dim, o.vocab, o.norm = C, V, "layernorm"; return tg.nn.LMHead(o) end },
+}
+
+local ids, tgt = {}, {}
+for i = 1, B * T do
+  ids[i] = (i * 37 + 11) % V
+  tgt[i] = (i * 53 + 5) % V
+end
+tgt[3] = -1 -- ignored by the loss
+local entries = {}
+for _, dtype in ipairs { "f32", "bf16" } do
+  for _, s in ipairs(specs) do
+    tg.manual_seed(11)
+    local m = s.make { dtype = dtype, device = device, name = "m", init_std = 0.2 }
+    local e = { kind = s.kind, dtype = dtype, B = B, T = T, C = C, NH = NH, H = H, V = V, eps = 1e-5,
+      norm = s.norm or "layernorm", activation = s.activation or "gelu" }
+    local x
+    if s.kind == "Embedding" then
+      local rows = {}
+      for b = 1, B do
+        rows[b] = {}
+        for t = 1, T do rows[b][t] = ids[(b - 1) * T + t] end
+      end
+      x = tg.tensor(rows, { dtype = "i32", device = device })
+    else
+      x = tg.randn({ B, T, C }, { dtype = dtype, device = device })
+    end
+    e.x = save(x)
+    local y, dx
+    if s.kind == "LMHead" then
+      local targets = tg.tensor(tgt, { dtype = "i32", device = device })
+      e.targets = save(targets)
+      y = m:loss(x:view({ B * T, C }), targets, 1, -1)
+      dx = m:backward(1.0, 1)
+    else
+      y = m:forward(x, 1)
+      local dy = tg.randn(y:shape(), { dtype = dtype, device = device })
+      e.dy = save(dy)
+      dx = m:backward(dy, 1)
+    end
+    e.y = save(y)
+    if dx then e.dx = save(dx) end
+    e.params = {}
+    for _, p in ipairs(m:parameters()) do
+      e.params[#e.params + 1] = { name = p.name, shape = p.data:shape(), data = save(p.data), grad = save(p.wgrad) }
+    end
+    entries[#entries + 1] = e
+  end
+end
+local f = assert(io.open(dir .. "/manifest.json", "w"))
+f:write(json { device = tostring(device), modules = entries })
+f:close()
+print(string.format("torch-check: %d modules, %d files in %s (device %s)", #entries, nfiles, dir, tostring(device)))
