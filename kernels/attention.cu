@@ -3,6 +3,7 @@
 
 #include <cuda_bf16.h>
 #include <mma.h>
+#include <string.h>
 
 /* Two paths, both deterministic (no atomics; every sum in a fixed order):
  * - tensor cores (bf16, head dim 16/32/64/128, 16-byte aligned rows): one
@@ -10,6 +11,10 @@
  *   shared memory, wmma bf16 x bf16 -> f32, softmax in f32 registers.
  *   Backward = dd (rowsum dout*out) + a dK/dV kernel per key tile + a dQ
  *   kernel per query tile, so no tile's gradient is summed by two blocks.
+ *   v2 (the default) keeps the scores in registers (TG_CUDA_ATTENTION=pipe:
+ *   also double-buffers the streamed tiles with cp.async); v1
+ *   (TG_CUDA_ATTENTION=v1) stages scores through shared memory and assumes
+ *   nothing about fragment layouts.
  * - SIMT (f32, other head dims, or TG_CUDA_ATTENTION=simt): one warp per row,
  *   f32 arithmetic as the CPU reference. */
 
@@ -311,6 +316,381 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
+/* ------------------------------------------------------------------ tensor cores, softmax in registers (v2)
+ * The same tiles, but the score accumulators stay in registers: on sm_80+
+ * a 16x16 f32 wmma accumulator holds, in lane L, element i at row
+ * (L >> 2) + 8 ((i >> 1) & 1) and column 2 (L & 3) + (i & 1) + 8 (i >> 2)
+ * (two m16n8 mma tiles). att_layout_ok() checks that on the device before
+ * the launcher picks these kernels; otherwise the v1 kernels above run. Only
+ * the bf16 probabilities go through shared memory (as the next product's A). */
+
+static __device__ __forceinline__ int acc_row(int lane, int i) { return (lane >> 2) + 8 * ((i >> 1) & 1); }
+static __device__ __forceinline__ int acc_col(int lane, int i) { return 2 * (lane & 3) + (i & 1) + 8 * (i >> 2); }
+
+static __device__ __forceinline__ uint32_t bf16x2(float lo, float hi)
+{
+    return (uint32_t)tgk_f32_to_bf16(lo) | (uint32_t)tgk_f32_to_bf16(hi) << 16;
+}
+
+/* acc (16 x 16) = A (16 x D rows of sA) . B^T where B^T's 16 columns are rows [0, 16) of sB (both ld D + 8). */
+template <int D>
+static __device__ __forceinline__ void att_scores16(frag_acc &acc, const uint16_t *sA, const uint16_t *sB)
+{
+    constexpr int LDB = D + 8;
+    wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+    for (int k = 0; k < D / 16; k++) {
+        frag_a a;
+        frag_b_col b;
+        wmma::load_matrix_sync(a, bf(sA + k * 16), LDB);
+        wmma::load_matrix_sync(b, bf(sB + k * 16), LDB);
+        wmma::mma_sync(acc, a, b, acc);
+    }
+}
+
+/* Stores accumulators (16 x D) * f as bf16 rows of a global matrix (row stride ld elements), rows >= nrows skipped. */
+template <int D>
+static __device__ __forceinline__ void att_store_rows(uint16_t *dst, int64_t ld, int row0, int nrows, const frag_acc *acc,
+                                                      float f, int lane)
+{
+#pragma unroll
+    for (int n = 0; n < D / 16; n++)
+#pragma unroll
+        for (int i = 0; i < 8; i += 2) {
+            const int r = row0 + acc_row(lane, i);
+            if (r < nrows)
+                *(uint32_t *)(dst + (int64_t)r * ld + n * 16 + acc_col(lane, i)) =
+                    bf16x2(acc[n].x[i] * f, acc[n].x[i + 1] * f);
+        }
+}
+
+/* cp.async (sm_80+): 16 bytes global -> shared without passing through registers, completed by wait_group. */
+static __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> static __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* att_load_tile, asynchronously when PIPE (rows >= T are zeroed by ordinary stores). */
+template <int D, bool PIPE>
+static __device__ __forceinline__ void att_fetch_tile(uint16_t *dst, const uint16_t *src, int t0, int T, int64_t stride)
+{
+    constexpr int LDB = D + 8, CPR = D / 8;
+    for (int i = threadIdx.x; i < ATT_TILE * CPR; i += ATT_THREADS) {
+        const int row = i / CPR, ch = i % CPR, t = t0 + row;
+        uint16_t *d = dst + row * LDB + ch * 8;
+        if (t >= T) *(uint4 *)d = make_uint4(0, 0, 0, 0);
+        else if (PIPE) cp_async16(d, src + (int64_t)t * stride + ch * 8);
+        else *(uint4 *)d = *(const uint4 *)(src + (int64_t)t * stride + ch * 8);
+    }
+}
+
+/* With PIPE the kernels below double-buffer the tiles they stream (the next
+ * tile is in flight while this one is multiplied): one more pair of tiles of
+ * shared memory. */
+template <int D, bool PIPE> static constexpr size_t att2_fwd_smem()
+{
+    return (PIPE ? 5 : 3) * ATT_TILE * (D + 8) * 2 + ATT_WARPS * 16 * ATT_LDP * 2;
+}
+template <int D, bool PIPE> static constexpr size_t att2_bwd_smem()
+{
+    return (PIPE ? 6 : 4) * ATT_TILE * (D + 8) * 2 + ATT_WARPS * 2 * 16 * ATT_LDP * 2 + (PIPE ? 4 : 2) * ATT_TILE * 4;
+}
+
+template <int D, bool PIPE>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    att2_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int T, int C, int H, float scale)
+{
+    constexpr int LDB = D + 8, TS = ATT_TILE * LDB;
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *Qs = (uint16_t *)smem, *KV = Qs + TS; /* KV: [buffer][K | V] */
+    uint16_t *P = KV + (PIPE ? 4 : 2) * TS + (threadIdx.x / 32) * 16 * ATT_LDP;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int qt = gridDim.x - 1 - blockIdx.x;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const int q0 = qt * ATT_TILE + warp * 16; /* the warp's first query */
+
+    att_fetch_tile<D, false>(Qs, base, qt * ATT_TILE, T, C3);
+    if (PIPE) {
+        att_fetch_tile<D, true>(KV, base + C, 0, T, C3);
+        att_fetch_tile<D, true>(KV + TS, base + 2 * (int64_t)C, 0, T, C3);
+        cp_async_commit();
+    }
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    frag_acc o[D / 16];
+#pragma unroll
+    for (int n = 0; n < D / 16; n++) wmma::fill_fragment(o[n], 0.0f);
+
+    for (int kt = 0; kt <= qt; kt++) {
+        uint16_t *Ks = KV + (PIPE ? (kt & 1) * 2 * TS : 0), *Vs = Ks + TS;
+        if (PIPE) {
+            if (kt < qt) { /* the next K, V into the other buffer (its readers passed the barrier ending kt - 1) */
+                uint16_t *nk = KV + ((kt + 1) & 1) * 2 * TS;
+                att_fetch_tile<D, true>(nk, base + C, (kt + 1) * ATT_TILE, T, C3);
+                att_fetch_tile<D, true>(nk + TS, base + 2 * (int64_t)C, (kt + 1) * ATT_TILE, T, C3);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+        } else {
+            __syncthreads();
+            att_fetch_tile<D, false>(Ks, base + C, kt * ATT_TILE, T, C3);
+            att_fetch_tile<D, false>(Vs, base + 2 * (int64_t)C, kt * ATT_TILE, T, C3);
+        }
+        __syncthreads();
+        frag_acc s[4];
+#pragma unroll
+        for (int n = 0; n < 4; n++) att_scores16<D>(s[n], Qs + warp * 16 * LDB, Ks + n * 16 * LDB);
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const int hr = (i >> 1) & 1, qi = q0 + acc_row(lane, i), kj = kt * ATT_TILE + n * 16 + acc_col(lane, i);
+                float v = s[n].x[i] * scale;
+                if (kj > qi || kj >= T) v = -INFINITY;
+                s[n].x[i] = v;
+                mx[hr] = fmaxf(mx[hr], v);
+            }
+        float corr[2], mn[2], ps[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+            mn[hr] = fmaxf(m[hr], mx[hr]); /* finite: key kt*64 <= every query of the tile */
+            corr[hr] = expf(m[hr] - mn[hr]);
+        }
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int i = 0; i < 8; i += 2) {
+                const int hr = (i >> 1) & 1;
+                const float p0 = expf(s[n].x[i] - mn[hr]), p1 = expf(s[n].x[i + 1] - mn[hr]);
+                ps[hr] += p0 + p1;
+                *(uint32_t *)(P + acc_row(lane, i) * ATT_LDP + n * 16 + acc_col(lane, i)) = bf16x2(p0, p1);
+            }
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            ps[hr] += __shfl_xor_sync(0xffffffffu, ps[hr], 1);
+            ps[hr] += __shfl_xor_sync(0xffffffffu, ps[hr], 2);
+            l[hr] = l[hr] * corr[hr] + ps[hr];
+            m[hr] = mn[hr];
+        }
+#pragma unroll
+        for (int n = 0; n < D / 16; n++)
+#pragma unroll
+            for (int i = 0; i < 8; i++) o[n].x[i] *= corr[(i >> 1) & 1];
+        __syncwarp();
+        att_pv<D>(o, P, Vs);
+        __syncwarp();
+        if (PIPE) __syncthreads(); /* this buffer is refilled two tiles on */
+    }
+    /* out = o / l, then lse of the warp's rows (one lane of each row's four writes it) */
+#pragma unroll
+    for (int n = 0; n < D / 16; n++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) o[n].x[i] /= l[(i >> 1) & 1];
+    att_store_rows<D>(out + (int64_t)b * T * C + (int64_t)h * D, C, q0, T, o, 1.0f, lane);
+    if ((lane & 3) == 0)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int qi = q0 + (lane >> 2) + 8 * hr;
+            if (qi < T) lse[(int64_t)bh * T + qi] = m[hr] + logf(l[hr]);
+        }
+}
+
+/* dK, dV of one key tile; per 16 x 16 block of (keys x queries) the probabilities and dS are formed in registers. */
+template <int D, bool PIPE>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    att2_bwd_dkdv(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse, const float *dd, int T,
+                  int C, int H, float scale)
+{
+    constexpr int LDB = D + 8, TS = ATT_TILE * LDB;
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + TS, *QD = Vs + TS; /* QD: [buffer][Q | dO] */
+    uint16_t *Bw = QD + (PIPE ? 4 : 2) * TS;
+    float *stats = (float *)(Bw + ATT_WARPS * 2 * 16 * ATT_LDP); /* [buffer][lse | dd] */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int kt = blockIdx.x, nt = (T + ATT_TILE - 1) / ATT_TILE;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const uint16_t *dobase = dout + (int64_t)b * T * C + (int64_t)h * D;
+    const float *lse_bh = lse + (int64_t)bh * T, *dd_bh = dd + (int64_t)bh * T;
+    uint16_t *Pt = Bw + warp * 2 * 16 * ATT_LDP, *dSt = Pt + 16 * ATT_LDP;
+    const int k0 = kt * ATT_TILE + warp * 16; /* the warp's first key */
+
+    att_fetch_tile<D, false>(Ks, base + C, kt * ATT_TILE, T, C3);
+    att_fetch_tile<D, false>(Vs, base + 2 * (int64_t)C, kt * ATT_TILE, T, C3);
+    if (PIPE) {
+        att_fetch_tile<D, true>(QD, base, kt * ATT_TILE, T, C3);
+        att_fetch_tile<D, true>(QD + TS, dobase, kt * ATT_TILE, T, C);
+        cp_async_commit();
+        att_load_rowstats(stats, stats + ATT_TILE, lse_bh, dd_bh, kt * ATT_TILE, T);
+    }
+    frag_acc dK[D / 16], dV[D / 16];
+#pragma unroll
+    for (int n = 0; n < D / 16; n++) {
+        wmma::fill_fragment(dK[n], 0.0f);
+        wmma::fill_fragment(dV[n], 0.0f);
+    }
+    for (int qt = kt; qt < nt; qt++) {
+        const int buf = PIPE ? (qt - kt) & 1 : 0;
+        uint16_t *Qs = QD + buf * 2 * TS, *dOs = Qs + TS;
+        const float *lse_s = stats + buf * 2 * ATT_TILE, *dd_s = lse_s + ATT_TILE;
+        if (PIPE) {
+            if (qt + 1 < nt) {
+                const int nb = (qt + 1 - kt) & 1;
+                att_fetch_tile<D, true>(QD + nb * 2 * TS, base, (qt + 1) * ATT_TILE, T, C3);
+                att_fetch_tile<D, true>(QD + nb * 2 * TS + TS, dobase, (qt + 1) * ATT_TILE, T, C);
+                cp_async_commit();
+                att_load_rowstats(stats + nb * 2 * ATT_TILE, stats + nb * 2 * ATT_TILE + ATT_TILE, lse_bh, dd_bh,
+                                  (qt + 1) * ATT_TILE, T);
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+        } else {
+            __syncthreads();
+            att_fetch_tile<D, false>(Qs, base, qt * ATT_TILE, T, C3);
+            att_fetch_tile<D, false>(dOs, dobase, qt * ATT_TILE, T, C);
+            att_load_rowstats((float *)lse_s, (float *)dd_s, lse_bh, dd_bh, qt * ATT_TILE, T);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int n = 0; n < 4; n++) { /* queries [n*16, n*16 + 16) of the tile */
+            frag_acc st, dpt;
+            att_scores16<D>(st, Ks + warp * 16 * LDB, Qs + n * 16 * LDB);  /* S^T = K Q^T */
+            att_scores16<D>(dpt, Vs + warp * 16 * LDB, dOs + n * 16 * LDB); /* dP^T = V dO^T */
+#pragma unroll
+            for (int i = 0; i < 8; i += 2) {
+                const int kj = k0 + acc_row(lane, i), col = n * 16 + acc_col(lane, i), qi = qt * ATT_TILE + col;
+                float p[2], ds[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    p[e] = 0.0f;
+                    if (qi + e >= kj && qi + e < T && kj < T) p[e] = expf(st.x[i + e] * scale - lse_s[col + e]);
+                    ds[e] = p[e] * (dpt.x[i + e] - dd_s[col + e]);
+                }
+                const int at = acc_row(lane, i) * ATT_LDP + col;
+                *(uint32_t *)(Pt + at) = bf16x2(p[0], p[1]);
+                *(uint32_t *)(dSt + at) = bf16x2(ds[0], ds[1]);
+            }
+        }
+        __syncwarp();
+        att_pv<D>(dV, Pt, dOs); /* dV += P^T dO */
+        att_pv<D>(dK, dSt, Qs); /* dK += dS^T Q */
+        __syncwarp();
+        if (PIPE) __syncthreads();
+    }
+    uint16_t *rows = dqkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    att_store_rows<D>(rows + C, C3, k0, T, dK, scale, lane);
+    att_store_rows<D>(rows + 2 * (int64_t)C, C3, k0, T, dV, 1.0f, lane);
+}
+
+/* dQ of one query tile. */
+template <int D, bool PIPE>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    att2_bwd_dq(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse, const float *dd, int T,
+                int C, int H, float scale)
+{
+    constexpr int LDB = D + 8, TS = ATT_TILE * LDB;
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *Qs = (uint16_t *)smem, *dOs = Qs + TS, *KV = dOs + TS; /* KV: [buffer][K | V] */
+    uint16_t *Bw = KV + (PIPE ? 4 : 2) * TS;
+    float *lse_s = (float *)(Bw + ATT_WARPS * 2 * 16 * ATT_LDP), *dd_s = lse_s + ATT_TILE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int qt = gridDim.x - 1 - blockIdx.x;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const uint16_t *dobase = dout + (int64_t)b * T * C + (int64_t)h * D;
+    uint16_t *dS = Bw + warp * 2 * 16 * ATT_LDP;
+    const int q0 = qt * ATT_TILE + warp * 16;
+
+    att_fetch_tile<D, false>(Qs, base, qt * ATT_TILE, T, C3);
+    att_fetch_tile<D, false>(dOs, dobase, qt * ATT_TILE, T, C);
+    att_load_rowstats(lse_s, dd_s, lse + (int64_t)bh * T, dd + (int64_t)bh * T, qt * ATT_TILE, T);
+    if (PIPE) {
+        att_fetch_tile<D, true>(KV, base + C, 0, T, C3);
+        att_fetch_tile<D, true>(KV + TS, base + 2 * (int64_t)C, 0, T, C3);
+        cp_async_commit();
+    }
+    __syncthreads();
+    float lr[2], dr[2]; /* lse, dd of the lane's two rows */
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        lr[hr] = lse_s[warp * 16 + (lane >> 2) + 8 * hr];
+        dr[hr] = dd_s[warp * 16 + (lane >> 2) + 8 * hr];
+    }
+    frag_acc dQ[D / 16];
+#pragma unroll
+    for (int n = 0; n < D / 16; n++) wmma::fill_fragment(dQ[n], 0.0f);
+    for (int kt = 0; kt <= qt; kt++) {
+        uint16_t *Ks = KV + (PIPE ? (kt & 1) * 2 * TS : 0), *Vs = Ks + TS;
+        if (PIPE) {
+            if (kt < qt) {
+                uint16_t *nk = KV + ((kt + 1) & 1) * 2 * TS;
+                att_fetch_tile<D, true>(nk, base + C, (kt + 1) * ATT_TILE, T, C3);
+                att_fetch_tile<D, true>(nk + TS, base + 2 * (int64_t)C, (kt + 1) * ATT_TILE, T, C3);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+        } else {
+            __syncthreads();
+            att_fetch_tile<D, false>(Ks, base + C, kt * ATT_TILE, T, C3);
+            att_fetch_tile<D, false>(Vs, base + 2 * (int64_t)C, kt * ATT_TILE, T, C3);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int n = 0; n < 4; n++) { /* keys [n*16, n*16 + 16) of the tile */
+            frag_acc sc, dp;
+            att_scores16<D>(sc, Qs + warp * 16 * LDB, Ks + n * 16 * LDB);
+            att_scores16<D>(dp, dOs + warp * 16 * LDB, Vs + n * 16 * LDB);
+#pragma unroll
+            for (int i = 0; i < 8; i += 2) {
+                const int hr = (i >> 1) & 1, qi = q0 + acc_row(lane, i), col = n * 16 + acc_col(lane, i);
+                const int kj = kt * ATT_TILE + col;
+                float ds[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float p = 0.0f;
+                    if (kj + e <= qi && kj + e < T && qi < T) p = expf(sc.x[i + e] * scale - lr[hr]);
+                    ds[e] = p * (dp.x[i + e] - dr[hr]);
+                }
+                *(uint32_t *)(dS + acc_row(lane, i) * ATT_LDP + col) = bf16x2(ds[0], ds[1]);
+            }
+        }
+        __syncwarp();
+        att_pv<D>(dQ, dS, Ks); /* dQ += dS K */
+        __syncwarp();
+        if (PIPE) __syncthreads();
+    }
+    att_store_rows<D>(dqkv + (int64_t)b * T * C3 + (int64_t)h * D, C3, q0, T, dQ, scale, lane);
+}
+
+/* Whether wmma's accumulator layout is the one the v2 kernels assume: one warp loads a known 16 x 16 matrix. */
+static __global__ void att_layout_probe(int *ok)
+{
+    __shared__ __align__(32) float mtx[16 * 16];
+    for (int i = threadIdx.x; i < 256; i += 32) mtx[i] = (float)i;
+    __syncwarp();
+    frag_acc f;
+    wmma::load_matrix_sync(f, mtx, 16, wmma::mem_row_major);
+    int good = 1;
+    for (int i = 0; i < f.num_elements; i++)
+        good &= f.x[i] == (float)(acc_row(threadIdx.x, i) * 16 + acc_col(threadIdx.x, i));
+    good = __all_sync(0xffffffffu, good) && f.num_elements == 8;
+    if (threadIdx.x == 0) *ok = good;
+}
+
 /* ------------------------------------------------------------------ SIMT path: one warp per row */
 
 /* Row w of the (B, H, T) rows: its batch, head and position. */
@@ -475,12 +855,40 @@ template <class K> static cudaError_t att_smem_limit(K kernel, size_t bytes, uns
     return e;
 }
 
+/* 1: the v2 kernels may run on the current device (layout probe passed), 0: not, -1: unknown yet.
+ * The probe synchronises, so it runs only outside stream capture; a call
+ * that cannot probe takes the v1 kernels. */
+static int att_v2_ok(cudaStream_t st)
+{
+    static int state[32]; /* per device: 0 unknown, 1 ok, 2 not */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev >= 32) return 0;
+    if (state[dev]) return state[dev] == 1;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return 0;
+    int *d = NULL, h = 0;
+    cudaError_t e = cudaMalloc(&d, sizeof *d);
+    if (e == cudaSuccess) {
+        att_layout_probe<<<1, 32, 0, st>>>(d);
+        e = cudaGetLastError();
+        if (e == cudaSuccess) e = cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, st);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+        cudaFree(d);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    state[dev] = h ? 1 : 2;
+    return h != 0;
+}
+
 static bool att_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* Whether the tensor-core path takes this call. */
 static bool att_use_mma(tg_dtype dt, int D, int simt, const void *a, const void *b, const void *c)
 {
-    return !simt && dt == TG_BF16 && (D == 16 || D == 32 || D == 64 || D == 128) && att_aligned(a) && att_aligned(b) &&
+    return simt != 1 && dt == TG_BF16 && (D == 16 || D == 32 || D == 64 || D == 128) && att_aligned(a) && att_aligned(b) &&
            att_aligned(c);
 }
 
@@ -505,6 +913,63 @@ static cudaError_t att_fwd_simt_launch(void *out, float *lse, const void *qkv, t
     return cudaGetLastError();
 }
 
+template <int D, bool PIPE>
+static cudaError_t att2_fwd_launch_p(void *out, float *lse, const void *qkv, int64_t B, int64_t T, int64_t C, int H,
+                                    float scale, cudaStream_t st)
+{
+    const size_t sm = att2_fwd_smem<D, PIPE>();
+    static unsigned done;
+    cudaError_t e = att_smem_limit(att2_fwd<D, PIPE>, sm, &done);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)((T + ATT_TILE - 1) / ATT_TILE), (unsigned)(B * H));
+    att2_fwd<D, PIPE><<<grid, ATT_THREADS, sm, st>>>((uint16_t *)out, lse, (const uint16_t *)qkv, (int)T, (int)C, H,
+                                                     scale);
+    return cudaGetLastError();
+}
+
+/* TG_CUDA_ATTENTION=pipe: the v2 kernels with cp.async double buffering. Not the default: on the H200
+ * (2025-11, examples/bench/RESULTS.md) it gained nothing at head dim 64 and made the D=128 backward 30%
+ * slower (124 KB of shared memory: one block per multiprocessor instead of two). */
+static bool att_pipe(void)
+{
+    const char *e = getenv("TG_CUDA_ATTENTION");
+    return e && strcmp(e, "pipe") == 0;
+}
+
+template <int D> static cudaError_t att2_fwd_launch(void *out, float *lse, const void *qkv, int64_t B, int64_t T,
+                                                    int64_t C, int H, float scale, cudaStream_t st)
+{
+    return att_pipe() ? att2_fwd_launch_p<D, true>(out, lse, qkv, B, T, C, H, scale, st)
+                      : att2_fwd_launch_p<D, false>(out, lse, qkv, B, T, C, H, scale, st);
+}
+
+template <int D, bool PIPE>
+static cudaError_t att2_bwd_launch_p(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *dd,
+                                     int64_t B, int64_t T, int64_t C, int H, float scale, cudaStream_t st)
+{
+    const size_t sm = att2_bwd_smem<D, PIPE>();
+    static unsigned done_kv, done_q;
+    cudaError_t e = att_smem_limit(att2_bwd_dkdv<D, PIPE>, sm, &done_kv);
+    if (e == cudaSuccess) e = att_smem_limit(att2_bwd_dq<D, PIPE>, sm, &done_q);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)((T + ATT_TILE - 1) / ATT_TILE), (unsigned)(B * H));
+    att2_bwd_dkdv<D, PIPE><<<grid, ATT_THREADS, sm, st>>>((uint16_t *)dqkv, (const uint16_t *)dout,
+                                                          (const uint16_t *)qkv, lse, dd, (int)T, (int)C, H, scale);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    att2_bwd_dq<D, PIPE><<<grid, ATT_THREADS, sm, st>>>((uint16_t *)dqkv, (const uint16_t *)dout, (const uint16_t *)qkv,
+                                                        lse, dd, (int)T, (int)C, H, scale);
+    return cudaGetLastError();
+}
+
+template <int D>
+static cudaError_t att2_bwd_launch(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *dd,
+                                   int64_t B, int64_t T, int64_t C, int H, float scale, cudaStream_t st)
+{
+    return att_pipe() ? att2_bwd_launch_p<D, true>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st)
+                      : att2_bwd_launch_p<D, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+}
+
 extern "C" cudaError_t tg_cuda_attention_forward(void *out, float *lse, const void *qkv, tg_dtype dt, int64_t b,
                                                  int64_t t, int64_t c, int n_head, int simt, cudaStream_t st)
 {
@@ -512,6 +977,14 @@ extern "C" cudaError_t tg_cuda_attention_forward(void *out, float *lse, const vo
     const int D = (int)(c / n_head);
     const float scale = 1.0f / sqrtf((float)D);
     if (t > INT32_MAX || 3 * c > INT32_MAX || b * n_head > 65535) return cudaErrorInvalidValue;
+    if (att_use_mma(dt, D, simt, out, qkv, qkv) && simt == 0 && att_v2_ok(st)) {
+        switch (D) {
+        case 16: return att2_fwd_launch<16>(out, lse, qkv, b, t, c, n_head, scale, st);
+        case 32: return att2_fwd_launch<32>(out, lse, qkv, b, t, c, n_head, scale, st);
+        case 64: return att2_fwd_launch<64>(out, lse, qkv, b, t, c, n_head, scale, st);
+        default: return att2_fwd_launch<128>(out, lse, qkv, b, t, c, n_head, scale, st);
+        }
+    }
     if (att_use_mma(dt, D, simt, out, qkv, qkv)) {
         switch (D) {
         case 16: return att_fwd_mma_launch<16>(out, lse, qkv, b, t, c, n_head, scale, st);
@@ -576,19 +1049,28 @@ extern "C" cudaError_t tg_cuda_attention_backward(void *dqkv, const void *dout, 
     float *dd = scratch;
     if (att_use_mma(dt, D, simt, dqkv, dout, qkv) && att_aligned(out)) {
         cudaError_t e;
+        const bool v2 = simt == 0 && att_v2_ok(st);
         switch (D) { /* dd through the SIMT kernel (DPL covers D), then the two tensor-core kernels */
         case 16:
             e = att_bwd_simt_launch<1>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, true, st);
-            return e != cudaSuccess ? e : att_bwd_mma_launch<16>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
+            if (e != cudaSuccess) return e;
+            return v2 ? att2_bwd_launch<16>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
+                      : att_bwd_mma_launch<16>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
         case 32:
             e = att_bwd_simt_launch<1>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, true, st);
-            return e != cudaSuccess ? e : att_bwd_mma_launch<32>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
+            if (e != cudaSuccess) return e;
+            return v2 ? att2_bwd_launch<32>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
+                      : att_bwd_mma_launch<32>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
         case 64:
             e = att_bwd_simt_launch<2>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, true, st);
-            return e != cudaSuccess ? e : att_bwd_mma_launch<64>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
+            if (e != cudaSuccess) return e;
+            return v2 ? att2_bwd_launch<64>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
+                      : att_bwd_mma_launch<64>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
         default:
             e = att_bwd_simt_launch<4>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, true, st);
-            return e != cudaSuccess ? e : att_bwd_mma_launch<128>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
+            if (e != cudaSuccess) return e;
+            return v2 ? att2_bwd_launch<128>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
+                      : att_bwd_mma_launch<128>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
         }
     }
     if (D <= 32) return att_bwd_simt_launch<1>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, false, st);

@@ -10,6 +10,24 @@ static __global__ void bias_add_kernel(void *y, const void *bias, tg_dtype dt, i
     }
 }
 
+/* bf16 with c a multiple of 8 and 16-byte aligned buffers: 8 elements (one row segment) per 16-byte access. */
+static __global__ void bias_add_vec8(uint4 *y, const uint4 *bias, int64_t n8, int64_t c8)
+{
+    TGK_GRID_STRIDE(i, n8)
+    {
+        const uint4 u = y[i], b = bias[i % c8];
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w}, v[4] = {b.x, b.y, b.z, b.w};
+        uint32_t o[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float lo = tgk_bf16_to_f32((uint16_t)(w[k] & 0xffffu)) + tgk_bf16_to_f32((uint16_t)(v[k] & 0xffffu));
+            float hi = tgk_bf16_to_f32((uint16_t)(w[k] >> 16)) + tgk_bf16_to_f32((uint16_t)(v[k] >> 16));
+            o[k] = (uint32_t)tgk_f32_to_bf16(lo) | (uint32_t)tgk_f32_to_bf16(hi) << 16;
+        }
+        y[i] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
 struct bias_dw_term {
     const void *dy;
     tg_dtype dt;
@@ -20,6 +38,10 @@ struct bias_dw_term {
 extern "C" cudaError_t tg_cuda_bias_add(void *y, const void *bias, tg_dtype dt, int64_t n, int64_t c, cudaStream_t st)
 {
     if (n <= 0 || c <= 0) return cudaSuccess;
+    if (dt == TG_BF16 && c % 8 == 0 && (((uintptr_t)y | (uintptr_t)bias) & 15) == 0) {
+        bias_add_vec8<<<tgk_blocks(n * c / 8), TGK_THREADS, 0, st>>>((uint4 *)y, (const uint4 *)bias, n * c / 8, c / 8);
+        return cudaGetLastError();
+    }
     bias_add_kernel<<<tgk_blocks(n * c), TGK_THREADS, 0, st>>>(y, bias, dt, n, c);
     return cudaGetLastError();
 }

@@ -14,6 +14,7 @@ dist_tegraphschedule_DATA = \
 	%D%/tegraph/schedule/svg.lua \
 	%D%/tegraph/schedule/text.lua \
 	%D%/tegraph/schedule/cli.lua \
+	%D%/tegraph/schedule/execute.lua \
 	%D%/tegraph/schedule/gpipe.lua \
 	%D%/tegraph/schedule/one_f_one_b.lua \
 	%D%/tegraph/schedule/interleaved.lua \

@@ -226,9 +226,9 @@ static const tg_dtype dts[] = {TG_F32, TG_BF16};
 /* ------------------------------------------------------------------ norms */
 static void test_norms(void)
 {
-    const int64_t shapes[][2] = {{67, 200}, {33, 1024}, {300, 96}};
+    const int64_t shapes[][2] = {{67, 200}, {33, 1024}, {300, 96}, {17, 201}};
     for (int d = 0; d < 2; d++)
-        for (int s = 0; s < 3; s++) {
+        for (int s = 0; s < 4; s++) {
             tg_dtype dt = dts[d];
             int64_t n = shapes[s][0], c = shapes[s][1];
             size_t nc = (size_t)(n * c);
@@ -341,9 +341,9 @@ static void test_norms(void)
 static void test_activations(void)
 {
     char what[128];
-    for (int d = 0; d < 2; d++) {
-        tg_dtype dt = dts[d];
-        const int64_t n = 100003, rows = 77, h = 300;
+    for (int d = 0; d < 4; d++) { /* n odd (one element a thread) and n = 8k (8 a thread in bf16) */
+        tg_dtype dt = dts[d % 2];
+        const int64_t n = d < 2 ? 100003 : 98304, rows = 77, h = 300;
         struct pair x = rnd_pair(dt, (size_t)n, 0.0, 2.0), dy = rnd_pair(dt, (size_t)n, 0.0, 1.0),
                     y = pair_new((size_t)n * tg_dtype_size(dt));
         struct tg_gelu_forward_args f[2];
@@ -382,19 +382,22 @@ static void test_attention(void)
     struct {
         tg_dtype dt;
         int64_t b, t;
-        int h, d, simt;
+        int h, d, mode; /* TG_CUDA_ATTENTION: 0 default, 1 simt, 2 v1 (scores in shared memory), 3 pipe (double-buffered) */
     } cases[] = {
         {TG_BF16, 2, 100, 2, 64, 0}, {TG_BF16, 1, 300, 2, 64, 0}, {TG_BF16, 1, 130, 2, 128, 0},
         {TG_BF16, 2, 70, 4, 32, 0},  {TG_BF16, 1, 40, 2, 16, 0},  {TG_BF16, 2, 100, 2, 64, 1},
+        {TG_BF16, 1, 300, 2, 64, 2}, {TG_BF16, 1, 130, 2, 128, 2}, {TG_BF16, 2, 70, 4, 32, 2},
+        {TG_BF16, 1, 300, 2, 64, 3}, {TG_BF16, 1, 130, 2, 128, 3}, {TG_BF16, 2, 200, 3, 32, 0},
         {TG_BF16, 1, 33, 3, 48, 0},  {TG_F32, 2, 100, 2, 64, 0},  {TG_F32, 1, 50, 3, 40, 0},
         {TG_F32, 1, 64, 1, 128, 0},
     };
+    static const char *modes[] = {"", " (simt)", " (v1)", " (pipe)"};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         tg_dtype dt = cases[k].dt;
         int64_t B = cases[k].b, T = cases[k].t, H = cases[k].h, C = H * cases[k].d;
         size_t nqkv = (size_t)(B * T * 3 * C), nout = (size_t)(B * T * C), nl = (size_t)(B * H * T);
         char what[160];
-        if (cases[k].simt) setenv("TG_CUDA_ATTENTION", "simt", 1);
+        if (cases[k].mode) setenv("TG_CUDA_ATTENTION", cases[k].mode == 1 ? "simt" : cases[k].mode == 2 ? "v1" : "pipe", 1);
         struct pair qkv = rnd_pair(dt, nqkv, 0.0, 1.0), out = pair_new(nout * tg_dtype_size(dt)), lse = pair_new(nl * 4),
                     dout = rnd_pair(dt, nout, 0.0, 1.0), dqkv = pair_new(nqkv * tg_dtype_size(dt));
         struct tg_attention_forward_args f[2];
@@ -403,7 +406,7 @@ static void test_attention(void)
                                                       .t = T, .c = C, .n_head = (int)H};
         struct out fo[] = {{&out, dt, nout, NULL, "out"}, {&lse, TG_F32, nl, NULL, "lse"}};
         snprintf(what, sizeof what, "attention_forward %s B=%lld T=%lld H=%lld D=%d%s", tg_dtype_name(dt), (long long)B,
-                 (long long)T, (long long)H, cases[k].d, cases[k].simt ? " (simt)" : "");
+                 (long long)T, (long long)H, cases[k].d, modes[cases[k].mode]);
         run_case(what, issue_attention_forward, &f[0], &f[1], fo, 2, dt);
         /* backward from the CPU forward's out and lse, on both */
         pair_from_cpu(&out);
@@ -414,7 +417,7 @@ static void test_attention(void)
                                                        .lse = ON(lse), .dt = dt, .b = B, .t = T, .c = C, .n_head = (int)H};
         struct out bo[] = {{&dqkv, dt, nqkv, NULL, "dqkv"}};
         snprintf(what, sizeof what, "attention_backward %s B=%lld T=%lld H=%lld D=%d%s", tg_dtype_name(dt), (long long)B,
-                 (long long)T, (long long)H, cases[k].d, cases[k].simt ? " (simt)" : "");
+                 (long long)T, (long long)H, cases[k].d, modes[cases[k].mode]);
         run_case(what, issue_attention_backward, &b[0], &b[1], bo, 1, dt);
         unsetenv("TG_CUDA_ATTENTION");
         pair_free(&qkv), pair_free(&out), pair_free(&lse), pair_free(&dout), pair_free(&dqkv);

@@ -8,3 +8,5 @@ include $(srcdir)/t/nn.mk
 include $(srcdir)/t/gpt.mk
 include $(srcdir)/t/graph.mk
 include $(srcdir)/t/schedule.mk
+include $(srcdir)/t/dist.mk
+include $(srcdir)/t/sched.mk

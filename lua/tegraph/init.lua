@@ -18,4 +18,20 @@ function M.shape_str(shape)
   return "[" .. table.concat(shape, ",") .. "]"
 end
 
+-- Lua parts of the library, loaded on first use: tg.optim, tg.data, tg.progress,
+-- tg.schedule, tg.reduce (each also require-able as "tegraph.NAME").
+local lazy = { optim = true, data = true, progress = true, schedule = true, reduce = true }
+setmetatable(M, {
+  __index = function(t, k)
+    if lazy[k] then
+      local mod = require("tegraph." .. k)
+      rawset(t, k, mod)
+      return mod
+    end
+  end,
+})
+
+-- tg.nn: the C module constructors plus the Lua helpers of tegraph/nn.lua (GPT builder, ...).
+M.nn = require "tegraph.nn"
+
 return M

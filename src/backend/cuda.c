@@ -650,11 +650,12 @@ static tg_status cuda_bias_backward_dw(tg_stream *s, const struct tg_bias_backwa
     return TG_OK;
 }
 
-/* TG_CUDA_ATTENTION=simt: the one-warp-per-row kernels for bf16 too (to check the tensor-core path against). */
-static int attention_simt(void)
+/* TG_CUDA_ATTENTION=simt: the one-warp-per-row kernels for bf16 too; =v1: the tensor-core kernels that stage
+ * scores in shared memory; =pipe: the default kernels with cp.async double buffering (read in kernels/attention.cu). */
+static int attention_mode(void)
 {
     const char *e = getenv("TG_CUDA_ATTENTION");
-    return e && strcmp(e, "simt") == 0;
+    return !e ? 0 : strcmp(e, "simt") == 0 ? 1 : strcmp(e, "v1") == 0 ? 2 : 0;
 }
 
 static tg_status cuda_attention_forward(tg_stream *s, const struct tg_attention_forward_args *a)
@@ -662,7 +663,7 @@ static tg_status cuda_attention_forward(tg_stream *s, const struct tg_attention_
     TG_TRY(float_only("attention_forward", a->dt));
     LAUNCH_SCRATCH(s, "attention_forward",
                    tg_cuda_attention_forward(a->out, a->lse, a->qkv, a->dt, a->b, a->t, a->c, a->n_head,
-                                             attention_simt(), tg_cuda_stream(s)));
+                                             attention_mode(), tg_cuda_stream(s)));
     return TG_OK;
 }
 
@@ -674,7 +675,7 @@ static tg_status cuda_attention_backward(tg_stream *s, const struct tg_attention
     TG_TRY(tg_cuda_nn_scratch(s, &scr, &bytes));
     LAUNCH_SCRATCH(s, "attention_backward",
                    tg_cuda_attention_backward(a->dqkv, a->dout, a->out, a->qkv, a->lse, a->dt, a->b, a->t, a->c,
-                                              a->n_head, attention_simt(), scr, bytes, tg_cuda_stream(s)));
+                                              a->n_head, attention_mode(), scr, bytes, tg_cuda_stream(s)));
     return TG_OK;
 }
 

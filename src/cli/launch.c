@@ -9,6 +9,7 @@
 #endif
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,7 +130,13 @@ void tg_cli_rank_end(int failed)
         for (int i = 0; i < 200 && waitpid(prefixer, NULL, WNOHANG) == 0; i++) sleep_ms(10);
         prefixer = -1;
     }
-    if (failed) tg_comm_abort_world(1); /* under MPI this ends every rank (and does not return) */
+    if (!failed) return;
+    int rank = env_int(rank_vars, -1), size = env_int(size_vars, 0);
+    if (rank >= 0 && size != 1) {
+        fprintf(stderr, "tegraph: rank %d failed; stopping the job\n", rank);
+        fflush(stderr);
+    }
+    tg_comm_abort_world(1); /* under MPI this ends every rank (and does not return) */
 }
 
 /* ------------------------------------------------------------------ the launcher */
@@ -152,7 +159,7 @@ static const char *self_exe(const char *argv0)
 }
 
 static const char *const own_vars[] = {"TG_RANK", "TG_WORLD_SIZE", "TG_LOCAL_RANK", "TG_LOCAL_WORLD_SIZE",
-                                       "TG_NCCL_ID", NULL};
+                                       "TG_NCCL_ID", "TG_RANK_PREFIX", NULL};
 
 static int is_own_var(const char *kv, int drop_device)
 {
@@ -178,7 +185,7 @@ static char **rank_env(int r, int n, const char *nccl_id, int ndev)
 {
     size_t count = 0;
     while (environ[count]) count++;
-    char **env = calloc(count + 8, sizeof *env);
+    char **env = calloc(count + 9, sizeof *env);
     if (!env) return NULL;
     size_t k = 0;
     for (size_t i = 0; i < count; i++)
@@ -187,6 +194,7 @@ static char **rank_env(int r, int n, const char *nccl_id, int ndev)
     env[k++] = fmt_var("TG_WORLD_SIZE", "%d", n);
     env[k++] = fmt_var("TG_LOCAL_RANK", "%d", r);
     env[k++] = fmt_var("TG_LOCAL_WORLD_SIZE", "%d", n);
+    env[k++] = fmt_var("TG_RANK_PREFIX", "%d", 0); /* the launcher prefixes (and drains) their stderr */
     if (ndev > 0) env[k++] = fmt_var("TG_DEVICE", "cuda:%d", r % ndev);
     if (nccl_id) {
         size_t len = strlen(nccl_id) + 12;
@@ -210,12 +218,44 @@ static void describe_status(int status, char *buf, size_t n)
 static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) { got_signal = sig; }
 
+/* The launcher relays each rank's stderr, "[rank R] " before every line, so
+ * nothing is lost when a rank is stopped and everything is out when it exits. */
+struct relay {
+    int fd;        /* read end of the rank's stderr pipe; -1 once drained */
+    size_t len;    /* bytes of the current line in buf (after the prefix) */
+    size_t plen;
+    char buf[4096];
+};
+
+static void relay_flush(struct relay *x, int newline)
+{
+    if (x->len == x->plen) return;
+    if (newline) x->buf[x->len++] = '\n';
+    (void)!write(2, x->buf, x->len);
+    x->len = x->plen;
+}
+
+/* Reads what is there; returns 0 at end of file. */
+static int relay_read(struct relay *x)
+{
+    char tmp[4096];
+    ssize_t n = read(x->fd, tmp, sizeof tmp);
+    if (n < 0) return errno == EINTR || errno == EAGAIN;
+    for (ssize_t i = 0; i < n; i++) {
+        x->buf[x->len++] = tmp[i];
+        if (tmp[i] == '\n' || x->len == sizeof x->buf - 1) relay_flush(x, 0);
+    }
+    return n > 0;
+}
+
 /* Forks the n ranks and supervises them. */
 static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
 {
     char id[2 * 128 + 1];
     const char *nccl_id = NULL;
     int ndev = use_gpus ? tg_device_count(TG_CUDA) : 0;
+    const char *pre = getenv("TG_RANK_PREFIX");
+    int prefix = !(pre && strcmp(pre, "0") == 0);
     if (use_gpus) {
         char msg[64];
         if (n > ndev) {
@@ -229,7 +269,9 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
     }
     pid_t *pids = calloc((size_t)n, sizeof *pids);
     int *alive = calloc((size_t)n, sizeof *alive);
-    if (!pids || !alive) return launch_error("%s", "out of memory", 1);
+    struct relay *rel = calloc((size_t)n, sizeof *rel);
+    struct pollfd *pfd = calloc((size_t)n, sizeof *pfd);
+    if (!pids || !alive || !rel || !pfd) return launch_error("%s", "out of memory", 1);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -241,16 +283,32 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
     int started = 0, rc = 0;
     for (int r = 0; r < n; r++) {
         char **env = rank_env(r, n, nccl_id, ndev);
-        if (!env) {
-            rc = launch_error("%s", "out of memory", 1);
+        int fds[2] = {-1, -1};
+        if (!env || (prefix && pipe(fds) != 0)) {
+            rc = launch_error("%s", "out of memory or file descriptors", 1);
             break;
         }
         pid_t pid = fork();
         if (pid == 0) {
             setpgid(0, 0); /* its own group: stopping a rank stops what it started too */
+            if (prefix) {
+                dup2(fds[1], 2);
+                close(fds[0]);
+                close(fds[1]);
+            }
             execve(exe, child_argv, env);
             fprintf(stderr, "tegraph run -n: cannot run %s: %s\n", exe, strerror(errno));
             _exit(127);
+        }
+        rel[r].fd = -1;
+        if (prefix) {
+            close(fds[1]);
+            if (pid > 0) {
+                rel[r].fd = fds[0];
+                rel[r].plen = rel[r].len = (size_t)snprintf(rel[r].buf, sizeof rel[r].buf, "[rank %d] ", r);
+            } else {
+                close(fds[0]);
+            }
         }
         if (pid < 0) {
             rc = launch_error("fork failed: %s", strerror(errno), 1);
@@ -262,22 +320,43 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
         started++;
     }
     int running = started, failed = rc != 0;
-    double deadline = failed ? now_s() + GRACE_S : 0;
+    double deadline = failed ? now_s() + GRACE_S : 0, drain_until = 0;
     if (failed)
         for (int r = 0; r < started; r++) kill(-pids[r], SIGTERM);
-    while (running > 0) {
+    for (;;) {
+        /* relay stderr (waits up to 20 ms) */
+        int np = 0;
+        for (int r = 0; r < started; r++)
+            if (rel[r].fd >= 0) pfd[np++] = (struct pollfd){.fd = rel[r].fd, .events = POLLIN};
+        if (running == 0 && (np == 0 || now_s() > drain_until)) break;
+        if (np > 0 && poll(pfd, (nfds_t)np, 20) > 0) {
+            for (int r = 0; r < started; r++) {
+                if (rel[r].fd < 0) continue;
+                for (int k = 0; k < np; k++)
+                    if (pfd[k].fd == rel[r].fd && (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)) && !relay_read(&rel[r])) {
+                        relay_flush(&rel[r], 1);
+                        close(rel[r].fd);
+                        rel[r].fd = -1;
+                    }
+            }
+        } else if (np == 0) {
+            sleep_ms(20);
+        }
         int status;
-        pid_t pid = waitpid(-1, &status, WNOHANG);
-        if (pid > 0) {
+        pid_t pid;
+        while (running > 0 && (pid = waitpid(-1, &status, WNOHANG)) > 0) {
             int r = 0;
             while (r < started && pids[r] != pid) r++;
             if (r == started || !alive[r]) continue;
             alive[r] = 0;
-            running--;
+            if (--running == 0) drain_until = now_s() + 2.0; /* what the ranks started may still hold their stderr */
             int bad = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
             if (bad && !failed) {
                 char how[96];
                 describe_status(status, how, sizeof how);
+                if (rel[r].fd >= 0) /* its last words first */
+                    while (relay_read(&rel[r])) {}
+                relay_flush(&rel[r], 1);
                 fprintf(stderr, "tegraph: rank %d (pid %d) %s; stopping the other %d rank(s)\n", r, (int)pid, how,
                         running);
                 failed = 1;
@@ -286,7 +365,6 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
                 for (int q = 0; q < started; q++)
                     if (alive[q]) kill(-pids[q], SIGTERM);
             }
-            continue;
         }
         if (got_signal) { /* pass it on, then treat it as a failure */
             int sig = got_signal;
@@ -299,7 +377,7 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
                 deadline = now_s() + GRACE_S;
             }
         }
-        if (failed && now_s() > deadline) {
+        if (failed && running > 0 && now_s() > deadline) {
             for (int q = 0; q < started; q++)
                 if (alive[q]) {
                     fprintf(stderr, "tegraph: rank %d (pid %d) did not stop within %g s; killing it\n", q,
@@ -308,10 +386,15 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
                 }
             deadline = now_s() + 3600;
         }
-        sleep_ms(20);
+    }
+    for (int r = 0; r < started; r++) {
+        relay_flush(&rel[r], 1);
+        if (rel[r].fd >= 0) close(rel[r].fd);
     }
     free(pids);
     free(alive);
+    free(rel);
+    free(pfd);
     return rc;
 }
 

@@ -232,6 +232,7 @@ const char *tg_comm_backend(const tg_comm *c)
 tg_status tg_comm_split(tg_comm *c, int color, int key, tg_comm **out)
 {
     *out = NULL;
+    if (finalized) return tg_error(TG_ESTATE, "comm split: the communicators were finalised");
     if (color < 0) return tg_error(TG_EINVAL, "comm split: color must be >= 0 (got %d)", color);
     tg_comm *s = calloc(1, sizeof *s);
     if (!s) return tg_error(TG_ENOMEM, "out of host memory");
@@ -558,6 +559,18 @@ tg_status tg_comm_barrier(tg_comm *c)
     if (c->size == 1) return TG_OK;
     if (c->mpi) return c->mpi_tr->barrier(c->mpi);
     return c->nccl_tr->barrier(c->nccl);
+}
+
+tg_status tg_comm_group_begin(tg_comm *c)
+{
+    if (c->nccl && c->nccl_tr->group_begin) return c->nccl_tr->group_begin(c->nccl);
+    return TG_OK;
+}
+
+tg_status tg_comm_group_end(tg_comm *c)
+{
+    if (c->nccl && c->nccl_tr->group_end) return c->nccl_tr->group_end(c->nccl);
+    return TG_OK;
 }
 
 /* ------------------------------------------------------------------ process level */

@@ -74,6 +74,12 @@ tg_status tg_comm_send(tg_comm *c, tg_tensor *t, int peer, tg_comm_req **req);
 tg_status tg_comm_recv(tg_comm *c, tg_tensor *t, int peer, tg_comm_req **req);
 /* Returns when every rank has entered it (host-side; within the timeout). */
 tg_status tg_comm_barrier(tg_comm *c);
+/* Ops issued between begin and end are launched together at end (NCCL
+ * ncclGroupStart/End), so sends and receives that would wait for each other
+ * one by one (a ring exchange) do not deadlock. Requests of the group can be
+ * waited for after end. Nests. MPI ops are nonblocking anyway: a no-op. */
+tg_status tg_comm_group_begin(tg_comm *c);
+tg_status tg_comm_group_end(tg_comm *c);
 
 /* Completes r: for CPU tensors the result is in place when it returns; for
  * CUDA the current stream of the device is ordered after the op. Fails with

@@ -27,6 +27,9 @@ struct tg_comm_transport {
     tg_status (*split)(void *impl, int color, int key, void **out, int *rank, int *size);
     void (*destroy)(void *impl);
     void (*abort)(void *impl);
+    /* Optional: ops between begin and end are launched together (NCCL groups). */
+    tg_status (*group_begin)(void *impl);
+    tg_status (*group_end)(void *impl);
 };
 
 struct tg_comm {

@@ -37,11 +37,15 @@ struct nccl_group {
     int stop;               /* lock */
     int aborted;            /* lock (read racily as a hint) */
     char why[512];          /* lock */
+    int group_depth;        /* inside ncclGroupStart/End (main thread) */
+    struct nccl_req **deferred; /* requests of the open group: their events are recorded at its end */
+    int ndeferred, cap_deferred;
 };
 
 struct nccl_req {
     struct nccl_group *g;
-    cudaEvent_t done;
+    cudaEvent_t done;       /* NULL while its group is open */
+    char desc[128];
 };
 
 static tg_status nccl_fail(ncclResult_t res, ncclComm_t comm, const char *what)
@@ -304,6 +308,22 @@ static tg_status end(struct nccl_group *g, struct tg_comm_req *r, ncclResult_t r
     struct nccl_req *q = calloc(1, sizeof *q);
     if (!q) return tg_error(TG_ENOMEM, "out of host memory");
     q->g = g;
+    snprintf(q->desc, sizeof q->desc, "%s", r->desc);
+    if (g->group_depth > 0) { /* launched at the group's end: record the event then */
+        if (g->ndeferred == g->cap_deferred) {
+            int cap = g->cap_deferred ? 2 * g->cap_deferred : 16;
+            struct nccl_req **d = realloc(g->deferred, (size_t)cap * sizeof *d);
+            if (!d) {
+                free(q);
+                return tg_error(TG_ENOMEM, "out of host memory");
+            }
+            g->deferred = d;
+            g->cap_deferred = cap;
+        }
+        g->deferred[g->ndeferred++] = q;
+        r->impl = q;
+        return TG_OK;
+    }
     cudaError_t e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventRecord(q->done, g->stream);
     if (e != cudaSuccess) {
@@ -312,7 +332,8 @@ static tg_status end(struct nccl_group *g, struct tg_comm_req *r, ncclResult_t r
         return tg_cuda_fail(e, __FILE__, __LINE__, "cudaEventRecord");
     }
     r->impl = q;
-    return watch_add(g, r->desc);
+    (void)watch_add(g, r->desc); /* the op is issued either way; only the watchdog would miss it */
+    return TG_OK;
 }
 
 static size_t count_of(const tg_tensor *t) { return (size_t)tg_tensor_numel(t); }
@@ -369,6 +390,7 @@ static tg_status n_barrier(void *impl)
 {
     struct nccl_group *g = impl;
     struct tg_comm_req r = {.desc = "barrier"};
+    if (g->group_depth > 0) return tg_error(TG_ESTATE, "barrier inside a group of ops");
     TG_TRY(begin(g, &r));
     TG_TRY(end(g, &r, ncclAllReduce(g->scratch, g->scratch, 1, ncclInt32, ncclSum, g->comm, g->stream)));
     struct nccl_req *q = r.impl;
@@ -398,9 +420,17 @@ static tg_status n_barrier(void *impl)
     return st;
 }
 
+static tg_status group_open_error(const char *what)
+{
+    return tg_error(TG_ESTATE, "%s: its group is still open (wait after tg.comm.group / tg_comm_group_end)", what);
+}
+
 static tg_status n_test(struct tg_comm_req *r, int *done)
 {
     struct nccl_req *q = r->impl;
+    *done = 0;
+    if (is_aborted(q->g)) return aborted_error(q->g, r->desc);
+    if (!q->done) return group_open_error(r->desc);
     cudaError_t e = cudaEventQuery(q->done);
     *done = e == cudaSuccess;
     if (e == cudaSuccess) return TG_OK;
@@ -415,6 +445,7 @@ static tg_status n_wait(struct tg_comm_req *r)
     struct nccl_req *q = r->impl;
     struct nccl_group *g = q->g;
     if (is_aborted(g)) return aborted_error(g, r->desc);
+    if (!q->done) return group_open_error(r->desc);
     TG_CUDA_TRY(cudaSetDevice(g->dev));
     tg_stream *s = tg_stream_current((tg_device){TG_CUDA, g->dev});
     if (!s) return tg_error(TG_EDEVICE, "%s: no stream on cuda:%d", r->desc, g->dev);
@@ -426,9 +457,48 @@ static void n_req_release(struct tg_comm_req *r)
 {
     struct nccl_req *q = r->impl;
     if (!q) return;
-    (void)cudaEventDestroy(q->done); /* resources go once the event has completed */
+    struct nccl_group *g = q->g;
+    for (int i = 0; i < g->ndeferred; i++) /* freed before its group ended */
+        if (g->deferred[i] == q) g->deferred[i--] = g->deferred[--g->ndeferred];
+    if (q->done) (void)cudaEventDestroy(q->done); /* resources go once the event has completed */
     free(q);
     r->impl = NULL;
+}
+
+static tg_status n_group_begin(void *impl)
+{
+    struct nccl_group *g = impl;
+    if (is_aborted(g)) return aborted_error(g, "group");
+    if (g->group_depth++ == 0) {
+        ncclResult_t res = ncclGroupStart();
+        if (res != ncclSuccess) {
+            g->group_depth = 0;
+            return nccl_fail(res, g->comm, "ncclGroupStart");
+        }
+    }
+    return TG_OK;
+}
+
+/* Launches the group, then records each of its requests' events. */
+static tg_status n_group_end(void *impl)
+{
+    struct nccl_group *g = impl;
+    if (g->group_depth == 0) return tg_error(TG_ESTATE, "group end without a group begin");
+    if (--g->group_depth > 0) return TG_OK;
+    tg_status st = settle(g->comm, ncclGroupEnd(), "NCCL group of ops");
+    if (st != TG_OK) {
+        group_abort(g, tg_last_error(), 0);
+        g->ndeferred = 0; /* their waits report the abort */
+        return st;
+    }
+    for (int i = 0; i < g->ndeferred; i++) {
+        struct nccl_req *q = g->deferred[i];
+        TG_CUDA_TRY(cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming));
+        TG_CUDA_TRY(cudaEventRecord(q->done, g->stream));
+        (void)watch_add(g, q->desc);
+    }
+    g->ndeferred = 0;
+    return TG_OK;
 }
 
 static tg_status n_split(void *impl, int color, int key, void **out, int *rank, int *size)
@@ -476,6 +546,7 @@ static void n_destroy(void *impl)
         (void)cudaEventDestroy(w->ev);
         free(w);
     }
+    free(g->deferred);
     group_free(g);
 }
 
@@ -496,6 +567,8 @@ const struct tg_comm_transport tg_comm_nccl = {
     .split = n_split,
     .destroy = n_destroy,
     .abort = n_abort,
+    .group_begin = n_group_begin,
+    .group_end = n_group_end,
 };
 
 #endif /* TG_HAVE_NCCL */

@@ -1,4 +1,15 @@
 /* lua_comm.c — tegraph.comm: communicators, collectives and p2p (blocking or async requests), sub-groups, grad buffers. */
+/*
+ * tg.comm (the world) and Comm objects share their calls; c:f(...) is tg.comm.f(...) on c:
+ *   init{timeout=} / world() -> Comm      rank() size() local_rank() local_size() backend() device()
+ *   all_reduce(t, {op="sum"|"avg"|"max"|"min", async=false})      -> t, or a request
+ *   reduce_scatter(out, in, {op=, async=})  all_gather(out, in, {async=})  broadcast(t, root | {root=, async=})
+ *   send(t, peer, {async=})  recv(t, peer, {async=})  barrier()  group(fn)
+ *   split(color [, key]) -> Comm          split{dp=, pp=} -> {dp=Comm, pp=Comm, dp_rank=, dp_size=, pp_rank=, pp_size=}
+ *   request:wait() -> the op's tensor     request:test() -> done?
+ *   grad_buffer(params, {bucket_bytes=, bucket_numel=, align=, pad_to=}) -> GradBuffer
+ *     .data .numel .nbuckets .nparams  :bucket(i) :buckets() :params() :index(p) :bucket_of(p) :offset(p) :zero()
+ */
 #include "lua/lua_comm.h"
 #include "lua/lua_nn.h"
 #include "dist/comm.h"
@@ -41,6 +52,8 @@ static tg_comm *comm_check(lua_State *L, int idx)
     if (u->c == NULL) luaL_argerror(L, idx, "communicator used after close");
     return u->c;
 }
+
+tg_comm *tgl_comm_check(lua_State *L, int idx) { return comm_check(L, idx); }
 
 /* The communicator of a call: a Comm first (method call), else the world.
  * *arg is the first argument after it. */
@@ -281,6 +294,23 @@ static int l_barrier(lua_State *L)
     int a;
     tgl_check(L, tg_comm_barrier(comm_arg(L, &a)));
     return 0;
+}
+
+/* group([comm,] fn): runs fn() with the communicator's ops grouped (NCCL
+ * launches them together at the end: ring exchanges of send/recv do not
+ * deadlock); wait for their requests after. Returns what fn returns. */
+static int l_group(lua_State *L)
+{
+    int a;
+    tg_comm *c = comm_arg(L, &a);
+    luaL_checktype(L, a, LUA_TFUNCTION);
+    lua_settop(L, a);
+    tgl_check(L, tg_comm_group_begin(c));
+    int st = lua_pcall(L, 0, LUA_MULTRET, 0); /* fn's results or its error */
+    tg_status gs = tg_comm_group_end(c);
+    if (st != LUA_OK) return lua_error(L);
+    tgl_check(L, gs);
+    return lua_gettop(L) - (a - 1);
 }
 
 /* split a layout: {dp=, pp=} (either may be left out) -> {dp=, pp=, dp_rank=,
@@ -576,6 +606,7 @@ static const luaL_Reg comm_methods[] = {
     {"send", l_send},
     {"recv", l_recv},
     {"barrier", l_barrier},
+    {"group", l_group},
     {"split", l_split},
     {"close", c_gc},
     {NULL, NULL},

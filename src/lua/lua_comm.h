@@ -8,4 +8,9 @@
  * top of the stack (the core table). */
 void tgl_open_comm(lua_State *L);
 
+/* The communicator of a tegraph.Comm userdata at idx (raises otherwise): for
+ * bindings that take a communicator option (a pipeline transport). */
+struct tg_comm;
+struct tg_comm *tgl_comm_check(lua_State *L, int idx);
+
 #endif

@@ -308,6 +308,7 @@ int tg_lua_open_core(lua_State *L)
     tgl_open_stream(L);
     tg_lua_open_nn(L);
     tgl_open_graph(L);
+    tgl_open_sched(L); /* core.sched: schedule executor, traces (src/sched) */
     tgl_open_comm(L); /* core.comm: communicators (src/dist) */
     lua_pushstring(L, tg_version());
     lua_setfield(L, -2, "version");

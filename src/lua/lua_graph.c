@@ -223,6 +223,9 @@ static const luaL_Reg graph_funcs[] = {
     {NULL, NULL},
 };
 
+/* For other bindings (the schedule executor): a Graphed callable's set and chunk index in it. */
+tg_graphed *tgl_graphed_check(lua_State *L, int idx, int *chunk) { return graphed_check(L, idx, chunk); }
+
 void tgl_open_graph(lua_State *L)
 {
     luaL_newmetatable(L, TGL_GRAPHED_SET); /* +1 */

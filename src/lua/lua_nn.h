@@ -32,6 +32,10 @@ struct tg_module *tgl_module_check(lua_State *L, int idx);
 
 /* Sets core.graph (lua_graph.c). */
 void tgl_open_graph(lua_State *L);
+/* The graphed set and the chunk index (in it) of the Graphed callable at idx; raises otherwise. */
+struct tg_graphed *tgl_graphed_check(lua_State *L, int idx, int *chunk);
+/* Sets core.sched: the schedule executor and traces (lua_sched.c). */
+void tgl_open_sched(lua_State *L);
 
 /* ------------------------------------------------------------------ shared by the nn bindings */
 #define TGL_MODULE "tegraph.Module"

@@ -14,6 +14,8 @@ static struct {
     int quiet;           /* graph warm-up: wgrads neither recorded nor fired */
     tg_capture_observer observer; /* told of wgrads issued while capturing */
     void *observer_ud;
+    tg_hook_observer hook_observer; /* tracing of hook dispatches */
+    void *hook_observer_ud;
     tg_param *live;      /* every parameter not yet freed, oldest first */
     tg_param *live_tail;
 } eng = {.check = 1};
@@ -105,6 +107,12 @@ void tg_engine_set_capture_observer(tg_capture_observer fn, void *ud)
 
 void tg_engine_set_quiet(int on) { eng.quiet = on != 0; }
 
+void tg_engine_set_hook_observer(tg_hook_observer fn, void *ud)
+{
+    eng.hook_observer = fn;
+    eng.hook_observer_ud = ud;
+}
+
 tg_status tg_param_wgrad_done(tg_param *p, int mb)
 {
     if (eng.quiet) return TG_OK;
@@ -125,11 +133,15 @@ tg_status tg_param_wgrad_done(tg_param *p, int mb)
                          .last = eng.open ? p->fired == eng.microbatches : 1,
                          .chunk = p->owner ? p->owner->opts.chunk : 1,
                          .step = tg_step_index()};
-    for (int i = 0; i < p->nhooks; i++) {
-        tg_status st = p->hooks[i].fn(p->hooks[i].ud, p, &info);
-        if (st != TG_OK) return tg_error_prefix(st, "wgrad hook %d of %s (microbatch %d)", i + 1, p->name, mb);
+    tg_hook_observer obs = p->nhooks ? eng.hook_observer : NULL;
+    if (obs) obs(eng.hook_observer_ud, p, &info, 0);
+    tg_status st = TG_OK;
+    for (int i = 0; i < p->nhooks && st == TG_OK; i++) {
+        st = p->hooks[i].fn(p->hooks[i].ud, p, &info);
+        if (st != TG_OK) tg_error_prefix(st, "wgrad hook %d of %s (microbatch %d)", i + 1, p->name, mb);
     }
-    return TG_OK;
+    if (obs) obs(eng.hook_observer_ud, p, &info, 1);
+    return st;
 }
 
 /* "[1,0,1,1]" of p's firings per microbatch of the open step. */

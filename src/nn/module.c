@@ -62,6 +62,10 @@ tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tenso
     tg_status st = TG_OK;
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
     else st = m->vt->backward(m, mb, dy, dx);
+    if (st != TG_OK && *dx) { /* a failed backward (e.g. a failing hook) hands out no dx */
+        tg_tensor_free(*dx);
+        *dx = NULL;
+    }
     return call_leave(m, "backward", mb, st);
 }
 

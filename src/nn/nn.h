@@ -100,6 +100,10 @@ void tg_engine_set_capture_observer(tg_capture_observer fn, void *ud);
 /* Graph warm-up: while quiet, wgrads are neither recorded nor fired and
  * always accumulate (the graph layer restores the gradients afterwards). */
 void tg_engine_set_quiet(int on);
+/* Tracing (src/sched): told before (phase 0) and after (phase 1) every
+ * dispatch of a parameter's hooks (parameters with hooks only). NULL: none. */
+typedef void (*tg_hook_observer)(void *ud, const tg_param *p, const tg_hook_info *info, int phase);
+void tg_engine_set_hook_observer(tg_hook_observer fn, void *ud);
 
 /* Records that one wgrad contribution of p for microbatch mb is issued; when
  * all p->contributors contributions of mb are in, fires p's hooks. While the

@@ -1,6 +1,6 @@
 -- tegraph.schedule — pipeline schedules as data: generators (gpipe, 1F1B, interleaved 1F1B,
 -- ZB-H1, ZB-V), validation, simulation, SVG pictures, replay orders and the CLI. Plain Lua 5.4:
--- it needs nothing from the C core, so stock lua5.4 can load it.
+-- it needs nothing from the C core to load (execute.lua loads it when a plan runs on modules).
 local plan_ = require "tegraph.schedule.plan"
 local text = require "tegraph.schedule.text"
 
@@ -18,6 +18,12 @@ local M = {
   describe = plan_.describe,
   add_comm = plan_.add_comm,
 }
+
+-- Running plans on modules (needs the C core, loaded on first call): execute, make_graphed,
+-- exec_order (the executed compute order), trace, measure.
+local exec = require "tegraph.schedule.execute"
+M.execute, M.make_graphed, M.exec_order = exec.execute, exec.make_graphed, exec.order
+M.trace, M.measure = exec.trace, exec.measure
 
 -- Generators by the names the CLI accepts, in the order it lists them.
 M.generators = {

@@ -1,4 +1,4 @@
--- dist-comm-ops.lua — every comm op gives the right values on every rank (f32, bf16, i32; sync and async; in place), sub-groups, bad calls error clearly.
+-- dist/comm-ops.lua — every comm op gives the right values on every rank (f32, bf16, i32; sync and async; in place), sub-groups, bad calls error clearly.
 local tg = require "tegraph"
 local t = require "dist_tap"
 
@@ -82,11 +82,12 @@ t.close(comm.broadcast(T { r * 2 }, { root = 1, async = true }):wait(), { 2 }, 0
 -- send / recv around a ring
 local right, left = (r + 1) % n, (r - 1 + n) % n
 local inbox = T { 0, 0 }
-local hrecv = comm.recv(inbox, left, { async = true })
-local hsend = comm.send(T { r * 10 + 1, r * 10 + 2 }, right, { async = true })
+local hrecv, hsend = comm.group(function() -- NCCL launches the pair together (MPI: nonblocking anyway)
+  return comm.recv(inbox, left, { async = true }), comm.send(T { r * 10 + 1, r * 10 + 2 }, right, { async = true })
+end)
 hsend:wait()
 hrecv:wait()
-t.close(inbox, { left * 10 + 1, left * 10 + 2 }, 0, "send/recv around a ring")
+t.close(inbox, { left * 10 + 1, left * 10 + 2 }, 0, "send/recv around a ring (in a group)")
 -- blocking pairs: even ranks send first
 local back = T { -1 }
 if r % 2 == 0 then
@@ -102,11 +103,13 @@ if n >= 2 and r < 2 then
   local peer = 1 - r
   local rq = {}
   local boxes = {}
-  for k = 1, 3 do
-    boxes[k] = T { 0 }
-    rq[#rq + 1] = comm.recv(boxes[k], peer, { async = true })
-  end
-  for k = 1, 3 do rq[#rq + 1] = comm.send(T { r * 100 + k }, peer, { async = true }) end
+  comm.group(function()
+    for k = 1, 3 do
+      boxes[k] = T { 0 }
+      rq[#rq + 1] = comm.recv(boxes[k], peer, { async = true })
+    end
+    for k = 1, 3 do rq[#rq + 1] = comm.send(T { r * 100 + k }, peer, { async = true }) end
+  end)
   for _, q in ipairs(rq) do q:wait() end
   t.ok(boxes[1]:totable()[1] == peer * 100 + 1 and boxes[3]:totable()[1] == peer * 100 + 3,
     "p2p messages between a pair match in issue order")

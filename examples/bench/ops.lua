@@ -1,0 +1,90 @@
+-- ops.lua — time of each transformer kernel and GEMM at the layer shapes of layers.lua (bf16): ms per call, GB/s, TFLOP/s.
+--   tegraph run examples/bench/ops.lua [--only SUBSTRING] [--iters 20] [--cfg gpt2|large|small]
+-- Each op: 3 warm-up calls, then --iters calls back to back and one synchronisation (device time per call,
+-- launch included). GB/s counts each input read once and each output written once; attention TFLOP/s uses
+-- the causal count of torch_layer.py (forward 2 b t^2 C, backward 2.5x that).
+local tg = require "tegraph"
+local ops = tg.ops
+
+local opt = { iters = 20, cfg = "gpt2,large" }
+local i = 1
+while arg and arg[i] do
+  local k = arg[i]:match("^%-%-(.+)$")
+  if not k or arg[i + 1] == nil then error("ops.lua: bad argument " .. tostring(arg[i])) end
+  opt[k] = tonumber(arg[i + 1]) or arg[i + 1]
+  i = i + 2
+end
+local device = opt.device or tg.default_device()
+local stream = tg.stream.current(device)
+local cfgs = {
+  small = { b = 2, t = 1024, h = 1024, nh = 16 },
+  gpt2 = { b = 8, t = 1024, h = 768, nh = 12 },
+  large = { b = 2, t = 2048, h = 4096, nh = 32 },
+}
+
+local function randn(shape, dt) return tg.randn(shape, { dtype = dt or "bf16", device = device }) end
+
+local function timed(fn)
+  for _ = 1, 3 do fn() end
+  stream:sync()
+  collectgarbage()
+  local t0 = tg.time()
+  for _ = 1, opt.iters do fn() end
+  stream:sync()
+  local ms = (tg.time() - t0) * 1e3 / opt.iters
+  collectgarbage()
+  return ms
+end
+
+local function report(cfg, name, ms, bytes, flops)
+  if opt.only and not name:find(opt.only, 1, true) then return end
+  print(string.format("%-6s %-34s %9.4f ms %9s %10s", cfg, name, ms,
+    bytes and string.format("%.0f GB/s", bytes / ms / 1e6) or "",
+    flops and string.format("%.1f TFLOP/s", flops / ms / 1e9) or ""))
+end
+
+local function want(name) return not opt.only or name:find(opt.only, 1, true) end
+
+print(string.format("tegraph kernels, device %s, %d calls each (TG_CUDA_ATTENTION=%s)", tostring(device), opt.iters,
+  os.getenv("TG_CUDA_ATTENTION") or "default"))
+for cname in tostring(opt.cfg):gmatch("[^,]+") do
+  local c = assert(cfgs[cname], "unknown cfg " .. cname)
+  local N, C, F = c.b * c.t, c.h, 4 * c.h
+  if want("attention") then
+    local qkv, dout = randn { c.b, c.t, 3 * C }, randn { c.b, c.t, C }
+    local out, lse = ops.attention_forward(qkv, c.nh)
+    local fl = 2 * c.b * c.t * c.t * C
+    report(cname, "attention_forward", timed(function() ops.attention_forward(qkv, c.nh) end), nil, fl)
+    report(cname, "attention_backward", timed(function() ops.attention_backward(dout, qkv, out, lse, c.nh) end), nil,
+      2.5 * fl)
+  end
+  if want("norm") then
+    local x, dy, g, be = randn { N, C }, randn { N, C }, randn { C }, randn { C }
+    local _, mean, rstd = ops.layernorm_forward(x, g, be)
+    local dg, db = tg.zeros({ C }, { dtype = "f32", device = device }), tg.zeros({ C }, { dtype = "f32", device = device })
+    report(cname, "layernorm_forward (N,C)", timed(function() ops.layernorm_forward(x, g, be) end), 4 * N * C)
+    report(cname, "layernorm_backward (N,C)", timed(function() ops.layernorm_backward(dy, x, g, mean, rstd) end), 6 * N * C)
+    report(cname, "layernorm_backward_dw (N,C)",
+      timed(function() ops.layernorm_backward_dw(dg, db, dy, x, mean, rstd, 1) end), 4 * N * C)
+  end
+  if want("gelu") or want("bias") then
+    local h, dh, bias = randn { N, F }, randn { N, F }, randn { F }
+    local dbias = tg.zeros({ F }, { dtype = "bf16", device = device })
+    report(cname, "gelu_forward (N,4C)", timed(function() ops.gelu_forward(h) end), 4 * N * F)
+    report(cname, "gelu_backward (N,4C)", timed(function() ops.gelu_backward(dh, h) end), 6 * N * F)
+    report(cname, "bias_add (N,4C)", timed(function() ops.bias_add(h, bias) end), 4 * N * F)
+    report(cname, "bias_backward_dw (N,4C)", timed(function() ops.bias_backward_dw(dbias, dh, 1) end), 2 * N * F)
+  end
+  if want("gemm") then
+    local x, w1, h = randn { N, C }, randn { F, C }, randn { N, F }
+    local wq = randn { 3 * C, C }
+    local g32 = tg.zeros({ F, C }, { dtype = "f32", device = device })
+    local y = tg.zeros({ N, F }, { dtype = "bf16", device = device })
+    local fl = 2 * N * C * F
+    report(cname, "gemm fc1 fwd x W^T", timed(function() ops.gemm(y, x, false, w1, true) end), nil, fl)
+    report(cname, "gemm fc1 dgrad dy W", timed(function() ops.matmul(h, w1) end), nil, fl)
+    report(cname, "gemm fc1 wgrad dy^T x (bf16)", timed(function() ops.matmul(h, x, true, false) end), nil, fl)
+    report(cname, "gemm fc1 wgrad dy^T x (+= f32)", timed(function() ops.gemm(g32, h, true, x, false, 1, 1) end), nil, fl)
+    report(cname, "gemm qkv fwd x Wqkv^T", timed(function() ops.matmul(x, wq, false, true) end), nil, 2 * N * C * 3 * C)
+  end
+end

@@ -1,0 +1,184 @@
+-- execute.lua — runs plans on real modules through the C executor (tegraph.core.sched): eager or
+-- graphed, in one process; graphed sets captured in the executed order; traces and measured idle.
+-- Needs the C core, loaded on first use (the rest of tegraph.schedule stays plain Lua).
+local plan_ = require "tegraph.schedule.plan"
+local simulate = require "tegraph.schedule.simulate"
+local validate = require "tegraph.schedule.validate"
+
+local M = {}
+
+local function core()
+  return require "tegraph.core"
+end
+
+local function chunk_count(plan)
+  return plan.stages * (plan.chunks or 1)
+end
+
+-- A per-microbatch source: a function(mb, ...) as it is, or a list indexed by mb.
+local function per_mb(v, what)
+  if v == nil or type(v) == "function" then return v end
+  if type(v) == "table" then
+    return function(mb)
+      local x = v[mb]
+      if x == nil then error(string.format("schedule.execute: %s has no entry for microbatch %d", what, mb), 0) end
+      return x
+    end
+  end
+  error("schedule.execute: " .. what .. " must be a function(mb) or a list of tensors", 3)
+end
+
+-- A new trace (tegraph.Trace): pass it as opts.trace, then trace:write("trace.json") for Perfetto.
+function M.trace()
+  return core().sched.trace()
+end
+
+-- The compute actions in the order execute runs them (stages interleaved until each blocks on a
+-- recv), fused B followed by W: the replay order of one graphed set holding every chunk.
+function M.order(plan)
+  plan.owner = plan_.owners(plan)
+  return core().sched.order(plan)
+end
+
+-- Stage s's compute order for its own graphed set, fused B followed by W.
+local function stage_order(plan, s)
+  local o = {}
+  for _, a in ipairs(plan[s]) do
+    if plan_.COMPUTE[a.op] then
+      o[#o + 1] = { op = a.op, chunk = a.chunk, mb = a.mb }
+      if a.op == "B" and a.w then o[#o + 1] = { op = "W", chunk = a.chunk, mb = a.mb } end
+    end
+  end
+  return o
+end
+
+-- make_graphed(plan, chunks, {samples = {input of chunk c...}, per_stage = false, warmup =, pool =})
+-- -> list of graphed callables, one per chunk (pass as opts.graphed). By default one graphed set
+-- holds every chunk, captured in M.order(plan); per_stage = true captures one set per stage in
+-- that stage's own compute order (to_order), the way a process running one stage would.
+function M.make_graphed(plan, chunks, opts)
+  local tg = core()
+  opts = opts or {}
+  local C = chunk_count(plan)
+  local samples = opts.samples or opts.sample
+  if type(samples) ~= "table" or #samples ~= C then
+    error(string.format("schedule.make_graphed: opts.samples must list one sample input per chunk (%d)", C), 2)
+  end
+  if #chunks ~= C then error(string.format("schedule.make_graphed: %d chunks for a plan of %d", #chunks, C), 2) end
+  local base = { microbatches = plan.microbatches, warmup = opts.warmup, pool = opts.pool }
+  local function with(o2)
+    for k, v in pairs(base) do o2[k] = v end
+    return o2
+  end
+  if not opts.per_stage then
+    return tg.graph.make_graphed(chunks, with { sample = samples, order = M.order(plan) })
+  end
+  local owner = plan_.owners(plan)
+  local out = {}
+  for s = 1, plan.stages do
+    local mine, index = {}, {}
+    for c = 1, C do
+      if owner[c] == s then
+        mine[#mine + 1] = c
+        index[c] = #mine
+      end
+    end
+    if #mine > 0 then
+      local order = stage_order(plan, s)
+      for _, a in ipairs(order) do a.chunk = index[a.chunk] end
+      local ms, ss = {}, {}
+      for k, c in ipairs(mine) do ms[k], ss[k] = chunks[c], samples[c] end
+      local g = tg.graph.make_graphed(ms, with { sample = ss, order = order })
+      for k, c in ipairs(mine) do out[c] = g[k] end
+    end
+  end
+  return out
+end
+
+-- execute(plan, opts): runs every stage of plan in this process.
+--   chunks    = {module per chunk, in model order}        (required unless every chunk is graphed)
+--   graphed   = {graphed callable per chunk}               (from make_graphed; nil: eager)
+--   inputs    = function(mb) -> chunk 1's input, or a list of tensors
+--   loss_grad = function(mb, y) -> d(loss)/dy of the last chunk's output y, or a list of tensors
+--               (returning nil runs the last chunk's backward with dy = nil: a loss chunk)
+--   trace     = a trace from M.trace(): every action, hook dispatch and transfer with host times
+--   pid       = the trace's process id for this run's events (default 0; one per rank or per run)
+--   sync      = true: synchronise the device after each compute action (device time in the trace)
+--   stages    = {stage numbers this process runs} (default all; the others' transfers need a
+--               communicator-backed transport, which comes with src/dist)
+--   step      = false: do not open a step (default: open and close one when none is open; closing
+--               it runs the hook check)
+--   validate  = true: validate(plan) first (the executor checks structure, order and deadlock itself)
+function M.execute(plan, opts)
+  local tg = core()
+  opts = opts or {}
+  plan.owner = plan_.owners(plan)
+  if opts.validate then
+    local ok, err = validate(plan, { sends = "buffered" })
+    if not ok then error("schedule.execute: " .. err, 2) end
+  end
+  local run_opts = {
+    chunks = opts.chunks, graphed = opts.graphed, trace = opts.trace, sync = opts.sync, pid = opts.pid,
+    stages = opts.stages,
+    input = per_mb(opts.inputs or opts.input, "inputs"),
+    loss_grad = per_mb(opts.loss_grad, "loss_grad"),
+  }
+  local own_step = opts.step ~= false and not tg.step_open()
+  if own_step then tg.step_begin { microbatches = plan.microbatches } end
+  local ok, err = pcall(tg.sched.run, plan, run_opts)
+  if own_step then
+    if not ok then
+      pcall(tg.step_end) -- the run's error is the one to report
+    else
+      ok, err = pcall(tg.step_end)
+    end
+  end
+  if not ok then error(err, 2) end
+end
+
+-- measure(plan, trace [, {pid = 0}]) -> {cost = function(action, stage), busy[s], simulated, unit,
+-- relative}: per-action host durations in seconds from the trace (averaged over every run it
+-- recorded), each stage's busy time (sum of its compute actions), unit = the mean F duration and
+-- relative(action, stage) = cost / unit (for svg), and simulate(plan, measured costs): what the schedule's
+-- makespan and per-stage idle time are when the stages run concurrently with those costs.
+-- On one device the stages take turns, so wall-clock gaps in the trace are not pipeline bubbles;
+-- replaying measured costs through the simulator is how "measured" idle time is obtained.
+function M.measure(plan, trace, opts)
+  local pid = opts and opts.pid or 0
+  local sum, count = {}, {}
+  for _, e in ipairs(trace:events()) do
+    if e.cat == "action" and e.ph == "X" and e.pid == pid then
+      local op = e.op == "B+W" and "B" or e.op
+      local k = e.stage .. ":" .. op .. ":" .. e.chunk .. ":" .. e.mb
+      sum[k] = (sum[k] or 0) + e.dur
+      count[k] = (count[k] or 0) + 1
+    end
+  end
+  local function cost(a, s)
+    local k = s .. ":" .. a.op .. ":" .. a.chunk .. ":" .. a.mb
+    if not sum[k] then
+      error(string.format("schedule.measure: the trace has no %s on stage %d", plan_.describe(a), s), 0)
+    end
+    return sum[k] / count[k] * 1e-6 -- seconds
+  end
+  local busy = {}
+  for s = 1, plan.stages do
+    busy[s] = 0
+    for _, a in ipairs(plan[s]) do
+      if plan_.COMPUTE[a.op] then busy[s] = busy[s] + cost(a, s) end
+    end
+  end
+  -- The same costs in units of the mean F (for svg(), whose scale expects costs near 1).
+  local fsum, fn = 0, 0
+  for s = 1, plan.stages do
+    for _, a in ipairs(plan[s]) do
+      if a.op == "F" then fsum, fn = fsum + cost(a, s), fn + 1 end
+    end
+  end
+  local unit = fn > 0 and fsum / fn or 1
+  if not (unit > 0) then unit = 1 end
+  local function relative(a, s) return cost(a, s) / unit end
+  return { cost = cost, busy = busy, simulated = simulate(plan, cost), unit = unit, relative = relative }
+end
+
+return M

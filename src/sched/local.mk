@@ -1,0 +1,6 @@
+# src/sched: the schedule executor (per-stage action lists on modules or graphed callables), transports, traces.
+libtegraph_la_SOURCES += \
+	%D%/executor.h \
+	%D%/executor.c \
+	%D%/trace.h \
+	%D%/trace.c

@@ -1,0 +1,18 @@
+# t/dist.mk — tests of src/dist, lua/tegraph/reduce and the launcher. The mpirun ones run 2 ranks
+# (`$TG_MPIRUN -np 2 --oversubscribe tegraph run t/dist/*.lua`) and skip without MPI.
+DIST_LUA_TESTS = \
+	t/dist-grad-buffer-layout.lua
+DIST_SH_TESTS = \
+	t/dist-comm-ops.sh \
+	t/dist-ddp-matches-single-process.sh \
+	t/dist-zero1-matches-ddp.sh \
+	t/dist-custom-reduce.sh \
+	t/dist-failing-rank-stops-the-job.sh \
+	t/dist-launcher-stops-ranks.sh
+TESTS += $(DIST_LUA_TESTS) $(DIST_SH_TESTS)
+EXTRA_DIST += $(DIST_LUA_TESTS) $(DIST_SH_TESTS) \
+	t/dist/comm-ops.lua \
+	t/dist/ddp-matches-single-process.lua \
+	t/dist/zero1-matches-ddp.lua \
+	t/lib/dist.sh t/lib/dist_tap.lua \
+	examples/custom_reduce.lua

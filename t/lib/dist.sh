@@ -1,0 +1,49 @@
+# dist.sh — sourced by the t/dist-*.sh tests: TAP helpers, skip without MPI, run a script on N ranks under mpirun.
+TEGRAPH="${TG_TOP_BUILDDIR:-.}/tegraph"
+SRCDIR="${TG_TOP_SRCDIR:-.}"
+# Two ranks share the CPUs: one OpenMP thread each keeps them from spinning against each other.
+OMP_NUM_THREADS=1
+export OMP_NUM_THREADS
+# Containers often forbid the cross-process reads (CMA) Open MPI's shared-memory transport uses
+# for larger messages ("Read -1, expected ..., errno = 1"): copy through shared memory instead.
+OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+export OMPI_MCA_btl_vader_single_copy_mechanism
+
+n=0
+fails=0
+ok() { # ok STATUS DESCRIPTION: passes when STATUS is 0
+    n=$((n + 1))
+    if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fails=$((fails + 1)); fi
+}
+has() { # has FILE TEXT: 0 when FILE contains TEXT
+    grep -F -q -- "$2" "$1"
+}
+finish() {
+    [ "$fails" -eq 0 ]
+    exit $?
+}
+
+skip_unless_mpi() {
+    if [ -z "${TG_MPIRUN:-}" ]; then echo "1..0 # SKIP no mpirun found by configure (TG_MPIRUN is empty)"; exit 0; fi
+    case "$("$TEGRAPH" info 2>/dev/null)" in
+    *mpi=yes*) ;;
+    *) echo "1..0 # SKIP this tegraph was built without MPI"; exit 0 ;;
+    esac
+    # Open MPI refuses to start as root unless told; CI (.ci/run) tells it, a root shell must too.
+    if [ "$(id -u)" = 0 ] && [ -z "${OMPI_ALLOW_RUN_AS_ROOT:-}" ]; then
+        echo "1..0 # SKIP running as root: Open MPI needs OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+        exit 0
+    fi
+}
+
+# A command bounded in time when timeout(1) exists (a hang fails instead of blocking make check).
+bounded() {
+    if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi
+}
+
+# mpirun_tap NP SCRIPT [ARGS...]: rank 0's TAP on stdout, the job's exit status.
+mpirun_tap() {
+    np=$1
+    shift
+    bounded 120 "$TG_MPIRUN" -np "$np" --oversubscribe "$TEGRAPH" run "$@"
+}

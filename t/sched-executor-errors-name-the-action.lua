@@ -1,0 +1,133 @@
+-- sched-executor-errors-name-the-action.lua — the executor fails clearly on plans it cannot run:
+-- a cyclic wait or a missing send is a deadlock naming each stuck stage's action; W before B,
+-- a chunk on the wrong stage, a missing input, a failing hook or input function, and a graphed
+-- set captured for another plan all name the stage and action. A failed run leaves no step open.
+local tg = require "tegraph"
+local S = require "tegraph.schedule"
+local t = require "tap"
+
+tg.hook_check(true)
+local D, TOK = 4, 3
+
+local function build(C)
+  tg.manual_seed(7)
+  local chunks = {}
+  for c = 1, C do chunks[c] = tg.nn.Linear { ["in"] = D, out = D, name = "c" .. c, chunk = c } end
+  return chunks
+end
+
+tg.manual_seed(1)
+local xs, dys = {}, {}
+for m = 1, 4 do xs[m], dys[m] = tg.randn { TOK, D }, tg.randn { TOK, D } end
+
+local function A(op, chunk, mb, peer, w) return { op = op, chunk = chunk, mb = mb, peer = peer, w = w } end
+
+-- Two stages, one microbatch, written by hand.
+local function two_stage(list1, list2)
+  return { stages = 2, chunks = 1, microbatches = 1, kind = "hand", owner = { 1, 2 }, list1, list2 }
+end
+
+local good1 = { A("F", 1, 1), A("send_fwd", 1, 1, 2), A("recv_bwd", 2, 1, 2), A("B", 1, 1, nil, true) }
+local good2 = { A("recv_fwd", 1, 1, 1), A("F", 2, 1), A("B", 2, 1, nil, true), A("send_bwd", 2, 1, 1) }
+
+local function run(plan, extra)
+  local chunks = build(plan.stages * (plan.chunks or 1))
+  local opts = { chunks = chunks, inputs = xs, loss_grad = dys }
+  for k, v in pairs(extra or {}) do opts[k] = v end
+  return pcall(S.execute, plan, opts)
+end
+
+do
+  local ok, err = run(two_stage(good1, good2))
+  t.ok(ok, "the hand-written plan runs")
+  if not ok then t.diag(err) end
+end
+
+do -- stage 1 waits for the gradient before sending the activation: a cycle
+  local p = two_stage({ A("F", 1, 1), A("recv_bwd", 2, 1, 2), A("send_fwd", 1, 1, 2), A("B", 1, 1, nil, true) }, good2)
+  local ok, err = run(p)
+  t.ok(not ok, "a cyclic wait fails")
+  t.like(tostring(err), "schedule deadlock", "it is called a deadlock")
+  t.like(tostring(err), "stage 1 action 2 %(recv_bwd chunk 2 mb 1 from stage 2%)", "it names stage 1's stuck recv")
+  t.like(tostring(err), "stage 2 action 1 %(recv_fwd chunk 1 mb 1 from stage 1%)", "it names stage 2's stuck recv")
+end
+
+do -- the activation is never sent
+  local p = two_stage({ A("F", 1, 1) }, good2)
+  local ok, err = run(p)
+  t.ok(not ok, "a recv without a send fails")
+  t.like(tostring(err), "stage 2 action 1 %(recv_fwd chunk 1 mb 1 from stage 1%) waits for a send that has not happened "
+    .. "%(stage 1 has finished without sending it%)", "it names the recv and says the sender finished")
+end
+
+do
+  local p = two_stage({ A("F", 1, 1), A("send_fwd", 1, 1, 2), A("W", 1, 1), A("recv_bwd", 2, 1, 2), A("B", 1, 1) }, good2)
+  local ok, err = run(p)
+  t.ok(not ok, "W before B fails")
+  t.like(tostring(err), "stage 1 action 3 %(W chunk 1 mb 1%): W before B", "the error names the W")
+end
+
+do
+  local p = two_stage({ A("F", 2, 1) }, good2)
+  local ok, err = run(p)
+  t.ok(not ok, "a chunk computed on another stage fails")
+  t.like(tostring(err), "stage 1 action 1 %(F chunk 2 mb 1%): chunk 2 belongs to stage 2", "the error names the action and owner")
+end
+
+do
+  local p = two_stage(good1, { A("F", 2, 1), A("B", 2, 1, nil, true), A("send_bwd", 2, 1, 1) })
+  local ok, err = run(p)
+  t.ok(not ok, "an F whose input never came fails")
+  t.like(tostring(err), "stage 2 action 1 %(F chunk 2 mb 1%): its input has not arrived %(no recv_fwd chunk 1 mb 1",
+    "the error names the F and the missing recv")
+end
+
+do
+  local p = two_stage({ A("F", 1, 1), A("send_fwd", 1, 1, 2), A("send_fwd", 1, 1, 2) }, good2)
+  local ok, err = run(p)
+  t.ok(not ok, "sending twice fails")
+  t.like(tostring(err), "stage 1 action 3 %(send_fwd chunk 1 mb 1 to stage 2%): nothing to send", "the error names the second send")
+end
+
+do -- a hook error aborts the backward that fired it; the message says where
+  local p = two_stage(good1, good2)
+  local chunks = build(2)
+  chunks[2]:parameters()[1]:register_hook(function() error("hook boom") end)
+  local ok, err = pcall(S.execute, p, { chunks = chunks, inputs = xs, loss_grad = dys })
+  t.ok(not ok, "a failing hook fails the run")
+  t.like(tostring(err), "stage 2 action 3 %(B%+W chunk 2 mb 1%)", "the error names the action that fired the hook")
+  t.like(tostring(err), "hook boom", "and carries the hook's message")
+  t.ok(not tg.step_open(), "no step is left open after a failed run")
+end
+
+do
+  local ok, err = run(two_stage(good1, good2), { inputs = function() error("no data today") end })
+  t.ok(not ok, "a failing inputs function fails the run")
+  t.like(tostring(err), "stage 1 action 1 %(F chunk 1 mb 1%): inputs function: .*no data today", "the error names the F")
+end
+
+do
+  local ok, err = run(two_stage(good1, good2), { loss_grad = function() return 42 end })
+  t.ok(not ok, "a loss_grad returning a non-tensor fails")
+  t.like(tostring(err), "stage 2 action 3 %(B%+W chunk 2 mb 1%).*returned a number", "the error names the B")
+end
+
+do -- graphed set captured for 1F1B, replayed with GPipe's order
+  local a = S.one_f_one_b { stages = 2, microbatches = 4 }
+  local b = S.gpipe { stages = 2, microbatches = 4 }
+  local chunks = build(2)
+  local g = S.make_graphed(a, chunks, { samples = { xs[1], xs[1] }, warmup = 1 })
+  local ok, err = pcall(S.execute, b, { chunks = chunks, graphed = g, inputs = xs, loss_grad = dys })
+  t.ok(not ok, "replaying a graphed set in another plan's order fails")
+  t.like(tostring(err), "stage %d action %d+ %(.-%): graphed replay out of order", "the error names the action and the graph check")
+  local ok2, err2 = pcall(S.execute, a, { chunks = chunks, graphed = g, inputs = xs, loss_grad = dys })
+  t.ok(ok2, "the same set then runs its own plan from the start")
+  if not ok2 then t.diag(err2) end
+end
+
+do
+  local ok, err = pcall(S.execute, S.gpipe { stages = 2, microbatches = 2 }, { inputs = xs, loss_grad = dys })
+  t.ok(not ok and tostring(err):find("no module", 1, true) ~= nil, "running without modules names what is missing")
+end
+
+t.done_testing()
