@@ -153,7 +153,15 @@ if opt.task ~= "reverse" and opt.task ~= "sort" then
   io.stderr:write("gpt.lua: --task must be reverse or sort\n")
   os.exit(2)
 end
-math.randomseed(opt.seed)
+-- Data parallel when launched on several ranks (`tegraph run -n N`, mpirun): every
+-- rank starts from the same weights (same seed) and draws its own batches.
+local world = tg.comm.size() > 1 and tg.comm.world() or nil
+local rank = world and world:rank() or 0
+math.randomseed(opt.seed + 7919 * rank)
+if rank ~= 0 then -- rank 0 reports for all
+  print = function() end
+  opt.quiet = true
+end
 tg.manual_seed(opt.seed)
 
 if opt["make-data"] then
@@ -206,16 +214,20 @@ local adamw = optim.AdamW(params, {
   weight_decay = opt["weight-decay"],
   max_norm = opt.clip > 0 and opt.clip or nil,
 })
+-- ddp: each bucket of the grad buffer is all-reduced (averaged) as soon as its
+-- last wgrad hook fires, overlapping the rest of the backward.
+local ddp = world and require("tegraph.reduce.ddp").new { params = params, comm = world, op = "avg" } or nil
 local schedule = optim.cosine_schedule { lr = opt.lr, min_lr = opt["min-lr"], warmup = opt.warmup, total = opt.steps }
 
 print(string.format("gpt: %s | vocab %d, context %d, width %d, heads %d, layers %d, %d parameters",
   opt.data or ("task '" .. opt.task .. "' (" .. opt.digits .. " digits)"), vocab, T, opt.width, opt.heads, opt.layers,
   model:num_parameters()))
-print(string.format("     device %s, dtype %s, %d steps x %d microbatches x %d sequences%s%s", tg.default_device(), opt.dtype,
-  opt.steps, M, B, opt["delay-wgrad"] and ", delayed wgrad" or "", opt["fuse-wgrad"] and ", fused main_grad" or ""))
+print(string.format("     device %s, dtype %s, %d steps x %d microbatches x %d sequences%s%s%s", tg.default_device(), opt.dtype,
+  opt.steps, M, B, opt["delay-wgrad"] and ", delayed wgrad" or "", opt["fuse-wgrad"] and ", fused main_grad" or "",
+  world and string.format(", data parallel over %d ranks (ddp)", world:size()) or ""))
 
 ------------------------------------------------------------------------ training
-local tokens_per_step = M * B * T
+local tokens_per_step = M * B * T * (world and world:size() or 1)
 local bar = progress.new { total = opt.steps, tokens_per_step = tokens_per_step, log = opt.log, every = opt.every,
   tty = not opt.quiet and tg.isatty(io.stdout), out = opt.quiet and io.open("/dev/null", "w") or io.stdout }
 local first_loss, last_loss
@@ -233,6 +245,7 @@ for step = 1, opt.steps do
   end
   while model:need_backward_dw() do model:backward_dw() end -- delayed wgrads (no-op otherwise)
   tg.step_end()
+  if ddp then ddp:finish() end
   local norm = adamw:step { lr = lr }
   local loss = loss_sum / M
   if loss ~= loss then error(string.format("step %d: the loss is NaN", step)) end
