@@ -2,6 +2,7 @@
 #include "config.h"
 #include "tegraph.h"
 #include "cli/launch.h"
+#include "dist/comm.h"
 
 #include <lua.h>
 
@@ -94,6 +95,10 @@ static int run(const char *path, const char *code, int argc, char **argv)
     if (st != TG_OK) {
         fflush(stdout);
         fprintf(stderr, "%s\n", tg_runtime_error(rt));
+    }
+    if (st == TG_OK && tg_comm_drain_world() != TG_OK) { /* a collective failed after the script moved on */
+        fprintf(stderr, "tegraph: %s\n", tg_last_error());
+        st = TG_EDEVICE;
     }
     fflush(stdout);
     tg_cli_rank_end(st != TG_OK); /* launch.c: a failed rank stops the whole job (before anything can wait on it) */

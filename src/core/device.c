@@ -102,7 +102,21 @@ tg_device tg_default_device(void)
     tg_device d;
     if (env && *env && tg_device_parse(env, &d) == TG_OK) return d;
     if (env && *env) return (tg_device){TG_CPU, 0}; /* unparsable or unavailable: the CPU */
-    if (tg_device_count(TG_CUDA) > 0) return (tg_device){TG_CUDA, 0};
+    int n = tg_device_count(TG_CUDA);
+    if (n > 0) {
+        /* one GPU per local rank when launched by mpirun / srun / tegraph run -n */
+        static const char *const local_rank_vars[] = {"TG_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                                      "SLURM_LOCALID", NULL};
+        int lr = 0;
+        for (int i = 0; local_rank_vars[i]; i++) {
+            const char *v = getenv(local_rank_vars[i]);
+            if (v && *v) {
+                lr = atoi(v);
+                break;
+            }
+        }
+        return (tg_device){TG_CUDA, lr >= 0 ? lr % n : 0};
+    }
     return (tg_device){TG_CPU, 0};
 }
 

@@ -600,6 +600,13 @@ void tg_comm_abort_world(int code)
     (void)code;
 }
 
+tg_status tg_comm_drain_world(void)
+{
+    for (tg_comm *c = live; c; c = c->next)
+        if (c->nccl && c->nccl_tr->drain) TG_TRY(c->nccl_tr->drain(c->nccl));
+    return TG_OK;
+}
+
 void tg_comm_finalize(void)
 {
     if (finalized) return;

@@ -30,6 +30,8 @@ struct tg_comm_transport {
     /* Optional: ops between begin and end are launched together (NCCL groups). */
     tg_status (*group_begin)(void *impl);
     tg_status (*group_end)(void *impl);
+    /* optional: waits until every issued op completed (error if one failed or was aborted) */
+    tg_status (*drain)(void *impl);
 };
 
 struct tg_comm {

@@ -505,7 +505,10 @@ static tg_status n_split(void *impl, int color, int key, void **out, int *rank, 
 {
     struct nccl_group *g = impl;
     ncclComm_t comm = NULL;
-    ncclConfig_t cfg = nonblocking_config();
+    /* a blocking split: with a nonblocking config NCCL 2.28 hands back no
+     * communicator handle to poll (seen on 2 H200s); split is a set-up call */
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
     if (is_aborted(g)) return aborted_error(g, "comm split");
     TG_CUDA_TRY(cudaSetDevice(g->dev));
     ncclResult_t res = ncclCommSplit(g->comm, color, key, &comm, &cfg);
@@ -522,6 +525,25 @@ static tg_status n_split(void *impl, int color, int key, void **out, int *rank, 
     *size = s->size;
     *out = s;
     return TG_OK;
+}
+
+/* Waits (host) until every op issued on g has completed, or g was aborted,
+ * or the timeout passed: the end of a rank's script must not report success
+ * while its collectives are still pending or failed. */
+static tg_status n_drain(void *impl)
+{
+    struct nccl_group *g = impl;
+    double t0 = tg_comm_now(), limit = tg_comm_timeout();
+    for (;;) {
+        pthread_mutex_lock(&g->lock);
+        int empty = g->watch == NULL;
+        pthread_mutex_unlock(&g->lock);
+        if (is_aborted(g)) return aborted_error(g, "pending NCCL operations");
+        if (empty) return TG_OK;
+        if (tg_comm_now() - t0 > limit + 1.0) /* the watchdog aborts first; this is a backstop */
+            return tg_error(TG_EDEVICE, "pending NCCL operations on rank %d did not complete within %g s", g->rank, limit);
+        sleep_us(1000);
+    }
 }
 
 static void n_destroy(void *impl)
@@ -569,6 +591,7 @@ const struct tg_comm_transport tg_comm_nccl = {
     .abort = n_abort,
     .group_begin = n_group_begin,
     .group_end = n_group_end,
+    .drain = n_drain,
 };
 
 #endif /* TG_HAVE_NCCL */
