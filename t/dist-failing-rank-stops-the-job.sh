@@ -33,7 +33,7 @@ LUA
 # stream-ordered (the host goes on, like PyTorch's): the job must still fail at the
 # rank's end, when its pending collective is drained (checked by the exit status).
 stopped() {
-    if has "$1" "(backend nccl)"; then return 0; fi
+    if has "$1" "nccl)"; then return 0; fi
     ! has "$1" "rank 0 survived"
 }
 

@@ -250,6 +250,20 @@ tg_status tg_comm_split(tg_comm *c, int color, int key, tg_comm **out)
             s->size = n;
         }
     }
+#if defined(TG_HAVE_MPI) && defined(TG_HAVE_NCCL)
+    /* With MPI at hand, the group's NCCL communicator is made like the world's:
+     * a fresh id shared over the MPI sub-communicator (ncclCommSplit gave no
+     * communicator with NCCL 2.28 on 2 H200s). A group of one needs none. */
+    if (st == TG_OK && c->nccl && s->mpi) {
+        if (s->size > 1) {
+            unsigned char id[TG_NCCL_ID_BYTES];
+            if (s->rank == 0) st = tg_nccl_get_id(id);
+            if (st == TG_OK) st = tg_mpi_bcast_bytes(s->mpi, id, sizeof id, 0);
+            if (st == TG_OK) st = tg_nccl_init(id, s->rank, s->size, c->cuda_dev.index, &s->nccl);
+            if (st == TG_OK) s->nccl_tr = c->nccl_tr;
+        }
+    } else
+#endif
     if (st == TG_OK && c->nccl) {
         st = c->nccl_tr->split(c->nccl, color, key, &s->nccl, &r, &n);
         if (st == TG_OK) {

@@ -63,9 +63,9 @@ static void sleep_us(long us)
 
 /* Nonblocking communicators return ncclInProgress while a call completes in
  * the background: poll until it settles, within the timeout. */
-static tg_status settle(ncclComm_t comm, ncclResult_t res, const char *what)
+static tg_status settle_within(ncclComm_t comm, ncclResult_t res, const char *what, double limit)
 {
-    double t0 = tg_comm_now(), limit = tg_comm_timeout();
+    double t0 = tg_comm_now();
     while (res == ncclInProgress) {
         if (tg_comm_now() - t0 > limit)
             return tg_error(TG_EDEVICE,
@@ -77,6 +77,15 @@ static tg_status settle(ncclComm_t comm, ncclResult_t res, const char *what)
     }
     return res == ncclSuccess ? TG_OK : nccl_fail(res, comm, what);
 }
+
+static tg_status settle(ncclComm_t comm, ncclResult_t res, const char *what)
+{
+    return settle_within(comm, res, what, tg_comm_timeout());
+}
+
+/* Set-up (communicator creation, connections) takes seconds on its own: it
+ * gets at least a minute whatever the op timeout is. */
+static double setup_timeout(void) { return tg_comm_timeout() > 60.0 ? tg_comm_timeout() : 60.0; }
 
 static ncclDataType_t type_of(tg_dtype dt)
 {
@@ -269,7 +278,7 @@ tg_status tg_nccl_init(const unsigned char id[TG_NCCL_ID_BYTES], int rank, int s
     TG_CUDA_TRY(cudaSetDevice(dev));
     snprintf(what, sizeof what, "NCCL setup of rank %d of %d on cuda:%d", rank, size, dev);
     ncclResult_t res = ncclCommInitRankConfig(&comm, size, u, rank, &cfg);
-    tg_status st = comm ? settle(comm, res, what) : nccl_fail(res, NULL, what);
+    tg_status st = comm ? settle_within(comm, res, what, setup_timeout()) : nccl_fail(res, NULL, what);
     if (st != TG_OK) {
         if (comm) (void)ncclCommAbort(comm);
         return st;
