@@ -114,6 +114,25 @@ do
   t.ok(peak < naive, "microbatches whose buffers do not overlap share graph memory (peak below the naive sum)")
 end
 
+-- Two graphed sets sharing one pool (replayed in the order they were captured, as with
+-- TransformerEngine / PyTorch graph pools) compute what separate sets compute.
+do
+  local pool = tg.pool()
+  local a, b = chunk(false, "pa"), chunk(false, "pb") -- same seed: same weights
+  local ga = tg.graph.make_graphed(a, { sample = x, microbatches = 1, pool = pool })
+  local gb = tg.graph.make_graphed(b, { sample = x, microbatches = 1, pool = pool })
+  tg.step_begin{ microbatches = 1 }
+  local ya = ga:forward(1, x):clone(); ga:backward(1, dy)
+  local yb = gb:forward(1, x):clone(); gb:backward(1, dy)
+  tg.step_end()
+  t.is(ya:max_abs_diff(yb), 0, "sets sharing a pool: same outputs")
+  local same = true
+  local pa, pb = a:parameters(), b:parameters()
+  for i = 1, #pa do same = same and pa[i].grad:max_abs_diff(pb[i].grad) == 0 end
+  t.ok(same, "sets sharing a pool: same gradients")
+  t.is(select(1, ga:memory()), select(1, gb:memory()), "both sets report the one pool they share")
+end
+
 -- Gradients before make_graphed survive its warm-up.
 do
   local m = chunk(false, "keep")
