@@ -8,11 +8,14 @@ DIST_SH_TESTS = \
 	t/dist-zero1-matches-ddp.sh \
 	t/dist-custom-reduce.sh \
 	t/dist-failing-rank-stops-the-job.sh \
-	t/dist-launcher-stops-ranks.sh
+	t/dist-launcher-stops-ranks.sh \
+	t/dist-pipeline-matches-single-process.sh \
+	t/dist-pipeline-peer-stops-the-run.sh
 TESTS += $(DIST_LUA_TESTS) $(DIST_SH_TESTS)
 EXTRA_DIST += $(DIST_LUA_TESTS) $(DIST_SH_TESTS) \
 	t/dist/comm-ops.lua \
 	t/dist/ddp-matches-single-process.lua \
 	t/dist/zero1-matches-ddp.lua \
+	t/dist/pipeline-matches-single-process.lua t/dist/pipeline-peer-stops.lua \
 	t/lib/dist.sh t/lib/dist_tap.lua \
 	examples/custom_reduce.lua

@@ -1,6 +1,8 @@
 /* lua_sched.c — tegraph.sched: run a schedule plan on modules or graphed callables, its replay order, and traces. */
+#include "lua/lua_comm.h"
 #include "lua/lua_nn.h"
 #include "sched/executor.h"
+#include "sched/transport_comm.h"
 
 #include <string.h>
 
@@ -319,8 +321,19 @@ static tg_status io_loss_grad(void *ud, int mb, const tg_tensor *y, tg_tensor **
     return result_tensor(L, "the loss_grad function", mb, dy);
 }
 
+/* With a pipeline communicator this process runs exactly stage rank+1. */
+static void pipe_check_local(lua_State *L, const tg_sched_plan *p, tg_comm *comm, const int *local)
+{
+    int mine = tg_comm_rank(comm) + 1;
+    for (int s = 1; s <= p->stages; s++)
+        if (local[s - 1] != (s == mine))
+            luaL_error(L, "schedule.run: with opts.comm this process runs stage %d (its rank %d + 1) and only it; "
+                          "opts.stages says otherwise", mine, mine - 1);
+}
+
 /* tg.sched.run(plan, {chunks = {modules}, graphed = {callables or false}, input = fn(mb) -> x,
- * loss_grad = fn(mb, y) -> dy or nil, trace = tr, sync = bool, stages = {local stages}, pid = n}) */
+ * loss_grad = fn(mb, y) -> dy or nil, trace = tr, sync = bool, stages = {local stages}, pid = n,
+ * comm = pipeline Comm (stage s on its rank s-1; this process runs stage rank+1; transfers over it)}) */
 static int l_run(lua_State *L)
 {
     tg_sched_plan p;
@@ -357,6 +370,8 @@ static int l_run(lua_State *L)
     } else if (!lua_isnil(L, -1)) {
         return luaL_error(L, "schedule.run: opts.graphed must be a list of graphed callables (one per chunk)");
     }
+    tg_comm *comm = NULL;
+    if (lua_getfield(L, 2, "comm") != LUA_TNIL) comm = tgl_comm_check(L, lua_gettop(L)); /* +1, kept */
     if (lua_getfield(L, 2, "stages") == LUA_TTABLE) { /* +1 */
         memset(local, 0, (size_t)p.stages * sizeof *local);
         for (lua_Integer i = 1, n = luaL_len(L, -1); i <= n; i++) {
@@ -367,8 +382,9 @@ static int l_run(lua_State *L)
             lua_pop(L, 1);
         }
     } else {
-        for (int s = 0; s < p.stages; s++) local[s] = 1;
+        for (int s = 0; s < p.stages; s++) local[s] = !comm || s == tg_comm_rank(comm);
     }
+    if (comm) pipe_check_local(L, &p, comm, local);
     struct io io = {.L = L};
     if (lua_getfield(L, 2, "input") == LUA_TFUNCTION) io.input = lua_gettop(L); /* +1, kept */
     else if (!lua_isnil(L, -1)) return luaL_error(L, "schedule.run: opts.input must be a function(mb) -> tensor");
@@ -384,9 +400,15 @@ static int l_run(lua_State *L)
     o.ud = &io;
     o.sync = tgl_field_bool(L, 2, "sync");
     o.trace_pid = opt_int(L, 2, "pid", 0);
+    struct tg_sched_transport tr = {0};
+    if (comm) { /* last, so that no Lua error can leak it */
+        tgl_check(L, tg_sched_transport_comm(comm, &p, &tr));
+        o.transport = &tr;
+    }
     lua_State *prev = tgl_nn_enter(L);
     tg_status st = tg_sched_run(&p, &o);
     tgl_nn_leave(prev);
+    if (tr.free) tr.free(tr.ud);
     tgl_check(L, st);
     return 0;
 }

@@ -4,3 +4,4 @@ libtegraph_la_SOURCES += \
 	%D%/executor.c \
 	%D%/trace.h \
 	%D%/trace.c
+libtegraph_la_SOURCES += %D%/transport_comm.h %D%/transport_comm.c

@@ -1,5 +1,6 @@
 -- execute.lua — runs plans on real modules through the C executor (tegraph.core.sched): eager or
--- graphed, in one process; graphed sets captured in the executed order; traces and measured idle.
+-- graphed, in one process or one stage per rank over a pipeline communicator (opts.comm); graphed
+-- sets captured in the executed order; traces and measured idle.
 -- Needs the C core, loaded on first use (the rest of tegraph.schedule stays plain Lua).
 local plan_ = require "tegraph.schedule.plan"
 local simulate = require "tegraph.schedule.simulate"
@@ -52,25 +53,44 @@ local function stage_order(plan, s)
   return o
 end
 
--- make_graphed(plan, chunks, {samples = {input of chunk c...}, per_stage = false, warmup =, pool =})
--- -> list of graphed callables, one per chunk (pass as opts.graphed). By default one graphed set
--- holds every chunk, captured in M.order(plan); per_stage = true captures one set per stage in
--- that stage's own compute order (to_order), the way a process running one stage would.
+-- make_graphed(plan, chunks, {samples = {input of chunk c...}, per_stage = false, warmup =, pool =,
+-- stages = {s...}}) -> list of graphed callables, one per chunk (pass as opts.graphed). By default
+-- one graphed set holds every chunk, captured in M.order(plan); per_stage = true captures one set
+-- per stage in that stage's own compute order (to_order), the way a process running one stage
+-- would. stages = {s...} (implies per_stage) captures only those stages' sets: a pipeline rank
+-- passes its own stage, and chunks and samples need entries only for that stage's chunks.
 function M.make_graphed(plan, chunks, opts)
   local tg = core()
   opts = opts or {}
   local C = chunk_count(plan)
   local samples = opts.samples or opts.sample
-  if type(samples) ~= "table" or #samples ~= C then
-    error(string.format("schedule.make_graphed: opts.samples must list one sample input per chunk (%d)", C), 2)
+  local only
+  if opts.stages ~= nil then
+    if type(opts.stages) ~= "table" then error("schedule.make_graphed: opts.stages must be a list of stages", 2) end
+    only = {}
+    for _, s in ipairs(opts.stages) do only[s] = true end
   end
-  if #chunks ~= C then error(string.format("schedule.make_graphed: %d chunks for a plan of %d", #chunks, C), 2) end
+  local owner0 = plan_.owners(plan)
+  for c = 1, C do
+    if not only or only[owner0[c]] then
+      if type(samples) ~= "table" or samples[c] == nil then
+        error(string.format("schedule.make_graphed: opts.samples must list one sample input per chunk (%d)%s", C,
+          only and ", at least for the chunks of opts.stages" or ""), 2)
+      end
+      if chunks[c] == nil then
+        error(string.format("schedule.make_graphed: no module for chunk %d of %d", c, C), 2)
+      end
+    end
+  end
+  if not only and #chunks ~= C then
+    error(string.format("schedule.make_graphed: %d chunks for a plan of %d", #chunks, C), 2)
+  end
   local base = { microbatches = plan.microbatches, warmup = opts.warmup, pool = opts.pool }
   local function with(o2)
     for k, v in pairs(base) do o2[k] = v end
     return o2
   end
-  if not opts.per_stage then
+  if not opts.per_stage and not only then
     return tg.graph.make_graphed(chunks, with { sample = samples, order = M.order(plan) })
   end
   local owner = plan_.owners(plan)
@@ -83,7 +103,7 @@ function M.make_graphed(plan, chunks, opts)
         index[c] = #mine
       end
     end
-    if #mine > 0 then
+    if #mine > 0 and (not only or only[s]) then
       local order = stage_order(plan, s)
       for _, a in ipairs(order) do a.chunk = index[a.chunk] end
       local ms, ss = {}, {}
@@ -104,8 +124,14 @@ end
 --   trace     = a trace from M.trace(): every action, hook dispatch and transfer with host times
 --   pid       = the trace's process id for this run's events (default 0; one per rank or per run)
 --   sync      = true: synchronise the device after each compute action (device time in the trace)
---   stages    = {stage numbers this process runs} (default all; the others' transfers need a
---               communicator-backed transport, which comes with src/dist)
+--   stages    = {stage numbers this process runs} (default all; with comm: its own stage)
+--   comm      = a pipeline communicator (tg.comm.split{pp = P}.pp, or the world when every rank
+--               is a stage): stage s runs on its rank s-1, this process runs stage rank+1 only,
+--               and send/recv actions go to the peer stage's rank through it (MPI for CPU
+--               tensors, NCCL for CUDA ones; blocking, within the comm timeout). Collective: the
+--               ranks check first that they all run the same plan. chunks (and graphed) need
+--               entries only for this stage's chunks; inputs only on the stage of chunk 1 and
+--               loss_grad only on the stage of the last chunk.
 --   step      = false: do not open a step (default: open and close one when none is open; closing
 --               it runs the hook check)
 --   validate  = true: validate(plan) first (the executor checks structure, order and deadlock itself)
@@ -114,12 +140,12 @@ function M.execute(plan, opts)
   opts = opts or {}
   plan.owner = plan_.owners(plan)
   if opts.validate then
-    local ok, err = validate(plan, { sends = "buffered" })
+    local ok, err = validate(plan, { sends = opts.comm and "blocking" or "buffered" })
     if not ok then error("schedule.execute: " .. err, 2) end
   end
   local run_opts = {
     chunks = opts.chunks, graphed = opts.graphed, trace = opts.trace, sync = opts.sync, pid = opts.pid,
-    stages = opts.stages,
+    stages = opts.stages, comm = opts.comm,
     input = per_mb(opts.inputs or opts.input, "inputs"),
     loss_grad = per_mb(opts.loss_grad, "loss_grad"),
   }
