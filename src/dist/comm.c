@@ -229,6 +229,60 @@ const char *tg_comm_backend(const tg_comm *c)
 }
 
 /* ------------------------------------------------------------------ sub-communicators */
+#ifdef TG_HAVE_NCCL
+/* A split with NCCL but no MPI (tegraph run -n on GPUs): every rank learns every
+ * rank's (color, key), then each group's first rank shares a fresh NCCL id,
+ * both through all-gathers on the parent. (ncclCommSplit gave no communicator
+ * with NCCL 2.28 on 2 H200s.) Groups of one rank need no NCCL communicator. */
+static tg_status nccl_split_by_exchange(tg_comm *c, int color, int key, tg_comm *s)
+{
+    enum { IDW = TG_NCCL_ID_BYTES / 4 }; /* the id as 32-bit words */
+    int n = c->size;
+    tg_device dev = c->cuda_dev;
+    int64_t n2 = 2, all2 = 2 * (int64_t)n, nid = IDW, allid = (int64_t)IDW * n;
+    tg_tensor *mine = NULL, *all = NULL, *idm = NULL, *ida = NULL;
+    int32_t *ck = malloc(sizeof(int32_t) * 2 * (size_t)n), *ids = malloc(sizeof(int32_t) * IDW * (size_t)n);
+    int32_t v[2] = {color, key}, myid[IDW];
+    tg_status st = ck && ids ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
+    if (st == TG_OK) st = tg_tensor_new(TG_I32, 1, &n2, dev, &mine);
+    if (st == TG_OK) st = tg_tensor_new(TG_I32, 1, &all2, dev, &all);
+    if (st == TG_OK) st = tg_tensor_write(mine, v, sizeof v);
+    if (st == TG_OK) st = tg_comm_all_gather(c, all, mine, NULL);
+    if (st == TG_OK) st = tg_tensor_read(all, ck, sizeof(int32_t) * 2 * (size_t)n);
+    int size = 0, me = 0, leader = -1;
+    for (int r = 0; st == TG_OK && r < n; r++) {
+        if (ck[2 * r] != color) continue;
+        /* my place: members before me in (key, rank) order */
+        if (r != c->rank && (ck[2 * r + 1] < key || (ck[2 * r + 1] == key && r < c->rank))) me++;
+        if (leader < 0 || ck[2 * r + 1] < ck[2 * leader + 1]) leader = r;
+        size++;
+    }
+    if (st == TG_OK && size > 1) {
+        memset(myid, 0, sizeof myid);
+        if (c->rank == leader) st = tg_nccl_get_id((unsigned char *)myid);
+        if (st == TG_OK) st = tg_tensor_new(TG_I32, 1, &nid, dev, &idm);
+        if (st == TG_OK) st = tg_tensor_new(TG_I32, 1, &allid, dev, &ida);
+        if (st == TG_OK) st = tg_tensor_write(idm, myid, sizeof myid);
+        if (st == TG_OK) st = tg_comm_all_gather(c, ida, idm, NULL);
+        if (st == TG_OK) st = tg_tensor_read(ida, ids, sizeof(int32_t) * IDW * (size_t)n);
+        if (st == TG_OK)
+            st = tg_nccl_init((const unsigned char *)(ids + (size_t)IDW * leader), me, size, dev.index, &s->nccl);
+        if (st == TG_OK) s->nccl_tr = c->nccl_tr;
+    }
+    if (st == TG_OK) {
+        s->rank = me;
+        s->size = size;
+    }
+    tg_tensor_free(mine);
+    tg_tensor_free(all);
+    tg_tensor_free(idm);
+    tg_tensor_free(ida);
+    free(ck);
+    free(ids);
+    return st;
+}
+#endif
+
 tg_status tg_comm_split(tg_comm *c, int color, int key, tg_comm **out)
 {
     *out = NULL;
@@ -262,6 +316,11 @@ tg_status tg_comm_split(tg_comm *c, int color, int key, tg_comm **out)
             if (st == TG_OK) st = tg_nccl_init(id, s->rank, s->size, c->cuda_dev.index, &s->nccl);
             if (st == TG_OK) s->nccl_tr = c->nccl_tr;
         }
+    } else
+#endif
+#ifdef TG_HAVE_NCCL
+    if (st == TG_OK && c->nccl && !c->mpi) {
+        st = nccl_split_by_exchange(c, color, key, s);
     } else
 #endif
     if (st == TG_OK && c->nccl) {
