@@ -35,23 +35,6 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-static int env_int(const char *const *names, int def)
-{
-    for (; *names; names++) {
-        const char *e = getenv(*names);
-        if (e && *e) {
-            char *end;
-            long v = strtol(e, &end, 10);
-            if (*end == '\0') return (int)v;
-        }
-    }
-    return def;
-}
-
-static const char *const rank_vars[] = {"TG_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", NULL};
-static const char *const size_vars[] = {"TG_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL};
-static const char *const local_rank_vars[] = {"TG_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                                              "SLURM_LOCALID", NULL};
 
 /* ------------------------------------------------------------------ per-rank setup */
 static pid_t prefixer = -1;
@@ -83,7 +66,7 @@ static void pump(int in, int out, const char *prefix)
 
 void tg_cli_rank_begin(void)
 {
-    int rank = env_int(rank_vars, -1), size = env_int(size_vars, 0);
+    int rank = tg_launch_env(TG_ENV_RANK, -1), size = tg_launch_env(TG_ENV_WORLD_SIZE, 0);
     if (rank < 0 || size == 1) return;
     const char *off = getenv("TG_RANK_PREFIX");
     int fds[2];
@@ -115,7 +98,7 @@ void tg_cli_rank_begin(void)
     int ndev = size > 1 ? tg_device_count(TG_CUDA) : 0;
     if (ndev > 0 && (!dev || strncmp(dev, "cuda", 4) == 0)) {
         char name[32];
-        snprintf(name, sizeof name, "cuda:%d", env_int(local_rank_vars, rank) % ndev);
+        snprintf(name, sizeof name, "cuda:%d", tg_launch_env(TG_ENV_LOCAL_RANK, rank) % ndev);
         setenv("TG_DEVICE", name, 1);
     }
 }
@@ -131,7 +114,7 @@ void tg_cli_rank_end(int failed)
         prefixer = -1;
     }
     if (!failed) return;
-    int rank = env_int(rank_vars, -1), size = env_int(size_vars, 0);
+    int rank = tg_launch_env(TG_ENV_RANK, -1), size = tg_launch_env(TG_ENV_WORLD_SIZE, 0);
     if (rank >= 0 && size != 1) {
         fprintf(stderr, "tegraph: rank %d failed; stopping the job\n", rank);
         fflush(stderr);

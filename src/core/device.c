@@ -96,6 +96,26 @@ tg_status tg_device_describe(tg_device d, char *name, size_t n, size_t *total)
     return tg_backend_for(d)->device_describe(d.index, name, n, total);
 }
 
+int tg_launch_env(tg_launch_var what, int def)
+{
+    static const char *const vars[][5] = {
+        [TG_ENV_RANK] = {"TG_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", NULL},
+        [TG_ENV_WORLD_SIZE] = {"TG_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL},
+        [TG_ENV_LOCAL_RANK] = {"TG_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", NULL},
+        [TG_ENV_LOCAL_SIZE] = {"TG_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", NULL},
+    };
+    if ((unsigned)what > TG_ENV_LOCAL_SIZE) return def;
+    for (const char *const *name = vars[what]; *name; name++) {
+        const char *e = getenv(*name);
+        if (e && *e) {
+            char *end;
+            long v = strtol(e, &end, 10);
+            if (*end == '\0') return (int)v;
+        }
+    }
+    return def;
+}
+
 tg_device tg_default_device(void)
 {
     const char *env = getenv("TG_DEVICE");
@@ -105,16 +125,7 @@ tg_device tg_default_device(void)
     int n = tg_device_count(TG_CUDA);
     if (n > 0) {
         /* one GPU per local rank when launched by mpirun / srun / tegraph run -n */
-        static const char *const local_rank_vars[] = {"TG_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                                                      "SLURM_LOCALID", NULL};
-        int lr = 0;
-        for (int i = 0; local_rank_vars[i]; i++) {
-            const char *v = getenv(local_rank_vars[i]);
-            if (v && *v) {
-                lr = atoi(v);
-                break;
-            }
-        }
+        int lr = tg_launch_env(TG_ENV_LOCAL_RANK, 0);
         return (tg_device){TG_CUDA, lr >= 0 ? lr % n : 0};
     }
     return (tg_device){TG_CPU, 0};

@@ -48,26 +48,6 @@ void tg_comm_set_timeout(double seconds)
     if (seconds > 0) timeout_s = seconds;
 }
 
-/* An integer from the first of the environment variables set, or def. */
-static int env_int(const char *const *names, int def)
-{
-    for (; *names; names++) {
-        const char *e = getenv(*names);
-        if (e && *e) {
-            char *end;
-            long v = strtol(e, &end, 10);
-            if (*end == '\0') return (int)v;
-        }
-    }
-    return def;
-}
-
-static const char *const rank_vars[] = {"TG_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", NULL};
-static const char *const size_vars[] = {"TG_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL};
-static const char *const local_rank_vars[] = {"TG_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                                              "SLURM_LOCALID", NULL};
-static const char *const local_size_vars[] = {"TG_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                                              NULL};
 
 /* Started by an MPI launcher (mpirun, mpiexec, srun with PMI). */
 static int under_mpi(void)
@@ -171,10 +151,10 @@ tg_status tg_comm_world(tg_comm **out)
     c->refcount = 1;
     c->is_world = 1;
     c->cuda_dev = (tg_device){TG_CPU, 0};
-    c->rank = env_int(rank_vars, 0);
-    c->size = env_int(size_vars, 1);
-    c->local_rank = env_int(local_rank_vars, c->rank);
-    c->local_size = env_int(local_size_vars, c->size);
+    c->rank = tg_launch_env(TG_ENV_RANK, 0);
+    c->size = tg_launch_env(TG_ENV_WORLD_SIZE, 1);
+    c->local_rank = tg_launch_env(TG_ENV_LOCAL_RANK, c->rank);
+    c->local_size = tg_launch_env(TG_ENV_LOCAL_SIZE, c->size);
     tg_status st = TG_OK;
     if (under_mpi()) {
 #ifdef TG_HAVE_MPI
