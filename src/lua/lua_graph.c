@@ -42,7 +42,10 @@ static int g_forward(lua_State *L)
     int mb = (int)luaL_checkinteger(L, 2);
     tg_tensor *x = tgl_tensor_check(L, 3);
     tg_tensor **slot = tgl_tensor_push(L);
-    tgl_check(L, tg_graphed_forward(g, chunk, mb, x, slot));
+    lua_State *prev = tgl_nn_enter(L); /* Lua-table modules never run at replay, but keep one rule */
+    tg_status st = tg_graphed_forward(g, chunk, mb, x, slot);
+    tgl_nn_leave(prev);
+    tgl_check(L, st);
     return 1;
 }
 
