@@ -232,6 +232,7 @@ local bar = progress.new { total = opt.steps, tokens_per_step = tokens_per_step,
   tty = not opt.quiet and tg.isatty(io.stdout), out = opt.quiet and io.open("/dev/null", "w") or io.stdout }
 local first_loss, last_loss
 local losses = {}
+local steady_t0 -- time at the end of step 2
 
 for step = 1, opt.steps do
   local lr = schedule(step)
@@ -253,8 +254,11 @@ for step = 1, opt.steps do
   last_loss = loss
   losses[#losses + 1] = loss
   bar:update(step, { loss = loss, lr = lr, norm = norm })
+  if step == 2 then steady_t0 = tg.time() end -- after start-up (allocation, first GEMM plans, NCCL connections)
 end
 local elapsed = bar:finish()
+tg.stream.current(tg.default_device()):sync()
+local steady = opt.steps > 2 and (opt.steps - 2) * tokens_per_step / (tg.time() - steady_t0) or nil
 
 -- the loss of the first and last 10 steps, which one noisy step does not sway
 local function mean(a, i, j)
@@ -265,6 +269,7 @@ end
 local head10, tail10 = mean(losses, 1, 10), mean(losses, #losses - 9, #losses)
 print(string.format("trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (mean of first/last 10 steps %.4f -> %.4f, %.1fx lower)",
   opt.steps, elapsed, opt.steps * tokens_per_step / elapsed, first_loss, last_loss, head10, tail10, head10 / tail10))
+if steady then print(string.format("steady throughput (steps 3..%d): %.0f tokens/s", opt.steps, steady)) end
 
 ------------------------------------------------------------------------ what it learned
 if not loader then
