@@ -6,7 +6,7 @@ EXTRA_DIST += examples/hello.lua examples/gpt.lua examples/zero_bubble.lua examp
 # run by t/embed-host-example.sh).
 check_PROGRAMS += examples/embed/host
 examples_embed_host_SOURCES = examples/embed/host.c
-examples_embed_host_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/src/lua
+examples_embed_host_CPPFLAGS = $(AM_CPPFLAGS)
 examples_embed_host_LDADD = libtegraph.la $(LUA_LIBS)
 
 # A CPU GEMM benchmark (not run by make check): examples/bench/gemm [SIZES...]

@@ -1,6 +1,5 @@
 /* host.c — embedding example: a C program runs Lua in a tegraph runtime and gives scripts a C function. */
 #include <tegraph.h>
-#include <tegraph-lua.h> /* tensors on the Lua stack, for C functions called from Lua */
 
 #include <lauxlib.h>
 #include <lua.h>

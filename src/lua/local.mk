@@ -10,9 +10,6 @@ libtegraph_la_SOURCES += \
 	%D%/lua_sched.c \
 	%D%/lua_comm.h %D%/lua_comm.c
 
-# The Lua-facing half of the public API (tensors on the Lua stack), installed next to tegraph.h.
-include_HEADERS += %D%/tegraph-lua.h
-
 # The C module for stock interpreters: require "tegraph" finds lua/tegraph/init.lua,
 # which loads tegraph.core from this module (Lua's all-in-one loader: tegraph.so).
 luacmod_LTLIBRARIES = lua/tegraph.la

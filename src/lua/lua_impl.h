@@ -4,7 +4,6 @@
 
 #include "config.h"
 #include "tegraph.h"
-#include "lua/tegraph-lua.h"
 
 #include <lauxlib.h>
 #include <lua.h>

@@ -34,7 +34,7 @@ tg_tensor *tgl_tensor_test(lua_State *L, int idx)
     return u->t;
 }
 
-/* The public face of the helpers (tegraph-lua.h). */
+/* The public face of the helpers (tegraph.h, C functions called from Lua). */
 tg_tensor *tg_lua_checktensor(lua_State *L, int idx) { return tgl_tensor_check(L, idx); }
 tg_tensor *tg_lua_totensor(lua_State *L, int idx) { return tgl_tensor_test(L, idx); }
 tg_tensor **tg_lua_newtensor(lua_State *L) { return tgl_tensor_push(L); }
