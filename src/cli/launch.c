@@ -163,8 +163,9 @@ static char *fmt_var(const char *name, const char *fmt, int v)
     return s;
 }
 
-/* The environment of rank r: ours, minus stale rank variables, plus its own. */
-static char **rank_env(int r, int n, const char *nccl_id, int ndev)
+/* The environment of rank r: ours, minus stale rank variables, plus its own
+ * (entries from *own on were allocated here: free_rank_env frees them). */
+static char **rank_env(int r, int n, const char *nccl_id, int ndev, size_t *own)
 {
     size_t count = 0;
     while (environ[count]) count++;
@@ -173,6 +174,7 @@ static char **rank_env(int r, int n, const char *nccl_id, int ndev)
     size_t k = 0;
     for (size_t i = 0; i < count; i++)
         if (!is_own_var(environ[i], ndev > 0)) env[k++] = environ[i];
+    *own = k;
     env[k++] = fmt_var("TG_RANK", "%d", r);
     env[k++] = fmt_var("TG_WORLD_SIZE", "%d", n);
     env[k++] = fmt_var("TG_LOCAL_RANK", "%d", r);
@@ -188,6 +190,13 @@ static char **rank_env(int r, int n, const char *nccl_id, int ndev)
     for (size_t i = 0; i < k; i++)
         if (!env[i]) return NULL;
     return env;
+}
+
+static void free_rank_env(char **env, size_t own)
+{
+    if (!env) return;
+    for (size_t i = own; env[i]; i++) free(env[i]);
+    free(env);
 }
 
 static void describe_status(int status, char *buf, size_t n)
@@ -265,9 +274,11 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
     fflush(stderr);
     int started = 0, rc = 0;
     for (int r = 0; r < n; r++) {
-        char **env = rank_env(r, n, nccl_id, ndev);
+        size_t own = 0;
+        char **env = rank_env(r, n, nccl_id, ndev, &own);
         int fds[2] = {-1, -1};
         if (!env || (prefix && pipe(fds) != 0)) {
+            free_rank_env(env, own);
             rc = launch_error("%s", "out of memory or file descriptors", 1);
             break;
         }
@@ -283,6 +294,7 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
             fprintf(stderr, "tegraph run -n: cannot run %s: %s\n", exe, strerror(errno));
             _exit(127);
         }
+        free_rank_env(env, own); /* the child has its copy */
         rel[r].fd = -1;
         if (prefix) {
             close(fds[1]);
