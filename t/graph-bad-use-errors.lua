@@ -133,6 +133,19 @@ do
   t.is(select(1, ga:memory()), select(1, gb:memory()), "both sets report the one pool they share")
 end
 
+-- One Lua-table module is one chunk (not a list of chunks), and the set keeps it alive.
+do
+  local lua_mod = {
+    forward = function(self, xx, mb) return xx:clone() end,
+    backward = function(self, d, mb) return d:clone() end,
+  }
+  local g = tg.graph.make_graphed(lua_mod, { sample = x, microbatches = 1, warmup = 1 })
+  collectgarbage(); collectgarbage()
+  local y = g:forward(1, x)
+  t.is(y:max_abs_diff(x), 0, "a single Lua-table module is graphed as one chunk and replays")
+  g:backward(1, dy)
+end
+
 -- Gradients before make_graphed survive its warm-up.
 do
   local m = chunk(false, "keep")

@@ -39,6 +39,12 @@ tap.error_like(function() nn.Linear { ["in"] = 4, out = 0 } end, "'out' must be 
 tap.error_like(function() nn.Linear { ["in"] = 4, out = 3, dtype = "f64" } end, "unknown dtype 'f64'", "a bad dtype is named")
 tap.error_like(function() nn.LMHead { dim = 4, vocab = 5, tied = lin } end, "tied", "LMHead tied to a non-Embedding is refused")
 tap.error_like(function() nn.Sequential {} end, "at least one module", "an empty Sequential is refused")
+do -- a second head on one token table would leave its hooks waiting for a third contribution
+  local emb = nn.Embedding { vocab = 5, dim = 4, context = 3, name = "twice" }
+  local head1 = nn.LMHead { dim = 4, vocab = 5, tied = emb }
+  tap.error_like(function() nn.LMHead { dim = 4, vocab = 5, tied = emb } end, "already tied to another LMHead",
+    "tying a second LMHead to the same token table is refused")
+end
 
 -- Parameter fields share storage with the module
 local W, Bp = lin:parameters()[1], lin:parameters()[2]

@@ -141,17 +141,25 @@ static struct tg_graph_action *read_order(lua_State *L, int idx, int *n)
 /* tg.graph.make_graphed(chunks, opts) -> callable, or a list of callables when chunks is a list. */
 static int l_make_graphed(lua_State *L)
 {
-    int single = !lua_istable(L, 1) || luaL_testudata(L, 1, "tegraph.Module") != NULL;
+    /* one chunk: a Module, or a Lua-table module (a table with a forward function) */
+    int single = !lua_istable(L, 1);
+    if (!single) {
+        lua_getfield(L, 1, "forward"); /* +1 */
+        single = lua_isfunction(L, -1);
+        lua_pop(L, 1);
+    }
     luaL_checktype(L, 2, LUA_TTABLE);
     int n = single ? 1 : (int)luaL_len(L, 1);
     if (n < 1) return luaL_argerror(L, 1, "no chunks");
     tg_module **chunks = lua_newuserdatauv(L, (size_t)n * sizeof *chunks, 0); /* +1 */
     const tg_tensor **samples = lua_newuserdatauv(L, (size_t)n * sizeof *samples, 0); /* +1 */
+    lua_createtable(L, n, 0); /* +1: the chunks' Module values (a Lua-table module's wrapper too), kept by the set */
+    int keep = lua_gettop(L);
     for (int i = 1; i <= n; i++) {
         if (single) lua_pushvalue(L, 1);
         else lua_geti(L, 1, i);
-        chunks[i - 1] = tgl_module_check(L, -1);
-        lua_pop(L, 1);
+        chunks[i - 1] = tgl_module_check(L, -1); /* replaces a Lua table by its wrapper at -1 */
+        lua_rawseti(L, keep, i);
     }
     tg_graphed_opts o = {.warmup = 3};
     lua_getfield(L, 2, "sample"); /* +1, kept on the stack while the call runs */
@@ -187,7 +195,7 @@ static int l_make_graphed(lua_State *L)
     set->g = NULL;
     luaL_setmetatable(L, TGL_GRAPHED_SET);
     int setidx = lua_gettop(L);
-    lua_pushvalue(L, 1); /* the set keeps its chunks' Lua objects alive */
+    lua_pushvalue(L, keep); /* the set keeps its chunks' modules alive */
     lua_setiuservalue(L, setidx, 1);
     lua_State *prev = tgl_nn_enter(L);
     tg_status st = tg_graphed_new(chunks, n, &o, &set->g);
@@ -212,11 +220,14 @@ static int l_capturing(lua_State *L)
     return 1;
 }
 
-/* Test-only: reproduce TransformerEngine's bug (no hooks after W replays). */
+/* Test-only: reproduce TransformerEngine's bug (no hooks after W replays).
+ * tg.graph.skip_hooks_after_replay([on]) -> the previous setting, like
+ * tg.debug_skip_hooks_after_replay (the same switch). */
 static int l_skip_hooks_after_replay(lua_State *L)
 {
-    tg_debug_skip_hooks_after_replay(lua_toboolean(L, 1));
-    return 0;
+    lua_pushboolean(L, tg_debug_skip_hooks_after_replay_get());
+    if (!lua_isnone(L, 1)) tg_debug_skip_hooks_after_replay(lua_toboolean(L, 1));
+    return 1;
 }
 
 static const luaL_Reg graph_funcs[] = {

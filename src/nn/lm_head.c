@@ -92,6 +92,10 @@ tg_status tg_lm_head_new(int64_t c, int64_t vocab, tg_module *tied_embedding, co
     if (st == TG_OK) st = tg_module_add_child(m, tmp);
     tg_module_release(tmp);
     tmp = NULL;
+    if (st == TG_OK && table && table->contributors > 1)
+        /* two heads on one table would make the engine wait for 3 contributions a
+         * microbatch while only 2 come: its hooks would never fire */
+        st = tg_error(TG_EINVAL, "token table %s is already tied to another LMHead", table->name);
     if (st == TG_OK) {
         co = m->opts; /* the projection's weight is "<name>.weight" */
         co.bias = 0;
