@@ -83,6 +83,17 @@ do
   end, "order has no F for chunk 1 mb 2", "a missing microbatch is named")
 end
 
+-- A chunk that delays wgrad needs a W in the order for every microbatch, or its hooks never fire.
+do
+  local m = chunk(true, "now")
+  t.error_like(function()
+    tg.graph.make_graphed(m, { sample = x, microbatches = 1,
+      order = { { op = "F", chunk = 1, mb = 1 }, { op = "B", chunk = 1, mb = 1 } } })
+  end, "order has no W for chunk 1 mb 1, but the chunk delays wgrad", "an order without W for a delaying chunk is refused")
+  t.lives_ok(function() tg.graph.make_graphed(m, { sample = x, microbatches = 1 }) end,
+    "and the module is left clean for the next make_graphed")
+end
+
 -- A module that reads a tensor to the host while being captured: a clear error, then eager still works.
 do
   local reads = {

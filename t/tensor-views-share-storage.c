@@ -132,6 +132,10 @@ int main(void)
     is_int(tg_tensor_narrow(t0, 0, 1, &bad), TG_EINVAL, "narrow of a 0-d tensor is refused");
     int64_t s5[5] = {1, 1, 1, 1, 1};
     is_int(tg_tensor_new(TG_F32, 5, s5, cpu, &bad), TG_EINVAL, "5 dimensions are refused");
+    int64_t huge[2] = {(int64_t)1 << 40, (int64_t)1 << 30};
+    is_int(tg_tensor_new(TG_F32, 2, huge, cpu, &bad), TG_EINVAL, "a shape whose byte size overflows is refused");
+    like(tg_last_error(), "too many elements", "the message says why");
+    like(tg_last_error(), "[1099511627776,1073741824]", "and names the shape");
     ok(bad == NULL, "no tensor came out of the failures");
     ok(tg_tensor_view(a, 12, 1, (int64_t[]){0}, &bad) == TG_OK && tg_tensor_numel(bad) == 0, "an empty view at the end is fine");
     tg_tensor_free(bad);

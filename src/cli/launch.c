@@ -349,8 +349,11 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
             if (bad && !failed) {
                 char how[96];
                 describe_status(status, how, sizeof how);
-                if (rel[r].fd >= 0) /* its last words first */
-                    while (relay_read(&rel[r])) {}
+                if (rel[r].fd >= 0) { /* its last words first: what is there now, without waiting on
+                                          * processes the rank left behind that still hold its stderr */
+                    struct pollfd now = {.fd = rel[r].fd, .events = POLLIN};
+                    while (poll(&now, 1, 0) > 0 && (now.revents & POLLIN) && relay_read(&rel[r])) {}
+                }
                 relay_flush(&rel[r], 1);
                 fprintf(stderr, "tegraph: rank %d (pid %d) %s; stopping the other %d rank(s)\n", r, (int)pid, how,
                         running);

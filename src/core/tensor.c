@@ -1,13 +1,26 @@
 /* tensor.c — tensor handles over refcounted storage: create, view, inspect, host transfers. */
 #include "backend/backend.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static tg_status check_shape(int ndim, const int64_t *shape, const char *what)
 {
     if (ndim < 0 || ndim > TG_MAX_DIMS) return tg_error(TG_EINVAL, "%s: %d dimensions (at most %d)", what, ndim, TG_MAX_DIMS);
-    for (int i = 0; i < ndim; i++)
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) return tg_error(TG_EINVAL, "%s: negative size %lld in dimension %d", what, (long long)shape[i], i + 1);
+        /* numel * 8 bytes must fit: a wrapped product would allocate a few bytes for a huge shape */
+        if (shape[i] > 0 && n > (INT64_MAX / 8) / shape[i]) {
+            char buf[128];
+            size_t k = 0;
+            for (int j = 0; j < ndim && k < sizeof buf; j++)
+                k += (size_t)snprintf(buf + k, sizeof buf - k, j ? ",%lld" : "[%lld", (long long)shape[j]);
+            if (k < sizeof buf) snprintf(buf + k, sizeof buf - k, "]");
+            return tg_error(TG_EINVAL, "%s: shape %s has too many elements", what, buf);
+        }
+        n *= shape[i];
+    }
     return TG_OK;
 }
 
@@ -63,7 +76,7 @@ tg_status tg_tensor_view(const tg_tensor *t, int64_t offset, int ndim, const int
     char a[64];
     TG_TRY(check_shape(ndim, shape, "view"));
     int64_t n = tg_numel_of(ndim, shape), have = tg_tensor_numel(t);
-    if (offset < 0 || offset + n > have)
+    if (offset < 0 || offset > have || n > have - offset)
         return tg_error(TG_EINVAL, "view of %lld elements at offset %lld does not fit in a tensor of shape %s", (long long)n,
                         (long long)offset, tg_tensor_shape_str(t, a, sizeof a));
     return handle_new(t->storage, t->offset + offset, t->dtype, ndim, shape, out);
@@ -73,7 +86,7 @@ tg_status tg_tensor_narrow(const tg_tensor *t, int64_t start, int64_t len, tg_te
 {
     char a[64];
     if (t->ndim < 1) return tg_error(TG_EINVAL, "narrow: tensor has no dimensions");
-    if (start < 0 || len < 0 || start + len > t->shape[0])
+    if (start < 0 || len < 0 || start > t->shape[0] || len > t->shape[0] - start)
         return tg_error(TG_EINVAL, "narrow: rows [%lld, %lld) out of range for shape %s", (long long)start,
                         (long long)(start + len), tg_tensor_shape_str(t, a, sizeof a));
     int64_t shape[TG_MAX_DIMS];

@@ -495,8 +495,18 @@ static tg_status finish_issue(tg_comm_req *r, tg_status st, tg_comm_req **out)
 }
 
 /* ------------------------------------------------------------------ operations */
+/* Inside a group (NCCL) ops only launch at the group's end: a blocking call
+ * there could never complete, so it is refused before anything is queued. */
+static tg_status no_blocking_in_group(const tg_comm *c, tg_comm_req **req, const char *what)
+{
+    if (!req && c->group_depth > 0)
+        return tg_error(TG_ESTATE, "%s inside a group of ops must be async (it completes at the group's end)", what);
+    return TG_OK;
+}
+
 tg_status tg_comm_all_reduce(tg_comm *c, tg_tensor *t, tg_comm_op op, tg_comm_req **req)
 {
+    TG_TRY(no_blocking_in_group(c, req, "all_reduce"));
     const struct tg_comm_transport *tr;
     void *impl;
     char desc[128], extra[16];
@@ -514,6 +524,7 @@ tg_status tg_comm_all_reduce(tg_comm *c, tg_tensor *t, tg_comm_op op, tg_comm_re
 
 tg_status tg_comm_reduce_scatter(tg_comm *c, tg_tensor *out, tg_tensor *in, tg_comm_op op, tg_comm_req **req)
 {
+    TG_TRY(no_blocking_in_group(c, req, "reduce_scatter"));
     const struct tg_comm_transport *tr;
     void *impl;
     char desc[128], extra[16];
@@ -543,6 +554,7 @@ tg_status tg_comm_reduce_scatter(tg_comm *c, tg_tensor *out, tg_tensor *in, tg_c
 
 tg_status tg_comm_all_gather(tg_comm *c, tg_tensor *out, tg_tensor *in, tg_comm_req **req)
 {
+    TG_TRY(no_blocking_in_group(c, req, "all_gather"));
     const struct tg_comm_transport *tr;
     void *impl;
     char desc[128];
@@ -569,6 +581,7 @@ tg_status tg_comm_all_gather(tg_comm *c, tg_tensor *out, tg_tensor *in, tg_comm_
 
 tg_status tg_comm_broadcast(tg_comm *c, tg_tensor *t, int root, tg_comm_req **req)
 {
+    TG_TRY(no_blocking_in_group(c, req, "broadcast"));
     const struct tg_comm_transport *tr;
     void *impl;
     char desc[128], extra[24];
@@ -603,8 +616,17 @@ static tg_status p2p(tg_comm *c, int is_send, tg_tensor *t, int peer, tg_comm_re
     return finish_issue(r, is_send ? tr->send(impl, t, peer, r) : tr->recv(impl, t, peer, r), req);
 }
 
-tg_status tg_comm_send(tg_comm *c, tg_tensor *t, int peer, tg_comm_req **req) { return p2p(c, 1, t, peer, req); }
-tg_status tg_comm_recv(tg_comm *c, tg_tensor *t, int peer, tg_comm_req **req) { return p2p(c, 0, t, peer, req); }
+tg_status tg_comm_send(tg_comm *c, tg_tensor *t, int peer, tg_comm_req **req)
+{
+    TG_TRY(no_blocking_in_group(c, req, "send"));
+    return p2p(c, 1, t, peer, req);
+}
+
+tg_status tg_comm_recv(tg_comm *c, tg_tensor *t, int peer, tg_comm_req **req)
+{
+    TG_TRY(no_blocking_in_group(c, req, "recv"));
+    return p2p(c, 0, t, peer, req);
+}
 
 tg_status tg_comm_barrier(tg_comm *c)
 {
@@ -616,12 +638,15 @@ tg_status tg_comm_barrier(tg_comm *c)
 
 tg_status tg_comm_group_begin(tg_comm *c)
 {
-    if (c->nccl && c->nccl_tr->group_begin) return c->nccl_tr->group_begin(c->nccl);
+    if (c->nccl && c->nccl_tr->group_begin) TG_TRY(c->nccl_tr->group_begin(c->nccl));
+    c->group_depth++;
     return TG_OK;
 }
 
 tg_status tg_comm_group_end(tg_comm *c)
 {
+    if (c->group_depth == 0) return tg_error(TG_ESTATE, "group end without a group begin");
+    c->group_depth--;
     if (c->nccl && c->nccl_tr->group_end) return c->nccl_tr->group_end(c->nccl);
     return TG_OK;
 }

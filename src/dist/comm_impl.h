@@ -43,6 +43,7 @@ struct tg_comm {
     void *nccl;                              /* CUDA tensors on cuda_dev (NULL: none) */
     const struct tg_comm_transport *nccl_tr;
     tg_device cuda_dev;
+    int group_depth;                         /* open tg_comm_group_begin calls */
     struct tg_comm *next;                    /* all live communicators (abort, finalize) */
 };
 

@@ -231,7 +231,10 @@ static tg_status m_all_gather(void *impl, tg_tensor *out, tg_tensor *in, struct 
     struct mpi_req *m = NULL;
     if (tg_tensor_numel(out) > INT32_MAX) return tg_error(TG_EINVAL, "%s: more than 2^31 elements", r->desc);
     TG_TRY(req_start(g, r, &m));
-    const void *src = out->storage == in->storage ? MPI_IN_PLACE : tg_tensor_data(in);
+    /* MPI_IN_PLACE only when in is exactly this rank's slice of out; other
+     * (non-overlapping) parts of the same storage are sent from where they are */
+    int in_place = out->storage == in->storage && in->offset == out->offset + (int64_t)g->rank * tg_tensor_numel(in);
+    const void *src = in_place ? MPI_IN_PLACE : tg_tensor_data(in);
     return issued(r, MPI_Iallgather(src, count_of(in), type_of(in->dtype), tg_tensor_data(out), count_of(in),
                                     type_of(in->dtype), g->comm, &m->req));
 }

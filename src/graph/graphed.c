@@ -173,6 +173,23 @@ static tg_status validate_order(tg_graphed *g)
     return st;
 }
 
+/* After warm-up: a chunk that queues wgrad work needs a W after the B of
+ * every microbatch, or its wgrads (and their hooks) would never run. */
+static tg_status check_w_present(tg_graphed *g)
+{
+    for (int c = 1; c <= g->nchunks; c++) {
+        if (!g->has_w[c - 1]) continue;
+        for (int m = 1; m <= g->mbs; m++) {
+            int found = 0;
+            for (int i = 0; i < g->norder && !found; i++)
+                found = g->order[i].op == 'W' && g->order[i].chunk == c && g->order[i].mb == m;
+            if (!found)
+                return tg_error(TG_EINVAL, "order has no W for chunk %d mb %d, but the chunk delays wgrad", c, m);
+        }
+    }
+    return TG_OK;
+}
+
 /* Copies every parameter's grad and main_grad, to put them back after warm-up. */
 struct grad_backup {
     tg_tensor **saved;
@@ -290,7 +307,7 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples)
             st = tg_tensor_new_in(g->pool, x->dtype, x->ndim, x->shape, g->dev, &e->in);
             if (st == TG_OK) st = tg_copy(e->in, x); /* sensible contents for the capture-time shapes */
             if (st == TG_OK) st = tg_stream_begin_capture(s);
-            if (st != TG_OK) break;
+            if (st != TG_OK) { tg_error_prefix(st, "capturing F chunk %d mb %d", a->chunk, a->mb); break; }
             st = tg_module_forward(m, a->mb, e->in, &e->out);
             tg_status end = tg_stream_end_capture(s, &e->f);
             if (st == TG_OK) st = end;
@@ -298,7 +315,7 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples)
             st = tg_tensor_new_in(g->pool, e->out->dtype, e->out->ndim, e->out->shape, g->dev, &e->dout);
             if (st == TG_OK) st = tg_fill(e->dout, 0.0);
             if (st == TG_OK) st = tg_stream_begin_capture(s);
-            if (st != TG_OK) break;
+            if (st != TG_OK) { tg_error_prefix(st, "capturing B chunk %d mb %d", a->chunk, a->mb); break; }
             tg_engine_set_capture_observer(observe, &e->bset);
             st = tg_module_backward(m, a->mb, e->dout, &e->din);
             tg_engine_set_capture_observer(NULL, NULL);
@@ -306,15 +323,14 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples)
             if (st == TG_OK) st = end;
         } else if (g->has_w[a->chunk - 1]) {
             st = tg_stream_begin_capture(s);
-            if (st != TG_OK) break;
+            if (st != TG_OK) { tg_error_prefix(st, "capturing W chunk %d mb %d", a->chunk, a->mb); break; }
             tg_engine_set_capture_observer(observe, &e->wset);
             st = tg_module_backward_dw(m);
             tg_engine_set_capture_observer(NULL, NULL);
             tg_status end = tg_stream_end_capture(s, &e->w);
             if (st == TG_OK) st = end;
         }
-        if (st != TG_OK)
-            tg_error_prefix(st, "capturing %s chunk %d mb %d", op_name(a->op), a->chunk, a->mb);
+        if (st != TG_OK) tg_error_prefix(st, "capturing %s chunk %d mb %d", op_name(a->op), a->chunk, a->mb);
     }
     for (int i = 0; i < g->nchunks * g->mbs && st == TG_OK; i++) {
         struct entry *e = &g->e[i];
@@ -376,12 +392,16 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     capturing_depth++;
     tg_engine_set_quiet(1);
     st = backup_grads(g, &bk);
+    /* the side stream must see the caller's work done (samples written, grads
+     * backed up): streams are not ordered with each other */
+    if (st == TG_OK) st = tg_stream_sync(tg_stream_current(dev));
     if (st == TG_OK) st = tg_stream_new(dev, "graph-warmup", &side);
     if (st == TG_OK) {
         prev = tg_stream_set_current(side);
         st = warm_up(g, o->samples, warmup);
         tg_engine_set_quiet(0);
         if (st != TG_OK) tg_error_prefix(st, "make_graphed warm-up");
+        if (st == TG_OK) st = check_w_present(g);
         if (st == TG_OK) st = tg_pool_push(g->pool);
         if (st == TG_OK) {
             st = capture_all(g, o->samples);
@@ -397,8 +417,10 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     tg_engine_set_quiet(0);
     capturing_depth--;
     for (int c = 0; c < nchunks; c++) {
-        /* a failed capture can leave contexts or queued wgrad behind */
         g->chunks[c]->exec_mode = "graphed";
+        /* contexts and wgrad items left by warm-up or capture belong to no replay
+         * (after a failure, half-captured ones must never run) */
+        tg_module_drop_state(g->chunks[c]);
     }
     if (st != TG_OK) {
         tg_graphed_free(g);

@@ -18,7 +18,8 @@ typedef struct tg_graphed_opts {
     int microbatches;
     const struct tg_graph_action *order; /* NULL: all F in order, then B (and W) in reverse */
     int norder;
-    int warmup;   /* eager warm-up iterations before capture (default 3; 0 allowed) */
+    int warmup;   /* eager warm-up iterations before capture (default 3; at least 1 runs: it finds
+                     the output shapes and which chunks delay wgrad) */
     tg_pool *pool; /* graph memory (shared between graphed sets); NULL: a new one */
 } tg_graphed_opts;
 

@@ -166,6 +166,15 @@ static void saved_list_free(struct tg_saved *s)
     }
 }
 
+void tg_module_drop_state(tg_module *m)
+{
+    saved_list_free(m->saved);
+    m->saved = NULL;
+    saved_list_free(m->wq_head);
+    m->wq_head = m->wq_tail = NULL;
+    for (int i = 0; i < m->nchildren; i++) tg_module_drop_state(m->children[i]);
+}
+
 void tg_module_release(tg_module *m)
 {
     if (!m || --m->refcount > 0) return;

@@ -193,6 +193,9 @@ tg_status tg_module_parameters(tg_module *m, tg_param ***out, int *n);
  * tg_param_wgrad_done on each after replaying m's wgrad. */
 tg_status tg_module_wgrad_params(tg_module *m, tg_param ***out, int *n);
 tg_module *tg_module_retain(tg_module *m);
+/* Drops every saved forward context and queued wgrad item of m and its
+ * children (after a failed capture: none of them may run later). */
+void tg_module_drop_state(tg_module *m);
 void tg_module_release(tg_module *m);
 
 /* Helpers for module implementations (src/nn/module.c). */

@@ -88,6 +88,19 @@ end)
 hsend:wait()
 hrecv:wait()
 t.close(inbox, { left * 10 + 1, left * 10 + 2 }, 0, "send/recv around a ring (in a group)")
+local ok_blocking, err_blocking = pcall(comm.group, function() comm.all_reduce(T { 1 }) end)
+t.ok(not ok_blocking and tostring(err_blocking):find("inside a group of ops must be async", 1, true) ~= nil,
+  "a blocking op inside a group is refused before it is queued")
+-- all_gather from another, non-overlapping part of the output's storage (not in place)
+do
+  local buf = T { -1, -1, 10 * (r + 1) }
+  if n == 2 then
+    comm.all_gather(buf:narrow(1, 2), buf:narrow(3, 1))
+    t.close(buf:narrow(1, 2), { 10, 20 }, 0, "all_gather whose input shares the output's storage without overlapping")
+  else
+    t.ok(true, "all_gather whose input shares the output's storage without overlapping")
+  end
+end
 -- blocking pairs: even ranks send first
 local back = T { -1 }
 if r % 2 == 0 then

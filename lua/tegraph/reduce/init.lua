@@ -100,10 +100,17 @@ function Tracker:check()
 end
 
 -- Completes the buckets that did not complete (in buffer order), for
--- policies that allow parameters without gradients this step.
+-- policies that allow parameters without gradients this step. The ranks must
+-- miss the same parameters: collectives pair up in issue order, so ranks that
+-- miss different ones would pair different buckets.
 function Tracker:flush()
   for _, x in ipairs(self:incomplete()) do
     local b = x.bucket
+    -- a parameter without a wgrad this step still holds the last step's (already
+    -- reduced) gradient in the buffer: it contributes zero, not that again
+    for _, p in ipairs(b.params) do
+      if not self.seen[p] then p.main_grad:fill_(0) end
+    end
     self.fired[b.index] = #b.params
     self.ready[#self.ready + 1] = b.index
     self.on_ready(b, { last = true, flushed = true })
