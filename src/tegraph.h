@@ -76,6 +76,14 @@ TG_API tg_status tg_device_describe(tg_device d, char *name, size_t n, size_t *t
  * environment variable TG_DEVICE does not say "cpu"; else the CPU. */
 TG_API tg_device tg_default_device(void);
 
+/* The launcher's view of this process (tegraph run -n, mpirun, srun): its rank,
+ * world size, local rank or local size, from the first of TG_RANK /
+ * TG_WORLD_SIZE / TG_LOCAL_RANK / TG_LOCAL_WORLD_SIZE and the launchers' own
+ * variables (OMPI_COMM_WORLD_*, PMI_*, SLURM_LOCALID...) that is set; def when
+ * none is. */
+typedef enum tg_launch_var { TG_ENV_RANK = 0, TG_ENV_WORLD_SIZE, TG_ENV_LOCAL_RANK, TG_ENV_LOCAL_SIZE } tg_launch_var;
+TG_API int tg_launch_env(tg_launch_var what, int def);
+
 /* ------------------------------------------------------------------ tensors
  * A tensor is a handle on refcounted storage: contiguous, row-major, up to 4
  * dimensions, with an element offset into its storage (views share storage).

@@ -104,12 +104,6 @@ struct tg_graph {
     void *impl;        /* backend graph: CPU command list / cudaGraphExec_t */
 };
 
-/* The launcher's view of this process (tegraph run -n, mpirun, srun): rank,
- * world size, local rank and local size from the first variable set among
- * TG_* and the launchers' own; def when none is set. */
-typedef enum tg_launch_var { TG_ENV_RANK = 0, TG_ENV_WORLD_SIZE, TG_ENV_LOCAL_RANK, TG_ENV_LOCAL_SIZE } tg_launch_var;
-TG_API int tg_launch_env(tg_launch_var what, int def);
-
 /* Per-device bookkeeping: current stream, default stream, capture count. */
 int tg_device_valid(tg_device d);
 const struct tg_backend *tg_backend_for(tg_device d);
