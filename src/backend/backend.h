@@ -65,6 +65,10 @@ struct tg_reduce_args {
     float *out;        /* (1), device memory */
 };
 
+/* *out = reduce(a) (or of |a - b|) read back to the host (op layer, ops.c):
+ * blocking, refused while a stream of a's device captures; name is the op for messages. */
+tg_status tg_reduce_to_host(tg_reduce_op op, const tg_tensor *a, const tg_tensor *b, double *out, const char *name);
+
 typedef enum tg_rand_dist { TG_RAND_UNIFORM = 0, TG_RAND_NORMAL } tg_rand_dist;
 /* Element i: from Philox words of counter (offset + i / 4), word i % 4.
  * uniform: lo + (hi - lo) * u, u = ((w >> 8) + 0.5) * 2^-24 in (0, 1).

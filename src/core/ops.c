@@ -175,7 +175,7 @@ tg_status tg_gemm(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor
 }
 
 /* Runs a reduction into a one-float scratch buffer and reads it back. */
-static tg_status reduce_to_host(tg_reduce_op op, const tg_tensor *a, const tg_tensor *b, double *out, const char *name)
+tg_status tg_reduce_to_host(tg_reduce_op op, const tg_tensor *a, const tg_tensor *b, double *out, const char *name)
 {
     char d[32];
     tg_device dev = tg_tensor_device(a);
@@ -183,7 +183,10 @@ static tg_status reduce_to_host(tg_reduce_op op, const tg_tensor *a, const tg_te
     if (!s) return TG_ENOMEM;
     if (tg_device_capturing(dev))
         return tg_stream_note_error(s, tg_error(TG_ECAPTURE, "%s: reads a result to the host, which is not capturable (stream '%s' of %s is capturing)", name, tg_device_capturer_name(dev), tg_device_str(dev, d, sizeof d)));
-    if (!float_dtype(a->dtype)) return tg_error(TG_EINVAL, "%s: dtype %s is not a float type", name, tg_dtype_name(a->dtype));
+    char what[96];
+    if (!float_dtype(a->dtype))
+        return tg_error(TG_EINVAL, "%s: dtype %s is not a float type (tensor %s)", name, tg_dtype_name(a->dtype),
+                        describe(a, what, sizeof what));
     TG_TRY(need_kernel((const void *)s->be->reduce, s, name));
     struct tg_storage *scratch;
     TG_TRY(tg_storage_new(NULL, dev, sizeof(float), &scratch));
@@ -197,13 +200,13 @@ static tg_status reduce_to_host(tg_reduce_op op, const tg_tensor *a, const tg_te
     return st;
 }
 
-tg_status tg_sum(const tg_tensor *t, double *out) { return reduce_to_host(TG_REDUCE_SUM, t, NULL, out, "sum"); }
-tg_status tg_max_abs(const tg_tensor *t, double *out) { return reduce_to_host(TG_REDUCE_MAX_ABS, t, NULL, out, "max_abs"); }
+tg_status tg_sum(const tg_tensor *t, double *out) { return tg_reduce_to_host(TG_REDUCE_SUM, t, NULL, out, "sum"); }
+tg_status tg_max_abs(const tg_tensor *t, double *out) { return tg_reduce_to_host(TG_REDUCE_MAX_ABS, t, NULL, out, "max_abs"); }
 
 tg_status tg_max_abs_diff(const tg_tensor *a, const tg_tensor *b, double *out)
 {
     TG_TRY(check_pair("max_abs_diff", a, b, 1));
-    return reduce_to_host(TG_REDUCE_MAX_ABS_DIFF, a, b, out, "max_abs_diff");
+    return tg_reduce_to_host(TG_REDUCE_MAX_ABS_DIFF, a, b, out, "max_abs_diff");
 }
 
 static tg_status rand_fill(tg_tensor *t, tg_rand_dist dist, double a, double b, const char *name)

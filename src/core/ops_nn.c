@@ -661,25 +661,7 @@ tg_status tg_adamw_step(tg_tensor *p, tg_tensor *p_lowp, const tg_tensor *g, tg_
 /* ------------------------------------------------------------------ sumsq (through the reduce kernel) */
 tg_status tg_sumsq(const tg_tensor *t, double *out)
 {
-    const char *op = "sumsq";
-    char d[32];
     tg_stream *s;
-    TG_TRY(stream_for(op, "t", t, &s));
-    tg_device dev = tg_tensor_device(t);
-    if (tg_device_capturing(dev))
-        return tg_stream_note_error(s, tg_error(TG_ECAPTURE, "%s: reads a result to the host, which is not capturable "
-                                                             "(a stream of %s is capturing)",
-                                                op, tg_device_str(dev, d, sizeof d)));
-    TG_TRY(activation(op, "t", t));
-    TG_TRY(kernel(op, s, (const void *)s->be->reduce));
-    struct tg_storage *scratch;
-    TG_TRY(tg_storage_new(NULL, dev, sizeof(float), &scratch));
-    struct tg_reduce_args r = {.op = TG_REDUCE_SUMSQ, .a = tg_tensor_data(t), .dt = t->dtype, .n = tg_tensor_numel(t),
-                               .out = scratch->data};
-    float v = 0;
-    tg_status st = s->be->reduce(s, &r);
-    if (st == TG_OK) st = s->be->memcpy(s, &v, scratch->data, sizeof v, TG_D2H);
-    tg_storage_release(scratch);
-    *out = v;
-    return st;
+    TG_TRY(stream_for("sumsq", "t", t, &s));
+    return tg_reduce_to_host(TG_REDUCE_SUMSQ, t, NULL, out, "sumsq");
 }

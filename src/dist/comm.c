@@ -94,6 +94,15 @@ static int hexval(int ch)
 }
 
 /* NCCL on the GPU of this local rank, its id from the launcher or over MPI. */
+#ifdef TG_HAVE_MPI
+/* Rank 0 of an MPI group makes an NCCL id; every rank gets it by broadcast. */
+static tg_status nccl_id_over_mpi(void *mpi, int rank, unsigned char id[TG_NCCL_ID_BYTES])
+{
+    if (rank == 0) TG_TRY(tg_nccl_get_id(id));
+    return tg_mpi_bcast_bytes(mpi, id, TG_NCCL_ID_BYTES, 0);
+}
+#endif
+
 static tg_status world_nccl(tg_comm *c)
 {
     int ndev = tg_device_count(TG_CUDA);
@@ -120,8 +129,7 @@ static tg_status world_nccl(tg_comm *c)
         if (!c->mpi)
             return tg_error(TG_ESTATE, "NCCL setup: %d ranks but no NCCL id (TG_NCCL_ID) and no MPI to share one",
                             c->size);
-        if (c->rank == 0) TG_TRY(tg_nccl_get_id(id));
-        TG_TRY(tg_mpi_bcast_bytes(c->mpi, id, sizeof id, 0));
+        TG_TRY(nccl_id_over_mpi(c->mpi, c->rank, id));
 #else
         return tg_error(TG_ESTATE, "NCCL setup: %d ranks but no NCCL id (TG_NCCL_ID): start with tegraph run -n",
                         c->size);
@@ -291,8 +299,7 @@ tg_status tg_comm_split(tg_comm *c, int color, int key, tg_comm **out)
     if (st == TG_OK && c->nccl && s->mpi) {
         if (s->size > 1) {
             unsigned char id[TG_NCCL_ID_BYTES];
-            if (s->rank == 0) st = tg_nccl_get_id(id);
-            if (st == TG_OK) st = tg_mpi_bcast_bytes(s->mpi, id, sizeof id, 0);
+            st = nccl_id_over_mpi(s->mpi, s->rank, id);
             if (st == TG_OK) st = tg_nccl_init(id, s->rank, s->size, c->cuda_dev.index, &s->nccl);
             if (st == TG_OK) s->nccl_tr = c->nccl_tr;
         }

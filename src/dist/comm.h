@@ -146,6 +146,9 @@ void tg_gradbuf_free(tg_gradbuf *g);
 /* Index of p in buffer order, or -1. */
 int tg_gradbuf_index(const tg_gradbuf *g, const struct tg_param *p);
 
+/* Monotonic seconds (op timeouts). */
+double tg_comm_now(void);
+
 /* Waits for every communicator's pending device-side operations; fails if
  * one failed, timed out or was aborted (the CLI calls it at a rank's end). */
 TG_API tg_status tg_comm_drain_world(void);

@@ -60,8 +60,6 @@ struct tg_comm_req {
     char errmsg[512];
 };
 
-/* Monotonic seconds. */
-double tg_comm_now(void);
 
 #ifdef TG_HAVE_MPI
 extern const struct tg_comm_transport tg_comm_mpi;

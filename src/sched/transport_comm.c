@@ -3,7 +3,7 @@
 
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
+#include <time.h> /* nanosleep */
 
 #define PIPE_MAGIC 0x54477070 /* "TGpp": both ends speak this transport */
 
@@ -19,13 +19,6 @@ struct pipe {
     tg_tensor *hsend, *hrecv; /* (HDR_N) i32 on hdev */
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Completes r so that the host can read its result: MPI waits on the host
  * anyway (within the timeout); an NCCL op is polled until its event
  * completes (the watchdog aborts it after the timeout, failing the test). */
@@ -33,12 +26,12 @@ static tg_status host_complete(struct pipe *pp, tg_comm_req *r)
 {
     tg_status st = TG_OK;
     if (pp->hdev.type == TG_CUDA) {
-        double t0 = now_s(), limit = tg_comm_timeout() + 10.0;
+        double t0 = tg_comm_now(), limit = tg_comm_timeout() + 10.0;
         for (;;) {
             int done = 0;
             st = tg_comm_req_test(r, &done);
             if (st != TG_OK || done) break;
-            if (now_s() - t0 > limit) {
+            if (tg_comm_now() - t0 > limit) {
                 st = tg_error(TG_EDEVICE, "%s did not complete within %g s", tg_comm_req_what(r), limit);
                 break;
             }
