@@ -1,0 +1,87 @@
+#!/bin/bash
+# Device run, second session: build, then the stages named on the command line, in order:
+#   tests     CUDA kernel/module tests (incl. PyTorch comparison) + GPU optimizer/epilogue tests
+#   launch    examples/bench/launch (eager host cost per kernel, layer by layer)
+#   ops       examples/bench/ops.lua (per-kernel times; attention v3 and v2)
+#   layers    torch_layer.py and layers.lua in the same call (ratios)
+#   gpt2      torch_gpt2.py and gpt.lua at GPT-2-124M size on one GPU
+#   dp        gpt.lua 124M: 1 GPU vs 2 GPUs (ddp) with a trace of steps 4-5 (needs nvidia-h200-x2)
+#   sanit     compute-sanitizer memcheck + racecheck on the CUDA nn-ops test
+#   suite     the whole make check
+# Usage (device tool, carry [".debs"]): bash tools/device/s2.sh tests launch ops layers
+set -o pipefail
+R=$PWD
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+T0=$(date +%s); BUDGET=${BUDGET:-580}
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+cap() { local l=$(left); echo $(( l < $1 ? l : $1 )); }
+stage() { echo "=== [+$(( $(date +%s) - T0 ))s] $*"; }
+for f in .debs/*.deb; do dpkg -x $f /; done
+command -v pkg-config >/dev/null || for f in .debs/opt/*.deb; do dpkg -x $f /; done
+ldconfig
+nvidia-smi -L
+autoreconf -fi >/dev/null 2>&1 || echo AUTORECONF FAILED
+mkdir -p /tmp/b && cd /tmp/b
+stage configure
+$R/configure --with-cuda-arch=sm_90 > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
+stage make
+make -j$(nproc) >> $OUT/build.log 2>&1 || { grep -E -A3 "error" $OUT/build.log | head -60; exit 1; }
+stage built
+B=/tmp/b
+for s in "$@"; do
+  case $s in
+  tests)
+    stage tests
+    T="t/cuda-nn-ops-match-cpu.t t/cuda-modules-match-cpu.t t/cuda-modules-match-torch.sh t/cuda-ops-match-cpu.t t/cuda-capture-replay.t t/cuda-allocator-caches-blocks.t t/attention-is-causal.t $EXTRA_TESTS"
+    timeout $(cap 240) make -j16 check TESTS="$T" > /tmp/check.log 2>&1
+    grep -E "^(PASS|FAIL|SKIP|ERROR|XFAIL)" /tmp/check.log
+    for t in $T; do echo "##### $t"; cat ${t%.*}.log; done > $OUT/tests.log 2>&1
+    grep -hE "^not ok|^Bail" t/*.log | head -40
+    ;;
+  launch)
+    stage launch
+    timeout $(cap 60) ./examples/bench/launch 2>&1 | tee $OUT/launch.txt
+    ;;
+  ops)
+    stage ops
+    timeout $(cap 90) ./tegraph run $R/examples/bench/ops.lua 2>&1 | tee $OUT/ops.txt
+    TG_CUDA_ATTENTION=v2 timeout $(cap 40) ./tegraph run $R/examples/bench/ops.lua --only attention 2>&1 | tee $OUT/ops-v2.txt
+    ;;
+  layers)
+    stage layers
+    (cd $R/.debs/bench && timeout $(cap 150) python3 torch_layer.py > $OUT/torch_layer.out 2>&1; echo "torch_layer rc=$?")
+    grep -v "^{" $OUT/torch_layer.out | head; grep "^{" $OUT/torch_layer.out
+    timeout $(cap 170) ./tegraph run $R/examples/bench/layers.lua --torch $OUT/torch_layer.out 2>&1 | tee $OUT/layers.txt
+    ;;
+  gpt2)
+    stage gpt2
+    (cd $R/.debs/bench && timeout $(cap 120) python3 torch_gpt2.py 2>&1 | tail -8 | tee $OUT/torch_gpt2.out)
+    ./tegraph run $R/examples/gpt.lua --make-data /tmp/d.bin --tokens 2000000 | tail -1
+    timeout $(cap 90) ./tegraph run $R/examples/gpt.lua --data /tmp/d.bin --vocab 50257 --context 1024 --width 768 --heads 12 --layers 12 --batch 8 --microbatches 2 --steps 30 --warmup 2 --dtype bf16 --fuse-wgrad --quiet 2>&1 | tail -6
+    ;;
+  dp)
+    stage dp
+    [ -f /tmp/d.bin ] || ./tegraph run $R/examples/gpt.lua --make-data /tmp/d.bin --tokens 2000000 | tail -1
+    G="--data /tmp/d.bin --vocab 50257 --context 1024 --width 768 --heads 12 --layers 12 --batch 8 --microbatches 2 --steps 20 --warmup 2 --dtype bf16 --fuse-wgrad --quiet"
+    timeout $(cap 90) ./tegraph run $R/examples/gpt.lua $G 2>&1 | grep -E "gpt:|steady|trained|trace"
+    timeout $(cap 120) ./tegraph run -n 2 $R/examples/gpt.lua $G $DP_TRACE 2>&1 | grep -E "gpt:|steady|trained|rank|trace|overlap"
+    cp /tmp/trace*.json* $OUT/ 2>/dev/null; ls -la /tmp/trace* 2>/dev/null
+    ;;
+  sanit)
+    stage memcheck
+    TG_CUDA_ALLOC=direct TG_TEST_SEED=5 timeout $(cap 110) compute-sanitizer --tool memcheck --leak-check no t/cuda-nn-ops-match-cpu.t > /tmp/mc.log 2>&1
+    echo "memcheck rc=$? $(grep -c '^ok' /tmp/mc.log) ok, $(grep -c '^not ok' /tmp/mc.log) not ok; $(grep -E 'ERROR SUMMARY' /tmp/mc.log)"
+    stage racecheck
+    TG_NN_OPS=attention,norms,cross_entropy TG_TEST_SEED=5 timeout $(cap 90) compute-sanitizer --tool racecheck t/cuda-nn-ops-match-cpu.t > /tmp/rc.log 2>&1
+    echo "racecheck rc=$? $(grep -c '^ok' /tmp/rc.log) ok, $(grep -c '^not ok' /tmp/rc.log) not ok; $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' /tmp/rc.log)"
+    cat /tmp/mc.log /tmp/rc.log > $OUT/sanitizer.log
+    ;;
+  suite)
+    stage suite
+    timeout $(( $(left) - 10 )) make -j16 check > /tmp/suite.log 2>&1; echo "make check rc=$?"
+    grep -E "^(FAIL|ERROR)|^# (TOTAL|PASS|SKIP|FAIL|ERROR)" /tmp/suite.log | head -30; cp test-suite.log $OUT/suite.log 2>/dev/null
+    ;;
+  esac
+done
+stage done
