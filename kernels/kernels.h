@@ -122,6 +122,37 @@ cudaError_t tg_cuda_adamw(float *p, float *m, float *v, uint16_t *p_lowp, const 
                           float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                           int64_t step, cudaStream_t st);
 
+/* ------------------------------------------------------------------ multi-tensor kernels
+ * Table entries with the layout of backend.h's tg_adamw_multi_tensor and
+ * tg_sumsq_multi_tensor (cuda.c checks). The launchers split the list into
+ * groups whose table fits in the kernel parameters (passed by value: no device
+ * allocation or copy, so legal under stream capture), one launch per group. */
+struct tgk_adamw_tensor {
+    float *p, *m, *v;
+    uint16_t *p_lowp;
+    const void *g;
+    int64_t n;
+    tg_dtype g_dt;
+    float weight_decay;
+};
+struct tgk_sumsq_tensor {
+    const void *x;
+    int64_t n;
+    tg_dtype dt;
+};
+
+/* tg_cuda_adamw on every tensor of t; clip_sumsq (device, may be NULL) as struct
+ * tg_adamw_multi_args: the scale and the skip on a non-finite norm are decided
+ * on the device. */
+cudaError_t tg_cuda_adamw_multi(const struct tgk_adamw_tensor *t, int ntensors, float lr, float beta1, float beta2,
+                                float eps, float grad_scale, int64_t step, const float *clip_sumsq, double max_norm,
+                                cudaStream_t st);
+/* *out = sum of squares of all the tensors, in f64 in a fixed order (per-block
+ * partials, then one block folds them), stored as one f32. scratch: the
+ * TGK_REDUCE_BLOCKS doubles of tg_cuda_reduce. */
+cudaError_t tg_cuda_sumsq_multi(const struct tgk_sumsq_tensor *t, int ntensors, float *out, double *scratch,
+                                cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif

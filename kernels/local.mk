@@ -16,7 +16,8 @@ libtegraph_la_SOURCES += \
 	%D%/attention.cu \
 	%D%/embedding.cu \
 	%D%/cross_entropy.cu \
-	%D%/adamw.cu
+	%D%/adamw.cu \
+	%D%/sumsq_multi.cu
 # nvcc's host code (kernel registration, static guards) needs the C++ runtime.
 libtegraph_la_LIBADD += -lstdc++
 endif

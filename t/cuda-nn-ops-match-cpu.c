@@ -184,6 +184,8 @@ ISSUE_FN(embedding_backward_dw)
 ISSUE_FN(cross_entropy_forward)
 ISSUE_FN(cross_entropy_backward)
 ISSUE_FN(adamw)
+ISSUE_FN(adamw_multi)
+ISSUE_FN(sumsq_multi)
 
 static void run_case(const char *what, issue_fn fn, const void *args_cpu, const void *args_gpu, const struct out *o,
                      int no, tg_dtype op_dt)
@@ -569,6 +571,84 @@ static void test_adamw(void)
             }
 }
 
+/* ------------------------------------------------------------------ multi-tensor AdamW and sum of squares
+ * 300 tensors (more than one CUDA group), as slices of shared buffers at offsets that leave
+ * some unaligned (the scalar path) and some 16-byte aligned (the vector path). */
+static void test_adamw_multi(void)
+{
+    enum { K = 300 };
+    int64_t off[K], len[K], total = 0;
+    for (int k = 0; k < K; k++) {
+        const int64_t big[] = {10007, 65539, 4099, 1, 8192, 24576};
+        len[k] = k < 6 ? big[k] : 1 + (k * 37) % 64;
+        total += k % 3 == 1 ? 1 : (4 - total % 4) % 4; /* unaligned, else aligned to 4 elements */
+        off[k] = total;
+        total += len[k];
+    }
+    struct pair p = rnd_pair(TG_F32, (size_t)total, 0.0, 1.0), m = rnd_pair(TG_F32, (size_t)total, 0.0, 0.1),
+                v = uniform_f32((size_t)total, 0.0, 0.01), g32 = rnd_pair(TG_F32, (size_t)total, 0.0, 1.0),
+                g16 = rnd_pair(TG_BF16, (size_t)total, 0.0, 1.0), pl = pair_new((size_t)total * 2),
+                sq = pair_new(4);
+    void *ip = init_of(&p), *im = init_of(&m), *iv = init_of(&v);
+
+    struct tg_sumsq_multi_args *sa[2];
+    struct tg_adamw_multi_args *aa[2];
+    for (int g = 0; g < 2; g++) {
+        sa[g] = malloc(tg_sumsq_multi_args_size(K));
+        aa[g] = malloc(tg_adamw_multi_args_size(K));
+        sa[g]->out = ON(sq), sa[g]->ntensors = K;
+        for (int k = 0; k < K; k++) {
+            const int bf = k % 2;
+            const struct pair *gp = bf ? &g16 : &g32;
+            const size_t es = bf ? 2 : 4;
+            const void *gk = (const char *)ON(*gp) + (size_t)off[k] * es;
+            sa[g]->t[k] = (struct tg_sumsq_multi_tensor){.x = gk, .n = len[k], .dt = bf ? TG_BF16 : TG_F32};
+            aa[g]->t[k] = (struct tg_adamw_multi_tensor){
+                .p = (float *)ON(p) + off[k], .m = (float *)ON(m) + off[k], .v = (float *)ON(v) + off[k],
+                .p_lowp = k % 3 == 2 ? NULL : (uint16_t *)ON(pl) + off[k], .g = gk, .n = len[k],
+                .g_dt = bf ? TG_BF16 : TG_F32, .weight_decay = k % 4 ? 0.1f : 0.0f};
+        }
+    }
+    struct out so[] = {{&sq, TG_F32, 1, NULL, "sum of squares"}};
+    run_case("sumsq_multi of 300 f32/bf16 tensors", issue_sumsq_multi, sa[0], sa[1], so, 1, TG_F32);
+    sync_both();
+    const double norm = sqrt((double)*(float *)sq.c);
+    float cpu_sq = *(float *)sq.c;
+    pair_set(&sq, &cpu_sq); /* the CPU's sum on both, so both clip with one factor */
+    struct out o[] = {{&p, TG_F32, (size_t)total, ip, "p"},
+                      {&m, TG_F32, (size_t)total, im, "m"},
+                      {&v, TG_F32, (size_t)total, iv, "v"},
+                      {&pl, TG_BF16, (size_t)total, NULL, "p_lowp"}};
+    for (int c = 0; c < 3; c++) {
+        for (int g = 0; g < 2; g++) {
+            *aa[g] = (struct tg_adamw_multi_args){.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                                  .grad_scale = 1.0f, .step = c ? 7 : 1, .ntensors = K,
+                                                  .clip_sumsq = c ? ON(sq) : NULL,
+                                                  .max_norm = c == 2 ? 0.5 * norm : 2.0 * norm};
+        }
+        char what[128];
+        snprintf(what, sizeof what, "adamw_multi of 300 tensors, %s",
+                 c == 0 ? "step 1, no clip" : c == 1 ? "step 7, clip inactive" : "step 7, clip active");
+        run_case(what, issue_adamw_multi, aa[0], aa[1], o, 4, TG_F32);
+    }
+    /* NaN norm: the device skips the step */
+    {
+        float nan = NAN;
+        pair_set(&sq, &nan);
+        aa[1]->clip_sumsq = sq.g;
+        out_reset(&o[0], 0), out_reset(&o[1], 0), out_reset(&o[2], 0);
+        tg_status st = issue_adamw_multi(1, aa[1]);
+        sync_both();
+        void *gp = pair_gpu(&p), *gm = pair_gpu(&m), *gv = pair_gpu(&v);
+        ok(st == TG_OK && memcmp(gp, ip, p.bytes) == 0 && memcmp(gm, im, m.bytes) == 0 && memcmp(gv, iv, v.bytes) == 0,
+           "adamw_multi with a NaN norm leaves p, m and v unchanged on CUDA");
+        free(gp), free(gm), free(gv);
+    }
+    for (int g = 0; g < 2; g++) free(sa[g]), free(aa[g]);
+    free(ip), free(im), free(iv);
+    pair_free(&p), pair_free(&m), pair_free(&v), pair_free(&g32), pair_free(&g16), pair_free(&pl), pair_free(&sq);
+}
+
 int main(void)
 {
     if (tg_device_count(TG_CUDA) == 0) skip_all("no CUDA device");
@@ -589,6 +669,7 @@ int main(void)
     GROUP(embedding);
     GROUP(cross_entropy);
     GROUP(adamw);
+    GROUP(adamw_multi);
 #undef GROUP
     return done_testing();
 }

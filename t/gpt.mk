@@ -5,6 +5,7 @@ GPT_LUA_TESTS = \
 	t/lua-hooks-fire-once-per-microbatch.lua \
 	t/lua-custom-module-in-sequential.lua \
 	t/adamw-matches-hand-computed-step.lua \
+	t/adamw-foreach-matches-per-tensor.lua \
 	t/data-bin-files-load-and-fail-clearly.lua \
 	t/gpt-example-loss-falls.lua
 TESTS += $(GPT_LUA_TESTS)

@@ -9,10 +9,29 @@ local function grad_of(p)
   return p.wgrad
 end
 
--- Global L2 norm of the parameters' gradients (a host number; synchronises).
+-- The parameters' gradients grouped by device: { {device=, grads={...}}, ... }
+-- in the order devices first appear.
+local function grads_by_device(params)
+  local groups, of = {}, {}
+  for _, p in ipairs(params) do
+    local g = grad_of(p)
+    local key = tostring(g.device)
+    local grp = of[key]
+    if not grp then
+      grp = { device = g.device, grads = {} }
+      of[key] = grp
+      groups[#groups + 1] = grp
+    end
+    grp.grads[#grp.grads + 1] = g
+  end
+  return groups
+end
+
+-- Global L2 norm of the parameters' gradients (a host number; synchronises
+-- once per device: the sum of squares is one multi-tensor reduction there).
 function optim.grad_norm(params)
   local sq = 0.0
-  for _, p in ipairs(params) do sq = sq + ops.sumsq(grad_of(p)) end
+  for _, grp in ipairs(grads_by_device(params)) do sq = sq + ops.sumsq_multi(grp.grads):totable()[1] end
   return math.sqrt(sq)
 end
 
@@ -45,10 +64,16 @@ local function default_no_decay(p)
 end
 
 -- optim.AdamW(params, {lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
---   weight_decay=0, no_decay=fn(p)->bool, max_norm=nil})
+--   weight_decay=0, no_decay=fn(p)->bool, max_norm=nil, foreach=true, sync_norm=true})
 -- bf16 parameters are updated through their f32 master copy (p.master),
 -- which is then rounded into p.data; f32 parameters are updated in place.
 -- The gradient read is p.wgrad (main_grad when fused, else grad).
+-- foreach (default): one multi-tensor update per device (ops.adamw_multi), and
+-- with clipping the global norm is reduced and applied on the device (no host
+-- sync) when all parameters share one device; foreach=false updates one
+-- parameter per call (the reference path). Both give bit-identical results.
+-- sync_norm=false: step does not read the norm back (returns nil); ask
+-- opt:grad_norm() for it when needed.
 function optim.AdamW(params, o)
   o = o or {}
   if type(params) ~= "table" or #params == 0 then error("AdamW: needs a non-empty list of parameters", 2) end
@@ -60,45 +85,99 @@ function optim.AdamW(params, o)
     eps = o.eps or 1e-8,
     weight_decay = o.weight_decay or 0.0,
     max_norm = o.max_norm,
+    foreach = o.foreach ~= false,
+    sync_norm = o.sync_norm ~= false,
     t = 0,
     state = {},
+    groups = {}, -- foreach: { {device=, entries={...}, params={...}, sumsq=(1) f32}, ... } by device
   }, AdamW)
   local no_decay = o.no_decay or default_no_decay
+  local of = {}
   for i, p in ipairs(params) do
     local master = p.master
     local data = p.data
     local zeros = { dtype = "f32", device = data.device }
-    self.state[i] = {
+    local s = {
       p = master or data,           -- f32: the values Adam updates
       lowp = master and data or nil, -- bf16 copy rounded from it
       m = core.zeros(p.shape, zeros),
       v = core.zeros(p.shape, zeros),
       wd = no_decay(p) and 0.0 or self.weight_decay,
     }
+    self.state[i] = s
+    local key = tostring(data.device)
+    local grp = of[key]
+    if not grp then
+      -- the norm's buffer lives as long as the optimizer: a step can be captured
+      grp = { device = data.device, entries = {}, params = {}, sumsq = core.zeros({ 1 }, zeros) }
+      of[key] = grp
+      self.groups[#self.groups + 1] = grp
+    end
+    grp.entries[#grp.entries + 1] = { p = s.p, lowp = s.lowp, m = s.m, v = s.v, weight_decay = s.wd }
+    grp.params[#grp.params + 1] = p
   end
   return self
 end
 
--- One update. o: {lr=, max_norm=} override the constructor's. Clipping is
--- folded into the update as a gradient scale. Returns the gradient norm
--- (computed when clipping is on, else nil).
+local function finite(x) return x == x and x ~= math.huge and x ~= -math.huge end
+
+-- One update. o: {lr=, max_norm=, sync_norm=} override the constructor's.
+-- Clipping is folded into the update as a gradient scale; a non-finite
+-- gradient norm skips the update (parameters and moments unchanged; the step
+-- count still advances). Returns the gradient norm when clipping (nil without
+-- clipping, or with sync_norm=false on the device path: see AdamW:grad_norm).
 function AdamW:step(o)
   o = o or {}
   local lr = o.lr or self.lr
   local max_norm = o.max_norm or self.max_norm
-  local norm, scale = nil, 1.0
+  local sync_norm = self.sync_norm
+  if o.sync_norm ~= nil then sync_norm = o.sync_norm end
+  self.t = self.t + 1
+  self.last_norm, self.last_sumsq = nil, nil
+  local args = { lr = lr, step = self.t, beta1 = self.beta1, beta2 = self.beta2, eps = self.eps, grad_scale = 1.0 }
+  if self.foreach and max_norm and #self.groups == 1 then
+    -- the whole clip on the device: sum of squares, then the factor read by the update kernel
+    local grp = self.groups[1]
+    local grads = {}
+    for i, p in ipairs(grp.params) do
+      local g = grad_of(p)
+      grads[i] = g
+      grp.entries[i].g = g
+    end
+    ops.sumsq_multi(grads, grp.sumsq)
+    args.clip_sumsq, args.max_norm = grp.sumsq, max_norm
+    ops.adamw_multi(grp.entries, args)
+    self.last_sumsq = grp.sumsq
+    if sync_norm then return self:grad_norm() end
+    return nil
+  end
+  local norm
   if max_norm then
     norm = optim.grad_norm(self.params)
-    scale = optim.clip_factor(norm, max_norm)
+    self.last_norm = norm
+    if not finite(norm) then return norm end -- a bad step changes nothing
+    args.grad_scale = optim.clip_factor(norm, max_norm)
   end
-  self.t = self.t + 1
-  local args = { lr = lr, step = self.t, beta1 = self.beta1, beta2 = self.beta2, eps = self.eps, grad_scale = scale }
-  for i, p in ipairs(self.params) do
-    local s = self.state[i]
-    args.weight_decay = s.wd
-    ops.adamw_step(s.p, s.lowp, grad_of(p), s.m, s.v, args)
+  if self.foreach then
+    for _, grp in ipairs(self.groups) do
+      for i, p in ipairs(grp.params) do grp.entries[i].g = grad_of(p) end
+      ops.adamw_multi(grp.entries, args)
+    end
+  else
+    for i, p in ipairs(self.params) do
+      local s = self.state[i]
+      args.weight_decay = s.wd
+      ops.adamw_step(s.p, s.lowp, grad_of(p), s.m, s.v, args)
+    end
   end
   return norm
+end
+
+-- The gradient norm of the last step that clipped (nil if it did not); reads
+-- it from the device when the step left it there (a sync).
+function AdamW:grad_norm()
+  if self.last_norm == nil and self.last_sumsq then self.last_norm = math.sqrt(self.last_sumsq:totable()[1]) end
+  return self.last_norm
 end
 
 -- Zeroes grad and main_grad of every parameter (inside steps the first wgrad

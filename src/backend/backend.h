@@ -284,6 +284,46 @@ struct tg_adamw_args {
     int64_t step;              /* >= 1 */
 };
 
+/* Many AdamW steps in one call (see tg_adamw_multi in ops_nn.h): shared
+ * hyperparameters, per-tensor buffers and weight decay. The table follows the
+ * struct (flexible array), so the CPU stream records the whole call by copying
+ * tg_adamw_multi_args_size(n) bytes; CUDA passes it by value to its kernels. */
+struct tg_adamw_multi_tensor {
+    float *p, *m, *v;          /* (n) */
+    uint16_t *p_lowp;          /* (n) bf16 copy of p, may be NULL */
+    const void *g;             /* (n) g_dt */
+    int64_t n;
+    tg_dtype g_dt;
+    float weight_decay;
+};
+struct tg_adamw_multi_args {
+    float lr, beta1, beta2, eps, grad_scale;
+    int64_t step;              /* >= 1 */
+    /* Global-norm clip read on the device: NULL, or the sum of squares of the
+     * gradients (1) f32; the gradient scale is then grad_scale * f (in double)
+     * with f = 0 for a non-finite norm (and the step changes nothing), 1 for
+     * norm <= max_norm, else max_norm / (norm + 1e-6), as optim.clip_factor. */
+    const float *clip_sumsq;
+    double max_norm;
+    int ntensors;
+    struct tg_adamw_multi_tensor t[];
+};
+#define tg_adamw_multi_args_size(n) (sizeof(struct tg_adamw_multi_args) + (size_t)(n) * sizeof(struct tg_adamw_multi_tensor))
+
+/* *out (1) f32 = sum over the tensors of the sum of their squares, in a fixed
+ * order (deterministic); table after the struct as above. */
+struct tg_sumsq_multi_tensor {
+    const void *x;             /* (n) dt */
+    int64_t n;
+    tg_dtype dt;
+};
+struct tg_sumsq_multi_args {
+    float *out;                /* (1), device memory */
+    int ntensors;
+    struct tg_sumsq_multi_tensor t[];
+};
+#define tg_sumsq_multi_args_size(n) (sizeof(struct tg_sumsq_multi_args) + (size_t)(n) * sizeof(struct tg_sumsq_multi_tensor))
+
 typedef enum tg_memcpy_kind { TG_H2D = 0, TG_D2H, TG_D2D } tg_memcpy_kind;
 
 struct tg_backend {
@@ -338,6 +378,8 @@ struct tg_backend {
     tg_status (*cross_entropy_forward)(tg_stream *s, const struct tg_cross_entropy_forward_args *a);
     tg_status (*cross_entropy_backward)(tg_stream *s, const struct tg_cross_entropy_backward_args *a);
     tg_status (*adamw)(tg_stream *s, const struct tg_adamw_args *a);
+    tg_status (*adamw_multi)(tg_stream *s, const struct tg_adamw_multi_args *a);
+    tg_status (*sumsq_multi)(tg_stream *s, const struct tg_sumsq_multi_args *a);
 };
 
 extern const struct tg_backend tg_backend_cpu;

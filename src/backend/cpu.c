@@ -206,4 +206,6 @@ const struct tg_backend tg_backend_cpu = {
     .cross_entropy_forward = cpu_cross_entropy_forward,
     .cross_entropy_backward = cpu_cross_entropy_backward,
     .adamw = cpu_adamw,
+    .adamw_multi = cpu_adamw_multi,
+    .sumsq_multi = cpu_sumsq_multi,
 };

@@ -46,6 +46,8 @@ tg_status cpu_embedding_backward_dw(tg_stream *s, const struct tg_embedding_back
 tg_status cpu_cross_entropy_forward(tg_stream *s, const struct tg_cross_entropy_forward_args *a);
 tg_status cpu_cross_entropy_backward(tg_stream *s, const struct tg_cross_entropy_backward_args *a);
 tg_status cpu_adamw(tg_stream *s, const struct tg_adamw_args *a);
+tg_status cpu_adamw_multi(tg_stream *s, const struct tg_adamw_multi_args *a);
+tg_status cpu_sumsq_multi(tg_stream *s, const struct tg_sumsq_multi_args *a);
 
 /* 64-byte aligned host memory for kernel workspaces (NULL on failure). */
 void *cpu_aligned_alloc(size_t bytes);

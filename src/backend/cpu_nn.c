@@ -612,27 +612,103 @@ tg_status cpu_cross_entropy_backward(tg_stream *s, const struct tg_cross_entropy
 }
 
 /* ------------------------------------------------------------------ AdamW */
+/* One tensor's update, shared by the single and multi-tensor kernels so both
+ * do the same operations in the same order (bit-identical results). */
+static inline void adamw_tensor(float *P, float *M, float *V, uint16_t *PL, const void *G, tg_dtype g_dt, int64_t n,
+                                double lr, double b1, double b2, double eps, double wd, double gs, double bc1,
+                                double bc2)
+{
+#pragma omp parallel for schedule(static) if (n > CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        double g = gs * ld(G, g_dt, i);
+        double m = b1 * M[i] + (1.0 - b1) * g, v = b2 * V[i] + (1.0 - b2) * g * g;
+        double w = P[i];
+        w -= lr * (m / bc1 / (sqrt(v / bc2) + eps) + wd * w);
+        M[i] = (float)m;
+        V[i] = (float)v;
+        P[i] = (float)w;
+        if (PL) PL[i] = tg_f32_to_bf16(P[i]);
+    }
+}
+
 static void adamw_run(const void *p)
 {
     const struct tg_adamw_args *a = p;
-    const int64_t n = a->n;
-    const double b1 = a->beta1, b2 = a->beta2, lr = a->lr, eps = a->eps, wd = a->weight_decay, gs = a->grad_scale;
+    const double b1 = a->beta1, b2 = a->beta2;
     const double bc1 = 1.0 - pow(b1, (double)a->step), bc2 = 1.0 - pow(b2, (double)a->step);
-#pragma omp parallel for schedule(static) if (n > CPU_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        double g = gs * ld(a->g, a->g_dt, i);
-        double m = b1 * a->m[i] + (1.0 - b1) * g, v = b2 * a->v[i] + (1.0 - b2) * g * g;
-        double w = a->p[i];
-        w -= lr * (m / bc1 / (sqrt(v / bc2) + eps) + wd * w);
-        a->m[i] = (float)m;
-        a->v[i] = (float)v;
-        a->p[i] = (float)w;
-        if (a->p_lowp) a->p_lowp[i] = tg_f32_to_bf16(a->p[i]);
-    }
+    adamw_tensor(a->p, a->m, a->v, a->p_lowp, a->g, a->g_dt, a->n, a->lr, b1, b2, a->eps, a->weight_decay,
+                 a->grad_scale, bc1, bc2);
 }
 
 tg_status cpu_adamw(tg_stream *s, const struct tg_adamw_args *a)
 {
     TG_TRY(float_only("adamw", a->g_dt));
     return cpu_submit(s, adamw_run, a, sizeof *a);
+}
+
+/* optim.clip_factor of the norm sqrt(sumsq): 0 when it is not finite, 1 within max_norm. */
+static double clip_factor(float sumsq, double max_norm)
+{
+    const double norm = sqrt((double)sumsq);
+    if (!isfinite(norm)) return 0.0;
+    return norm <= max_norm ? 1.0 : max_norm / (norm + 1e-6);
+}
+
+static void adamw_multi_run(const void *p)
+{
+    const struct tg_adamw_multi_args *a = p;
+    const double b1 = a->beta1, b2 = a->beta2;
+    const double bc1 = 1.0 - pow(b1, (double)a->step), bc2 = 1.0 - pow(b2, (double)a->step);
+    double f = 1.0;
+    if (a->clip_sumsq) {
+        f = clip_factor(*a->clip_sumsq, a->max_norm);
+        if (f == 0) return; /* a non-finite gradient norm: the step changes nothing */
+    }
+    /* rounded to f32 as tg_adamw_step's grad_scale is, so the two agree bit for bit */
+    const double gs = (float)((double)a->grad_scale * f);
+    for (int k = 0; k < a->ntensors; k++) {
+        const struct tg_adamw_multi_tensor *t = &a->t[k];
+        adamw_tensor(t->p, t->m, t->v, t->p_lowp, t->g, t->g_dt, t->n, a->lr, b1, b2, a->eps, t->weight_decay, gs,
+                     bc1, bc2);
+    }
+}
+
+tg_status cpu_adamw_multi(tg_stream *s, const struct tg_adamw_multi_args *a)
+{
+    for (int k = 0; k < a->ntensors; k++) TG_TRY(float_only("adamw_multi", a->t[k].g_dt));
+    return cpu_submit(s, adamw_multi_run, a, tg_adamw_multi_args_size(a->ntensors));
+}
+
+/* ------------------------------------------------------------------ sum of squares of many tensors */
+#define SUMSQ_CHUNK 32768 /* fixed, so the sum's order does not depend on the thread count */
+
+static void sumsq_multi_run(const void *p)
+{
+    const struct tg_sumsq_multi_args *a = p;
+    double total = 0, part[64];
+    for (int k = 0; k < a->ntensors; k++) {
+        const struct tg_sumsq_multi_tensor *t = &a->t[k];
+        const int64_t nch = (t->n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+        for (int64_t c0 = 0; c0 < nch; c0 += 64) { /* partials of up to 64 chunks, then added in order */
+            const int nc = nch - c0 < 64 ? (int)(nch - c0) : 64;
+#pragma omp parallel for schedule(static) if (nc > 1)
+            for (int j = 0; j < nc; j++) {
+                const int64_t lo = (c0 + j) * SUMSQ_CHUNK, hi = lo + SUMSQ_CHUNK < t->n ? lo + SUMSQ_CHUNK : t->n;
+                double acc = 0;
+                for (int64_t i = lo; i < hi; i++) {
+                    double x = ld(t->x, t->dt, i);
+                    acc += x * x;
+                }
+                part[j] = acc;
+            }
+            for (int j = 0; j < nc; j++) total += part[j];
+        }
+    }
+    *a->out = (float)total;
+}
+
+tg_status cpu_sumsq_multi(tg_stream *s, const struct tg_sumsq_multi_args *a)
+{
+    for (int k = 0; k < a->ntensors; k++) TG_TRY(float_only("sumsq_multi", a->t[k].dt));
+    return cpu_submit(s, sumsq_multi_run, a, tg_sumsq_multi_args_size(a->ntensors));
 }

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <string.h>
 
 _Static_assert((int)TGK_REDUCE_SUM == (int)TG_REDUCE_SUM && (int)TGK_REDUCE_MAX_ABS == (int)TG_REDUCE_MAX_ABS &&
@@ -726,6 +727,37 @@ static tg_status cuda_adamw(tg_stream *s, const struct tg_adamw_args *a)
     return TG_OK;
 }
 
+/* The kernels take backend.h's tables as they are (kernels.h cannot include backend.h). */
+_Static_assert(sizeof(struct tgk_adamw_tensor) == sizeof(struct tg_adamw_multi_tensor) &&
+                   offsetof(struct tgk_adamw_tensor, p_lowp) == offsetof(struct tg_adamw_multi_tensor, p_lowp) &&
+                   offsetof(struct tgk_adamw_tensor, g) == offsetof(struct tg_adamw_multi_tensor, g) &&
+                   offsetof(struct tgk_adamw_tensor, n) == offsetof(struct tg_adamw_multi_tensor, n) &&
+                   offsetof(struct tgk_adamw_tensor, g_dt) == offsetof(struct tg_adamw_multi_tensor, g_dt) &&
+                   offsetof(struct tgk_adamw_tensor, weight_decay) == offsetof(struct tg_adamw_multi_tensor, weight_decay),
+               "kernels.h tgk_adamw_tensor follows backend.h");
+_Static_assert(sizeof(struct tgk_sumsq_tensor) == sizeof(struct tg_sumsq_multi_tensor) &&
+                   offsetof(struct tgk_sumsq_tensor, n) == offsetof(struct tg_sumsq_multi_tensor, n) &&
+                   offsetof(struct tgk_sumsq_tensor, dt) == offsetof(struct tg_sumsq_multi_tensor, dt),
+               "kernels.h tgk_sumsq_tensor follows backend.h");
+
+static tg_status cuda_adamw_multi(tg_stream *s, const struct tg_adamw_multi_args *a)
+{
+    for (int k = 0; k < a->ntensors; k++) TG_TRY(float_only("adamw_multi", a->t[k].g_dt));
+    LAUNCH(s, tg_cuda_adamw_multi((const struct tgk_adamw_tensor *)a->t, a->ntensors, a->lr, a->beta1, a->beta2,
+                                  a->eps, a->grad_scale, a->step, a->clip_sumsq, a->max_norm, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_sumsq_multi(tg_stream *s, const struct tg_sumsq_multi_args *a)
+{
+    double *parts;
+    for (int k = 0; k < a->ntensors; k++) TG_TRY(float_only("sumsq_multi", a->t[k].dt));
+    TG_TRY(tg_cuda_reduce_scratch(s, &parts));
+    LAUNCH(s, tg_cuda_sumsq_multi((const struct tgk_sumsq_tensor *)a->t, a->ntensors, a->out, parts,
+                                  tg_cuda_stream(s)));
+    return TG_OK;
+}
+
 const struct tg_backend tg_backend_cuda = {
     .name = "cuda",
     .type = TG_CUDA,
@@ -767,4 +799,6 @@ const struct tg_backend tg_backend_cuda = {
     .cross_entropy_forward = cuda_cross_entropy_forward,
     .cross_entropy_backward = cuda_cross_entropy_backward,
     .adamw = cuda_adamw,
+    .adamw_multi = cuda_adamw_multi,
+    .sumsq_multi = cuda_sumsq_multi,
 };

@@ -85,6 +85,32 @@ tg_status tg_cross_entropy_backward(tg_tensor *dlogits, const tg_tensor *logits,
 tg_status tg_adamw_step(tg_tensor *p, tg_tensor *p_lowp, const tg_tensor *g, tg_tensor *m, tg_tensor *v, double lr,
                         double beta1, double beta2, double eps, double weight_decay, int64_t step, double grad_scale);
 
+/* One parameter of tg_adamw_multi: the tensors of tg_adamw_step and its weight decay. */
+struct tg_adamw_param {
+    tg_tensor *p;          /* (n) f32 master weights */
+    tg_tensor *p_lowp;     /* (n) bf16 copy set to round(p), or NULL */
+    const tg_tensor *g;    /* (n) f32 or bf16 */
+    tg_tensor *m, *v;      /* (n) f32 */
+    double weight_decay;
+};
+/* tg_adamw_step on n parameters with shared hyperparameters, in one kernel
+ * launch per group of parameters (CUDA) and no host sync, so it captures.
+ * Bit-identical to tg_adamw_step per parameter with the same grad_scale.
+ * clip_sumsq: NULL, or a (1) f32 tensor on the same device holding the sum of
+ * squares of the gradients (tg_sumsq_multi), read on the device when the
+ * kernel runs: the gradient scale becomes grad_scale * f, f the factor of
+ * optim.clip_factor (1 when sqrt(sumsq) <= max_norm, else
+ * max_norm / (norm + 1e-6)); a non-finite norm skips the update (p, p_lowp, m
+ * and v unchanged). Errors name the parameter ("adamw_multi: param 3: ...").
+ * All tensors on one device; the table is copied (params may be freed after). */
+tg_status tg_adamw_multi(const struct tg_adamw_param *params, int n, double lr, double beta1, double beta2, double eps,
+                         int64_t step, double grad_scale, const tg_tensor *clip_sumsq, double max_norm);
+
+/* out (1) f32 = sum of the squares of every element of ts[0..n-1] (f32 or
+ * bf16, on out's device), accumulated in f64 in a fixed order (deterministic),
+ * on the device: no host sync, capturable. */
+tg_status tg_sumsq_multi(tg_tensor *out, const tg_tensor *const *ts, int n);
+
 /* Sum of squares of t into *out (host, blocking), for global-norm clipping. */
 tg_status tg_sumsq(const tg_tensor *t, double *out);
 

@@ -216,19 +216,24 @@ static int o_cross_entropy_backward(lua_State *L)
     return 1;
 }
 
-static double num_field(lua_State *L, int t, const char *k, double def, int required)
+static double num_field_of(lua_State *L, const char *op, int t, const char *k, double def, int required)
 {
     double v = def;
     int ty = lua_getfield(L, t, k);
     if (ty == LUA_TNIL) {
-        if (required) luaL_error(L, "adamw_step: option '%s' is required", k);
+        if (required) luaL_error(L, "%s: option '%s' is required", op, k);
     } else {
         int isnum;
         v = (double)lua_tonumberx(L, -1, &isnum);
-        if (!isnum) luaL_error(L, "adamw_step: option '%s' must be a number", k);
+        if (!isnum) luaL_error(L, "%s: option '%s' must be a number", op, k);
     }
     lua_pop(L, 1);
     return v;
+}
+
+static double num_field(lua_State *L, int t, const char *k, double def, int required)
+{
+    return num_field_of(L, "adamw_step", t, k, def, required);
 }
 
 /* adamw_step(p, p_lowp|nil, g, m, v, {lr=, step=, beta1=0.9, beta2=0.999, eps=1e-8,
@@ -245,6 +250,85 @@ static int o_adamw_step(lua_State *L)
     luaL_argcheck(L, step >= 1, 6, "step must be >= 1");
     tgl_check(L, tg_adamw_step(p, pl, g, m, v, lr, b1, b2, eps, wd, (int64_t)step, scale));
     return 0;
+}
+
+/* The tensor in field k of the table at t, or NULL when absent (required: raises). */
+static tg_tensor *tensor_field(lua_State *L, const char *op, int t, int i, const char *k, int required)
+{
+    tg_tensor *x = NULL;
+    if (lua_getfield(L, t, k) != LUA_TNIL) {
+        x = tgl_tensor_test(L, -1);
+        if (!x) luaL_error(L, "%s: params[%d].%s must be a tensor", op, i, k);
+    } else if (required) {
+        luaL_error(L, "%s: params[%d].%s is required", op, i, k);
+    }
+    lua_pop(L, 1); /* the list keeps the tensor alive during the call */
+    return x;
+}
+
+/* adamw_multi({{p=, lowp=nil, g=, m=, v=, weight_decay=0}, ...}, {lr=, step=, beta1=0.9,
+ * beta2=0.999, eps=1e-8, grad_scale=1, clip_sumsq=nil, max_norm=}): tg_adamw_multi. */
+static int o_adamw_multi(lua_State *L)
+{
+    const char *op = "adamw_multi";
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_Integer n = luaL_len(L, 1);
+    luaL_argcheck(L, n >= 1 && n <= INT32_MAX, 1, "a non-empty list of parameters expected");
+    struct tg_adamw_param *ps = lua_newuserdatauv(L, (size_t)n * sizeof *ps, 0); /* freed by the GC, even on errors */
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_geti(L, 1, i) != LUA_TTABLE) luaL_error(L, "%s: params[%d] must be a table", op, (int)i);
+        const int e = lua_gettop(L);
+        struct tg_adamw_param *q = &ps[i - 1];
+        q->p = tensor_field(L, op, e, (int)i, "p", 1);
+        q->p_lowp = tensor_field(L, op, e, (int)i, "lowp", 0);
+        q->g = tensor_field(L, op, e, (int)i, "g", 1);
+        q->m = tensor_field(L, op, e, (int)i, "m", 1);
+        q->v = tensor_field(L, op, e, (int)i, "v", 1);
+        q->weight_decay = num_field_of(L, op, e, "weight_decay", 0.0, 0);
+        lua_pop(L, 1);
+    }
+    double lr = num_field_of(L, op, 2, "lr", 0, 1), step = num_field_of(L, op, 2, "step", 0, 1);
+    double b1 = num_field_of(L, op, 2, "beta1", 0.9, 0), b2 = num_field_of(L, op, 2, "beta2", 0.999, 0);
+    double eps = num_field_of(L, op, 2, "eps", 1e-8, 0), scale = num_field_of(L, op, 2, "grad_scale", 1.0, 0);
+    luaL_argcheck(L, step >= 1, 2, "step must be >= 1");
+    tg_tensor *clip = NULL;
+    double max_norm = 0;
+    if (lua_getfield(L, 2, "clip_sumsq") != LUA_TNIL) {
+        clip = tgl_tensor_test(L, -1);
+        if (!clip) luaL_error(L, "%s: option 'clip_sumsq' must be a tensor", op);
+        max_norm = num_field_of(L, op, 2, "max_norm", 0, 1);
+    }
+    lua_pop(L, 1);
+    tgl_check(L, tg_adamw_multi(ps, (int)n, lr, b1, b2, eps, (int64_t)step, scale, clip, max_norm));
+    return 0;
+}
+
+/* sumsq_multi({t1, t2, ...} [, out]) -> out: (1) f32 on the device = sum of the
+ * squares of every element (no host sync; out is made on the first tensor's
+ * device when not given). */
+static int o_sumsq_multi(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_Integer n = luaL_len(L, 1);
+    luaL_argcheck(L, n >= 0 && n <= INT32_MAX, 1, "too many tensors");
+    tg_tensor *out = opt_tensor(L, 2);
+    const tg_tensor **ts = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *ts, 0);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, 1, i);
+        ts[i - 1] = tgl_tensor_test(L, -1);
+        if (!ts[i - 1]) luaL_error(L, "sumsq_multi: element %d of the list is not a tensor", (int)i);
+        lua_pop(L, 1);
+    }
+    if (!out) {
+        luaL_argcheck(L, n >= 1, 1, "needs a tensor, or out, to know the device");
+        int64_t one = 1;
+        out = push_new(L, ts[0], TG_F32, 1, &one);
+    } else {
+        lua_pushvalue(L, 2);
+    }
+    tgl_check(L, tg_sumsq_multi(out, ts, (int)n));
+    return 1;
 }
 
 /* sumsq(t) -> sum of squares (host number) */
@@ -405,6 +489,8 @@ static const luaL_Reg ops_funcs[] = {
     {"cross_entropy_backward", o_cross_entropy_backward},
     {"adamw_step", o_adamw_step},
     {"sumsq", o_sumsq},
+    {"adamw_multi", o_adamw_multi},
+    {"sumsq_multi", o_sumsq_multi},
     {"gemm", o_gemm},
     {"matmul", o_matmul},
     {"add", o_add},

@@ -122,6 +122,7 @@ function Zero1:step(o)
     scale = optim.clip_factor(norm, max_norm)
   end
   self.t = self.t + 1
+  if norm and (norm ~= norm or norm == math.huge) then return norm end -- a bad step changes nothing, as optim.AdamW
   local args = { lr = o.lr or self.lr, step = self.t, beta1 = self.beta1, beta2 = self.beta2, eps = self.eps,
     grad_scale = scale or 1.0 }
   for _, seg in ipairs(self.segments) do
