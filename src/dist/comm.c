@@ -419,10 +419,13 @@ void tg_comm_label_next(const char *label)
 static void span_describe(tg_comm_req *r, const char *what, const tg_tensor *in)
 {
     char label[64];
+    r->span = -1;
+    if (!tg_span_on) {
+        next_label[0] = '\0';
+        return;
+    }
     snprintf(label, sizeof label, "%s", next_label);
     next_label[0] = '\0';
-    r->span = -1;
-    if (!tg_span_on) return;
     for (char *c = label; *c; c++)
         if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '_'; /* JSON-safe */
     snprintf(r->span_name, sizeof r->span_name, "%s%s%s", what, label[0] ? " " : "", label);
