@@ -39,6 +39,8 @@ local defaults = {
   { "log", nil, "write metrics as JSON lines to this file" },
   { "every", 25, "print every N steps when not on a terminal" },
   { "quiet", false, "no progress lines" },
+  { "trace", nil, "write a device-timeline trace (Chrome JSON, for Perfetto) of --trace-steps to this file; with several ranks each writes FILE.rank<r>" },
+  { "trace-steps", nil, "steps to trace, a:b (default 3:5, within --steps)" },
 }
 
 local function usage(out)
@@ -232,10 +234,25 @@ local bar = progress.new { total = opt.steps, tokens_per_step = tokens_per_step,
   tty = not opt.quiet and tg.isatty(io.stdout), out = opt.quiet and io.open("/dev/null", "w") or io.stdout }
 local first_loss, last_loss
 local losses = {}
+-- --trace: steps trace_a..trace_b run inside a trace; the overlap of the ddp
+-- all-reduces with the backward is printed when it stops.
+local trace_a, trace_b
+if opt.trace then
+  local spec = opt["trace-steps"] or "3:5"
+  local a, b = tostring(spec):match("^(%d+):(%d+)$")
+  if not a then a = tostring(spec):match("^(%d+)$"); b = a end
+  if not a or tonumber(a) < 1 or tonumber(b) < tonumber(a) then
+    error(string.format("gpt.lua: --trace-steps must be a:b with 1 <= a <= b (got '%s')", tostring(spec)), 0)
+  end
+  trace_a, trace_b = math.min(tonumber(a), opt.steps), math.min(tonumber(b), opt.steps)
+end
+local trace_path = opt.trace
+if trace_path and world and world:size() > 1 then trace_path = trace_path .. ".rank" .. world:rank() end
 local steady_t0 -- time at the end of step 2
 
 for step = 1, opt.steps do
   local lr = schedule(step)
+  if step == trace_a then tg.trace.start() end
   tg.step_begin { microbatches = M }
   local loss_sum = 0.0
   for mb = 1, M do
@@ -248,6 +265,11 @@ for step = 1, opt.steps do
   tg.step_end()
   if ddp then ddp:finish() end
   local norm = adamw:step { lr = lr }
+  if step == trace_b then
+    local sum = tg.trace.stop(trace_path, { quiet = true })
+    print(string.format("%s%s (steps %d..%d) -> %s", world and world:size() > 1 and ("rank " .. world:rank() .. ": ") or "",
+      sum.line, trace_a, trace_b, trace_path))
+  end
   local loss = loss_sum / M
   if loss ~= loss then error(string.format("step %d: the loss is NaN", step)) end
   first_loss = first_loss or loss

@@ -94,6 +94,7 @@ typedef struct tg_tensor tg_tensor;
 typedef struct tg_pool tg_pool;
 typedef struct tg_stream tg_stream;
 typedef struct tg_graph tg_graph;
+typedef struct tg_event tg_event;
 
 /* New uninitialised tensor on dev. Storage comes from the current pool of
  * the device (tg_pool_push) if any, else from the device allocator; the
@@ -201,6 +202,69 @@ TG_API size_t tg_graph_size(const tg_graph *g);
 /* Keeps pool alive as long as the graph (graph memory). */
 TG_API void tg_graph_keep_pool(tg_graph *g, tg_pool *pool);
 TG_API void tg_graph_free(tg_graph *g);
+
+/* Events mark a point of a stream's work, to order streams and to time them.
+ * CUDA: a cudaEvent_t. CPU: recording is a command on the stream (run now,
+ * or recorded while the stream captures and run at each replay) that stores
+ * the host's monotonic time. An event recorded in a captured graph must
+ * outlive the graph. On CUDA, timing events recorded while capturing do not
+ * time anything (CUDA forbids timing in graphs): tg_event_elapsed on them
+ * fails; a recorded event still orders another captured stream (fork/join). */
+/* A new event on dev; timing != 0 allows tg_event_elapsed (costlier on CUDA).
+ * TG_EINVAL naming the device when it does not exist. */
+TG_API tg_status tg_event_new(tg_device dev, int timing, tg_event **out);
+TG_API void tg_event_free(tg_event *e);
+/* Marks the work issued on s so far (s on the event's device). */
+TG_API tg_status tg_event_record(tg_event *e, tg_stream *s);
+/* Work issued on s after this call starts after e's work completed (the host
+ * does not block). */
+TG_API tg_status tg_stream_wait_event(tg_stream *s, tg_event *e);
+/* *done = whether e's work has completed (an event never recorded counts as
+ * complete, as in CUDA). Does not block. */
+TG_API tg_status tg_event_query(tg_event *e, int *done);
+/* Blocks the host until e's work has completed. */
+TG_API tg_status tg_event_sync(tg_event *e);
+/* *ms = time from start to end (may be negative if end was recorded first).
+ * Both must be timing events of one device, recorded and complete: otherwise
+ * TG_ESTATE saying which. */
+TG_API tg_status tg_event_elapsed(tg_event *start, tg_event *end, double *ms);
+
+/* ------------------------------------------------------------------ device-timeline trace
+ * While a trace runs, spans are timed by events recorded on the stream that
+ * runs their work: each module's forward, backward (dgrad) and wgrad on the
+ * compute stream, each collective on the communication stream (NCCL; with
+ * MPI, from issue to the observed completion in host time), hook dispatches
+ * on the host. Nothing is recorded while a CUDA stream captures (CUDA has
+ * no timing inside graphs); on the CPU a span recorded during capture is
+ * timed by the last replay of its graph. Off, a span costs one flag test. */
+typedef struct tg_trace_summary {
+    int nspans;            /* spans written */
+    double comm_busy_ms;   /* union of comm spans */
+    double overlapped_ms;  /* the part of it during compute spans */
+    double exposed_ms;     /* comm_busy_ms - overlapped_ms */
+    double exposed_pct;    /* of comm_busy_ms (0 without comm) */
+    double compute_ms;     /* union of compute spans */
+} tg_trace_summary;
+
+/* Starts collecting spans (TG_ESTATE if a trace runs already). */
+TG_API tg_status tg_trace_begin(void);
+/* Whether a trace runs. */
+TG_API int tg_trace_active(void);
+/* Records a span on s (NULL: a host span) on the track "compute", "comm" or
+ * "host"; args is extra JSON object members ("\"mb\":2") or NULL. Returns
+ * the span's id for tg_trace_span_end, or -1 when nothing is recorded
+ * (no trace, or s captures on CUDA). */
+TG_API int tg_trace_span_begin(tg_stream *s, const char *track, const char *name, const char *args);
+/* Ends span id (ignored when id < 0) on the same stream (or NULL). */
+TG_API void tg_trace_span_end(int id, tg_stream *s);
+/* Stops the trace: synchronises the devices, converts spans to microseconds
+ * from the start, writes Chrome trace JSON to path (pid = rank, one tid per
+ * track; path NULL: written nowhere) and fills *sum when sum is non-NULL.
+ * TG_EIO naming the path when it cannot be written; TG_ESTATE when no trace
+ * runs. */
+TG_API tg_status tg_trace_end(const char *path, tg_trace_summary *sum);
+/* "trace: comm 12.3 ms busy, 11.0 ms overlapped by compute, 1.3 ms exposed (10.6%)". */
+TG_API const char *tg_trace_summary_line(const tg_trace_summary *s, char *buf, size_t n);
 
 /* Graph memory pools: allocations that must outlive a capture (static
  * buffers) come from a pool. Refcounted: each storage allocated from it and

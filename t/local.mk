@@ -10,3 +10,4 @@ include $(srcdir)/t/graph.mk
 include $(srcdir)/t/schedule.mk
 include $(srcdir)/t/dist.mk
 include $(srcdir)/t/sched.mk
+include $(srcdir)/t/trace.mk

@@ -326,6 +326,14 @@ struct tg_sumsq_multi_args {
 
 typedef enum tg_memcpy_kind { TG_H2D = 0, TG_D2H, TG_D2D } tg_memcpy_kind;
 
+/* An event marks a point of a stream's work (public handle: tg_event). */
+struct tg_event {
+    tg_device dev;
+    const struct tg_backend *be;
+    int timing;  /* elapsed time can be asked for */
+    void *impl;  /* cudaEvent_t / CPU: struct with the host time of the record */
+};
+
 struct tg_backend {
     const char *name;
     tg_device_type type;
@@ -348,6 +356,17 @@ struct tg_backend {
     tg_status (*capture_end)(tg_stream *s, tg_graph *g); /* finalises g->impl, g->ncmds */
     tg_status (*graph_replay)(tg_graph *g, tg_stream *s);
     void (*graph_destroy)(tg_graph *g);
+
+    /* events: a record is stream work (on the CPU a command, so one recorded
+     * in a captured graph takes its time at each replay) */
+    tg_status (*event_init)(tg_event *e);      /* fills e->impl (e->timing set) */
+    void (*event_destroy)(tg_event *e);
+    tg_status (*event_record)(tg_event *e, tg_stream *s);
+    tg_status (*stream_wait_event)(tg_stream *s, tg_event *e); /* later work on s waits for e */
+    tg_status (*event_query)(tg_event *e, int *done);
+    tg_status (*event_sync)(tg_event *e);
+    /* ms from a to b (both recorded and complete, timing events) */
+    tg_status (*event_elapsed)(tg_event *a, tg_event *b, double *ms);
 
     /* kernels */
     tg_status (*fill)(tg_stream *s, const struct tg_fill_args *a);

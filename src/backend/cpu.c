@@ -2,6 +2,7 @@
 #include "backend/cpu_impl.h"
 
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A recorded kernel call: the body and its own copy of the argument struct. */
@@ -165,6 +166,66 @@ static void cpu_graph_destroy(tg_graph *g)
     g->impl = NULL;
 }
 
+/* ------------------------------------------------------------------ events
+ * Work runs when issued, so an event is complete once its record ran; the
+ * record is a command, so inside a capture it runs (and timestamps) at replay. */
+struct cpu_event {
+    double us;    /* CLOCK_MONOTONIC microseconds of the last record that ran */
+    int recorded;
+};
+
+struct cpu_event_args {
+    struct cpu_event *ev;
+};
+
+static void event_run(const void *p)
+{
+    const struct cpu_event_args *a = p;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    a->ev->us = (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+    a->ev->recorded = 1;
+}
+
+static tg_status cpu_event_init(tg_event *e)
+{
+    e->impl = calloc(1, sizeof(struct cpu_event));
+    if (!e->impl) return tg_error(TG_ENOMEM, "out of host memory");
+    return TG_OK;
+}
+
+static void cpu_event_destroy(tg_event *e)
+{
+    free(e->impl);
+    e->impl = NULL;
+}
+
+static tg_status cpu_event_record(tg_event *e, tg_stream *s)
+{
+    struct cpu_event_args a = {.ev = e->impl};
+    return cpu_submit(s, event_run, &a, sizeof a);
+}
+
+static tg_status cpu_stream_wait_event(tg_stream *s, tg_event *e) { return TG_OK; /* e's work already ran */ }
+
+static tg_status cpu_event_query(tg_event *e, int *done)
+{
+    *done = 1;
+    return TG_OK;
+}
+
+static tg_status cpu_event_sync(tg_event *e) { return TG_OK; }
+
+static tg_status cpu_event_elapsed(tg_event *a, tg_event *b, double *ms)
+{
+    const struct cpu_event *x = a->impl, *y = b->impl;
+    if (!x->recorded || !y->recorded)
+        return tg_error(TG_ESTATE, "event elapsed time: the %s event was never recorded (or its graph never replayed)",
+                        !x->recorded ? "start" : "end");
+    *ms = (y->us - x->us) * 1e-3;
+    return TG_OK;
+}
+
 const struct tg_backend tg_backend_cpu = {
     .name = "cpu",
     .type = TG_CPU,
@@ -180,6 +241,13 @@ const struct tg_backend tg_backend_cpu = {
     .capture_end = cpu_capture_end,
     .graph_replay = cpu_graph_replay,
     .graph_destroy = cpu_graph_destroy,
+    .event_init = cpu_event_init,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .stream_wait_event = cpu_stream_wait_event,
+    .event_query = cpu_event_query,
+    .event_sync = cpu_event_sync,
+    .event_elapsed = cpu_event_elapsed,
     .fill = cpu_fill,
     .cast = cpu_cast,
     .binary = cpu_binary,

@@ -454,6 +454,64 @@ static void cuda_graph_destroy(tg_graph *g)
     g->impl = NULL;
 }
 
+/* ------------------------------------------------------------------ events */
+
+static tg_status cuda_event_init(tg_event *e)
+{
+    cudaEvent_t ev;
+    TG_TRY(use_device(e->dev.index));
+    /* timing costs a timestamp write per record: only where elapsed is wanted */
+    TG_CUDA_TRY(cudaEventCreateWithFlags(&ev, e->timing ? cudaEventDefault : cudaEventDisableTiming));
+    e->impl = ev;
+    return TG_OK;
+}
+
+static void cuda_event_destroy(tg_event *e)
+{
+    if (!e->impl) return;
+    (void)cudaSetDevice(e->dev.index);
+    (void)cudaEventDestroy((cudaEvent_t)e->impl);
+    (void)cudaGetLastError();
+    e->impl = NULL;
+}
+
+static tg_status cuda_event_record(tg_event *e, tg_stream *s)
+{
+    TG_TRY(use_device(s->dev.index));
+    TG_CUDA_TRY(cudaEventRecord((cudaEvent_t)e->impl, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_stream_wait_event(tg_stream *s, tg_event *e)
+{
+    TG_TRY(use_device(s->dev.index));
+    TG_CUDA_TRY(cudaStreamWaitEvent(tg_cuda_stream(s), (cudaEvent_t)e->impl, 0));
+    return TG_OK;
+}
+
+static tg_status cuda_event_query(tg_event *e, int *done)
+{
+    cudaError_t r = cudaEventQuery((cudaEvent_t)e->impl);
+    *done = r == cudaSuccess;
+    if (r == cudaSuccess || r == cudaErrorNotReady) return TG_OK;
+    return tg_cuda_fail(r, __FILE__, __LINE__, "cudaEventQuery");
+}
+
+static tg_status cuda_event_sync(tg_event *e)
+{
+    TG_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)e->impl));
+    return TG_OK;
+}
+
+static tg_status cuda_event_elapsed(tg_event *a, tg_event *b, double *ms)
+{
+    float f = 0;
+    TG_TRY(use_device(a->dev.index));
+    TG_CUDA_TRY(cudaEventElapsedTime(&f, (cudaEvent_t)a->impl, (cudaEvent_t)b->impl));
+    *ms = f;
+    return TG_OK;
+}
+
 /* ------------------------------------------------------------------ kernels */
 
 #define LAUNCH(s, call)                                                                                \
@@ -773,6 +831,13 @@ const struct tg_backend tg_backend_cuda = {
     .capture_end = cuda_capture_end,
     .graph_replay = cuda_graph_replay,
     .graph_destroy = cuda_graph_destroy,
+    .event_init = cuda_event_init,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .stream_wait_event = cuda_stream_wait_event,
+    .event_query = cuda_event_query,
+    .event_sync = cuda_event_sync,
+    .event_elapsed = cuda_event_elapsed,
     .fill = cuda_fill,
     .cast = cuda_cast,
     .binary = cuda_binary,

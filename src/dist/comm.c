@@ -1,5 +1,7 @@
 /* comm.c — communicators: world setup from the launcher's environment, argument checks, dispatch to MPI / NCCL, requests. */
+#include "core/span.h"
 #include "dist/comm_impl.h"
+#include "nn/nn.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -406,6 +408,38 @@ static int overlap(const tg_tensor *a, const tg_tensor *b)
 }
 
 /* ------------------------------------------------------------------ requests */
+static _Thread_local char next_label[64];
+
+void tg_comm_label_next(const char *label)
+{
+    snprintf(next_label, sizeof next_label, "%s", label ? label : "");
+}
+
+/* While tracing: the span's name and arguments (op, bytes of the input, label, step). */
+static void span_describe(tg_comm_req *r, const char *what, const tg_tensor *in)
+{
+    char label[64];
+    r->span = -1;
+    if (!tg_span_on) {
+        next_label[0] = '\0';
+        return;
+    }
+    snprintf(label, sizeof label, "%s", next_label);
+    next_label[0] = '\0';
+    for (char *c = label; *c; c++)
+        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '_'; /* JSON-safe */
+    snprintf(r->span_name, sizeof r->span_name, "%s%s%s", what, label[0] ? " " : "", label);
+    snprintf(r->span_args, sizeof r->span_args, "\"op\":\"%s\",\"bytes\":%zu,\"label\":\"%s\",\"step\":%lld",
+             what, in ? tg_tensor_bytes(in) : (size_t)0, label, (long long)tg_step_index());
+}
+
+/* Host-timed transports (MPI): the span ends when completion is first observed. */
+static void span_done(tg_comm_req *r)
+{
+    if (r->span >= 0 && r->tr && !r->tr->stream_spans) tg_span_end(r->span, NULL);
+    r->span = -1;
+}
+
 static tg_status req_new(tg_comm *c, const char *what, const char *desc, tg_tensor *a, tg_tensor *b, tg_comm_req **out)
 {
     tg_comm_req *r = calloc(1, sizeof *r);
@@ -414,6 +448,7 @@ static tg_status req_new(tg_comm *c, const char *what, const char *desc, tg_tens
     c->refcount++;
     r->what = what;
     snprintf(r->desc, sizeof r->desc, "%s", desc);
+    span_describe(r, what, b ? b : a);
     tg_status st = TG_OK;
     if (a) st = tg_tensor_ref(a, &r->keep[0]);
     if (st == TG_OK && b) st = tg_tensor_ref(b, &r->keep[1]);
@@ -450,6 +485,7 @@ tg_status tg_comm_req_wait(tg_comm_req *r)
         if (st != TG_OK) return req_fail(r, st);
     }
     r->done = 1;
+    span_done(r);
     req_drop_tensors(r);
     return TG_OK;
 }
@@ -463,6 +499,7 @@ tg_status tg_comm_req_test(tg_comm_req *r, int *done)
     if (st != TG_OK) return req_fail(r, st);
     if (*done) {
         r->done = 1;
+        span_done(r);
         req_drop_tensors(r);
     }
     return TG_OK;
@@ -492,6 +529,8 @@ static tg_status finish_issue(tg_comm_req *r, tg_status st, tg_comm_req **out)
         tg_comm_req_free(r);
         return st;
     }
+    if (r->tr && !r->tr->stream_spans && r->span_name[0] && tg_span_on) /* issued: in flight from now */
+        r->span = tg_span_begin(NULL, TG_TRACK_COMM, r->span_name, r->span_args);
     if (out) {
         *out = r;
         return TG_OK;

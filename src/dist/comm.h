@@ -81,6 +81,10 @@ tg_status tg_comm_barrier(tg_comm *c);
 tg_status tg_comm_group_begin(tg_comm *c);
 tg_status tg_comm_group_end(tg_comm *c);
 
+/* Names the next op issued by this thread in a trace ("ddp bucket 2"); NULL
+ * or "" clears it. Each op takes (and clears) the name. */
+void tg_comm_label_next(const char *label);
+
 /* Completes r: for CPU tensors the result is in place when it returns; for
  * CUDA the current stream of the device is ordered after the op. Fails with
  * TG_EDEVICE naming the op when it failed or took longer than the timeout.

@@ -32,6 +32,9 @@ struct tg_comm_transport {
     tg_status (*group_end)(void *impl);
     /* optional: waits until every issued op completed (error if one failed or was aborted) */
     tg_status (*drain)(void *impl);
+    /* 1: the transport times its ops on its stream (r->span_name when set);
+     * 0: comm.c times them on the host, from issue to observed completion */
+    int stream_spans;
 };
 
 struct tg_comm {
@@ -58,6 +61,10 @@ struct tg_comm_req {
     int failed;                              /* completion failed: buffers may still be in use */
     tg_status err;
     char errmsg[512];
+    /* trace span (while tracing; span_name "" otherwise) */
+    int span;                                /* -1: none */
+    char span_name[96];                      /* "all_reduce ddp bucket 2" */
+    char span_args[224];                     /* JSON members: op, bytes, label, step */
 };
 
 

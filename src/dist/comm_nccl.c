@@ -3,6 +3,7 @@
 
 #ifdef TG_HAVE_NCCL
 #include "backend/cuda_impl.h"
+#include "core/span.h"
 
 #include <nccl.h>
 #include <pthread.h>
@@ -26,8 +27,9 @@ struct watch {
 struct nccl_group {
     ncclComm_t comm;
     int dev, rank, size;
-    cudaStream_t stream;    /* the communication stream */
-    cudaEvent_t ready;      /* recorded on the compute stream before each op */
+    tg_stream *ts;          /* the communication stream (a tegraph stream, for events and trace spans) */
+    cudaStream_t stream;    /* its cudaStream_t, for NCCL */
+    tg_event *ready;        /* recorded on the compute stream before each op */
     int *scratch;           /* (1) i32 on the device: barrier */
     pthread_t thread;
     int thread_on;
@@ -44,7 +46,8 @@ struct nccl_group {
 
 struct nccl_req {
     struct nccl_group *g;
-    cudaEvent_t done;       /* NULL while its group is open */
+    tg_event *done;         /* NULL while its group is open */
+    int span;               /* trace span to end with the op (-1: none) */
     char desc[128];
 };
 
@@ -225,8 +228,8 @@ tg_status tg_nccl_get_id(unsigned char id[TG_NCCL_ID_BYTES])
 static void group_free(struct nccl_group *g)
 {
     if (g->scratch) (void)cudaFree(g->scratch);
-    if (g->ready) (void)cudaEventDestroy(g->ready);
-    if (g->stream) (void)cudaStreamDestroy(g->stream);
+    tg_event_free(g->ready);
+    tg_stream_free(g->ts);
     pthread_mutex_destroy(&g->lock);
     pthread_cond_destroy(&g->cond);
     free(g);
@@ -241,14 +244,20 @@ static tg_status group_new(ncclComm_t comm, int dev, struct nccl_group **out)
     g->dev = dev;
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->cond, NULL);
-    cudaError_t e = cudaSetDevice(dev);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&g->scratch, sizeof(int));
+    tg_device d = {TG_CUDA, dev};
+    tg_status st = tg_stream_new(d, "comm", &g->ts);
+    if (st == TG_OK) st = tg_event_new(d, 0, &g->ready);
+    cudaError_t e = cudaSuccess;
+    if (st == TG_OK) {
+        g->stream = tg_cuda_stream(g->ts);
+        e = cudaSetDevice(dev);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&g->scratch, sizeof(int));
+    }
     ncclResult_t r1 = ncclCommUserRank(comm, &g->rank), r2 = ncclCommCount(comm, &g->size);
-    if (e != cudaSuccess || r1 != ncclSuccess || r2 != ncclSuccess) {
-        tg_status st = e != cudaSuccess ? tg_cuda_fail(e, __FILE__, __LINE__, "NCCL comm stream setup")
-                                        : nccl_fail(r1 != ncclSuccess ? r1 : r2, comm, "ncclCommUserRank");
+    if (st != TG_OK || e != cudaSuccess || r1 != ncclSuccess || r2 != ncclSuccess) {
+        if (st == TG_OK)
+            st = e != cudaSuccess ? tg_cuda_fail(e, __FILE__, __LINE__, "NCCL comm stream setup")
+                                  : nccl_fail(r1 != ncclSuccess ? r1 : r2, comm, "ncclCommUserRank");
         group_free(g);
         return st;
     }
@@ -294,16 +303,33 @@ tg_status tg_nccl_init(const unsigned char id[TG_NCCL_ID_BYTES], int rank, int s
 }
 
 /* ------------------------------------------------------------------ ops */
-/* Orders the comm stream after the work issued so far on the compute stream. */
+/* Orders the comm stream after the work issued so far on the compute stream;
+ * while tracing, the op's span starts there (after the wait). */
 static tg_status begin(struct nccl_group *g, struct tg_comm_req *r)
 {
+    r->span = -1;
     if (is_aborted(g)) return aborted_error(g, r->desc);
     TG_CUDA_TRY(cudaSetDevice(g->dev));
     tg_stream *s = tg_stream_current((tg_device){TG_CUDA, g->dev});
     if (!s) return tg_error(TG_EDEVICE, "%s: no stream on cuda:%d", r->desc, g->dev);
-    TG_CUDA_TRY(cudaEventRecord(g->ready, tg_cuda_stream(s)));
-    TG_CUDA_TRY(cudaStreamWaitEvent(g->stream, g->ready, 0));
+    TG_TRY(tg_event_record(g->ready, s));
+    TG_TRY(tg_stream_wait_event(g->ts, g->ready));
+    if (tg_span_on && r->span_name[0]) r->span = tg_span_begin(g->ts, TG_TRACK_COMM, r->span_name, r->span_args);
     return TG_OK;
+}
+
+/* The op's completion event, recorded on the comm stream after it (and the end of its span). */
+static tg_status record_done(struct nccl_group *g, struct nccl_req *q)
+{
+    tg_span_end(q->span, g->ts);
+    q->span = -1;
+    TG_TRY(tg_event_new((tg_device){TG_CUDA, g->dev}, 0, &q->done));
+    tg_status st = tg_event_record(q->done, g->ts);
+    if (st != TG_OK) {
+        tg_event_free(q->done);
+        q->done = NULL;
+    }
+    return st;
 }
 
 /* After the NCCL call: settles it, records the request's event, watches it. */
@@ -317,6 +343,7 @@ static tg_status end(struct nccl_group *g, struct tg_comm_req *r, ncclResult_t r
     struct nccl_req *q = calloc(1, sizeof *q);
     if (!q) return tg_error(TG_ENOMEM, "out of host memory");
     q->g = g;
+    q->span = r->span;
     snprintf(q->desc, sizeof q->desc, "%s", r->desc);
     if (g->group_depth > 0) { /* launched at the group's end: record the event then */
         if (g->ndeferred == g->cap_deferred) {
@@ -333,12 +360,10 @@ static tg_status end(struct nccl_group *g, struct tg_comm_req *r, ncclResult_t r
         r->impl = q;
         return TG_OK;
     }
-    cudaError_t e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaEventRecord(q->done, g->stream);
-    if (e != cudaSuccess) {
-        if (q->done) (void)cudaEventDestroy(q->done);
+    st = record_done(g, q);
+    if (st != TG_OK) {
         free(q);
-        return tg_cuda_fail(e, __FILE__, __LINE__, "cudaEventRecord");
+        return st;
     }
     r->impl = q;
     (void)watch_add(g, r->desc); /* the op is issued either way; only the watchdog would miss it */
@@ -406,12 +431,13 @@ static tg_status n_barrier(void *impl)
     double t0 = tg_comm_now(), limit = tg_comm_timeout();
     tg_status st = TG_OK;
     for (;;) {
-        cudaError_t e = cudaEventQuery(q->done);
-        if (e == cudaSuccess) break;
-        if (e != cudaErrorNotReady) {
-            st = tg_cuda_fail(e, __FILE__, __LINE__, "barrier");
+        int done = 0;
+        st = tg_event_query(q->done, &done);
+        if (st != TG_OK) {
+            tg_error_prefix(st, "barrier");
             break;
         }
+        if (done) break;
         if (is_aborted(g)) {
             st = aborted_error(g, "barrier");
             break;
@@ -424,7 +450,7 @@ static tg_status n_barrier(void *impl)
         }
         sleep_us(100);
     }
-    (void)cudaEventDestroy(q->done);
+    tg_event_free(q->done);
     free(q);
     return st;
 }
@@ -440,10 +466,9 @@ static tg_status n_test(struct tg_comm_req *r, int *done)
     *done = 0;
     if (is_aborted(q->g)) return aborted_error(q->g, r->desc);
     if (!q->done) return group_open_error(r->desc);
-    cudaError_t e = cudaEventQuery(q->done);
-    *done = e == cudaSuccess;
-    if (e == cudaSuccess) return TG_OK;
-    if (e != cudaErrorNotReady) return tg_cuda_fail(e, __FILE__, __LINE__, r->desc);
+    tg_status st = tg_event_query(q->done, done);
+    if (st != TG_OK) return tg_error_prefix(st, "%s", r->desc);
+    if (*done) return TG_OK;
     if (is_aborted(q->g)) return aborted_error(q->g, r->desc);
     return TG_OK;
 }
@@ -458,8 +483,7 @@ static tg_status n_wait(struct tg_comm_req *r)
     TG_CUDA_TRY(cudaSetDevice(g->dev));
     tg_stream *s = tg_stream_current((tg_device){TG_CUDA, g->dev});
     if (!s) return tg_error(TG_EDEVICE, "%s: no stream on cuda:%d", r->desc, g->dev);
-    TG_CUDA_TRY(cudaStreamWaitEvent(tg_cuda_stream(s), q->done, 0));
-    return TG_OK;
+    return tg_stream_wait_event(s, q->done);
 }
 
 static void n_req_release(struct tg_comm_req *r)
@@ -469,7 +493,7 @@ static void n_req_release(struct tg_comm_req *r)
     struct nccl_group *g = q->g;
     for (int i = 0; i < g->ndeferred; i++) /* freed before its group ended */
         if (g->deferred[i] == q) g->deferred[i--] = g->deferred[--g->ndeferred];
-    if (q->done) (void)cudaEventDestroy(q->done); /* resources go once the event has completed */
+    tg_event_free(q->done); /* resources go once the event has completed */
     free(q);
     r->impl = NULL;
 }
@@ -502,8 +526,7 @@ static tg_status n_group_end(void *impl)
     }
     for (int i = 0; i < g->ndeferred; i++) {
         struct nccl_req *q = g->deferred[i];
-        TG_CUDA_TRY(cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming));
-        TG_CUDA_TRY(cudaEventRecord(q->done, g->stream));
+        TG_TRY(record_done(g, q));
         (void)watch_add(g, q->desc);
     }
     g->ndeferred = 0;
@@ -601,6 +624,7 @@ const struct tg_comm_transport tg_comm_nccl = {
     .group_begin = n_group_begin,
     .group_end = n_group_end,
     .drain = n_drain,
+    .stream_spans = 1,
 };
 
 #endif /* TG_HAVE_NCCL */

@@ -1,4 +1,5 @@
 /* graphed.c — graphed callables: warm-up, capture per (chunk, microbatch) in replay order, checked replay, hooks after wgrad replays. */
+#include "core/span.h"
 #include "graph/graphed.h"
 
 #include <string.h>
@@ -461,6 +462,24 @@ void tg_graphed_free(tg_graphed *g)
 /* ------------------------------------------------------------------ replay */
 static tg_stream *replay_stream(tg_graphed *g) { return tg_stream_current(g->dev); }
 
+/* Replays one graph; while tracing, in a compute span ("graph B chunk 1"),
+ * since the module spans inside it are not recorded on CUDA. */
+static tg_status replay(tg_graphed *g, tg_graph *graph, char op, int chunk, int mb)
+{
+    tg_stream *s = replay_stream(g);
+    int sp = -1;
+    if (tg_span_on) {
+        char name[48], args[128];
+        snprintf(name, sizeof name, "graph %c chunk %d", op, chunk);
+        snprintf(args, sizeof args, "\"phase\":\"graph %c\",\"chunk\":%d,\"mb\":%d,\"step\":%lld", op, chunk, mb,
+                 (long long)tg_step_index());
+        sp = tg_span_begin(s, TG_TRACK_COMPUTE, name, args);
+    }
+    tg_status st = tg_graph_replay(graph, s);
+    tg_span_end(sp, s);
+    return st;
+}
+
 tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
 {
     *y = NULL;
@@ -470,7 +489,7 @@ tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *
     snprintf(what, sizeof what, "graphed forward chunk %d mb %d input", chunk, mb);
     TG_TRY(check_like(what, x, e->in));
     if (!tg_tensor_same_memory(x, e->in)) TG_TRY(tg_copy(e->in, x));
-    TG_TRY(tg_graph_replay(e->f, replay_stream(g)));
+    TG_TRY(replay(g, e->f, 'F', chunk, mb));
     mark_forward(g->chunks[chunk - 1]);
     advance(g);
     return tg_tensor_ref(e->out, y);
@@ -488,7 +507,7 @@ tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor 
         if (!tg_tensor_same_memory(dy, e->dout)) TG_TRY(tg_copy(e->dout, dy));
     }
     TG_TRY(zero_first_targets(&e->bset));
-    TG_TRY(tg_graph_replay(e->b, replay_stream(g)));
+    TG_TRY(replay(g, e->b, 'B', chunk, mb));
     advance(g);
     TG_TRY(fire(&e->bset, mb));
     return e->din ? tg_tensor_ref(e->din, dx) : TG_OK;
@@ -501,7 +520,7 @@ tg_status tg_graphed_backward_dw(tg_graphed *g, int chunk, int mb)
     TG_TRY(check_order(g, 'W', chunk, mb));
     struct entry *e = entry_of(g, chunk, mb);
     TG_TRY(zero_first_targets(&e->wset));
-    TG_TRY(tg_graph_replay(e->w, replay_stream(g)));
+    TG_TRY(replay(g, e->w, 'W', chunk, mb));
     advance(g);
     if (tg_debug_skip_hooks_after_replay_get()) return TG_OK; /* TransformerEngine's bug, on purpose (tests) */
     return fire(&e->wset, mb);

@@ -8,6 +8,7 @@ libtegraph_la_SOURCES += \
 	%D%/lua_nn.h %D%/lua_nn.c %D%/lua_param.c %D%/lua_module.c %D%/lua_nn_new.c %D%/lua_ops.c \
 	%D%/lua_graph.c \
 	%D%/lua_sched.c \
+	%D%/lua_trace.c \
 	%D%/lua_comm.h %D%/lua_comm.c
 
 # The C module for stock interpreters: require "tegraph" finds lua/tegraph/init.lua,

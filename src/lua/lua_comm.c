@@ -2,7 +2,7 @@
 /*
  * tg.comm (the world) and Comm objects share their calls; c:f(...) is tg.comm.f(...) on c:
  *   init{timeout=} / world() -> Comm      rank() size() local_rank() local_size() backend() device()
- *   all_reduce(t, {op="sum"|"avg"|"max"|"min", async=false})      -> t, or a request
+ *   all_reduce(t, {op="sum"|"avg"|"max"|"min", async=false, name=})  -> t, or a request (each op: name = its label in traces)
  *   reduce_scatter(out, in, {op=, async=})  all_gather(out, in, {async=})  broadcast(t, root | {root=, async=})
  *   send(t, peer, {async=})  recv(t, peer, {async=})  barrier()  group(fn)
  *   split(color [, key]) -> Comm          split{dp=, pp=} -> {dp=Comm, pp=Comm, dp_rank=, dp_size=, pp_rank=, pp_size=}
@@ -184,6 +184,7 @@ static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o
     o->op = TG_COMM_SUM;
     o->async = 0;
     o->root = 0;
+    tg_comm_label_next(NULL);
     if (lua_isnoneornil(L, idx)) return;
     luaL_checktype(L, idx, LUA_TTABLE);
     if (lua_getfield(L, idx, "op") != LUA_TNIL) {
@@ -194,6 +195,13 @@ static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o
     }
     lua_getfield(L, idx, "async");
     o->async = lua_toboolean(L, -1);
+    /* name: the op's label in traces ("ddp bucket 2") */
+    if (lua_getfield(L, idx, "name") != LUA_TNIL) {
+        const char *s = lua_tostring(L, -1);
+        if (!s) luaL_error(L, "%s: name must be a string (got %s)", what, luaL_typename(L, -1));
+        tg_comm_label_next(s);
+    }
+    lua_pop(L, 1);
     if (lua_getfield(L, idx, "root") != LUA_TNIL) {
         int isint;
         o->root = (int)lua_tointegerx(L, -1, &isint);
@@ -218,12 +226,13 @@ static tg_comm_req **req_slot(lua_State *L, int async, int result_idx)
 /* A blocking call returns its result tensor; an async one its request (on top). */
 static int op_return(lua_State *L, tg_status st, int async, int result_idx)
 {
+    tg_comm_label_next(NULL); /* an op refused before it took its name */
     tgl_check(L, st);
     if (!async) lua_pushvalue(L, result_idx);
     return 1;
 }
 
-/* all_reduce([comm,] t [, {op=, async=}]) -> t, or a request */
+/* all_reduce([comm,] t [, {op=, async=, name=}]) -> t, or a request */
 static int l_all_reduce(lua_State *L)
 {
     int a;

@@ -1,4 +1,5 @@
 /* engine.c — steps, per-parameter wgrad bookkeeping, hook dispatch and the end-of-step hook check. */
+#include "core/span.h"
 #include "nn/nn.h"
 
 #include <string.h>
@@ -136,10 +137,18 @@ tg_status tg_param_wgrad_done(tg_param *p, int mb)
     tg_hook_observer obs = p->nhooks ? eng.hook_observer : NULL;
     if (obs) obs(eng.hook_observer_ud, p, &info, 0);
     tg_status st = TG_OK;
+    int sp = -1;
+    if (tg_span_on && p->nhooks) {
+        char name[160], args[64];
+        snprintf(name, sizeof name, "hooks %s", p->name);
+        snprintf(args, sizeof args, "\"mb\":%d,\"step\":%lld", mb, (long long)info.step);
+        sp = tg_span_begin(NULL, TG_TRACK_HOST, name, args);
+    }
     for (int i = 0; i < p->nhooks && st == TG_OK; i++) {
         st = p->hooks[i].fn(p->hooks[i].ud, p, &info);
         if (st != TG_OK) tg_error_prefix(st, "wgrad hook %d of %s (microbatch %d)", i + 1, p->name, mb);
     }
+    tg_span_end(sp, NULL);
     if (obs) obs(eng.hook_observer_ud, p, &info, 1);
     return st;
 }

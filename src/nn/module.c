@@ -1,4 +1,5 @@
 /* module.c — generic module calls, saved contexts, the wgrad store (FIFO) and helpers for module code. */
+#include "core/span.h"
 #include "nn/nn.h"
 
 #include <string.h>
@@ -42,6 +43,34 @@ void tg_module_opts_default(tg_module_opts *o)
 
 static int is_composite(const tg_module *m) { return !m->vt->wgrad && m->nchildren > 0; }
 
+/* While tracing: a compute span of m's phase for microbatch mb (0: unknown)
+ * on the current stream of m's device; -1 otherwise. */
+static int span_begin(const tg_module *m, const char *phase, int mb)
+{
+    char name[160], args[320], mname[96];
+    snprintf(mname, sizeof mname, "%s", m->name && m->name[0] ? m->name : m->vt->type);
+    for (char *c = mname; *c; c++)
+        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '_'; /* JSON-safe */
+    snprintf(name, sizeof name, "%s %s", mname, phase);
+    snprintf(args, sizeof args, "\"module\":\"%s\",\"type\":\"%s\",\"phase\":\"%s\",\"mb\":%d,\"step\":%lld", mname,
+             m->vt->type, phase, mb, (long long)tg_step_index());
+    return tg_span_begin(tg_stream_current(m->opts.device), TG_TRACK_COMPUTE, name, args);
+}
+
+static void span_end(const tg_module *m, int id)
+{
+    if (id >= 0) tg_span_end(id, tg_stream_current(m->opts.device));
+}
+
+/* The leaf wgrad of one saved item, in a span when tracing. */
+static tg_status run_wgrad(tg_module *m, struct tg_saved *item)
+{
+    int sp = tg_span_on ? span_begin(m, "wgrad", item->mb) : -1;
+    tg_status st = m->vt->wgrad(m, item);
+    span_end(m, sp);
+    return st;
+}
+
 /* ------------------------------------------------------------------ generic calls */
 tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
 {
@@ -50,7 +79,11 @@ tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor 
     tg_status st = TG_OK;
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
     else if (!x) st = tg_error(TG_EINVAL, "no input tensor");
-    else st = m->vt->forward(m, mb, x, y);
+    else {
+        int sp = tg_span_on ? span_begin(m, "forward", mb) : -1;
+        st = m->vt->forward(m, mb, x, y);
+        span_end(m, sp);
+    }
     if (st == TG_OK && !tg_device_capturing(m->opts.device)) m->forward_step = tg_step_index();
     return call_leave(m, "forward", mb, st);
 }
@@ -61,7 +94,11 @@ tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tenso
     call_enter();
     tg_status st = TG_OK;
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
-    else st = m->vt->backward(m, mb, dy, dx);
+    else {
+        int sp = tg_span_on ? span_begin(m, "backward", mb) : -1;
+        st = m->vt->backward(m, mb, dy, dx);
+        span_end(m, sp);
+    }
     if (st != TG_OK && *dx) { /* a failed backward (e.g. a failing hook) hands out no dx */
         tg_tensor_free(*dx);
         *dx = NULL;
@@ -90,7 +127,7 @@ tg_status tg_module_backward_dw(tg_module *m)
         m->wq_head = item->next;
         if (!m->wq_head) m->wq_tail = NULL;
         item->next = NULL;
-        st = m->vt->wgrad(m, item);
+        st = run_wgrad(m, item);
         tg_saved_free(item);
     }
     return call_leave(m, "backward_dw", 0, st);
@@ -336,7 +373,7 @@ tg_status tg_module_wgrad_or_queue(tg_module *m, struct tg_saved *item)
 {
     TG_ASSERT(m->vt->wgrad);
     if (!m->opts.delay_wgrad) {
-        tg_status st = m->vt->wgrad(m, item);
+        tg_status st = run_wgrad(m, item);
         tg_saved_free(item);
         return st;
     }

@@ -3,5 +3,6 @@ libtegraph_la_SOURCES += \
 	%D%/executor.h \
 	%D%/executor.c \
 	%D%/trace.h \
-	%D%/trace.c
+	%D%/trace.c \
+	%D%/devtrace.c
 libtegraph_la_SOURCES += %D%/transport_comm.h %D%/transport_comm.c

@@ -33,7 +33,8 @@ function M.new(o)
     bucket_bytes = o.bucket_bytes,
     bucket_numel = o.bucket_numel,
     on_ready = function(b)
-      self.pending[#self.pending + 1] = c:all_reduce(b.tensor, { op = self.op, async = true })
+      -- name: the span of this reduce in a trace (tg.trace) is "all_reduce ddp bucket <i>"
+      self.pending[#self.pending + 1] = c:all_reduce(b.tensor, { op = self.op, async = true, name = "ddp bucket " .. b.index })
       self.log[#self.log + 1] = b.index
     end,
   }

@@ -1,0 +1,127 @@
+/* lua_trace.c — tegraph.trace: the device-timeline trace (spans timed by events on the streams that run the work). */
+/*
+ *   trace.start()                              begins a trace (error if one runs)
+ *   trace.stop([path [, {quiet=false}]])       -> summary {nspans, compute_ms, comm_busy_ms, overlapped_ms,
+ *                                                 exposed_ms, exposed_pct, line}; writes Chrome trace JSON to
+ *                                                 path (when given) and prints the line unless quiet
+ *   trace.active()                             -> whether a trace runs
+ *   trace.span(name, stream_or_nil, fn [, track]) -> fn's results: fn runs inside a span on the stream
+ *                                                 (track "compute") or on the host (nil: track "host")
+ *   trace.begin_span(name, stream_or_nil [, track]) -> id      trace.end_span(id, stream_or_nil)
+ */
+#include "lua/lua_impl.h"
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <string.h>
+
+static tg_stream *opt_stream(lua_State *L, int idx)
+{
+    if (lua_isnoneornil(L, idx)) return NULL;
+    struct tgl_stream *u = luaL_checkudata(L, idx, TGL_STREAM);
+    if (!u->s) luaL_argerror(L, idx, "stream used after close");
+    return u->s;
+}
+
+static const char *opt_track(lua_State *L, int idx, tg_stream *s)
+{
+    static const char *const tracks[] = {"compute", "comm", "host", NULL};
+    const char *def = s ? "compute" : "host";
+    return tracks[luaL_checkoption(L, idx, def, tracks)];
+}
+
+static int l_start(lua_State *L)
+{
+    tgl_check(L, tg_trace_begin());
+    return 0;
+}
+
+static int l_active(lua_State *L)
+{
+    lua_pushboolean(L, tg_trace_active());
+    return 1;
+}
+
+static void set_num(lua_State *L, const char *k, double v)
+{
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static int l_stop(lua_State *L)
+{
+    const char *path = luaL_optstring(L, 1, NULL);
+    int quiet = 0;
+    if (!lua_isnoneornil(L, 2)) {
+        luaL_checktype(L, 2, LUA_TTABLE);
+        lua_getfield(L, 2, "quiet");
+        quiet = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+    }
+    tg_trace_summary s;
+    char line[256];
+    tgl_check(L, tg_trace_end(path, &s));
+    tg_trace_summary_line(&s, line, sizeof line);
+    lua_createtable(L, 0, 7); /* +1: the summary */
+    lua_pushinteger(L, s.nspans);
+    lua_setfield(L, -2, "nspans");
+    set_num(L, "compute_ms", s.compute_ms);
+    set_num(L, "comm_busy_ms", s.comm_busy_ms);
+    set_num(L, "overlapped_ms", s.overlapped_ms);
+    set_num(L, "exposed_ms", s.exposed_ms);
+    set_num(L, "exposed_pct", s.exposed_pct);
+    lua_pushstring(L, line);
+    lua_setfield(L, -2, "line");
+    if (!quiet) {
+        printf("%s%s%s\n", line, path ? " -> " : "", path ? path : "");
+        fflush(stdout);
+    }
+    return 1;
+}
+
+static int l_begin_span(lua_State *L)
+{
+    const char *name = luaL_checkstring(L, 1);
+    tg_stream *s = opt_stream(L, 2);
+    lua_pushinteger(L, tg_trace_span_begin(s, opt_track(L, 3, s), name, NULL));
+    return 1;
+}
+
+static int l_end_span(lua_State *L)
+{
+    lua_Integer id = luaL_checkinteger(L, 1);
+    tg_trace_span_end((int)id, opt_stream(L, 2));
+    return 0;
+}
+
+/* span(name, stream_or_nil, fn [, track]): the span ends whether fn returns or raises. */
+static int l_span(lua_State *L)
+{
+    const char *name = luaL_checkstring(L, 1);
+    tg_stream *s = opt_stream(L, 2);
+    luaL_checktype(L, 3, LUA_TFUNCTION);
+    const char *track = opt_track(L, 4, s);
+    int id = tg_trace_span_begin(s, track, name, NULL);
+    int base = lua_gettop(L);
+    lua_pushvalue(L, 3);
+    int rc = lua_pcall(L, 0, LUA_MULTRET, 0);
+    tg_trace_span_end(id, s);
+    if (rc != LUA_OK) return lua_error(L);
+    return lua_gettop(L) - base;
+}
+
+static const luaL_Reg trace_funcs[] = {
+    {"start", l_start},
+    {"stop", l_stop},
+    {"active", l_active},
+    {"span", l_span},
+    {"begin_span", l_begin_span},
+    {"end_span", l_end_span},
+    {NULL, NULL},
+};
+
+void tgl_open_trace(lua_State *L)
+{
+    luaL_newlib(L, trace_funcs); /* +1 */
+    lua_setfield(L, -2, "trace");
+}

@@ -1,0 +1,19 @@
+# t/trace.mk — backend events and the device-timeline trace (tg.trace): CPU, one process, 2 MPI ranks, GPU.
+check_PROGRAMS += \
+	t/event-times-stream-work-and-captured-replays.t \
+	t/cuda-events-and-trace-time-device-work.t
+TRACE_LUA_TESTS = \
+	t/trace-has-a-span-per-module-phase.lua
+TRACE_SH_TESTS = \
+	t/dist-trace-shows-reduce-per-bucket.sh
+TESTS += \
+	t/event-times-stream-work-and-captured-replays.t \
+	t/cuda-events-and-trace-time-device-work.t \
+	$(TRACE_LUA_TESTS) $(TRACE_SH_TESTS)
+EXTRA_DIST += $(TRACE_LUA_TESTS) $(TRACE_SH_TESTS) t/dist/trace-ddp.lua t/lib/json.lua
+
+t_event_times_stream_work_and_captured_replays_t_SOURCES = t/event-times-stream-work-and-captured-replays.c
+t_event_times_stream_work_and_captured_replays_t_LDADD = $(TG_TEST_LIBS)
+
+t_cuda_events_and_trace_time_device_work_t_SOURCES = t/cuda-events-and-trace-time-device-work.c
+t_cuda_events_and_trace_time_device_work_t_LDADD = $(TG_TEST_LIBS)
