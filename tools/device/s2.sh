@@ -65,8 +65,16 @@ for s in "$@"; do
     [ -f /tmp/d.bin ] || ./tegraph run $R/examples/gpt.lua --make-data /tmp/d.bin --tokens 2000000 | tail -1
     G="--data /tmp/d.bin --vocab 50257 --context 1024 --width 768 --heads 12 --layers 12 --batch 8 --microbatches 2 --steps 20 --warmup 2 --dtype bf16 --fuse-wgrad --quiet"
     timeout $(cap 90) ./tegraph run $R/examples/gpt.lua $G 2>&1 | grep -E "gpt:|steady|trained|trace"
-    timeout $(cap 120) ./tegraph run -n 2 $R/examples/gpt.lua $G $DP_TRACE 2>&1 | grep -E "gpt:|steady|trained|rank|trace|overlap"
-    cp /tmp/trace*.json* $OUT/ 2>/dev/null; ls -la /tmp/trace* 2>/dev/null
+    timeout $(cap 120) ./tegraph run -n 2 $R/examples/gpt.lua $G 2>&1 | grep -E "gpt:|steady|trained|rank|trace|overlap"
+    timeout $(cap 120) ./tegraph run -n 2 $R/examples/gpt.lua $G --trace $OUT/gpt124m-trace.json --trace-steps 10:12 2>&1 | grep -E "gpt:|steady|trained|rank|trace|overlap"
+    ;;
+  optim)
+    stage optim
+    timeout $(cap 90) ./tegraph run $R/examples/bench/optim.lua --iters 20 2>&1 | tee $OUT/optim.txt
+    ;;
+  fork)
+    stage "t/dist scripts under tegraph run -n 2 (NCCL only)"
+    for f in $R/t/dist/*.lua; do (cd $R && timeout $(cap 60) /tmp/b/tegraph run -n 2 $f > /tmp/f.log 2>&1; r=$?; echo "## $(basename $f) rc=$r ok=$(grep -cE '\] ok ' /tmp/f.log) notok=$(grep -cE 'not ok' /tmp/f.log)"; grep -E "not ok|rror" /tmp/f.log | head -5); done
     ;;
   sanit)
     stage memcheck
