@@ -9,7 +9,8 @@ NN_OPS_TESTS = \
 	t/nn-ops-bit-identical-across-runs-threads-and-replay.t \
 	t/cross-entropy-ignores-index-and-averages-valid-rows.t \
 	t/attention-is-causal.t \
-	t/adamw-matches-hand-computed-step.t
+	t/adamw-matches-hand-computed-step.t \
+	t/gemm-epilogues-match-unfused-ops.t
 
 check_PROGRAMS += $(NN_OPS_TESTS)
 TESTS += $(NN_OPS_TESTS)
@@ -46,3 +47,7 @@ t_attention_is_causal_t_LDFLAGS = -static
 t_adamw_matches_hand_computed_step_t_SOURCES = t/adamw-matches-hand-computed-step.c t/nn-ops-util.c
 t_adamw_matches_hand_computed_step_t_LDADD = $(TG_TEST_LIBS)
 t_adamw_matches_hand_computed_step_t_LDFLAGS = -static
+
+t_gemm_epilogues_match_unfused_ops_t_SOURCES = t/gemm-epilogues-match-unfused-ops.c t/nn-ops-util.c
+t_gemm_epilogues_match_unfused_ops_t_LDADD = $(TG_TEST_LIBS)
+t_gemm_epilogues_match_unfused_ops_t_LDFLAGS = -static
