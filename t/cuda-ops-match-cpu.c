@@ -363,9 +363,9 @@ static void test_gemm(void)
 
 /* ------------------------------------------------------------------ gemm epilogues
  * The CUDA epilogues (cuBLASLt, or the unfused kernels when it refuses, or
- * TG_CUDA_EPILOGUE=unfused) against the CPU reference. cuBLASLt's GELU is its
- * own tanh-approximation code: f32 results agree with the CPU's tanhf to the
- * tolerance below (the measured difference is printed as a diag). */
+ * TG_CUDA_EPILOGUE=unfused) against the CPU reference. cuBLASLt's GELU (its
+ * own tanh approximation) is used for bf16 C only, where 1e-2 covers it; the
+ * measured difference is printed as a diag. f32 gelu runs the gelu kernel. */
 #define EPI_F32_TOL 1e-5
 static void epi_case(int epi, tg_dtype ab, tg_dtype cd, tg_dtype bd, int64_t m, int64_t n, int64_t k, int64_t batch,
                      float beta, float acc, int with_aux, const char *mode)

@@ -294,6 +294,10 @@ static tg_status gemm_fused(tg_stream *s, const struct tg_gemm_args *a, int *don
         e.bias = a->bias;
         e.aux = a->aux, e.ldaux = a->ldaux, e.stride_aux = a->stride_aux;
         if (a->aux && (a->ldaux % 8 != 0 || (a->batch > 1 && a->stride_aux % 8 != 0))) return TG_OK; /* cuBLASLt's rule */
+        /* cuBLASLt's GELU is its own tanh approximation, which may be less exact
+         * than tanhf; below bf16's rounding that does not show, in f32 it may:
+         * f32 keeps the gelu kernel (the CPU's formula). */
+        if (a->c_dt != TG_BF16) return TG_OK;
         return gemm_lt(s, a, &e, done);
     }
     /* BGRAD: straight into bgrad when cuBLASLt's store is the wgrad's (overwrite, D's dtype, aligned), else via scratch */
