@@ -1,4 +1,4 @@
-/* bias.cu — bias add over rows (in place) and the bias wgrad as deterministic column sums. */
+/* bias.cu — bias add over rows (in place), the bias wgrad as deterministic column sums, and the GEMM bias-grad helpers. */
 #include "colsum.cuh"
 
 static __global__ void bias_add_kernel(void *y, const void *bias, tg_dtype dt, int64_t n, int64_t c)
@@ -52,4 +52,38 @@ extern "C" cudaError_t tg_cuda_bias_backward_dw(void *dbias, const void *dy, tg_
 {
     bias_dw_term f = {dy, dt, c};
     return tgk_colsum<1>(f, n, c, dbias, NULL, dw_dt, accumulate, scratch, scratch_bytes, st);
+}
+
+/* A GEMM operand's bias grad: term (p, i) is op(A)[i][p], A stored (k, m) when trans_a else (m, k). */
+struct gemm_bgrad_term {
+    const void *a;
+    tg_dtype dt;
+    int64_t lda;
+    int trans_a;
+    __device__ void operator()(int64_t p, int64_t i, float *acc) const
+    {
+        acc[0] += tgk_load(a, dt, trans_a ? p * lda + i : i * lda + p);
+    }
+};
+
+extern "C" cudaError_t tg_cuda_gemm_bgrad(void *bgrad, tg_dtype bgrad_dt, const void *a, tg_dtype a_dt, int trans_a,
+                                          int64_t lda, int64_t m, int64_t k, float accumulate, float *scratch,
+                                          size_t scratch_bytes, cudaStream_t st)
+{
+    gemm_bgrad_term f = {a, a_dt, lda, trans_a};
+    return tgk_colsum<1>(f, k, m, bgrad, NULL, bgrad_dt, accumulate, scratch, scratch_bytes, st);
+}
+
+static __global__ void bias_accumulate_kernel(void *out, tg_dtype out_dt, const void *part, tg_dtype part_dt, int64_t n,
+                                              float accumulate)
+{
+    TGK_GRID_STRIDE(i, n) { tgk_store_wgrad(out, out_dt, i, accumulate, tgk_load(part, part_dt, i)); }
+}
+
+extern "C" cudaError_t tg_cuda_bias_accumulate(void *out, tg_dtype out_dt, const void *part, tg_dtype part_dt, int64_t n,
+                                               float accumulate, cudaStream_t st)
+{
+    if (n <= 0) return cudaSuccess;
+    bias_accumulate_kernel<<<tgk_blocks(n), TGK_THREADS, 0, st>>>(out, out_dt, part, part_dt, n, accumulate);
+    return cudaGetLastError();
 }

@@ -91,6 +91,14 @@ cudaError_t tg_cuda_swiglu_backward(void *dx, const void *dy, const void *x, tg_
 cudaError_t tg_cuda_bias_add(void *y, const void *bias, tg_dtype dt, int64_t n, int64_t c, cudaStream_t st);
 cudaError_t tg_cuda_bias_backward_dw(void *dbias, const void *dy, tg_dtype dt, tg_dtype dw_dt, int64_t n, int64_t c,
                                      float accumulate, float *scratch, size_t scratch_bytes, cudaStream_t st);
+/* bgrad[i] = acc * bgrad[i] + sum_p op(A)[i][p] (i < m, p < k): the bias grad of a GEMM
+ * operand when cuBLASLt's epilogue cannot do it; deterministic column sums in scratch. */
+cudaError_t tg_cuda_gemm_bgrad(void *bgrad, tg_dtype bgrad_dt, const void *a, tg_dtype a_dt, int trans_a, int64_t lda,
+                               int64_t m, int64_t k, float accumulate, float *scratch, size_t scratch_bytes,
+                               cudaStream_t st);
+/* out[i] = acc * out[i] + part[i], as the wgrads store (acc 0 overwrites, in double, rounded once). */
+cudaError_t tg_cuda_bias_accumulate(void *out, tg_dtype out_dt, const void *part, tg_dtype part_dt, int64_t n,
+                                    float accumulate, cudaStream_t st);
 
 /* Causal attention. bf16 with head dim 16/32/64/128 and 16-byte aligned
  * buffers runs on the tensor cores (mode 0: scores in registers, when the

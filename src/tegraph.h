@@ -157,6 +157,22 @@ TG_API tg_status tg_axpby(tg_tensor *y, double alpha, const tg_tensor *x, double
  * share a dtype; C is f32 or that dtype. beta == 0 overwrites C. */
 TG_API tg_status tg_gemm(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor *b, int trans_b, double alpha,
                          double beta);
+/* What a fused GEMM does after the product, on v = alpha * op(A) op(B) + beta * C
+ * (f32, rounded once on store):
+ *   TG_EPI_BIAS       C = v + bias[j]; bias (n) in C's dtype, broadcast over rows (and batches)
+ *   TG_EPI_BIAS_GELU  C = gelu_tanh(v + bias[j]) (tg_gelu_forward's formula); aux, when given,
+ *                     gets v + bias[j] (C's shape and dtype): the input gelu_backward wants
+ *   TG_EPI_BGRAD      C = v, and bgrad (m) (or (batch, m)), f32 or bf16,
+ *                     = bgrad_accumulate * bgrad + sum over p of op(A)[i][p]: for a
+ *                     wgrad dW = dy^T x (A = dy, trans_a) it is db = the column sums of dy,
+ *                     stored like tg_bias_backward_dw (0 overwrites, ignoring NaN) */
+typedef enum tg_gemm_epilogue { TG_EPI_NONE = 0, TG_EPI_BIAS, TG_EPI_BIAS_GELU, TG_EPI_BGRAD } tg_gemm_epilogue;
+/* tg_gemm with an epilogue: one kernel where the backend can fuse it (cuBLASLt),
+ * else the GEMM then the unfused kernels, same result within rounding. Tensors
+ * an epilogue does not use must be NULL; aux must not share C's memory. */
+TG_API tg_status tg_gemm_ex(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor *b, int trans_b, double alpha,
+                            double beta, tg_gemm_epilogue epi, const tg_tensor *bias, tg_tensor *aux, tg_tensor *bgrad,
+                            double bgrad_accumulate);
 /* Reductions to the host (blocking; fail with TG_ECAPTURE while capturing). */
 TG_API tg_status tg_sum(const tg_tensor *t, double *out);
 TG_API tg_status tg_max_abs(const tg_tensor *t, double *out);

@@ -361,6 +361,80 @@ static void test_gemm(void)
     }
 }
 
+/* ------------------------------------------------------------------ gemm epilogues
+ * The CUDA epilogues (cuBLASLt, or the unfused kernels when it refuses, or
+ * TG_CUDA_EPILOGUE=unfused) against the CPU reference. cuBLASLt's GELU (its
+ * own tanh approximation) is used for bf16 C only, where 1e-2 covers it; the
+ * measured difference is printed as a diag. f32 gelu runs the gelu kernel. */
+#define EPI_F32_TOL 1e-5
+static void epi_case(int epi, tg_dtype ab, tg_dtype cd, tg_dtype bd, int64_t m, int64_t n, int64_t k, int64_t batch,
+                     float beta, float acc, int with_aux, const char *mode)
+{
+    struct tg_gemm_args a = {.trans_a = epi == TG_EPI_BGRAD, .trans_b = epi != TG_EPI_BGRAD, .m = m, .n = n, .k = k,
+                             .batch = batch, .alpha = 1.0f, .beta = beta, .a_dt = ab, .b_dt = ab, .c_dt = cd,
+                             .epi = epi, .bgrad_dt = bd, .bgrad_acc = acc};
+    int64_t ld, st;
+    struct pair A = random_matrix(ab, batch, a.trans_a ? k : m, a.trans_a ? m : k, 0, &a.lda, &a.stride_a, 0);
+    struct pair B = random_matrix(ab, batch, a.trans_b ? n : k, a.trans_b ? k : n, 0, &a.ldb, &a.stride_b, 0);
+    struct pair C = random_matrix(cd, batch, m, n, 0, &a.ldc, &a.stride_c, beta == 0.0f);
+    struct pair bias = random_matrix(cd, 1, 1, n, 0, &ld, &st, 0);
+    struct pair aux = random_matrix(cd, batch, m, n, 0, &a.ldaux, &a.stride_aux, 1);
+    struct pair bg = random_matrix(bd, batch, 1, m, 0, &ld, &st, acc == 0.0f);
+    static const char *names[] = {"none", "bias", "bias_gelu", "bgrad"};
+    char what[200];
+    snprintf(what, sizeof what, "gemm %s (%s) %lldx%lldx%lld batch %lld %s->%s%s%s beta %g acc %g%s", names[epi], mode,
+             (long long)m, (long long)n, (long long)k, (long long)batch, tg_dtype_name(ab), tg_dtype_name(cd),
+             epi == TG_EPI_BGRAD ? " bgrad " : "", epi == TG_EPI_BGRAD ? tg_dtype_name(bd) : "", beta, acc,
+             with_aux ? " +aux" : "");
+    tg_status rc[2];
+    for (int dev = 0; dev < 2; dev++) {
+        a.a = dev ? A.g : A.c, a.b = dev ? B.g : B.c, a.c = dev ? C.g : C.c;
+        a.bias = epi == TG_EPI_BIAS || epi == TG_EPI_BIAS_GELU ? (dev ? bias.g : bias.c) : NULL;
+        a.aux = with_aux ? (dev ? aux.g : aux.c) : NULL;
+        a.bgrad = epi == TG_EPI_BGRAD ? (dev ? bg.g : bg.c) : NULL;
+        rc[dev] = dev ? tg_backend_cuda.gemm(gs, &a) : tg_backend_cpu.gemm(cs, &a);
+    }
+    sync_both();
+    if (run_ok(rc[0], rc[1], what)) {
+        double tc = cd == TG_BF16 ? 1e-2 : EPI_F32_TOL;
+        char w2[240];
+        check_close(&C, cd, C.bytes / tg_dtype_size(cd), tc, what);
+        if (with_aux) {
+            snprintf(w2, sizeof w2, "%s: aux", what);
+            check_close(&aux, cd, aux.bytes / tg_dtype_size(cd), tc, w2);
+        }
+        if (epi == TG_EPI_BGRAD) {
+            snprintf(w2, sizeof w2, "%s: bgrad", what);
+            check_close(&bg, bd, bg.bytes / tg_dtype_size(bd), bd == TG_BF16 || cd == TG_BF16 ? 1e-2 : EPI_F32_TOL, w2);
+        }
+    }
+    pair_free(&A), pair_free(&B), pair_free(&C), pair_free(&bias), pair_free(&aux), pair_free(&bg);
+}
+
+static void test_gemm_epilogues(void)
+{
+    const tg_dtype types[][2] = {{TG_F32, TG_F32}, {TG_BF16, TG_BF16}, {TG_BF16, TG_F32}};
+    for (int forced = 0; forced < 2; forced++) {
+        const char *mode = forced ? "unfused" : "fused";
+        if (forced) setenv("TG_CUDA_EPILOGUE", "unfused", 1);
+        for (int t = 0; t < 3; t++) {
+            tg_dtype ab = types[t][0], cd = types[t][1];
+            epi_case(TG_EPI_BIAS, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 0, mode);
+            epi_case(TG_EPI_BIAS, ab, cd, TG_F32, 37, 45, 29, 3, 1.0f, 0, 0, mode);
+            epi_case(TG_EPI_BIAS_GELU, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 1, mode);
+            epi_case(TG_EPI_BIAS_GELU, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 0, mode);
+            epi_case(TG_EPI_BIAS_GELU, ab, cd, TG_F32, 256, 1024, 384, 2, 0.0f, 0, 1, mode);
+            epi_case(TG_EPI_BIAS_GELU, ab, cd, TG_F32, 33, 37, 29, 1, 0.5f, 0, 1, mode); /* aux ld 37: not a multiple of 8 */
+            for (int acc = 0; acc < 2; acc++) {
+                epi_case(TG_EPI_BGRAD, ab, cd, cd, 96, 64, 128, 1, (float)acc, (float)acc, 0, mode);
+                epi_case(TG_EPI_BGRAD, ab, cd, TG_F32, 768, 256, 1024, 1, (float)acc, (float)acc, 0, mode);
+                epi_case(TG_EPI_BGRAD, ab, cd, cd, 40, 24, 77, 2, (float)acc, (float)acc, 0, mode);
+            }
+        }
+    }
+    unsetenv("TG_CUDA_EPILOGUE");
+}
+
 /* ------------------------------------------------------------------ reduce */
 static void test_reduce(void)
 {
@@ -464,6 +538,7 @@ int main(void)
     test_binary();
     test_axpby();
     test_gemm();
+    test_gemm_epilogues();
     test_reduce();
     test_rand();
     return done_testing();

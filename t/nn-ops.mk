@@ -10,7 +10,8 @@ NN_OPS_TESTS = \
 	t/cross-entropy-ignores-index-and-averages-valid-rows.t \
 	t/attention-is-causal.t \
 	t/adamw-matches-hand-computed-step.t \
-	t/adamw-multi-bit-identical-to-per-tensor.t
+	t/adamw-multi-bit-identical-to-per-tensor.t \
+	t/gemm-epilogues-match-unfused-ops.t
 
 check_PROGRAMS += $(NN_OPS_TESTS)
 TESTS += $(NN_OPS_TESTS)
@@ -51,3 +52,7 @@ t_adamw_matches_hand_computed_step_t_LDFLAGS = -static
 t_adamw_multi_bit_identical_to_per_tensor_t_SOURCES = t/adamw-multi-bit-identical-to-per-tensor.c t/nn-ops-util.c
 t_adamw_multi_bit_identical_to_per_tensor_t_LDADD = $(TG_TEST_LIBS)
 t_adamw_multi_bit_identical_to_per_tensor_t_LDFLAGS = -static
+
+t_gemm_epilogues_match_unfused_ops_t_SOURCES = t/gemm-epilogues-match-unfused-ops.c t/nn-ops-util.c
+t_gemm_epilogues_match_unfused_ops_t_LDADD = $(TG_TEST_LIBS)
+t_gemm_epilogues_match_unfused_ops_t_LDFLAGS = -static

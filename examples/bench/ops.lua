@@ -86,5 +86,17 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
     report(cname, "gemm fc1 wgrad dy^T x (bf16)", timed(function() ops.matmul(h, x, true, false) end), nil, fl)
     report(cname, "gemm fc1 wgrad dy^T x (+= f32)", timed(function() ops.gemm(g32, h, true, x, false, 1, 1) end), nil, fl)
     report(cname, "gemm qkv fwd x Wqkv^T", timed(function() ops.matmul(x, wq, false, true) end), nil, 2 * N * C * 3 * C)
+    -- the fused epilogues the modules use: fc1 forward = bias + gelu (saving the pre-activation), wgrad + bias grad
+    local b1, pre = randn { F }, randn { N, F }
+    local db32, db16 = tg.zeros({ F }, { dtype = "f32", device = device }), tg.zeros({ F }, { dtype = "bf16", device = device })
+    local w16 = tg.zeros({ F, C }, { dtype = "bf16", device = device })
+    report(cname, "gemm fc1 fwd +bias (fused)", timed(function()
+      ops.gemm(y, x, false, w1, true, 1, 0, { epilogue = "bias", bias = b1 }) end), nil, fl)
+    report(cname, "gemm fc1 fwd +bias+gelu+aux (fused)", timed(function()
+      ops.gemm(y, x, false, w1, true, 1, 0, { epilogue = "bias_gelu", bias = b1, aux = pre }) end), nil, fl)
+    report(cname, "gemm fc1 wgrad +bgrad (bf16)", timed(function()
+      ops.gemm(w16, h, true, x, false, 1, 0, { epilogue = "bgrad", bgrad = db16 }) end), nil, fl)
+    report(cname, "gemm fc1 wgrad +bgrad (+= f32)", timed(function()
+      ops.gemm(g32, h, true, x, false, 1, 1, { epilogue = "bgrad", bgrad = db32, bgrad_accumulate = 1 }) end), nil, fl)
   end
 end

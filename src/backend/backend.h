@@ -44,7 +44,19 @@ struct tg_axpby_args {
 /* Row-major batched GEMM: for each batch b,
  * C[b] (m, n) = alpha * op(A[b]) (m, k) @ op(B[b]) (k, n) + beta * C[b].
  * op(A) = A^T when trans_a (A is then stored (k, m) with leading dim lda).
- * Accumulation in f32; beta == 0 overwrites C. */
+ * Accumulation in f32; beta == 0 overwrites C.
+ *
+ * Epilogues, with v = alpha * op(A) op(B) + beta * C (f32, not rounded):
+ *   NONE       C = v
+ *   BIAS       C = v + bias[j], bias (n) broadcast over rows and batches
+ *   BIAS_GELU  C = gelu_tanh(v + bias[j]) (the formula of the gelu kernels);
+ *              when aux != NULL also aux[b] (m, n) = v + bias[j] in C's dtype
+ *              (the pre-activation, for gelu_backward)
+ *   BGRAD      C = v, and bgrad[b*m + i] = bgrad_acc * bgrad[b*m + i] + sum_p op(A[b])[i][p]
+ *              (wgrad dW = dy^T x with A = dy, trans_a: db = column sums of dy),
+ *              stored like the other wgrads (acc 0 overwrites, NaN ignored)
+ * bias has C's dtype; bgrad is f32 or bf16 (bgrad_dt). Each value is
+ * rounded once, on store. (tg_gemm_epilogue is public: tegraph.h.) */
 struct tg_gemm_args {
     int trans_a, trans_b;
     int64_t m, n, k;
@@ -53,6 +65,11 @@ struct tg_gemm_args {
     const void *a; int64_t lda, stride_a; tg_dtype a_dt;
     const void *b; int64_t ldb, stride_b; tg_dtype b_dt;
     void *c;       int64_t ldc, stride_c; tg_dtype c_dt;
+    tg_gemm_epilogue epi;
+    const void *bias;                  /* (n) c_dt: BIAS, BIAS_GELU */
+    void *aux; int64_t ldaux, stride_aux; /* (batch, m, n) c_dt: BIAS_GELU, may be NULL */
+    void *bgrad; tg_dtype bgrad_dt;    /* (batch, m): BGRAD */
+    float bgrad_acc;
 };
 
 typedef enum tg_reduce_op { TG_REDUCE_SUM = 0, TG_REDUCE_MAX_ABS, TG_REDUCE_MAX_ABS_DIFF, TG_REDUCE_SUMSQ } tg_reduce_op;

@@ -1,7 +1,8 @@
-/* cpu_gemm.c — CPU GEMM with f32 accumulation: CBLAS for f32 operands when configured, else a packed, cache-blocked OpenMP loop. */
+/* cpu_gemm.c — CPU GEMM with f32 accumulation and the bias / gelu / bias-grad epilogues: CBLAS for f32 operands when configured, else a packed, cache-blocked OpenMP loop. */
 #include "backend/cpu_impl.h"
 
 #include <limits.h>
+#include <math.h>
 #include <string.h>
 #ifdef TG_HAVE_BLAS
 #include <cblas.h>
@@ -32,15 +33,38 @@ static inline float ldf(const void *p, tg_dtype dt, int64_t i)
     return dt == TG_BF16 ? tg_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
-/* C element = v + beta * C (beta == 0 overwrites), rounded to C's dtype; v is alpha * op(A) op(B). */
-static inline void store_c(const struct tg_gemm_args *g, void *c, int64_t idx, float v)
+#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+#define GELU_A 0.044715f
+
+static inline void stf(void *p, tg_dtype dt, int64_t i, float v)
 {
+    if (dt == TG_BF16) ((uint16_t *)p)[i] = tg_f32_to_bf16(v);
+    else ((float *)p)[i] = v;
+}
+
+/* The bias / gelu epilogue of element (i, j) of batch bi on u = v + beta * C
+ * (f32): writes aux, returns the value to store. The formula is cpu_nn.c's
+ * gelu_forward, so fused and unfused f32 results are the same bits. */
+static inline float epilogue(const struct tg_gemm_args *g, int64_t bi, int64_t i, int64_t j, float u)
+{
+    if (g->epi != TG_EPI_BIAS && g->epi != TG_EPI_BIAS_GELU) return u;
+    u += ldf(g->bias, g->c_dt, j);
+    if (g->epi == TG_EPI_BIAS) return u;
+    if (g->aux) stf((char *)g->aux + (size_t)(bi * g->stride_aux) * tg_dtype_size(g->c_dt), g->c_dt, i * g->ldaux + j, u);
+    return 0.5f * u * (1.0f + tanhf(GELU_K * (u + GELU_A * u * u * u)));
+}
+
+/* C[i][j] of batch bi (c its C) = epilogue(v + beta * C) (beta == 0 overwrites),
+ * rounded to C's dtype; v is alpha * op(A) op(B). */
+static inline void store_c(const struct tg_gemm_args *g, int64_t bi, void *c, int64_t i, int64_t j, float v)
+{
+    int64_t idx = i * g->ldc + j;
     if (g->c_dt == TG_BF16) {
         uint16_t *h = (uint16_t *)c + idx;
-        *h = tg_f32_to_bf16(g->beta == 0.0f ? v : v + g->beta * tg_bf16_to_f32(*h));
+        *h = tg_f32_to_bf16(epilogue(g, bi, i, j, g->beta == 0.0f ? v : v + g->beta * tg_bf16_to_f32(*h)));
     } else {
         float *f = (float *)c + idx;
-        *f = g->beta == 0.0f ? v : v + g->beta * *f;
+        *f = epilogue(g, bi, i, j, g->beta == 0.0f ? v : v + g->beta * *f);
     }
 }
 
@@ -158,7 +182,7 @@ static void gemm_tile(const struct tg_gemm_args *g, int64_t bi, int64_t i0, int6
                 gemm_kernel(kc, ap + ip * kc * MR, bp + jp * kc * NR, acc + ip * MR * NC + jp * NR, pc > 0);
     }
     for (int64_t i = 0; i < mc; i++)
-        for (int64_t j = 0; j < nc; j++) store_c(g, c, (i0 + i) * g->ldc + j0 + j, g->alpha * acc[i * NC + j]);
+        for (int64_t j = 0; j < nc; j++) store_c(g, bi, c, i0 + i, j0 + j, g->alpha * acc[i * NC + j]);
 }
 
 /* Returns 0 when the workspace cannot be allocated. */
@@ -197,7 +221,7 @@ static void gemm_naive(const struct tg_gemm_args *g)
             for (int64_t j = 0; j < g->n; j++) {
                 float acc = 0;
                 for (int64_t p = 0; p < g->k; p++) acc += op_a(g, a, i, p) * op_b(g, b, p, j);
-                store_c(g, c, i * g->ldc + j, g->alpha * acc);
+                store_c(g, bi, c, i, j, g->alpha * acc);
             }
     }
 }
@@ -222,14 +246,46 @@ static void gemm_blas(const struct tg_gemm_args *g)
         batch_ptrs(g, bi, &a, &b, &c);
         cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
                     (int)g->m, (int)g->n, (int)g->k, g->alpha, a, (int)g->lda, b, (int)g->ldb, g->beta, c, (int)g->ldc);
+        if (g->epi != TG_EPI_BIAS && g->epi != TG_EPI_BIAS_GELU) continue;
+        /* C is f32 here, so the epilogue after the call sees the same v + beta * C as the blocked loop */
+        float *f = c;
+#pragma omp parallel for schedule(static) if (g->m * g->n > CPU_PAR_MIN)
+        for (int64_t i = 0; i < g->m; i++)
+            for (int64_t j = 0; j < g->n; j++) f[i * g->ldc + j] = epilogue(g, bi, i, j, f[i * g->ldc + j]);
     }
 }
 #endif
 
 /* ------------------------------------------------------------------ entry */
+/* BGRAD: bgrad[b*m + i] = acc * bgrad + sum_p op(A[b])[i][p], summed in double
+ * in p order by one thread per block of rows i: the order of cpu_nn.c's
+ * bias_backward_dw over dy's rows, so fused and unfused are the same bits. */
+#define BGRAD_BLOCK 32
+static void bgrad_run(const struct tg_gemm_args *g)
+{
+    for (int64_t bi = 0; bi < g->batch; bi++) {
+        const void *a, *b;
+        void *c;
+        batch_ptrs(g, bi, &a, &b, &c);
+#pragma omp parallel for schedule(static) if (g->m * g->k > CPU_PAR_MIN)
+        for (int64_t i0 = 0; i0 < g->m; i0 += BGRAD_BLOCK) {
+            int64_t w = min64(BGRAD_BLOCK, g->m - i0);
+            double s[BGRAD_BLOCK] = {0};
+            for (int64_t p = 0; p < g->k; p++)
+                for (int64_t ii = 0; ii < w; ii++) s[ii] += op_a(g, a, i0 + ii, p);
+            for (int64_t ii = 0; ii < w; ii++) {
+                int64_t o = bi * g->m + i0 + ii;
+                double v = g->bgrad_acc == 0.0f ? s[ii] : (double)g->bgrad_acc * ldf(g->bgrad, g->bgrad_dt, o) + s[ii];
+                stf(g->bgrad, g->bgrad_dt, o, (float)v);
+            }
+        }
+    }
+}
+
 static void gemm_run(const void *p)
 {
     const struct tg_gemm_args *g = p;
+    if (g->epi == TG_EPI_BGRAD && g->m > 0 && g->batch > 0) bgrad_run(g);
     if (g->m <= 0 || g->n <= 0 || g->batch <= 0) return;
 
     if (g->k == 0 || g->alpha == 0.0f) { /* C = beta * C, A and B not read */
@@ -238,7 +294,7 @@ static void gemm_run(const void *p)
             void *c;
             batch_ptrs(g, bi, &a, &b, &c);
             for (int64_t i = 0; i < g->m; i++)
-                for (int64_t j = 0; j < g->n; j++) store_c(g, c, i * g->ldc + j, 0.0f);
+                for (int64_t j = 0; j < g->n; j++) store_c(g, bi, c, i, j, 0.0f);
         }
         return;
     }
@@ -261,5 +317,8 @@ tg_status cpu_gemm(tg_stream *s, const struct tg_gemm_args *a)
     if (a->m < 0 || a->n < 0 || a->k < 0 || a->batch < 0)
         return tg_error(TG_EINVAL, "cpu gemm: negative size (m %lld, n %lld, k %lld, batch %lld)", (long long)a->m,
                         (long long)a->n, (long long)a->k, (long long)a->batch);
+    if ((unsigned)a->epi > TG_EPI_BGRAD || ((a->epi == TG_EPI_BIAS || a->epi == TG_EPI_BIAS_GELU) && !a->bias) ||
+        (a->epi == TG_EPI_BGRAD && (!a->bgrad || (a->bgrad_dt != TG_F32 && a->bgrad_dt != TG_BF16))))
+        return tg_error(TG_EINVAL, "cpu gemm: bad epilogue %d (bias, bgrad or its dtype missing)", (int)a->epi);
     return cpu_submit(s, gemm_run, a, sizeof *a);
 }

@@ -1,28 +1,51 @@
-/* cuda_gemm.c — row-major batched GEMM through cuBLASLt (f32 accumulation), capturable. */
+/* cuda_gemm.c — row-major batched GEMM through cuBLASLt (f32 accumulation) with bias / gelu / bias-grad epilogues, capturable. */
 #include "backend/cuda_impl.h"
 
 #include "kernels.h" /* kernels/ is not on the C include path */
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* cuBLASLt is column-major. A row-major (r, c) matrix with leading dim ld is
  * the column-major (c, r) matrix with the same ld, i.e. its transpose, so
  * row-major C = op(A) @ op(B) is computed as column-major
  * C^T (n, m) = op(B)^T (n, k) @ op(A)^T (k, m): B's storage is cuBLASLt's
- * "A" and A's storage its "B", each transposed exactly when the caller asked. */
+ * "A" and A's storage its "B", each transposed exactly when the caller asked.
+ *
+ * Epilogues map the same way: row-major C's columns j are the rows of
+ * column-major D, so BIAS (one value per row of D) is our bias[j]; aux has
+ * D's layout (ld ldaux); our BGRAD sums op(A)[i][:] over k, and A is
+ * cuBLASLt's B, so it is BGRADB (one value per column of D = our row i).
+ * cuBLASLt writes the bias grad in D's dtype and cannot accumulate: with
+ * bgrad_acc != 0 (or another dtype, or a misaligned target) it writes to the
+ * stream's nn scratch and a small kernel adds that into bgrad. Combinations
+ * cuBLASLt refuses (no heuristic, NOT_SUPPORTED) run the plain GEMM and the
+ * unfused kernels instead, as does TG_CUDA_EPILOGUE=unfused (tests). */
 
 /* Everything the algorithm choice depends on; memset to 0 before filling (hashed as bytes). */
 struct gemm_key {
     int dev, trans_a, trans_b, a_dt, c_dt;
     int64_t m, n, k, batch, lda, ldb, ldc, stride_a, stride_b, stride_c;
     uint32_t align_a, align_b, align_c;
+    uint32_t epi;            /* cublasLtEpilogue_t */
+    int64_t ldaux, stride_aux, bias_stride;
+    uint32_t align_bias, align_aux;
 };
 
 struct gemm_plan {
     struct gemm_key key;
     int valid;
+    int supported;           /* 0: cuBLASLt has no algorithm (epilogues fall back) */
     cublasLtMatmulAlgo_t algo;
+};
+
+/* What one cuBLASLt call does after the product: its epilogue and the vectors it reads or writes. */
+struct lt_epi {
+    cublasLtEpilogue_t epi;
+    const void *bias;        /* BIAS: the bias; BGRADB: where the bias grad goes */
+    void *aux;
+    int64_t ldaux, stride_aux, bias_stride;
 };
 
 /* Heuristic queries cost tens of microseconds: remember the last answers. */
@@ -76,8 +99,8 @@ static tg_status layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t row
     return TG_OK;
 }
 
-static tg_status descs_create(struct lt_descs *d, const struct tg_gemm_args *a, const struct gemm_key *key,
-                              size_t ws_bytes)
+static tg_status descs_create(struct lt_descs *d, const struct tg_gemm_args *a, const struct lt_epi *e,
+                              const struct gemm_key *key, size_t ws_bytes)
 {
     cublasOperation_t ta = a->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, tb = a->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     TG_CUBLAS_TRY(cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -89,6 +112,24 @@ static tg_status descs_create(struct lt_descs *d, const struct tg_gemm_args *a, 
     TG_TRY(layout(&d->lb, cuda_type(a->a_dt), a->trans_a ? a->m : a->k, a->trans_a ? a->k : a->m, a->lda, a->batch,
                   a->stride_a));
     TG_TRY(layout(&d->lc, cuda_type(a->c_dt), a->n, a->m, a->ldc, a->batch, a->stride_c));
+    if (e->epi != CUBLASLT_EPILOGUE_DEFAULT) {
+        int32_t bt = (int32_t)cuda_type(a->c_dt); /* bias and bias grad in D's dtype */
+        TG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e->epi, sizeof e->epi));
+        TG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e->bias, sizeof e->bias));
+        TG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+        if (a->batch > 1)
+            TG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &e->bias_stride,
+                                                         sizeof e->bias_stride));
+        if (e->aux) {
+            TG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux,
+                                                         sizeof e->aux));
+            TG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e->ldaux,
+                                                         sizeof e->ldaux));
+            if (a->batch > 1)
+                TG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE,
+                                                             &e->stride_aux, sizeof e->stride_aux));
+        }
+    }
     TG_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&d->pref));
     TG_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                        sizeof ws_bytes));
@@ -103,47 +144,39 @@ static tg_status descs_create(struct lt_descs *d, const struct tg_gemm_args *a, 
     return TG_OK;
 }
 
-static tg_status choose_algo(cublasLtHandle_t lt, struct lt_descs *d, const struct tg_gemm_args *a,
-                             const struct gemm_key *key, cublasLtMatmulAlgo_t *algo)
+/* *ok = 0 when cuBLASLt has no algorithm: an error for a plain GEMM, a fallback for an epilogue. */
+static tg_status choose_algo(cublasLtHandle_t lt, struct lt_descs *d, const struct gemm_key *key,
+                             cublasLtMatmulAlgo_t *algo, int *ok)
 {
     size_t slot = key_hash(key);
     pthread_mutex_lock(&plans_lock);
     int hit = plans[slot].valid && memcmp(&plans[slot].key, key, sizeof *key) == 0;
-    if (hit) *algo = plans[slot].algo;
+    if (hit) *algo = plans[slot].algo, *ok = plans[slot].supported;
     pthread_mutex_unlock(&plans_lock);
     if (hit) return TG_OK;
 
     cublasLtMatmulHeuristicResult_t r;
     int found = 0;
-    TG_CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(lt, d->op, d->la, d->lb, d->lc, d->lc, d->pref, 1, &r, &found));
-    if (found < 1)
-        return tg_error(TG_EDEVICE, "cuda gemm: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld batch=%lld %s x %s -> %s",
-                        (long long)a->m, (long long)a->n, (long long)a->k, (long long)a->batch,
-                        tg_dtype_name(a->a_dt), tg_dtype_name(a->b_dt), tg_dtype_name(a->c_dt));
-    *algo = r.algo;
+    cublasStatus_t e = cublasLtMatmulAlgoGetHeuristic(lt, d->op, d->la, d->lb, d->lc, d->lc, d->pref, 1, &r, &found);
+    if (e != CUBLAS_STATUS_SUCCESS && e != CUBLAS_STATUS_NOT_SUPPORTED)
+        return tg_cublas_fail(e, __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic(...)");
+    *ok = e == CUBLAS_STATUS_SUCCESS && found >= 1;
+    if (*ok) *algo = r.algo;
     pthread_mutex_lock(&plans_lock);
-    plans[slot] = (struct gemm_plan){.key = *key, .valid = 1, .algo = r.algo};
+    plans[slot] = (struct gemm_plan){.key = *key, .valid = 1, .supported = *ok, .algo = *ok ? r.algo : plans[slot].algo};
     pthread_mutex_unlock(&plans_lock);
     return TG_OK;
 }
 
-tg_status tg_cuda_gemm(tg_stream *s, const struct tg_gemm_args *a)
+/* One cuBLASLt call with epilogue e; *done = 0 (nothing issued) when cuBLASLt
+ * cannot do it. k > 0, m, n, batch > 0. */
+static tg_status gemm_lt(tg_stream *s, const struct tg_gemm_args *a, const struct lt_epi *e, int *done)
 {
-    if (a->a_dt != a->b_dt || (a->a_dt != TG_F32 && a->a_dt != TG_BF16) ||
-        (a->c_dt != TG_F32 && a->c_dt != a->a_dt))
-        return tg_error(TG_ENOTSUP, "cuda gemm: %s x %s -> %s is not supported (f32 or bf16 inputs, C f32 or theirs)",
-                        tg_dtype_name(a->a_dt), tg_dtype_name(a->b_dt), tg_dtype_name(a->c_dt));
-    if (a->m <= 0 || a->n <= 0 || a->batch <= 0) return TG_OK;
     cudaStream_t st = tg_cuda_stream(s);
-    TG_CUDA_TRY(cudaSetDevice(s->dev.index));
-    if (a->k <= 0) { /* an empty sum: C = beta * C */
-        TG_CUDA_TRY(tg_cuda_scale_strided(a->c, a->c_dt, a->batch, a->m, a->n, a->ldc, a->stride_c, a->beta, st));
-        return TG_OK;
-    }
-
     cublasLtHandle_t lt;
     void *ws;
     size_t ws_bytes;
+    *done = 0;
     TG_TRY(tg_cuda_lt_handle(s->dev.index, &lt));
     TG_TRY(tg_cuda_gemm_workspace(s, &ws, &ws_bytes));
 
@@ -160,17 +193,156 @@ tg_status tg_cuda_gemm(tg_stream *s, const struct tg_gemm_args *a)
     key.align_a = alignment(a->a, a->stride_a, tg_dtype_size(a->a_dt), a->batch);
     key.align_b = alignment(a->b, a->stride_b, tg_dtype_size(a->b_dt), a->batch);
     key.align_c = alignment(a->c, a->stride_c, tg_dtype_size(a->c_dt), a->batch);
+    key.epi = (uint32_t)e->epi;
+    if (e->epi != CUBLASLT_EPILOGUE_DEFAULT) {
+        /* the heuristic reads the epilogue pointers' alignment */
+        key.align_bias = alignment(e->bias, e->bias_stride, tg_dtype_size(a->c_dt), a->batch);
+        if (a->batch > 1) key.bias_stride = e->bias_stride;
+        if (e->aux) {
+            key.ldaux = e->ldaux;
+            key.align_aux = alignment(e->aux, e->stride_aux, tg_dtype_size(a->c_dt), a->batch);
+            if (a->batch > 1) key.stride_aux = e->stride_aux;
+        }
+    }
 
     struct lt_descs d = {0};
     cublasLtMatmulAlgo_t algo;
-    tg_status rc = descs_create(&d, a, &key, ws_bytes);
-    if (rc == TG_OK) rc = choose_algo(lt, &d, a, &key, &algo);
-    if (rc == TG_OK) {
+    int ok = 0;
+    tg_status rc = descs_create(&d, a, e, &key, ws_bytes);
+    if (rc == TG_OK) rc = choose_algo(lt, &d, &key, &algo, &ok);
+    if (rc == TG_OK && !ok && e->epi == CUBLASLT_EPILOGUE_DEFAULT)
+        rc = tg_error(TG_EDEVICE, "cuda gemm: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld batch=%lld %s x %s -> %s",
+                      (long long)a->m, (long long)a->n, (long long)a->k, (long long)a->batch, tg_dtype_name(a->a_dt),
+                      tg_dtype_name(a->b_dt), tg_dtype_name(a->c_dt));
+    if (rc == TG_OK && ok) {
         /* alpha and beta are read from the host now, so capture records their values */
-        cublasStatus_t e = cublasLtMatmul(lt, d.op, &a->alpha, a->b, d.la, a->a, d.lb, &a->beta, a->c, d.lc, a->c, d.lc,
-                                          &algo, ws, ws_bytes, st);
-        if (e != CUBLAS_STATUS_SUCCESS) rc = tg_cublas_fail(e, __FILE__, __LINE__, "cublasLtMatmul(...)");
+        cublasStatus_t ce = cublasLtMatmul(lt, d.op, &a->alpha, a->b, d.la, a->a, d.lb, &a->beta, a->c, d.lc, a->c, d.lc,
+                                           &algo, ws, ws_bytes, st);
+        if (ce == CUBLAS_STATUS_SUCCESS) *done = 1;
+        else if (!(ce == CUBLAS_STATUS_NOT_SUPPORTED && e->epi != CUBLASLT_EPILOGUE_DEFAULT))
+            rc = tg_cublas_fail(ce, __FILE__, __LINE__, "cublasLtMatmul(...)");
     }
     descs_destroy(&d);
     return rc;
+}
+
+static tg_status launched(cudaError_t e, const char *what)
+{
+    if (e == cudaErrorInvalidValue)
+        return tg_error(TG_ENOTSUP, "cuda gemm %s: the shapes exceed the kernel's limits or its %zu MiB scratch", what,
+                        TG_CUDA_NN_SCRATCH >> 20);
+    if (e != cudaSuccess) return tg_cuda_fail(e, __FILE__, __LINE__, what);
+    return TG_OK;
+}
+
+/* The epilogue without cuBLASLt's help: the plain GEMM, then the kernels the
+ * modules used before (bias_add, gelu_forward, column sums). C and aux are
+ * contiguous (ldc == ldaux == n), as the op layer makes them. */
+static tg_status gemm_unfused(tg_stream *s, const struct tg_gemm_args *a)
+{
+    cudaStream_t st = tg_cuda_stream(s);
+    struct tg_gemm_args plain = *a;
+    plain.epi = TG_EPI_NONE;
+    TG_TRY(tg_cuda_gemm(s, &plain));
+    size_t es = tg_dtype_size(a->c_dt);
+    if (a->epi == TG_EPI_BGRAD) {
+        void *scr;
+        size_t bytes;
+        TG_TRY(tg_cuda_nn_scratch(s, &scr, &bytes));
+        for (int64_t bi = 0; bi < a->batch; bi++) {
+            const char *ab = (const char *)a->a + (size_t)(bi * a->stride_a) * tg_dtype_size(a->a_dt);
+            char *out = (char *)a->bgrad + (size_t)(bi * a->m) * tg_dtype_size(a->bgrad_dt);
+            TG_TRY(launched(tg_cuda_gemm_bgrad(out, a->bgrad_dt, ab, a->a_dt, a->trans_a, a->lda, a->m, a->k,
+                                               a->bgrad_acc, scr, bytes, st),
+                            "bgrad"));
+        }
+        return TG_OK;
+    }
+    if (a->ldc != a->n || (a->aux && a->ldaux != a->n))
+        return tg_error(TG_ENOTSUP, "cuda gemm: the unfused epilogue needs contiguous rows (ldc %lld, n %lld)",
+                        (long long)a->ldc, (long long)a->n);
+    for (int64_t bi = 0; bi < a->batch; bi++) {
+        char *c = (char *)a->c + (size_t)(bi * a->stride_c) * es;
+        TG_TRY(launched(tg_cuda_bias_add(c, a->bias, a->c_dt, a->m, a->n, st), "bias_add"));
+        if (a->epi != TG_EPI_BIAS_GELU) continue;
+        if (a->aux)
+            TG_CUDA_TRY(cudaMemcpyAsync((char *)a->aux + (size_t)(bi * a->stride_aux) * es, c, (size_t)(a->m * a->n) * es,
+                                        cudaMemcpyDeviceToDevice, st));
+        TG_TRY(launched(tg_cuda_gelu_forward(c, c, a->c_dt, a->m * a->n, st), "gelu_forward"));
+    }
+    return TG_OK;
+}
+
+static int unfused_forced(void)
+{
+    const char *e = getenv("TG_CUDA_EPILOGUE");
+    return e && strcmp(e, "unfused") == 0;
+}
+
+/* The epilogue in cuBLASLt; *done = 0 when it cannot (nothing issued). */
+static tg_status gemm_fused(tg_stream *s, const struct tg_gemm_args *a, int *done)
+{
+    struct lt_epi e = {0};
+    *done = 0;
+    if (a->epi == TG_EPI_BIAS) {
+        e.epi = CUBLASLT_EPILOGUE_BIAS;
+        e.bias = a->bias;
+        return gemm_lt(s, a, &e, done);
+    }
+    if (a->epi == TG_EPI_BIAS_GELU) {
+        e.epi = a->aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
+        e.bias = a->bias;
+        e.aux = a->aux, e.ldaux = a->ldaux, e.stride_aux = a->stride_aux;
+        if (a->aux && (a->ldaux % 8 != 0 || (a->batch > 1 && a->stride_aux % 8 != 0))) return TG_OK; /* cuBLASLt's rule */
+        /* cuBLASLt's GELU is its own tanh approximation, which may be less exact
+         * than tanhf; below bf16's rounding that does not show, in f32 it may:
+         * f32 keeps the gelu kernel (the CPU's formula). */
+        if (a->c_dt != TG_BF16) return TG_OK;
+        return gemm_lt(s, a, &e, done);
+    }
+    /* BGRAD: straight into bgrad when cuBLASLt's store is the wgrad's (overwrite, D's dtype, aligned), else via scratch */
+    e.epi = CUBLASLT_EPILOGUE_BGRADB;
+    e.bias_stride = a->m;
+    size_t need = (size_t)(a->batch * a->m) * tg_dtype_size(a->c_dt);
+    int direct = a->bgrad_acc == 0.0f && a->bgrad_dt == a->c_dt && ((uintptr_t)a->bgrad & 15) == 0;
+    void *scr = NULL;
+    size_t bytes = 0;
+    if (!direct) {
+        TG_TRY(tg_cuda_nn_scratch(s, &scr, &bytes));
+        if (bytes < need) return TG_OK;
+    }
+    e.bias = direct ? a->bgrad : scr;
+    TG_TRY(gemm_lt(s, a, &e, done));
+    if (*done && !direct) {
+        TG_TRY(launched(tg_cuda_bias_accumulate(a->bgrad, a->bgrad_dt, scr, a->c_dt, a->batch * a->m, a->bgrad_acc,
+                                                tg_cuda_stream(s)),
+                        "bias_accumulate"));
+    }
+    return TG_OK;
+}
+
+tg_status tg_cuda_gemm(tg_stream *s, const struct tg_gemm_args *a)
+{
+    if (a->a_dt != a->b_dt || (a->a_dt != TG_F32 && a->a_dt != TG_BF16) ||
+        (a->c_dt != TG_F32 && a->c_dt != a->a_dt))
+        return tg_error(TG_ENOTSUP, "cuda gemm: %s x %s -> %s is not supported (f32 or bf16 inputs, C f32 or theirs)",
+                        tg_dtype_name(a->a_dt), tg_dtype_name(a->b_dt), tg_dtype_name(a->c_dt));
+    if ((unsigned)a->epi > TG_EPI_BGRAD || ((a->epi == TG_EPI_BIAS || a->epi == TG_EPI_BIAS_GELU) && !a->bias) ||
+        (a->epi == TG_EPI_BGRAD && (!a->bgrad || (a->bgrad_dt != TG_F32 && a->bgrad_dt != TG_BF16))))
+        return tg_error(TG_EINVAL, "cuda gemm: bad epilogue %d (bias, bgrad or its dtype missing)", (int)a->epi);
+    if (a->m <= 0 || a->batch <= 0 || (a->n <= 0 && a->epi != TG_EPI_BGRAD)) return TG_OK;
+    TG_CUDA_TRY(cudaSetDevice(s->dev.index));
+    if (a->epi != TG_EPI_NONE) {
+        int done = 0;
+        if (a->k > 0 && a->n > 0 && !unfused_forced()) TG_TRY(gemm_fused(s, a, &done));
+        return done ? TG_OK : gemm_unfused(s, a);
+    }
+    if (a->k <= 0) { /* an empty sum: C = beta * C */
+        TG_CUDA_TRY(tg_cuda_scale_strided(a->c, a->c_dt, a->batch, a->m, a->n, a->ldc, a->stride_c, a->beta,
+                                          tg_cuda_stream(s)));
+        return TG_OK;
+    }
+    struct lt_epi none = {.epi = CUBLASLT_EPILOGUE_DEFAULT};
+    int done;
+    return gemm_lt(s, a, &none, &done);
 }

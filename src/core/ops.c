@@ -141,7 +141,44 @@ static int mat_dims(const tg_tensor *t, int64_t *rows, int64_t *cols, int64_t *b
     return 0;
 }
 
-tg_status tg_gemm(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor *b, int trans_b, double alpha, double beta)
+/* The epilogue's tensors against C (m, n) x batch: messages name their shapes. */
+static tg_status check_epilogue(const tg_tensor *c, int64_t m, int64_t n, int64_t batch, tg_gemm_epilogue epi,
+                                const tg_tensor *bias, const tg_tensor *aux, const tg_tensor *bgrad)
+{
+    static const char *names[] = {"none", "bias", "bias_gelu", "bgrad"};
+    char x[96], z[96];
+    if ((unsigned)epi > TG_EPI_BGRAD) return tg_error(TG_EINVAL, "gemm: unknown epilogue %d", (int)epi);
+    int wants_bias = epi == TG_EPI_BIAS || epi == TG_EPI_BIAS_GELU;
+    if (!wants_bias && bias) return tg_error(TG_EINVAL, "gemm: a bias was given but the epilogue is %s", names[epi]);
+    if (epi != TG_EPI_BIAS_GELU && aux) return tg_error(TG_EINVAL, "gemm: an aux output was given but the epilogue is %s", names[epi]);
+    if (epi != TG_EPI_BGRAD && bgrad) return tg_error(TG_EINVAL, "gemm: a bgrad output was given but the epilogue is %s", names[epi]);
+    if (wants_bias) {
+        if (!bias) return tg_error(TG_EINVAL, "gemm: epilogue %s needs a bias", names[epi]);
+        if (!same_dev(bias, c) || bias->dtype != c->dtype || bias->ndim != 1 || bias->shape[0] != n)
+            return tg_error(TG_EINVAL, "gemm: the bias must be (%lld) %s on C's device, like C's columns (bias %s, C %s)",
+                            (long long)n, tg_dtype_name(c->dtype), describe(bias, x, sizeof x), describe(c, z, sizeof z));
+    }
+    if (aux) {
+        if (!same_dev(aux, c) || aux->dtype != c->dtype || !tg_tensor_same_shape(aux, c))
+            return tg_error(TG_EINVAL, "gemm: aux must have C's shape, dtype and device (aux %s, C %s)",
+                            describe(aux, x, sizeof x), describe(c, z, sizeof z));
+        if (tg_tensor_same_memory(aux, c))
+            return tg_error(TG_EINVAL, "gemm: aux %s shares C's memory", describe(aux, x, sizeof x));
+    }
+    if (epi == TG_EPI_BGRAD) {
+        if (!bgrad) return tg_error(TG_EINVAL, "gemm: epilogue bgrad needs a bgrad output");
+        int shape_ok = c->ndim == 2 ? bgrad->ndim == 1 && bgrad->shape[0] == m
+                                    : bgrad->ndim == 2 && bgrad->shape[0] == batch && bgrad->shape[1] == m;
+        if (!same_dev(bgrad, c) || !float_dtype(bgrad->dtype) || !shape_ok)
+            return tg_error(TG_EINVAL, "gemm: bgrad must be (%s%lld) f32 or bf16 on C's device, one per row of op(A) (bgrad %s, C %s)",
+                            c->ndim == 2 ? "" : "batch, ", (long long)m, describe(bgrad, x, sizeof x), describe(c, z, sizeof z));
+    }
+    return TG_OK;
+}
+
+tg_status tg_gemm_ex(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor *b, int trans_b, double alpha,
+                     double beta, tg_gemm_epilogue epi, const tg_tensor *bias, tg_tensor *aux, tg_tensor *bgrad,
+                     double bgrad_accumulate)
 {
     char x[96], y[96], z[96];
     tg_stream *s = stream_of(c);
@@ -160,6 +197,7 @@ tg_status tg_gemm(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor
     if (k != kb || cr != m || cc != n || (ab != cb && ab != 1) || (bb != cb && bb != 1) || (c->ndim == 2 && (ab != 1 || bb != 1)))
         st = tg_error(TG_EINVAL, "gemm: shapes do not match: C %s = op(A) %s%s @ op(B) %s%s", describe(c, z, sizeof z),
                       describe(a, x, sizeof x), trans_a ? "^T" : "", describe(b, y, sizeof y), trans_b ? "^T" : "");
+    if (st == TG_OK) st = check_epilogue(c, m, n, cb, epi, bias, aux, bgrad);
     if (st == TG_OK) st = need_kernel((const void *)s->be->gemm, s, "gemm");
     if (st == TG_OK) {
         struct tg_gemm_args g = {
@@ -168,10 +206,20 @@ tg_status tg_gemm(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor
             .a = tg_tensor_data(a), .lda = ac, .stride_a = ab == 1 && cb > 1 ? 0 : ar * ac, .a_dt = a->dtype,
             .b = tg_tensor_data(b), .ldb = bc, .stride_b = bb == 1 && cb > 1 ? 0 : br * bc, .b_dt = b->dtype,
             .c = tg_tensor_data(c), .ldc = cc, .stride_c = cr * cc, .c_dt = c->dtype,
+            .epi = epi,
+            .bias = bias ? tg_tensor_data(bias) : NULL,
+            .aux = aux ? tg_tensor_data(aux) : NULL, .ldaux = cc, .stride_aux = cr * cc,
+            .bgrad = bgrad ? tg_tensor_data(bgrad) : NULL, .bgrad_dt = bgrad ? bgrad->dtype : TG_F32,
+            .bgrad_acc = (float)bgrad_accumulate,
         };
         st = s->be->gemm(s, &g);
     }
     return tg_stream_note_error(s, st);
+}
+
+tg_status tg_gemm(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor *b, int trans_b, double alpha, double beta)
+{
+    return tg_gemm_ex(c, a, trans_a, b, trans_b, alpha, beta, TG_EPI_NONE, NULL, NULL, NULL, 0.0);
 }
 
 /* Runs a reduction into a one-float scratch buffer and reads it back. */

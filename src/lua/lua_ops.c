@@ -340,14 +340,42 @@ static int o_sumsq(lua_State *L)
     return 1;
 }
 
-/* gemm(c, a, trans_a, b, trans_b [, alpha=1 [, beta=0]]) -> c:
- * c = alpha * op(a) @ op(b) + beta * c. */
+/* The tensor in field k of the table at t, or NULL (pops it). */
+static tg_tensor *tensor_field(lua_State *L, int t, const char *k)
+{
+    lua_getfield(L, t, k);
+    tg_tensor *x = lua_isnil(L, -1) ? NULL : tgl_tensor_check(L, -1);
+    lua_pop(L, 1); /* the userdata stays referenced by the table */
+    return x;
+}
+
+/* gemm(c, a, trans_a, b, trans_b [, alpha=1 [, beta=0 [, {epilogue="bias"|"bias_gelu"|"bgrad",
+ * bias=, aux=, bgrad=, bgrad_accumulate=0}]]]) -> c: c = epilogue(alpha * op(a) @ op(b) + beta * c)
+ * (tg_gemm_ex). */
 static int o_gemm(lua_State *L)
 {
+    static const char *const epis[] = {"none", "bias", "bias_gelu", "bgrad", NULL};
     tg_tensor *c = tgl_tensor_check(L, 1), *a = tgl_tensor_check(L, 2), *b = tgl_tensor_check(L, 4);
     int ta = lua_toboolean(L, 3), tb = lua_toboolean(L, 5);
     double alpha = (double)luaL_optnumber(L, 6, 1.0), beta = (double)luaL_optnumber(L, 7, 0.0);
-    tgl_check(L, tg_gemm(c, a, ta, b, tb, alpha, beta));
+    if (lua_isnoneornil(L, 8)) {
+        tgl_check(L, tg_gemm(c, a, ta, b, tb, alpha, beta));
+    } else {
+        luaL_checktype(L, 8, LUA_TTABLE);
+        lua_getfield(L, 8, "epilogue");
+        const char *name = lua_isnil(L, -1) ? "none" : lua_tostring(L, -1);
+        int epi = 0;
+        while (epis[epi] && !(name && strcmp(epis[epi], name) == 0)) epi++;
+        if (!epis[epi])
+            return luaL_error(L, "gemm: unknown epilogue '%s' (expected \"bias\", \"bias_gelu\" or \"bgrad\")",
+                              name ? name : luaL_typename(L, -1));
+        lua_pop(L, 1);
+        tg_tensor *bias = tensor_field(L, 8, "bias"), *aux = tensor_field(L, 8, "aux"), *bg = tensor_field(L, 8, "bgrad");
+        lua_getfield(L, 8, "bgrad_accumulate");
+        double acc = (double)luaL_optnumber(L, -1, 0.0);
+        lua_pop(L, 1);
+        tgl_check(L, tg_gemm_ex(c, a, ta, b, tb, alpha, beta, (tg_gemm_epilogue)epi, bias, aux, bg, acc));
+    }
     lua_settop(L, 1);
     return 1;
 }

@@ -1,4 +1,4 @@
-/* layernorm_mlp.c — LayerNormMLP (TE): norm, fc1, activation (gelu | swiglu), fc2; the activation is a parameterless child. */
+/* layernorm_mlp.c — LayerNormMLP (TE): norm, fc1, activation (gelu | swiglu), fc2; gelu is fused into fc1, swiglu is a parameterless child. */
 #include "nn/nn.h"
 
 #include <string.h>
@@ -101,9 +101,13 @@ tg_status tg_layernorm_mlp_new(int64_t c, int64_t hidden, const char *norm, cons
     tg_nn_child_opts(m, "norm", &co, name, sizeof name);
     ADD_CHILD(tg_norm_new_by_name(norm, c, &co, &tmp));
     tg_nn_child_opts(m, "fc1", &co, name, sizeof name);
-    ADD_CHILD(tg_linear_new(c, swiglu ? 2 * hidden : hidden, &co, &tmp));
-    tg_nn_child_opts(m, swiglu ? "swiglu" : "gelu", &co, name, sizeof name);
-    ADD_CHILD(act_new(swiglu, hidden, &co, &tmp));
+    if (swiglu) {
+        ADD_CHILD(tg_linear_new(c, 2 * hidden, &co, &tmp));
+        tg_nn_child_opts(m, "swiglu", &co, name, sizeof name);
+        ADD_CHILD(act_new(swiglu, hidden, &co, &tmp));
+    } else { /* fc1 + gelu in one GEMM (bias and gelu in its epilogue) */
+        ADD_CHILD(tg_linear_gelu_new(c, hidden, &co, &tmp));
+    }
     tg_nn_child_opts(m, "fc2", &co, name, sizeof name);
     ADD_CHILD(tg_linear_new(hidden, c, &co, &tmp));
     if (st != TG_OK) {

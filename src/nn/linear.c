@@ -1,4 +1,4 @@
-/* linear.c — Linear: y = x W^T + b; dgrad dx = dy W; wgrad dW = dy^T x, db = sum dy (now or delayed). */
+/* linear.c — Linear: y = x W^T + b (optionally through gelu); dgrad dx = dy W; wgrad dW = dy^T x, db = sum dy (now or delayed). */
 #include "nn/nn.h"
 
 struct linear {
@@ -6,22 +6,37 @@ struct linear {
     tg_param *w; /* (out, in) */
     tg_param *b; /* (out) or NULL */
     int shared;  /* w is another module's parameter (retained here) */
+    int gelu;    /* y = gelu(x W^T + b), fused into the GEMM (LayerNormMLP's fc1) */
 };
 
-/* saved: t[0] = x (..., in); wgrad item: t[0] = x, t[1] = dy (..., out) */
+/* saved: t[0] = x (..., in), with gelu t[1] = the pre-activation h (..., out);
+ * wgrad item: t[0] = x, t[1] = dy (..., out), with gelu dh = gelu'(h) dy */
 
 static tg_status linear_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
 {
     struct linear *L = m->impl;
     TG_TRY(tg_nn_check_rows("x", x, m->opts.dtype, L->in));
-    tg_tensor *out = NULL, *x2 = NULL, *y2 = NULL, *keep = NULL;
+    tg_tensor *out = NULL, *x2 = NULL, *y2 = NULL, *h = NULL, *h2 = NULL, *keep[2] = {NULL, NULL};
     tg_status st = tg_nn_new_like(m, x, L->out, m->opts.dtype, &out);
     if (st == TG_OK) st = tg_nn_rows(x, &x2);
     if (st == TG_OK) st = tg_nn_rows(out, &y2);
-    if (st == TG_OK) st = tg_gemm(y2, x2, 0, L->w->data, 1, 1.0, 0.0); /* y = x @ W^T */
-    if (st == TG_OK && L->b) st = tg_bias_add(y2, L->b->data);
-    if (st == TG_OK) st = tg_tensor_ref(x, &keep);
-    if (st == TG_OK) st = tg_module_save(m, mb, &keep, 1);
+    if (st == TG_OK && L->gelu) st = tg_nn_new_like(m, x, L->out, m->opts.dtype, &h);
+    if (st == TG_OK && h) st = tg_nn_rows(h, &h2);
+    if (st == TG_OK && L->gelu && L->b) /* y = gelu(h), h = x @ W^T + b: one GEMM */
+        st = tg_gemm_ex(y2, x2, 0, L->w->data, 1, 1.0, 0.0, TG_EPI_BIAS_GELU, L->b->data, h2, NULL, 0.0);
+    else if (st == TG_OK && L->gelu) { /* no gelu-only epilogue: h = x @ W^T, then y = gelu(h) */
+        st = tg_gemm(h2, x2, 0, L->w->data, 1, 1.0, 0.0);
+        if (st == TG_OK) st = tg_gelu_forward(y2, h2);
+    } else if (st == TG_OK) /* y = x @ W^T (+ b in the GEMM's epilogue) */
+        st = tg_gemm_ex(y2, x2, 0, L->w->data, 1, 1.0, 0.0, L->b ? TG_EPI_BIAS : TG_EPI_NONE, L->b ? L->b->data : NULL,
+                        NULL, NULL, 0.0);
+    if (st == TG_OK) st = tg_tensor_ref(x, &keep[0]);
+    if (st == TG_OK) {
+        keep[1] = h, h = NULL;
+        st = tg_module_save(m, mb, keep, L->gelu ? 2 : 1);
+    }
+    tg_tensor_free(h);
+    tg_tensor_free(h2);
     tg_tensor_free(x2);
     tg_tensor_free(y2);
     if (st != TG_OK) {
@@ -38,17 +53,24 @@ static tg_status linear_backward(tg_module *m, int mb, const tg_tensor *dy, tg_t
     struct tg_saved *s;
     TG_TRY(tg_module_peek(m, mb, &s));
     TG_TRY(tg_nn_check_like("dy", dy, s->t[0], L->out, m->opts.dtype));
-    tg_tensor *out = NULL, *dx2 = NULL, *dy2 = NULL;
+    tg_tensor *out = NULL, *dx2 = NULL, *dy2 = NULL, *dh = NULL;
     tg_status st = tg_nn_new_like(m, s->t[0], L->in, m->opts.dtype, &out);
+    if (st == TG_OK && L->gelu) st = tg_nn_new_like(m, s->t[0], L->out, m->opts.dtype, &dh);
+    if (st == TG_OK && dh) st = tg_gelu_backward(dh, dy, s->t[1]); /* dh = gelu'(h) * dy */
     if (st == TG_OK) st = tg_nn_rows(out, &dx2);
-    if (st == TG_OK) st = tg_nn_rows(dy, &dy2);
+    if (st == TG_OK) st = tg_nn_rows(dh ? dh : dy, &dy2);
     if (st == TG_OK) st = tg_gemm(dx2, dy2, 0, L->w->data, 0, 1.0, 0.0); /* dgrad: dx = dy @ W */
     tg_tensor_free(dx2);
     tg_tensor_free(dy2);
-    if (st == TG_OK) st = tg_tensor_ref(dy, &s->t[1]);
+    if (st == TG_OK && !dh) st = tg_tensor_ref(dy, &s->t[1]);
     if (st != TG_OK) {
+        tg_tensor_free(dh);
         tg_tensor_free(out);
         return st;
+    }
+    if (dh) { /* the wgrad needs dh, no longer h */
+        tg_tensor_free(s->t[1]);
+        s->t[1] = dh;
     }
     s->n = 2;
     tg_module_take(m, mb, &s);
@@ -62,10 +84,11 @@ static tg_status linear_wgrad(tg_module *m, struct tg_saved *item)
     tg_tensor *x2 = NULL, *dy2 = NULL;
     tg_status st = tg_nn_rows(item->t[0], &x2);
     if (st == TG_OK) st = tg_nn_rows(item->t[1], &dy2);
-    /* wgrad: dW (out, in) = acc * dW + dy^T @ x; db = acc * db + sum_n dy */
+    /* wgrad: dW (out, in) = acc * dW + dy^T @ x; db = acc * db + sum_n dy, in the GEMM's epilogue */
     if (st == TG_OK)
-        st = tg_gemm(tg_param_wgrad_target(L->w), dy2, 1, x2, 0, 1.0, tg_param_wgrad_accumulate(L->w));
-    if (st == TG_OK && L->b) st = tg_bias_backward_dw(tg_param_wgrad_target(L->b), dy2, tg_param_wgrad_accumulate(L->b));
+        st = tg_gemm_ex(tg_param_wgrad_target(L->w), dy2, 1, x2, 0, 1.0, tg_param_wgrad_accumulate(L->w),
+                        L->b ? TG_EPI_BGRAD : TG_EPI_NONE, NULL, NULL, L->b ? tg_param_wgrad_target(L->b) : NULL,
+                        L->b ? tg_param_wgrad_accumulate(L->b) : 0.0);
     tg_tensor_free(x2);
     tg_tensor_free(dy2);
     if (st == TG_OK) st = tg_param_wgrad_done(L->w, item->mb);
@@ -109,6 +132,13 @@ tg_status tg_linear_new(int64_t in, int64_t out, const tg_module_opts *o, tg_mod
         return st;
     }
     *mp = m;
+    return TG_OK;
+}
+
+tg_status tg_linear_gelu_new(int64_t in, int64_t out, const tg_module_opts *o, tg_module **mp)
+{
+    TG_TRY(tg_linear_new(in, out, o, mp));
+    ((struct linear *)(*mp)->impl)->gelu = 1;
     return TG_OK;
 }
 

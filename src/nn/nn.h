@@ -247,6 +247,9 @@ tg_status tg_norm_new_by_name(const char *norm, int64_t c, const tg_module_opts 
 /* Linear on an existing weight (LM head tied to an embedding): no bias; the
  * weight is retained but not listed among the module's own parameters. */
 tg_status tg_linear_new_shared(tg_param *weight, const tg_module_opts *o, tg_module **m);
+/* Linear followed by GELU, fused (LayerNormMLP's fc1): y = gelu(x W^T + b) in
+ * one GEMM epilogue saving the pre-activation; backward applies gelu' first. */
+tg_status tg_linear_gelu_new(int64_t in, int64_t out, const tg_module_opts *o, tg_module **m);
 /* The engine's list of live parameters (param.c links and unlinks). */
 void tg_engine_link(tg_param *p);
 void tg_engine_unlink(tg_param *p);
