@@ -341,7 +341,7 @@ static int o_sumsq(lua_State *L)
 }
 
 /* The tensor in field k of the table at t, or NULL (pops it). */
-static tg_tensor *tensor_field(lua_State *L, int t, const char *k)
+static tg_tensor *opt_tensor_field(lua_State *L, int t, const char *k)
 {
     lua_getfield(L, t, k);
     tg_tensor *x = lua_isnil(L, -1) ? NULL : tgl_tensor_check(L, -1);
@@ -370,7 +370,7 @@ static int o_gemm(lua_State *L)
             return luaL_error(L, "gemm: unknown epilogue '%s' (expected \"bias\", \"bias_gelu\" or \"bgrad\")",
                               name ? name : luaL_typename(L, -1));
         lua_pop(L, 1);
-        tg_tensor *bias = tensor_field(L, 8, "bias"), *aux = tensor_field(L, 8, "aux"), *bg = tensor_field(L, 8, "bgrad");
+        tg_tensor *bias = opt_tensor_field(L, 8, "bias"), *aux = opt_tensor_field(L, 8, "aux"), *bg = opt_tensor_field(L, 8, "bgrad");
         lua_getfield(L, 8, "bgrad_accumulate");
         double acc = (double)luaL_optnumber(L, -1, 0.0);
         lua_pop(L, 1);
