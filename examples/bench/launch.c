@@ -1,6 +1,7 @@
 /* launch.c — benchmark: where the host time of an eager kernel goes, layer by layer.
  *
- *   examples/bench/launch [DEVICE]     (default: the default device; "cpu" works but measures CPU kernels)
+ *   examples/bench/launch [DEVICE [WIDTH TOKENS]]   (default: the default device, width 512, 128 tokens;
+ *                                                  "cpu" works but then the kernels' own time dominates)
  *
  * Each row times the host side only: a batch of calls is issued and timed,
  * then the stream is synchronised outside the timed region (a batch is small
@@ -175,19 +176,24 @@ int main(int argc, char **argv)
     printf("  L3 op + new output tensor       %7.2f\n", per_call(c.s, l3_alloc_add, &c));
     printf("  gemm 64x64x64 bf16              %7.2f\n", per_call(c.s, gemm_small, &c));
 
-    /* The tiny stack of torch_layer.py: 8 layers, h512, 8 heads, t128, b1, bf16. */
+    /* The tiny stack of torch_layer.py: 8 layers, h512, 8 heads, t128, b1, bf16 (by default). */
     tg_module_opts o;
     tg_module_opts_default(&o);
     o.dtype = TG_BF16;
     o.device = dev;
     struct stack k = {0};
-    int64_t xs[3] = {1, 128, 512};
+    int64_t width = argc > 3 ? atoll(argv[2]) : 512, tokens = argc > 3 ? atoll(argv[3]) : 128;
+    if (width < 64 || width % 64 || tokens < 1) {
+        fprintf(stderr, "launch: WIDTH must be a positive multiple of 64 and TOKENS positive\n");
+        return 2;
+    }
+    int64_t xs[3] = {1, tokens, width};
     tg_manual_seed(0);
     for (int l = 0; l < NL; l++) {
         char name[16];
         snprintf(name, sizeof name, "h.%d", l);
         o.name = name;
-        if (tg_transformer_layer_new(512, 8, 2048, "layernorm", "gelu", &o, &k.layer[l])) die("layer");
+        if (tg_transformer_layer_new(width, (int)(width / 64), 4 * width, "layernorm", "gelu", &o, &k.layer[l])) die("layer");
     }
     if (tg_tensor_new(TG_BF16, 3, xs, dev, &k.x) || tg_tensor_new(TG_BF16, 3, xs, dev, &k.dy) ||
         tg_randn(k.x, 0, 1) || tg_randn(k.dy, 0, 1))

@@ -31,14 +31,9 @@ struct gemm_key {
     uint32_t epi;            /* cublasLtEpilogue_t */
     int64_t ldaux, stride_aux, bias_stride;
     uint32_t align_bias, align_aux;
+    uint64_t ws_bytes;
 };
 
-struct gemm_plan {
-    struct gemm_key key;
-    int valid;
-    int supported;           /* 0: cuBLASLt has no algorithm (epilogues fall back) */
-    cublasLtMatmulAlgo_t algo;
-};
 
 /* What one cuBLASLt call does after the product: its epilogue and the vectors it reads or writes. */
 struct lt_epi {
@@ -48,10 +43,8 @@ struct lt_epi {
     int64_t ldaux, stride_aux, bias_stride;
 };
 
-/* Heuristic queries cost tens of microseconds: remember the last answers. */
+
 #define PLAN_SLOTS 256
-static struct gemm_plan plans[PLAN_SLOTS];
-static pthread_mutex_t plans_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static size_t key_hash(const struct gemm_key *k)
 {
@@ -75,6 +68,18 @@ struct lt_descs {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (our B), B (our A), C = D */
     cublasLtMatmulPreference_t pref;
+};
+
+/* A shape's cuBLASLt descriptors and algorithm, made once: creating and
+ * destroying the five descriptors per call cost more host time than the
+ * launch itself. Only the epilogue pointers change between calls; they are set
+ * on the cached descriptor just before each cublasLtMatmul, under plans_lock. */
+struct gemm_plan {
+    struct gemm_key key;
+    int valid;
+    int supported;           /* 0: cuBLASLt has no algorithm (epilogues fall back) */
+    cublasLtMatmulAlgo_t algo;
+    struct lt_descs d;
 };
 
 static void descs_destroy(struct lt_descs *d)
@@ -144,27 +149,39 @@ static tg_status descs_create(struct lt_descs *d, const struct tg_gemm_args *a, 
     return TG_OK;
 }
 
-/* *ok = 0 when cuBLASLt has no algorithm: an error for a plain GEMM, a fallback for an epilogue. */
-static tg_status choose_algo(cublasLtHandle_t lt, struct lt_descs *d, const struct gemm_key *key,
-                             cublasLtMatmulAlgo_t *algo, int *ok)
-{
-    size_t slot = key_hash(key);
-    pthread_mutex_lock(&plans_lock);
-    int hit = plans[slot].valid && memcmp(&plans[slot].key, key, sizeof *key) == 0;
-    if (hit) *algo = plans[slot].algo, *ok = plans[slot].supported;
-    pthread_mutex_unlock(&plans_lock);
-    if (hit) return TG_OK;
+/* Heuristic queries cost tens of microseconds and descriptors a few: remember the last answers. */
+static struct gemm_plan plans[PLAN_SLOTS];
+static pthread_mutex_t plans_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The plan for key (made on a miss, evicting the slot's previous one), with
+ * plans_lock held. plan->supported = 0 when cuBLASLt has no algorithm: an
+ * error for a plain GEMM, a fallback for an epilogue. */
+static tg_status plan_for(cublasLtHandle_t lt, const struct tg_gemm_args *a, const struct lt_epi *e,
+                          const struct gemm_key *key, struct gemm_plan **out)
+{
+    struct gemm_plan *p = &plans[key_hash(key)];
+    *out = p;
+    if (p->valid && memcmp(&p->key, key, sizeof *key) == 0) return TG_OK;
+    if (p->valid) descs_destroy(&p->d);
+    memset(p, 0, sizeof *p);
+    struct lt_descs d = {0};
+    tg_status rc = descs_create(&d, a, e, key, (size_t)key->ws_bytes);
+    if (rc != TG_OK) {
+        descs_destroy(&d);
+        return rc;
+    }
     cublasLtMatmulHeuristicResult_t r;
     int found = 0;
-    cublasStatus_t e = cublasLtMatmulAlgoGetHeuristic(lt, d->op, d->la, d->lb, d->lc, d->lc, d->pref, 1, &r, &found);
-    if (e != CUBLAS_STATUS_SUCCESS && e != CUBLAS_STATUS_NOT_SUPPORTED)
-        return tg_cublas_fail(e, __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic(...)");
-    *ok = e == CUBLAS_STATUS_SUCCESS && found >= 1;
-    if (*ok) *algo = r.algo;
-    pthread_mutex_lock(&plans_lock);
-    plans[slot] = (struct gemm_plan){.key = *key, .valid = 1, .supported = *ok, .algo = *ok ? r.algo : plans[slot].algo};
-    pthread_mutex_unlock(&plans_lock);
+    cublasStatus_t ce = cublasLtMatmulAlgoGetHeuristic(lt, d.op, d.la, d.lb, d.lc, d.lc, d.pref, 1, &r, &found);
+    if (ce != CUBLAS_STATUS_SUCCESS && ce != CUBLAS_STATUS_NOT_SUPPORTED) {
+        descs_destroy(&d);
+        return tg_cublas_fail(ce, __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic(...)");
+    }
+    p->key = *key;
+    p->valid = 1;
+    p->supported = ce == CUBLAS_STATUS_SUCCESS && found >= 1;
+    if (p->supported) p->algo = r.algo;
+    p->d = d;
     return TG_OK;
 }
 
@@ -205,24 +222,32 @@ static tg_status gemm_lt(tg_stream *s, const struct tg_gemm_args *a, const struc
         }
     }
 
-    struct lt_descs d = {0};
-    cublasLtMatmulAlgo_t algo;
-    int ok = 0;
-    tg_status rc = descs_create(&d, a, e, &key, ws_bytes);
-    if (rc == TG_OK) rc = choose_algo(lt, &d, &key, &algo, &ok);
-    if (rc == TG_OK && !ok && e->epi == CUBLASLT_EPILOGUE_DEFAULT)
+    key.ws_bytes = ws_bytes;
+
+    pthread_mutex_lock(&plans_lock);
+    struct gemm_plan *p;
+    tg_status rc = plan_for(lt, a, e, &key, &p);
+    if (rc == TG_OK && !p->supported && e->epi == CUBLASLT_EPILOGUE_DEFAULT)
         rc = tg_error(TG_EDEVICE, "cuda gemm: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld batch=%lld %s x %s -> %s",
                       (long long)a->m, (long long)a->n, (long long)a->k, (long long)a->batch, tg_dtype_name(a->a_dt),
                       tg_dtype_name(a->b_dt), tg_dtype_name(a->c_dt));
-    if (rc == TG_OK && ok) {
+    if (rc == TG_OK && p->supported && e->epi != CUBLASLT_EPILOGUE_DEFAULT) {
+        /* this call's vectors on the cached descriptor */
+        cublasStatus_t ce =
+            cublasLtMatmulDescSetAttribute(p->d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e->bias, sizeof e->bias);
+        if (ce == CUBLAS_STATUS_SUCCESS && e->aux)
+            ce = cublasLtMatmulDescSetAttribute(p->d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux, sizeof e->aux);
+        if (ce != CUBLAS_STATUS_SUCCESS) rc = tg_cublas_fail(ce, __FILE__, __LINE__, "cublasLtMatmulDescSetAttribute(...)");
+    }
+    if (rc == TG_OK && p->supported) {
         /* alpha and beta are read from the host now, so capture records their values */
-        cublasStatus_t ce = cublasLtMatmul(lt, d.op, &a->alpha, a->b, d.la, a->a, d.lb, &a->beta, a->c, d.lc, a->c, d.lc,
-                                           &algo, ws, ws_bytes, st);
+        cublasStatus_t ce = cublasLtMatmul(lt, p->d.op, &a->alpha, a->b, p->d.la, a->a, p->d.lb, &a->beta, a->c, p->d.lc,
+                                           a->c, p->d.lc, &p->algo, ws, ws_bytes, st);
         if (ce == CUBLAS_STATUS_SUCCESS) *done = 1;
         else if (!(ce == CUBLAS_STATUS_NOT_SUPPORTED && e->epi != CUBLASLT_EPILOGUE_DEFAULT))
             rc = tg_cublas_fail(ce, __FILE__, __LINE__, "cublasLtMatmul(...)");
     }
-    descs_destroy(&d);
+    pthread_mutex_unlock(&plans_lock);
     return rc;
 }
 
@@ -273,6 +298,7 @@ static tg_status gemm_unfused(tg_stream *s, const struct tg_gemm_args *a)
     return TG_OK;
 }
 
+/* TG_CUDA_EPILOGUE=unfused, read per call (tests switch it; getenv is cheap next to a launch) */
 static int unfused_forced(void)
 {
     const char *e = getenv("TG_CUDA_EPILOGUE");
