@@ -7,14 +7,15 @@
 
 /* Two paths, both deterministic (no atomics; every sum in a fixed order):
  * - tensor cores (bf16, head dim 16/32/64/128, 16-byte aligned rows): one
- *   block of 4 warps per (batch*head, 64-row tile), K/V tiles of 64 staged in
- *   shared memory, wmma bf16 x bf16 -> f32, softmax in f32 registers.
+ *   block per (batch*head, query tile), K/V tiles of 64 staged in shared
+ *   memory, bf16 x bf16 -> f32, softmax in f32 registers.
  *   Backward = dd (rowsum dout*out) + a dK/dV kernel per key tile + a dQ
  *   kernel per query tile, so no tile's gradient is summed by two blocks.
- *   v2 (the default) keeps the scores in registers (TG_CUDA_ATTENTION=pipe:
- *   also double-buffers the streamed tiles with cp.async); v1
- *   (TG_CUDA_ATTENTION=v1) stages scores through shared memory and assumes
- *   nothing about fragment layouts.
+ *   v3 (the default) is raw mma.sync m16n8k16 + ldmatrix with cp.async
+ *   double buffering, probabilities never leaving registers; v2
+ *   (TG_CUDA_ATTENTION=v2) is wmma with scores in registers (=pipe: plus
+ *   cp.async double buffering); v1 (TG_CUDA_ATTENTION=v1) stages scores
+ *   through shared memory and assumes nothing about fragment layouts.
  * - SIMT (f32, other head dims, or TG_CUDA_ATTENTION=simt): one warp per row,
  *   f32 arithmetic as the CPU reference. */
 
@@ -320,7 +321,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
  * The same tiles, but the score accumulators stay in registers: on sm_80+
  * a 16x16 f32 wmma accumulator holds, in lane L, element i at row
  * (L >> 2) + 8 ((i >> 1) & 1) and column 2 (L & 3) + (i & 1) + 8 (i >> 2)
- * (two m16n8 mma tiles). att_layout_ok() checks that on the device before
+ * (two m16n8 mma tiles). att_v2_ok() checks that on the device before
  * the launcher picks these kernels; otherwise the v1 kernels above run. Only
  * the bf16 probabilities go through shared memory (as the next product's A). */
 
@@ -730,6 +731,13 @@ static __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4],
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+/* 2^x in one MUFU op (exp2f adds denormal handling; the probabilities need none: ftz, and 2^-inf = 0). */
+static __device__ __forceinline__ float att3_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (lo) in the low half */
@@ -799,16 +807,19 @@ template <int NC> static __device__ __forceinline__ void att3_to_a(uint32_t (*p)
     }
 }
 
-/* Rows [t0, t0 + 64) of a (T, stride) bf16 matrix into dst (ld D + 8) by cp.async; rows >= T are zeroed
+/* Rows [t0, t0 + R) of a (T, stride) bf16 matrix into dst (ld D + 8) by cp.async; rows >= T are zeroed
  * (finite, so masked products stay 0). The caller commits. */
-template <int D> static __device__ __forceinline__ void att3_fetch(uint16_t *dst, const uint16_t *src, int t0, int T, int64_t stride)
+template <int D, int R = ATT_TILE, int NTH = ATT_THREADS>
+static __device__ __forceinline__ void att3_fetch(uint16_t *dst, const uint16_t *src, int t0, int T, int64_t stride)
 {
-    constexpr int LDB = D + 8, CPR = D / 8;
+    constexpr int LDB = D + 8, CPR = D / 8, RPP = NTH / CPR; /* 16-byte chunks per row, rows per pass */
+    static_assert(NTH % CPR == 0, "each thread copies one column of chunks");
+    const int r0 = threadIdx.x / CPR, ch = threadIdx.x % CPR;
+    const uint16_t *s = src + (int64_t)(t0 + r0) * stride + ch * 8;
+    uint16_t *d = dst + r0 * LDB + ch * 8;
 #pragma unroll
-    for (int i = threadIdx.x; i < ATT_TILE * CPR; i += ATT_THREADS) {
-        const int row = i / CPR, ch = i % CPR, t = t0 + row;
-        uint16_t *d = dst + row * LDB + ch * 8;
-        if (t < T) cp_async16(d, src + (int64_t)t * stride + ch * 8);
+    for (int r = r0; r < R; r += RPP, s += RPP * stride, d += RPP * LDB) {
+        if (t0 + r < T) cp_async16(d, s);
         else *(uint4 *)d = make_uint4(0, 0, 0, 0);
     }
 }
@@ -844,29 +855,32 @@ static __device__ __forceinline__ void att3_store(uint16_t *dst, int64_t ld, int
     }
 }
 
-template <int D> static constexpr size_t att3_fwd_smem() { return 5 * ATT_TILE * (D + 8) * 2; }
+template <int D, int W> static constexpr size_t att3_fwd_smem() { return (16 * W + 4 * ATT_TILE) * (D + 8) * 2; }
 template <int D> static constexpr size_t att3_bwd_smem() { return 6 * ATT_TILE * (D + 8) * 2 + 4 * ATT_TILE * 4; }
 
-/* Forward: one block per (batch*head = blockIdx.x, 64-query tile); blockIdx.y counts from the last tile,
- * so the longest rows start first. */
-template <int D>
-static __global__ void __launch_bounds__(ATT_THREADS)
+/* Forward: one block of W warps per (batch*head = blockIdx.x, 16 W-query tile); blockIdx.y counts from the
+ * last tile, so the longest rows start first. Key tiles of 64; a warp skips the tiles wholly after its rows
+ * and masks only those that reach past its first row. Scores stay raw; the softmax works in log2 units
+ * (exp2 of s * scale * log2 e - m * scale * log2 e, one FMA). */
+template <int D, int W, int MINB>
+static __global__ void __launch_bounds__(W * 32, MINB)
     att3_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int T, int C, int H, float scale)
 {
-    constexpr int LDB = D + 8, TS = ATT_TILE * LDB;
+    constexpr int LDB = D + 8, BM = 16 * W, NTH = W * 32, TS = ATT_TILE * LDB;
     extern __shared__ __align__(128) unsigned char smem[];
-    uint16_t *Qs = (uint16_t *)smem, *KV = Qs + TS; /* KV: [buffer][K | V] */
+    uint16_t *Qs = (uint16_t *)smem, *KV = Qs + BM * LDB; /* KV: [buffer][K | V] */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
     const int qt = gridDim.y - 1 - blockIdx.y;
     const int bh = blockIdx.x, b = bh / H, h = bh % H;
     const int64_t C3 = 3 * (int64_t)C;
     const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
-    const int q0 = qt * ATT_TILE + warp * 16; /* the warp's first query */
-    const float sl2 = scale * ATT3_LOG2E;     /* scores in log2 units: exp2 of them */
+    const int q0 = qt * BM + warp * 16;                         /* the warp's first query */
+    const int nkt = (min(qt * BM + BM, T) - 1) / ATT_TILE + 1; /* key tiles up to the block's last row */
+    const float sl2 = scale * ATT3_LOG2E;
 
-    att3_fetch<D>(Qs, base, qt * ATT_TILE, T, C3);
-    att3_fetch<D>(KV, base + C, 0, T, C3);
-    att3_fetch<D>(KV + TS, base + 2 * (int64_t)C, 0, T, C3);
+    att3_fetch<D, BM, NTH>(Qs, base, qt * BM, T, C3);
+    att3_fetch<D, ATT_TILE, NTH>(KV, base + C, 0, T, C3);
+    att3_fetch<D, ATT_TILE, NTH>(KV + TS, base + 2 * (int64_t)C, 0, T, C3);
     cp_async_commit();
 
     uint32_t qf[D / 16][4];
@@ -874,12 +888,12 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
     for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
-    for (int kt = 0; kt <= qt; kt++) {
+    for (int kt = 0; kt < nkt; kt++) {
         const uint16_t *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
-        if (kt < qt) { /* the next K, V into the other buffer (its readers passed the barrier ending kt - 1) */
+        if (kt + 1 < nkt) { /* the next K, V into the other buffer (its readers passed the barrier ending kt - 1) */
             uint16_t *nk = KV + ((kt + 1) & 1) * 2 * TS;
-            att3_fetch<D>(nk, base + C, (kt + 1) * ATT_TILE, T, C3);
-            att3_fetch<D>(nk + TS, base + 2 * (int64_t)C, (kt + 1) * ATT_TILE, T, C3);
+            att3_fetch<D, ATT_TILE, NTH>(nk, base + C, (kt + 1) * ATT_TILE, T, C3);
+            att3_fetch<D, ATT_TILE, NTH>(nk + TS, base + 2 * (int64_t)C, (kt + 1) * ATT_TILE, T, C3);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -889,44 +903,45 @@ static __global__ void __launch_bounds__(ATT_THREADS)
         if (kt == 0)
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) att3_lda<LDB>(qf[kk], Qs + warp * 16 * LDB, kk, lane);
-        float s[ATT_TILE / 8][4];
-        att3_abt<D, ATT_TILE>(s, qf, NULL, Ks, lane);
-        float mx[2] = {-INFINITY, -INFINITY};
-        const bool diag = kt == qt;
+        if (kt * ATT_TILE <= q0 + 15) { /* some key of the tile is visible to some row of the warp */
+            float s[ATT_TILE / 8][4];
+            att3_abt<D, ATT_TILE>(s, qf, NULL, Ks, lane);
+            float mx[2] = {-INFINITY, -INFINITY};
+            const bool diag = kt * ATT_TILE + ATT_TILE - 1 > q0;
 #pragma unroll
-        for (int j = 0; j < ATT_TILE / 8; j++)
+            for (int j = 0; j < ATT_TILE / 8; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float v = s[j][e] * sl2;
-                if (diag && kt * ATT_TILE + 8 * j + 2 * t4 + (e & 1) > q0 + g + 8 * (e >> 1)) v = -INFINITY;
-                s[j][e] = v;
-                mx[e >> 1] = fmaxf(mx[e >> 1], v);
+                for (int e = 0; e < 4; e++) {
+                    if (diag && kt * ATT_TILE + 8 * j + 2 * t4 + (e & 1) > q0 + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+                }
+            float corr[2], ms[2];
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) { /* the four lanes of a row: t = 0..3 */
+                mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+                mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+                const float mn = fmaxf(m[hr], mx[hr]); /* finite: key 0 is in tile 0 and before every row */
+                corr[hr] = att3_exp2((m[hr] - mn) * sl2);
+                m[hr] = mn;
+                ms[hr] = mn * sl2;
+                l[hr] *= corr[hr];
             }
-        float corr[2];
 #pragma unroll
-        for (int hr = 0; hr < 2; hr++) { /* the four lanes of a row: t = 0..3 */
-            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-            const float mn = fmaxf(m[hr], mx[hr]); /* finite: key kt*64 <= every query of the tile */
-            corr[hr] = exp2f(m[hr] - mn);
-            m[hr] = mn;
-            l[hr] *= corr[hr];
+            for (int j = 0; j < ATT_TILE / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float p = att3_exp2(fmaf(s[j][e], sl2, -ms[e >> 1]));
+                    s[j][e] = p;
+                    l[e >> 1] += p;
+                }
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[j][e] *= corr[e >> 1];
+            uint32_t pf[ATT_TILE / 16][4];
+            att3_to_a<ATT_TILE>(pf, s);
+            att3_pm<D, ATT_TILE>(o, pf, Vs, lane);
         }
-#pragma unroll
-        for (int j = 0; j < ATT_TILE / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float p = exp2f(s[j][e] - m[e >> 1]);
-                s[j][e] = p;
-                l[e >> 1] += p;
-            }
-#pragma unroll
-        for (int j = 0; j < D / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) o[j][e] *= corr[e >> 1];
-        uint32_t pf[ATT_TILE / 16][4];
-        att3_to_a<ATT_TILE>(pf, s);
-        att3_pm<D, ATT_TILE>(o, pf, Vs, lane);
         __syncthreads(); /* this buffer is refilled two tiles on */
     }
 #pragma unroll
@@ -943,7 +958,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
             const int qi = q0 + g + 8 * hr;
-            if (qi < T) lse[(int64_t)bh * T + qi] = m[hr] * 0.6931471805599453f + logf(l[hr]);
+            if (qi < T) lse[(int64_t)bh * T + qi] = m[hr] * scale + logf(l[hr]);
         }
 }
 
@@ -995,8 +1010,6 @@ static __global__ void __launch_bounds__(ATT_THREADS)
             att3_fetch<D>(QD + nb * 2 * TS, base, (qt + 1) * ATT_TILE, T, C3);
             att3_fetch<D>(QD + nb * 2 * TS + TS, dobase, (qt + 1) * ATT_TILE, T, C);
             cp_async_commit();
-            att3_rowstats(stats + nb * 2 * ATT_TILE, stats + nb * 2 * ATT_TILE + ATT_TILE, lse_bh, dd_bh,
-                          (qt + 1) * ATT_TILE, T);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -1008,6 +1021,14 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                 att3_lda<LDB>(kf[kk], Kw, kk, lane);
                 att3_lda<LDB>(vf[kk], Vw, kk, lane);
             }
+        /* lse, dd of the next tile: loaded now, stored after the products hid the latency (the other buffer's
+         * readers passed the barrier ending qt - 1) */
+        const int tn = (qt + 1) * ATT_TILE + threadIdx.x;
+        float nls = INFINITY, ndd = 0.0f;
+        if (threadIdx.x < ATT_TILE && tn < T) {
+            nls = lse_bh[tn] * ATT3_LOG2E;
+            ndd = dd_bh[tn];
+        }
         const bool diag = qt == kt;
 #pragma unroll
         for (int qc = 0; qc < ATT_TILE; qc += QC) {
@@ -1020,7 +1041,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                 const float2 ls = *(const float2 *)(lse_s + col), ds = *(const float2 *)(dd_s + col);
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float p = exp2f(st[j][e] * sl2 - ((e & 1) ? ls.y : ls.x));
+                    float p = att3_exp2(st[j][e] * sl2 - ((e & 1) ? ls.y : ls.x));
                     if (diag && qt * ATT_TILE + col + (e & 1) < k0 + g + 8 * (e >> 1)) p = 0.0f;
                     st[j][e] = p;
                     dpt[j][e] = p * (dpt[j][e] - ((e & 1) ? ds.y : ds.x));
@@ -1032,7 +1053,12 @@ static __global__ void __launch_bounds__(ATT_THREADS)
             att3_pm<D, QC>(dv, pf, dOs + qc * LDB, lane); /* dV += P^T dO */
             att3_pm<D, QC>(dk, sf, Qs + qc * LDB, lane);  /* dK += dS^T Q */
         }
-        __syncthreads(); /* this buffer is refilled two tiles on */
+        if (threadIdx.x < ATT_TILE && qt + 1 < nt) {
+            float *ns = stats + (buf ^ 1) * 2 * ATT_TILE;
+            ns[threadIdx.x] = nls;
+            ns[ATT_TILE + threadIdx.x] = ndd;
+        }
+        __syncthreads(); /* this buffer is refilled two tiles on; the next stats are visible */
     }
     uint16_t *rows = dqkv + (int64_t)b * T * C3 + (int64_t)h * D;
     att3_store<D>(rows + C, C3, k0, T, dk, scale, (uint16_t *)Kw, lane);
@@ -1108,7 +1134,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
             for (int j = 0; j < KC / 8; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float p = exp2f(s[j][e] * sl2 - lr[e >> 1]);
+                    float p = att3_exp2(s[j][e] * sl2 - lr[e >> 1]);
                     if (diag && kt * ATT_TILE + kc + 8 * j + 2 * t4 + (e & 1) > q0 + g + 8 * (e >> 1)) p = 0.0f;
                     s[j][e] = p * (dp[j][e] - dr[e >> 1]);
                 }
@@ -1400,16 +1426,25 @@ static cudaError_t att2_bwd_launch(void *dqkv, const void *dout, const void *qkv
                       : att2_bwd_launch_p<D, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
 }
 
+template <int D, int W, int MINB = 1>
+static cudaError_t att3_fwd_launch_w(void *out, float *lse, const void *qkv, int64_t B, int64_t T, int64_t C, int H,
+                                     float scale, cudaStream_t st)
+{
+    const size_t sm = att3_fwd_smem<D, W>();
+    static unsigned done;
+    cudaError_t e = att_smem_limit(att3_fwd<D, W, MINB>, sm, &done);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)(B * H), (unsigned)((T + 16 * W - 1) / (16 * W))); /* y is the slow index: longest rows first */
+    att3_fwd<D, W, MINB><<<grid, W * 32, sm, st>>>((uint16_t *)out, lse, (const uint16_t *)qkv, (int)T, (int)C, H, scale);
+    return cudaGetLastError();
+}
 template <int D> static cudaError_t att3_fwd_launch(void *out, float *lse, const void *qkv, int64_t B, int64_t T,
                                                     int64_t C, int H, float scale, cudaStream_t st)
 {
-    const size_t sm = att3_fwd_smem<D>();
-    static unsigned done;
-    cudaError_t e = att_smem_limit(att3_fwd<D>, sm, &done);
-    if (e != cudaSuccess) return e;
-    dim3 grid((unsigned)(B * H), (unsigned)((T + ATT_TILE - 1) / ATT_TILE)); /* y is the slow index: whole diagonals first */
-    att3_fwd<D><<<grid, ATT_THREADS, sm, st>>>((uint16_t *)out, lse, (const uint16_t *)qkv, (int)T, (int)C, H, scale);
-    return cudaGetLastError();
+    /* H200 (2026-11): head dim 64 runs best as 4 warps at <= 128 registers (4 blocks per multiprocessor),
+     * 128 as 8 warps (128 query rows share each K, V tile). */
+    if constexpr (D > 64) return att3_fwd_launch_w<D, 8, 1>(out, lse, qkv, B, T, C, H, scale, st);
+    else return att3_fwd_launch_w<D, 4, 4>(out, lse, qkv, B, T, C, H, scale, st);
 }
 
 template <int D>
