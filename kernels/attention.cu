@@ -855,18 +855,62 @@ static __device__ __forceinline__ void att3_store(uint16_t *dst, int64_t ld, int
     }
 }
 
-template <int D, int W> static constexpr size_t att3_fwd_smem() { return (16 * W + 4 * ATT_TILE) * (D + 8) * 2; }
+template <int D, int W, int MT> static constexpr size_t att3_fwd_smem() { return (16 * MT * W + 4 * ATT_TILE) * (D + 8) * 2; }
 template <int D> static constexpr size_t att3_bwd_smem() { return 6 * ATT_TILE * (D + 8) * 2 + 4 * ATT_TILE * 4; }
 
-/* Forward: one block of W warps per (batch*head = blockIdx.x, 16 W-query tile); blockIdx.y counts from the
- * last tile, so the longest rows start first. Key tiles of 64; a warp skips the tiles wholly after its rows
- * and masks only those that reach past its first row. Scores stay raw; the softmax works in log2 units
- * (exp2 of s * scale * log2 e - m * scale * log2 e, one FMA). */
-template <int D, int W, int MINB>
+/* The forward's products for MT 16-row blocks of a warp at once: each K or V fragment read from shared
+ * memory feeds MT mma's. c[mt] = A[mt] (16 x D, fragments) . B^T, B = rows [0, NC) of sB. */
+template <int D, int NC, int MT>
+static __device__ __forceinline__ void att3_abt_m(float (*c)[NC / 8][4], const uint32_t (*a)[D / 16][4], const uint16_t *sB,
+                                                  int lane)
+{
+    constexpr int LDB = D + 8;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < NC / 8; j++) c[mt][j][0] = c[mt][j][1] = c[mt][j][2] = c[mt][j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+        for (int j = 0; j < NC / 16; j++) {
+            uint32_t b[4];
+            ldsm4(b, sB + (j * 16 + (lane & 7) + (lane >> 4) * 8) * LDB + kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma16816(c[mt][2 * j], a[mt][kk], b[0], b[1]);
+                mma16816(c[mt][2 * j + 1], a[mt][kk], b[2], b[3]);
+            }
+        }
+}
+/* acc[mt] += P[mt] (16 x KC, fragments) . M, M = rows [0, KC) of sM (k x D). */
+template <int D, int KC, int MT>
+static __device__ __forceinline__ void att3_pm_m(float (*acc)[D / 8][4], const uint32_t (*p)[KC / 16][4], const uint16_t *sM,
+                                                 int lane)
+{
+    constexpr int LDB = D + 8;
+#pragma unroll
+    for (int kk = 0; kk < KC / 16; kk++)
+#pragma unroll
+        for (int j = 0; j < D / 16; j++) {
+            uint32_t b[4];
+            ldsm4t(b, sM + (kk * 16 + (lane & 15)) * LDB + j * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma16816(acc[mt][2 * j], p[mt][kk], b[0], b[1]);
+                mma16816(acc[mt][2 * j + 1], p[mt][kk], b[2], b[3]);
+            }
+        }
+}
+
+/* Forward: one block of W warps per (batch*head = blockIdx.x, 16 MT W-query tile), each warp owning MT
+ * 16-row blocks; blockIdx.y counts from the last tile, so the longest rows start first. Key tiles of 64;
+ * a warp skips the tiles wholly after its rows and masks only those that reach past a block's first row.
+ * Scores stay raw; the softmax works in log2 units (exp2 of s * scale * log2 e - m * scale * log2 e, one FMA). */
+template <int D, int W, int MT, int MINB>
 static __global__ void __launch_bounds__(W * 32, MINB)
     att3_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int T, int C, int H, float scale)
 {
-    constexpr int LDB = D + 8, BM = 16 * W, NTH = W * 32, TS = ATT_TILE * LDB;
+    constexpr int LDB = D + 8, WR = 16 * MT, BM = WR * W, NTH = W * 32, TS = ATT_TILE * LDB;
     extern __shared__ __align__(128) unsigned char smem[];
     uint16_t *Qs = (uint16_t *)smem, *KV = Qs + BM * LDB; /* KV: [buffer][K | V] */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
@@ -874,7 +918,7 @@ static __global__ void __launch_bounds__(W * 32, MINB)
     const int bh = blockIdx.x, b = bh / H, h = bh % H;
     const int64_t C3 = 3 * (int64_t)C;
     const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
-    const int q0 = qt * BM + warp * 16;                         /* the warp's first query */
+    const int q0 = qt * BM + warp * WR;                         /* the warp's first query */
     const int nkt = (min(qt * BM + BM, T) - 1) / ATT_TILE + 1; /* key tiles up to the block's last row */
     const float sl2 = scale * ATT3_LOG2E;
 
@@ -883,10 +927,15 @@ static __global__ void __launch_bounds__(W * 32, MINB)
     att3_fetch<D, ATT_TILE, NTH>(KV + TS, base + 2 * (int64_t)C, 0, T, C3);
     cp_async_commit();
 
-    uint32_t qf[D / 16][4];
-    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* l: this lane's part of the row sum */
+    uint32_t qf[MT][D / 16][4];
+    float o[MT][D / 8][4], m[MT][2], l[MT][2]; /* l: this lane's part of the row sum */
 #pragma unroll
-    for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    for (int mt = 0; mt < MT; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.0f;
+    }
 
     for (int kt = 0; kt < nkt; kt++) {
         const uint16_t *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
@@ -902,64 +951,79 @@ static __global__ void __launch_bounds__(W * 32, MINB)
         __syncthreads();
         if (kt == 0)
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) att3_lda<LDB>(qf[kk], Qs + warp * 16 * LDB, kk, lane);
-        if (kt * ATT_TILE <= q0 + 15) { /* some key of the tile is visible to some row of the warp */
-            float s[ATT_TILE / 8][4];
-            att3_abt<D, ATT_TILE>(s, qf, NULL, Ks, lane);
-            float mx[2] = {-INFINITY, -INFINITY};
-            const bool diag = kt * ATT_TILE + ATT_TILE - 1 > q0;
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int j = 0; j < ATT_TILE / 8; j++)
+                for (int kk = 0; kk < D / 16; kk++) att3_lda<LDB>(qf[mt][kk], Qs + (warp * WR + 16 * mt) * LDB, kk, lane);
+        if (kt * ATT_TILE <= q0 + WR - 1) { /* some key of the tile is visible to some row of the warp */
+            float s[MT][ATT_TILE / 8][4];
+            att3_abt_m<D, ATT_TILE, MT>(s, qf, Ks, lane);
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    if (diag && kt * ATT_TILE + 8 * j + 2 * t4 + (e & 1) > q0 + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+            for (int mt = 0; mt < MT; mt++) {
+                const int r0 = q0 + 16 * mt; /* the 16-row block's first query */
+                float mx[2] = {-INFINITY, -INFINITY};
+                const bool diag = kt * ATT_TILE + ATT_TILE - 1 > r0;
+#pragma unroll
+                for (int j = 0; j < ATT_TILE / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        if (diag && kt * ATT_TILE + 8 * j + 2 * t4 + (e & 1) > r0 + g + 8 * (e >> 1))
+                            s[mt][j][e] = -INFINITY;
+                        mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][j][e]);
+                    }
+                float corr[2], ms[2];
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) { /* the four lanes of a row: t = 0..3 */
+                    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+                    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+                    /* -inf only for a block wholly after this tile (then p = 0 below, o and l unchanged):
+                     * key 0 is in tile 0 and before every row, so m is finite from tile 0 on */
+                    const float mn = fmaxf(m[mt][hr], mx[hr]);
+                    corr[hr] = mn == -INFINITY ? 1.0f : att3_exp2((m[mt][hr] - mn) * sl2);
+                    m[mt][hr] = mn;
+                    ms[hr] = mn == -INFINITY ? 0.0f : mn * sl2;
+                    l[mt][hr] *= corr[hr];
                 }
-            float corr[2], ms[2];
 #pragma unroll
-            for (int hr = 0; hr < 2; hr++) { /* the four lanes of a row: t = 0..3 */
-                mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-                mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-                const float mn = fmaxf(m[hr], mx[hr]); /* finite: key 0 is in tile 0 and before every row */
-                corr[hr] = att3_exp2((m[hr] - mn) * sl2);
-                m[hr] = mn;
-                ms[hr] = mn * sl2;
-                l[hr] *= corr[hr];
+                for (int j = 0; j < ATT_TILE / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float p = att3_exp2(fmaf(s[mt][j][e], sl2, -ms[e >> 1]));
+                        s[mt][j][e] = p;
+                        l[mt][e >> 1] += p;
+                    }
+#pragma unroll
+                for (int j = 0; j < D / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) o[mt][j][e] *= corr[e >> 1];
             }
+            uint32_t pf[MT][ATT_TILE / 16][4];
 #pragma unroll
-            for (int j = 0; j < ATT_TILE / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float p = att3_exp2(fmaf(s[j][e], sl2, -ms[e >> 1]));
-                    s[j][e] = p;
-                    l[e >> 1] += p;
-                }
-#pragma unroll
-            for (int j = 0; j < D / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) o[j][e] *= corr[e >> 1];
-            uint32_t pf[ATT_TILE / 16][4];
-            att3_to_a<ATT_TILE>(pf, s);
-            att3_pm<D, ATT_TILE>(o, pf, Vs, lane);
+            for (int mt = 0; mt < MT; mt++) att3_to_a<ATT_TILE>(pf[mt], s[mt]);
+            att3_pm_m<D, ATT_TILE, MT>(o, pf, Vs, lane);
         }
         __syncthreads(); /* this buffer is refilled two tiles on */
     }
 #pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 1);
-        l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 2);
-    }
-#pragma unroll
-    for (int j = 0; j < D / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) o[j][e] /= l[e >> 1];
-    att3_store<D>(out + (int64_t)b * T * C + (int64_t)h * D, C, q0, T, o, 1.0f, Qs + warp * 16 * LDB, lane);
-    if (t4 == 0)
+    for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
-            const int qi = q0 + g + 8 * hr;
-            if (qi < T) lse[(int64_t)bh * T + qi] = m[hr] * scale + logf(l[hr]);
+            l[mt][hr] += __shfl_xor_sync(0xffffffffu, l[mt][hr], 1);
+            l[mt][hr] += __shfl_xor_sync(0xffffffffu, l[mt][hr], 2);
         }
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[mt][j][e] /= l[mt][e >> 1];
+        const int r0 = q0 + 16 * mt;
+        att3_store<D>(out + (int64_t)b * T * C + (int64_t)h * D, C, r0, T, o[mt], 1.0f, Qs + (warp * WR + 16 * mt) * LDB,
+                      lane);
+        if (t4 == 0)
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int qi = r0 + g + 8 * hr;
+                if (qi < T) lse[(int64_t)bh * T + qi] = m[mt][hr] * scale + logf(l[mt][hr]);
+            }
+    }
 }
 
 /* dK, dV of one key tile (blockIdx.y; the first tiles have the most work and start first) from every query
@@ -1426,25 +1490,26 @@ static cudaError_t att2_bwd_launch(void *dqkv, const void *dout, const void *qkv
                       : att2_bwd_launch_p<D, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
 }
 
-template <int D, int W, int MINB = 1>
+template <int D, int W, int MT, int MINB>
 static cudaError_t att3_fwd_launch_w(void *out, float *lse, const void *qkv, int64_t B, int64_t T, int64_t C, int H,
                                      float scale, cudaStream_t st)
 {
-    const size_t sm = att3_fwd_smem<D, W>();
+    constexpr int BM = 16 * MT * W;
+    const size_t sm = att3_fwd_smem<D, W, MT>();
     static unsigned done;
-    cudaError_t e = att_smem_limit(att3_fwd<D, W, MINB>, sm, &done);
+    cudaError_t e = att_smem_limit(att3_fwd<D, W, MT, MINB>, sm, &done);
     if (e != cudaSuccess) return e;
-    dim3 grid((unsigned)(B * H), (unsigned)((T + 16 * W - 1) / (16 * W))); /* y is the slow index: longest rows first */
-    att3_fwd<D, W, MINB><<<grid, W * 32, sm, st>>>((uint16_t *)out, lse, (const uint16_t *)qkv, (int)T, (int)C, H, scale);
+    dim3 grid((unsigned)(B * H), (unsigned)((T + BM - 1) / BM)); /* y is the slow index: longest rows first */
+    att3_fwd<D, W, MT, MINB><<<grid, W * 32, sm, st>>>((uint16_t *)out, lse, (const uint16_t *)qkv, (int)T, (int)C, H, scale);
     return cudaGetLastError();
 }
 template <int D> static cudaError_t att3_fwd_launch(void *out, float *lse, const void *qkv, int64_t B, int64_t T,
                                                     int64_t C, int H, float scale, cudaStream_t st)
 {
-    /* H200 (2026-11): head dim 64 runs best as 4 warps at <= 128 registers (4 blocks per multiprocessor),
-     * 128 as 8 warps (128 query rows share each K, V tile). */
-    if constexpr (D > 64) return att3_fwd_launch_w<D, 8, 1>(out, lse, qkv, B, T, C, H, scale, st);
-    else return att3_fwd_launch_w<D, 4, 4>(out, lse, qkv, B, T, C, H, scale, st);
+    /* H200 (2026-11, b8 t1024 12 heads / b2 t2048 32 heads): head dim 64 runs best as 4 warps of 32 rows
+     * (190 TFLOP/s; 16 rows: 183), 128 as 8 warps of 16 rows (232; 4 x 32 rows spills: 182). */
+    if constexpr (D > 64) return att3_fwd_launch_w<D, 8, 1, 1>(out, lse, qkv, B, T, C, H, scale, st);
+    else return att3_fwd_launch_w<D, 4, 2, 1>(out, lse, qkv, B, T, C, H, scale, st);
 }
 
 template <int D>
