@@ -704,7 +704,7 @@ static __global__ void att_layout_probe(int *ok)
  * So the C tiles of columns 8j and 8j+8 of a 16-row block are, packed in pairs, the A fragment of k
  * 16j..16j+15: the probabilities go from the softmax into P V without leaving registers. Shared rows are
  * padded by 16 bytes (stride = 4 banks mod 32), so the 8 row addresses of each ldmatrix phase hit distinct banks.
- * Every warp owns 16 query (dQ, forward) or key (dK/dV) rows of a 64-row tile; the streamed 64-row tiles are
+ * Every warp owns 16 query (dQ; forward: 16 or 32) or key (dK/dV) rows of a query or key tile; the streamed 64-row tiles are
  * double-buffered with cp.async. Tiles of 64 x 64 mean only the diagonal tile needs the causal mask. */
 
 #define ATT3_LOG2E 1.4426950408889634f
