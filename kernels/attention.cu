@@ -7,14 +7,15 @@
 
 /* Two paths, both deterministic (no atomics; every sum in a fixed order):
  * - tensor cores (bf16, head dim 16/32/64/128, 16-byte aligned rows): one
- *   block of 4 warps per (batch*head, 64-row tile), K/V tiles of 64 staged in
- *   shared memory, wmma bf16 x bf16 -> f32, softmax in f32 registers.
+ *   block per (batch*head, query tile), K/V tiles of 64 staged in shared
+ *   memory, bf16 x bf16 -> f32, softmax in f32 registers.
  *   Backward = dd (rowsum dout*out) + a dK/dV kernel per key tile + a dQ
  *   kernel per query tile, so no tile's gradient is summed by two blocks.
- *   v2 (the default) keeps the scores in registers (TG_CUDA_ATTENTION=pipe:
- *   also double-buffers the streamed tiles with cp.async); v1
- *   (TG_CUDA_ATTENTION=v1) stages scores through shared memory and assumes
- *   nothing about fragment layouts.
+ *   v3 (the default) is raw mma.sync m16n8k16 + ldmatrix with cp.async
+ *   double buffering, probabilities never leaving registers; v2
+ *   (TG_CUDA_ATTENTION=v2) is wmma with scores in registers (=pipe: plus
+ *   cp.async double buffering); v1 (TG_CUDA_ATTENTION=v1) stages scores
+ *   through shared memory and assumes nothing about fragment layouts.
  * - SIMT (f32, other head dims, or TG_CUDA_ATTENTION=simt): one warp per row,
  *   f32 arithmetic as the CPU reference. */
 
@@ -320,7 +321,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
  * The same tiles, but the score accumulators stay in registers: on sm_80+
  * a 16x16 f32 wmma accumulator holds, in lane L, element i at row
  * (L >> 2) + 8 ((i >> 1) & 1) and column 2 (L & 3) + (i & 1) + 8 (i >> 2)
- * (two m16n8 mma tiles). att_layout_ok() checks that on the device before
+ * (two m16n8 mma tiles). att_v2_ok() checks that on the device before
  * the launcher picks these kernels; otherwise the v1 kernels above run. Only
  * the bf16 probabilities go through shared memory (as the next product's A). */
 
@@ -691,6 +692,525 @@ static __global__ void att_layout_probe(int *ok)
     if (threadIdx.x == 0) *ok = good;
 }
 
+/* ------------------------------------------------------------------ v3 (the default): mma.sync + ldmatrix + cp.async
+ * FlashAttention-2 style. Layout facts relied on (PTX ISA: "Matrix fragments for mma.m16n8k16" with .bf16
+ * operands, and "ldmatrix"); g = lane >> 2, t = lane & 3, (row, column):
+ * - A (16 x 16, .row), four .b32: a0 = (g, 2t..2t+1), a1 = (g+8, 2t..2t+1), a2 = (g, 2t+8..2t+9), a3 = (g+8, 2t+8..2t+9);
+ * - B (16 x 8, .col), two .b32: b0 = (k 2t..2t+1, n g), b1 = (k 2t+8..2t+9, n g);
+ * - C, D (16 x 8, f32): c0, c1 = (g, 2t..2t+1), c2, c3 = (g+8, 2t..2t+1);
+ * - a .b32 holds two bf16, the lower column (or k) in the low half;
+ * - ldmatrix .x4: lanes 8i..8i+7 give the 16-byte row addresses of 8 x 8 matrix i, which lands in register i;
+ *   each lane gets (row g, columns 2t, 2t+1) of it, with .trans (rows 2t, 2t+1, column g).
+ * So the C tiles of columns 8j and 8j+8 of a 16-row block are, packed in pairs, the A fragment of k
+ * 16j..16j+15: the probabilities go from the softmax into P V without leaving registers. Shared rows are
+ * padded by 16 bytes (stride = 4 banks mod 32), so the 8 row addresses of each ldmatrix phase hit distinct banks.
+ * Every warp owns 16 query (dQ; forward: 16 or 32) or key (dK/dV) rows of a query or key tile; the streamed 64-row tiles are
+ * double-buffered with cp.async. Tiles of 64 x 64 mean only the diagonal tile needs the causal mask. */
+
+#define ATT3_LOG2E 1.4426950408889634f
+
+static __device__ __forceinline__ void ldsm4(uint32_t r[4], const uint16_t *p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+static __device__ __forceinline__ void ldsm4t(uint32_t r[4], const uint16_t *p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+/* c (16 x 8) += a (16 x 16) . b (16 x 8), bf16 in, f32 accumulate. */
+static __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* 2^x in one MUFU op (exp2f adds denormal handling; the probabilities need none: ftz, and 2^-inf = 0). */
+static __device__ __forceinline__ float att3_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (lo) in the low half */
+    return *(const uint32_t *)&v;
+}
+
+/* A fragment of k columns [16 kk, 16 kk + 16) of the 16 rows at s (ld LDB): matrix i = rows 8 (i & 1), columns 8 (i >> 1). */
+template <int LDB> static __device__ __forceinline__ void att3_lda(uint32_t a[4], const uint16_t *s, int kk, int lane)
+{
+    ldsm4(a, s + (lane & 15) * LDB + kk * 16 + (lane >> 4) * 8);
+}
+
+/* c[NC / 8] = A (16 x D) . B^T, B = rows [0, NC) of sB (ld D + 8). A from registers (a[D / 16]) or, when
+ * a is NULL, loaded from the 16 rows at sA. Per ldmatrix: rows 16 j + 8 (i >> 1), k 8 (i & 1) -> b0, b1 of
+ * n-tile 2j and 2j + 1. */
+template <int D, int NC>
+static __device__ __forceinline__ void att3_abt(float (*c)[4], const uint32_t (*a)[4], const uint16_t *sA,
+                                                const uint16_t *sB, int lane)
+{
+    constexpr int LDB = D + 8;
+#pragma unroll
+    for (int j = 0; j < NC / 8; j++) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t af[4];
+        if (a) {
+            af[0] = a[kk][0], af[1] = a[kk][1], af[2] = a[kk][2], af[3] = a[kk][3];
+        } else {
+            att3_lda<LDB>(af, sA, kk, lane);
+        }
+#pragma unroll
+        for (int j = 0; j < NC / 16; j++) {
+            uint32_t b[4];
+            ldsm4(b, sB + (j * 16 + (lane & 7) + (lane >> 4) * 8) * LDB + kk * 16 + ((lane >> 3) & 1) * 8);
+            mma16816(c[2 * j], af, b[0], b[1]);
+            mma16816(c[2 * j + 1], af, b[2], b[3]);
+        }
+    }
+}
+
+/* acc[D / 8] += P (16 x KC, A fragments p[KC / 16]) . M, M = rows [0, KC) of sM (ld D + 8, row-major k x D).
+ * Per ldmatrix.trans: k rows 16 kk + 8 (i & 1), columns 16 j + 8 (i >> 1) -> b0, b1 of n-tiles 2j, 2j + 1. */
+template <int D, int KC>
+static __device__ __forceinline__ void att3_pm(float (*acc)[4], const uint32_t (*p)[4], const uint16_t *sM, int lane)
+{
+    constexpr int LDB = D + 8;
+#pragma unroll
+    for (int kk = 0; kk < KC / 16; kk++)
+#pragma unroll
+        for (int j = 0; j < D / 16; j++) {
+            uint32_t b[4];
+            ldsm4t(b, sM + (kk * 16 + (lane & 15)) * LDB + j * 16 + (lane >> 4) * 8);
+            mma16816(acc[2 * j], p[kk], b[0], b[1]);
+            mma16816(acc[2 * j + 1], p[kk], b[2], b[3]);
+        }
+}
+
+/* Accumulator tiles (16 x NC, f32) -> bf16 A fragments (16 x NC): tiles 2kk, 2kk + 1 make k-chunk kk. */
+template <int NC> static __device__ __forceinline__ void att3_to_a(uint32_t (*p)[4], const float (*c)[4])
+{
+#pragma unroll
+    for (int kk = 0; kk < NC / 16; kk++) {
+        p[kk][0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
+        p[kk][1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
+        p[kk][2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+        p[kk][3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+    }
+}
+
+/* Rows [t0, t0 + R) of a (T, stride) bf16 matrix into dst (ld D + 8) by cp.async; rows >= T are zeroed
+ * (finite, so masked products stay 0). The caller commits. */
+template <int D, int R = ATT_TILE, int NTH = ATT_THREADS>
+static __device__ __forceinline__ void att3_fetch(uint16_t *dst, const uint16_t *src, int t0, int T, int64_t stride)
+{
+    constexpr int LDB = D + 8, CPR = D / 8, RPP = NTH / CPR; /* 16-byte chunks per row, rows per pass */
+    static_assert(NTH % CPR == 0, "each thread copies one column of chunks");
+    const int r0 = threadIdx.x / CPR, ch = threadIdx.x % CPR;
+    const uint16_t *s = src + (int64_t)(t0 + r0) * stride + ch * 8;
+    uint16_t *d = dst + r0 * LDB + ch * 8;
+#pragma unroll
+    for (int r = r0; r < R; r += RPP, s += RPP * stride, d += RPP * LDB) {
+        if (t0 + r < T) cp_async16(d, s);
+        else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* lse (times log2 e, +inf past T) and dd of rows [t0, t0 + 64) into shared memory. */
+static __device__ __forceinline__ void att3_rowstats(float *lse_s, float *dd_s, const float *lse, const float *dd, int t0, int T)
+{
+    for (int i = threadIdx.x; i < ATT_TILE; i += ATT_THREADS) {
+        const int t = t0 + i;
+        lse_s[i] = t < T ? lse[t] * ATT3_LOG2E : INFINITY;
+        dd_s[i] = t < T ? dd[t] : 0.0f;
+    }
+}
+
+/* Writes acc (16 x D) * f as bf16 rows row0.. of dst (row stride ld), rows >= T skipped: staged in the warp's
+ * own 16 rows of shared memory at s (ld D + 8, no other warp reads them), then copied 16 bytes at a time. */
+template <int D>
+static __device__ __forceinline__ void att3_store(uint16_t *dst, int64_t ld, int row0, int T, const float (*acc)[4], float f,
+                                                  uint16_t *s, int lane)
+{
+    constexpr int LDB = D + 8, CPR = D / 8;
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++)
+            *(uint32_t *)(s + ((lane >> 2) + 8 * hr) * LDB + 8 * j + 2 * (lane & 3)) =
+                pack_bf16(acc[j][2 * hr] * f, acc[j][2 * hr + 1] * f);
+    __syncwarp();
+    for (int i = lane; i < 16 * CPR; i += 32) {
+        const int r = i / CPR, ch = i % CPR;
+        if (row0 + r < T) *(uint4 *)(dst + (int64_t)(row0 + r) * ld + ch * 8) = *(const uint4 *)(s + r * LDB + ch * 8);
+    }
+}
+
+template <int D, int W, int MT> static constexpr size_t att3_fwd_smem() { return (16 * MT * W + 4 * ATT_TILE) * (D + 8) * 2; }
+template <int D> static constexpr size_t att3_bwd_smem() { return 6 * ATT_TILE * (D + 8) * 2 + 4 * ATT_TILE * 4; }
+
+/* The forward's products for MT 16-row blocks of a warp at once: each K or V fragment read from shared
+ * memory feeds MT mma's. c[mt] = A[mt] (16 x D, fragments) . B^T, B = rows [0, NC) of sB. */
+template <int D, int NC, int MT>
+static __device__ __forceinline__ void att3_abt_m(float (*c)[NC / 8][4], const uint32_t (*a)[D / 16][4], const uint16_t *sB,
+                                                  int lane)
+{
+    constexpr int LDB = D + 8;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < NC / 8; j++) c[mt][j][0] = c[mt][j][1] = c[mt][j][2] = c[mt][j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+        for (int j = 0; j < NC / 16; j++) {
+            uint32_t b[4];
+            ldsm4(b, sB + (j * 16 + (lane & 7) + (lane >> 4) * 8) * LDB + kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma16816(c[mt][2 * j], a[mt][kk], b[0], b[1]);
+                mma16816(c[mt][2 * j + 1], a[mt][kk], b[2], b[3]);
+            }
+        }
+}
+/* acc[mt] += P[mt] (16 x KC, fragments) . M, M = rows [0, KC) of sM (k x D). */
+template <int D, int KC, int MT>
+static __device__ __forceinline__ void att3_pm_m(float (*acc)[D / 8][4], const uint32_t (*p)[KC / 16][4], const uint16_t *sM,
+                                                 int lane)
+{
+    constexpr int LDB = D + 8;
+#pragma unroll
+    for (int kk = 0; kk < KC / 16; kk++)
+#pragma unroll
+        for (int j = 0; j < D / 16; j++) {
+            uint32_t b[4];
+            ldsm4t(b, sM + (kk * 16 + (lane & 15)) * LDB + j * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma16816(acc[mt][2 * j], p[mt][kk], b[0], b[1]);
+                mma16816(acc[mt][2 * j + 1], p[mt][kk], b[2], b[3]);
+            }
+        }
+}
+
+/* Forward: one block of W warps per (batch*head = blockIdx.x, 16 MT W-query tile), each warp owning MT
+ * 16-row blocks; blockIdx.y counts from the last tile, so the longest rows start first. Key tiles of 64;
+ * a warp skips the tiles wholly after its rows and masks only those that reach past a block's first row.
+ * Scores stay raw; the softmax works in log2 units (exp2 of s * scale * log2 e - m * scale * log2 e, one FMA). */
+template <int D, int W, int MT, int MINB>
+static __global__ void __launch_bounds__(W * 32, MINB)
+    att3_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int T, int C, int H, float scale)
+{
+    constexpr int LDB = D + 8, WR = 16 * MT, BM = WR * W, NTH = W * 32, TS = ATT_TILE * LDB;
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *Qs = (uint16_t *)smem, *KV = Qs + BM * LDB; /* KV: [buffer][K | V] */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    const int qt = gridDim.y - 1 - blockIdx.y;
+    const int bh = blockIdx.x, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const int q0 = qt * BM + warp * WR;                         /* the warp's first query */
+    const int nkt = (min(qt * BM + BM, T) - 1) / ATT_TILE + 1; /* key tiles up to the block's last row */
+    const float sl2 = scale * ATT3_LOG2E;
+
+    att3_fetch<D, BM, NTH>(Qs, base, qt * BM, T, C3);
+    att3_fetch<D, ATT_TILE, NTH>(KV, base + C, 0, T, C3);
+    att3_fetch<D, ATT_TILE, NTH>(KV + TS, base + 2 * (int64_t)C, 0, T, C3);
+    cp_async_commit();
+
+    uint32_t qf[MT][D / 16][4];
+    float o[MT][D / 8][4], m[MT][2], l[MT][2]; /* l: this lane's part of the row sum */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.0f;
+    }
+
+    for (int kt = 0; kt < nkt; kt++) {
+        const uint16_t *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
+        if (kt + 1 < nkt) { /* the next K, V into the other buffer (its readers passed the barrier ending kt - 1) */
+            uint16_t *nk = KV + ((kt + 1) & 1) * 2 * TS;
+            att3_fetch<D, ATT_TILE, NTH>(nk, base + C, (kt + 1) * ATT_TILE, T, C3);
+            att3_fetch<D, ATT_TILE, NTH>(nk + TS, base + 2 * (int64_t)C, (kt + 1) * ATT_TILE, T, C3);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (kt == 0)
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) att3_lda<LDB>(qf[mt][kk], Qs + (warp * WR + 16 * mt) * LDB, kk, lane);
+        if (kt * ATT_TILE <= q0 + WR - 1) { /* some key of the tile is visible to some row of the warp */
+            float s[MT][ATT_TILE / 8][4];
+            att3_abt_m<D, ATT_TILE, MT>(s, qf, Ks, lane);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const int r0 = q0 + 16 * mt; /* the 16-row block's first query */
+                float mx[2] = {-INFINITY, -INFINITY};
+                const bool diag = kt * ATT_TILE + ATT_TILE - 1 > r0;
+#pragma unroll
+                for (int j = 0; j < ATT_TILE / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        if (diag && kt * ATT_TILE + 8 * j + 2 * t4 + (e & 1) > r0 + g + 8 * (e >> 1))
+                            s[mt][j][e] = -INFINITY;
+                        mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][j][e]);
+                    }
+                float corr[2], ms[2];
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) { /* the four lanes of a row: t = 0..3 */
+                    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+                    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+                    /* -inf only for a block wholly after this tile (then p = 0 below, o and l unchanged):
+                     * key 0 is in tile 0 and before every row, so m is finite from tile 0 on */
+                    const float mn = fmaxf(m[mt][hr], mx[hr]);
+                    corr[hr] = mn == -INFINITY ? 1.0f : att3_exp2((m[mt][hr] - mn) * sl2);
+                    m[mt][hr] = mn;
+                    ms[hr] = mn == -INFINITY ? 0.0f : mn * sl2;
+                    l[mt][hr] *= corr[hr];
+                }
+#pragma unroll
+                for (int j = 0; j < ATT_TILE / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float p = att3_exp2(fmaf(s[mt][j][e], sl2, -ms[e >> 1]));
+                        s[mt][j][e] = p;
+                        l[mt][e >> 1] += p;
+                    }
+#pragma unroll
+                for (int j = 0; j < D / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) o[mt][j][e] *= corr[e >> 1];
+            }
+            uint32_t pf[MT][ATT_TILE / 16][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) att3_to_a<ATT_TILE>(pf[mt], s[mt]);
+            att3_pm_m<D, ATT_TILE, MT>(o, pf, Vs, lane);
+        }
+        __syncthreads(); /* this buffer is refilled two tiles on */
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            l[mt][hr] += __shfl_xor_sync(0xffffffffu, l[mt][hr], 1);
+            l[mt][hr] += __shfl_xor_sync(0xffffffffu, l[mt][hr], 2);
+        }
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[mt][j][e] /= l[mt][e >> 1];
+        const int r0 = q0 + 16 * mt;
+        att3_store<D>(out + (int64_t)b * T * C + (int64_t)h * D, C, r0, T, o[mt], 1.0f, Qs + (warp * WR + 16 * mt) * LDB,
+                      lane);
+        if (t4 == 0)
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int qi = r0 + g + 8 * hr;
+                if (qi < T) lse[(int64_t)bh * T + qi] = m[mt][hr] * scale + logf(l[mt][hr]);
+            }
+    }
+}
+
+/* dK, dV of one key tile (blockIdx.y; the first tiles have the most work and start first) from every query
+ * tile at or after it. S^T = K Q^T and dP^T = V dO^T come out with keys as rows, so P^T and
+ * dS^T = P^T (dP^T - dd) feed dV += P^T dO and dK += dS^T Q straight from registers. Queries go in chunks
+ * of QC (32 at head dim 128, to bound registers; K and V fragments are then re-read from shared memory). */
+template <int D>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    att3_bwd_dkdv(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse, const float *dd, int T,
+                  int C, int H, float scale)
+{
+    constexpr int LDB = D + 8, TS = ATT_TILE * LDB, QC = D > 64 ? 32 : 64;
+    constexpr bool REG = D <= 64; /* K, V fragments kept in registers */
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + TS, *QD = Vs + TS; /* QD: [buffer][Q | dO] */
+    float *stats = (float *)(QD + 4 * TS);                           /* [buffer][lse | dd] */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    const int kt = blockIdx.y, nt = (T + ATT_TILE - 1) / ATT_TILE;
+    const int bh = blockIdx.x, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const uint16_t *dobase = dout + (int64_t)b * T * C + (int64_t)h * D;
+    const float *lse_bh = lse + (int64_t)bh * T, *dd_bh = dd + (int64_t)bh * T;
+    const int k0 = kt * ATT_TILE + warp * 16; /* the warp's first key */
+    const uint16_t *Kw = Ks + warp * 16 * LDB, *Vw = Vs + warp * 16 * LDB;
+    const float sl2 = scale * ATT3_LOG2E;
+
+    att3_fetch<D>(Ks, base + C, kt * ATT_TILE, T, C3);
+    att3_fetch<D>(Vs, base + 2 * (int64_t)C, kt * ATT_TILE, T, C3);
+    att3_fetch<D>(QD, base, kt * ATT_TILE, T, C3);
+    att3_fetch<D>(QD + TS, dobase, kt * ATT_TILE, T, C);
+    cp_async_commit();
+    att3_rowstats(stats, stats + ATT_TILE, lse_bh, dd_bh, kt * ATT_TILE, T);
+
+    uint32_t kf[REG ? D / 16 : 1][4], vf[REG ? D / 16 : 1][4];
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[j][e] = dv[j][e] = 0.0f;
+
+    for (int qt = kt; qt < nt; qt++) {
+        const int buf = (qt - kt) & 1;
+        const uint16_t *Qs = QD + buf * 2 * TS, *dOs = Qs + TS;
+        const float *lse_s = stats + buf * 2 * ATT_TILE, *dd_s = lse_s + ATT_TILE;
+        if (qt + 1 < nt) {
+            const int nb = buf ^ 1;
+            att3_fetch<D>(QD + nb * 2 * TS, base, (qt + 1) * ATT_TILE, T, C3);
+            att3_fetch<D>(QD + nb * 2 * TS + TS, dobase, (qt + 1) * ATT_TILE, T, C);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (REG && qt == kt)
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                att3_lda<LDB>(kf[kk], Kw, kk, lane);
+                att3_lda<LDB>(vf[kk], Vw, kk, lane);
+            }
+        /* lse, dd of the next tile: loaded now, stored after the products hid the latency (the other buffer's
+         * readers passed the barrier ending qt - 1) */
+        const int tn = (qt + 1) * ATT_TILE + threadIdx.x;
+        float nls = INFINITY, ndd = 0.0f;
+        if (threadIdx.x < ATT_TILE && tn < T) {
+            nls = lse_bh[tn] * ATT3_LOG2E;
+            ndd = dd_bh[tn];
+        }
+        const bool diag = qt == kt;
+#pragma unroll
+        for (int qc = 0; qc < ATT_TILE; qc += QC) {
+            float st[QC / 8][4], dpt[QC / 8][4];
+            att3_abt<D, QC>(st, REG ? kf : NULL, Kw, Qs + qc * LDB, lane);   /* S^T = K Q^T */
+            att3_abt<D, QC>(dpt, REG ? vf : NULL, Vw, dOs + qc * LDB, lane); /* dP^T = V dO^T */
+#pragma unroll
+            for (int j = 0; j < QC / 8; j++) {
+                const int col = qc + 8 * j + 2 * t4; /* query of elements e = 0, 2 (+1 for e = 1, 3) in the tile */
+                const float2 ls = *(const float2 *)(lse_s + col), ds = *(const float2 *)(dd_s + col);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float p = att3_exp2(st[j][e] * sl2 - ((e & 1) ? ls.y : ls.x));
+                    if (diag && qt * ATT_TILE + col + (e & 1) < k0 + g + 8 * (e >> 1)) p = 0.0f;
+                    st[j][e] = p;
+                    dpt[j][e] = p * (dpt[j][e] - ((e & 1) ? ds.y : ds.x));
+                }
+            }
+            uint32_t pf[QC / 16][4], sf[QC / 16][4];
+            att3_to_a<QC>(pf, st);
+            att3_to_a<QC>(sf, dpt);
+            att3_pm<D, QC>(dv, pf, dOs + qc * LDB, lane); /* dV += P^T dO */
+            att3_pm<D, QC>(dk, sf, Qs + qc * LDB, lane);  /* dK += dS^T Q */
+        }
+        if (threadIdx.x < ATT_TILE && qt + 1 < nt) {
+            float *ns = stats + (buf ^ 1) * 2 * ATT_TILE;
+            ns[threadIdx.x] = nls;
+            ns[ATT_TILE + threadIdx.x] = ndd;
+        }
+        __syncthreads(); /* this buffer is refilled two tiles on; the next stats are visible */
+    }
+    uint16_t *rows = dqkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    att3_store<D>(rows + C, C3, k0, T, dk, scale, (uint16_t *)Kw, lane);
+    att3_store<D>(rows + 2 * (int64_t)C, C3, k0, T, dv, 1.0f, (uint16_t *)Vw, lane);
+}
+
+/* dQ of one query tile (blockIdx.y from the last) from every key tile at or before it: S = Q K^T,
+ * dP = dO V^T, dS = P (dP - dd), dQ += dS K. Keys in chunks of KC (32 at head dim 128). */
+template <int D>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    att3_bwd_dq(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse, const float *dd, int T,
+                int C, int H, float scale)
+{
+    constexpr int LDB = D + 8, TS = ATT_TILE * LDB, KC = D > 64 ? 32 : 64;
+    constexpr bool REG = D <= 64; /* Q, dO fragments kept in registers */
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *Qs = (uint16_t *)smem, *dOs = Qs + TS, *KV = dOs + TS; /* KV: [buffer][K | V] */
+    float *lse_s = (float *)(KV + 4 * TS), *dd_s = lse_s + ATT_TILE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    const int qt = gridDim.y - 1 - blockIdx.y;
+    const int bh = blockIdx.x, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const uint16_t *dobase = dout + (int64_t)b * T * C + (int64_t)h * D;
+    const int q0 = qt * ATT_TILE + warp * 16;
+    const uint16_t *Qw = Qs + warp * 16 * LDB, *dOw = dOs + warp * 16 * LDB;
+    const float sl2 = scale * ATT3_LOG2E;
+
+    att3_fetch<D>(Qs, base, qt * ATT_TILE, T, C3);
+    att3_fetch<D>(dOs, dobase, qt * ATT_TILE, T, C);
+    att3_fetch<D>(KV, base + C, 0, T, C3);
+    att3_fetch<D>(KV + TS, base + 2 * (int64_t)C, 0, T, C3);
+    cp_async_commit();
+    att3_rowstats(lse_s, dd_s, lse + (int64_t)bh * T, dd + (int64_t)bh * T, qt * ATT_TILE, T);
+
+    uint32_t qf[REG ? D / 16 : 1][4], of[REG ? D / 16 : 1][4];
+    float dq[D / 8][4], lr[2], dr[2]; /* lse, dd of the lane's rows g, g + 8 */
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
+
+    for (int kt = 0; kt <= qt; kt++) {
+        const uint16_t *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
+        if (kt < qt) {
+            uint16_t *nk = KV + ((kt + 1) & 1) * 2 * TS;
+            att3_fetch<D>(nk, base + C, (kt + 1) * ATT_TILE, T, C3);
+            att3_fetch<D>(nk + TS, base + 2 * (int64_t)C, (kt + 1) * ATT_TILE, T, C3);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (kt == 0) {
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                lr[hr] = lse_s[warp * 16 + g + 8 * hr];
+                dr[hr] = dd_s[warp * 16 + g + 8 * hr];
+            }
+            if (REG)
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) {
+                    att3_lda<LDB>(qf[kk], Qw, kk, lane);
+                    att3_lda<LDB>(of[kk], dOw, kk, lane);
+                }
+        }
+        const bool diag = kt == qt;
+#pragma unroll
+        for (int kc = 0; kc < ATT_TILE; kc += KC) {
+            float s[KC / 8][4], dp[KC / 8][4];
+            att3_abt<D, KC>(s, REG ? qf : NULL, Qw, Ks + kc * LDB, lane);   /* S = Q K^T */
+            att3_abt<D, KC>(dp, REG ? of : NULL, dOw, Vs + kc * LDB, lane); /* dP = dO V^T */
+#pragma unroll
+            for (int j = 0; j < KC / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float p = att3_exp2(s[j][e] * sl2 - lr[e >> 1]);
+                    if (diag && kt * ATT_TILE + kc + 8 * j + 2 * t4 + (e & 1) > q0 + g + 8 * (e >> 1)) p = 0.0f;
+                    s[j][e] = p * (dp[j][e] - dr[e >> 1]);
+                }
+            uint32_t sf[KC / 16][4];
+            att3_to_a<KC>(sf, s);
+            att3_pm<D, KC>(dq, sf, Ks + kc * LDB, lane); /* dQ += dS K */
+        }
+        __syncthreads(); /* this buffer is refilled two tiles on */
+    }
+    att3_store<D>(dqkv + (int64_t)b * T * C3 + (int64_t)h * D, C3, q0, T, dq, scale, (uint16_t *)Qw, lane);
+}
+
 /* ------------------------------------------------------------------ SIMT path: one warp per row */
 
 /* Row w of the (B, H, T) rows: its batch, head and position. */
@@ -970,6 +1490,47 @@ static cudaError_t att2_bwd_launch(void *dqkv, const void *dout, const void *qkv
                       : att2_bwd_launch_p<D, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
 }
 
+template <int D, int W, int MT, int MINB>
+static cudaError_t att3_fwd_launch_w(void *out, float *lse, const void *qkv, int64_t B, int64_t T, int64_t C, int H,
+                                     float scale, cudaStream_t st)
+{
+    constexpr int BM = 16 * MT * W;
+    const size_t sm = att3_fwd_smem<D, W, MT>();
+    static unsigned done;
+    cudaError_t e = att_smem_limit(att3_fwd<D, W, MT, MINB>, sm, &done);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)(B * H), (unsigned)((T + BM - 1) / BM)); /* y is the slow index: longest rows first */
+    att3_fwd<D, W, MT, MINB><<<grid, W * 32, sm, st>>>((uint16_t *)out, lse, (const uint16_t *)qkv, (int)T, (int)C, H, scale);
+    return cudaGetLastError();
+}
+template <int D> static cudaError_t att3_fwd_launch(void *out, float *lse, const void *qkv, int64_t B, int64_t T,
+                                                    int64_t C, int H, float scale, cudaStream_t st)
+{
+    /* H200 (2026-11, b8 t1024 12 heads / b2 t2048 32 heads): head dim 64 runs best as 4 warps of 32 rows
+     * (190 TFLOP/s; 16 rows: 183), 128 as 8 warps of 16 rows (232; 4 x 32 rows spills: 182). */
+    if constexpr (D > 64) return att3_fwd_launch_w<D, 8, 1, 1>(out, lse, qkv, B, T, C, H, scale, st);
+    else return att3_fwd_launch_w<D, 4, 2, 1>(out, lse, qkv, B, T, C, H, scale, st);
+}
+
+template <int D>
+static cudaError_t att3_bwd_launch(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *dd,
+                                   int64_t B, int64_t T, int64_t C, int H, float scale, cudaStream_t st)
+{
+    const size_t sm = att3_bwd_smem<D>();
+    static unsigned done_kv, done_q;
+    cudaError_t e = att_smem_limit(att3_bwd_dkdv<D>, sm, &done_kv);
+    if (e == cudaSuccess) e = att_smem_limit(att3_bwd_dq<D>, sm, &done_q);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)(B * H), (unsigned)((T + ATT_TILE - 1) / ATT_TILE));
+    att3_bwd_dkdv<D><<<grid, ATT_THREADS, sm, st>>>((uint16_t *)dqkv, (const uint16_t *)dout, (const uint16_t *)qkv,
+                                                    lse, dd, (int)T, (int)C, H, scale);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    att3_bwd_dq<D><<<grid, ATT_THREADS, sm, st>>>((uint16_t *)dqkv, (const uint16_t *)dout, (const uint16_t *)qkv, lse,
+                                                  dd, (int)T, (int)C, H, scale);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t tg_cuda_attention_forward(void *out, float *lse, const void *qkv, tg_dtype dt, int64_t b,
                                                  int64_t t, int64_t c, int n_head, int simt, cudaStream_t st)
 {
@@ -977,7 +1538,15 @@ extern "C" cudaError_t tg_cuda_attention_forward(void *out, float *lse, const vo
     const int D = (int)(c / n_head);
     const float scale = 1.0f / sqrtf((float)D);
     if (t > INT32_MAX || 3 * c > INT32_MAX || b * n_head > 65535) return cudaErrorInvalidValue;
-    if (att_use_mma(dt, D, simt, out, qkv, qkv) && simt == 0 && att_v2_ok(st)) {
+    if (att_use_mma(dt, D, simt, out, qkv, qkv) && simt == 0) {
+        switch (D) {
+        case 16: return att3_fwd_launch<16>(out, lse, qkv, b, t, c, n_head, scale, st);
+        case 32: return att3_fwd_launch<32>(out, lse, qkv, b, t, c, n_head, scale, st);
+        case 64: return att3_fwd_launch<64>(out, lse, qkv, b, t, c, n_head, scale, st);
+        default: return att3_fwd_launch<128>(out, lse, qkv, b, t, c, n_head, scale, st);
+        }
+    }
+    if (att_use_mma(dt, D, simt, out, qkv, qkv) && simt == 3 && att_v2_ok(st)) {
         switch (D) {
         case 16: return att2_fwd_launch<16>(out, lse, qkv, b, t, c, n_head, scale, st);
         case 32: return att2_fwd_launch<32>(out, lse, qkv, b, t, c, n_head, scale, st);
@@ -1049,28 +1618,32 @@ extern "C" cudaError_t tg_cuda_attention_backward(void *dqkv, const void *dout, 
     float *dd = scratch;
     if (att_use_mma(dt, D, simt, dqkv, dout, qkv) && att_aligned(out)) {
         cudaError_t e;
-        const bool v2 = simt == 0 && att_v2_ok(st);
+        const int v = simt == 0 ? 3 : simt == 3 && att_v2_ok(st) ? 2 : 1; /* v3, v2 or v1 kernels */
         switch (D) { /* dd through the SIMT kernel (DPL covers D), then the two tensor-core kernels */
         case 16:
             e = att_bwd_simt_launch<1>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, true, st);
             if (e != cudaSuccess) return e;
-            return v2 ? att2_bwd_launch<16>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
-                      : att_bwd_mma_launch<16>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
+            return v == 3   ? att3_bwd_launch<16>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
+                   : v == 2 ? att2_bwd_launch<16>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
+                            : att_bwd_mma_launch<16>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
         case 32:
             e = att_bwd_simt_launch<1>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, true, st);
             if (e != cudaSuccess) return e;
-            return v2 ? att2_bwd_launch<32>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
-                      : att_bwd_mma_launch<32>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
+            return v == 3   ? att3_bwd_launch<32>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
+                   : v == 2 ? att2_bwd_launch<32>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
+                            : att_bwd_mma_launch<32>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
         case 64:
             e = att_bwd_simt_launch<2>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, true, st);
             if (e != cudaSuccess) return e;
-            return v2 ? att2_bwd_launch<64>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
-                      : att_bwd_mma_launch<64>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
+            return v == 3   ? att3_bwd_launch<64>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
+                   : v == 2 ? att2_bwd_launch<64>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
+                            : att_bwd_mma_launch<64>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
         default:
             e = att_bwd_simt_launch<4>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, true, st);
             if (e != cudaSuccess) return e;
-            return v2 ? att2_bwd_launch<128>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
-                      : att_bwd_mma_launch<128>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
+            return v == 3   ? att3_bwd_launch<128>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
+                   : v == 2 ? att2_bwd_launch<128>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st)
+                            : att_bwd_mma_launch<128>(dqkv, dout, qkv, lse, dd, b, t, c, n_head, scale, st);
         }
     }
     if (D <= 32) return att_bwd_simt_launch<1>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, false, st);

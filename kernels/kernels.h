@@ -101,10 +101,11 @@ cudaError_t tg_cuda_bias_accumulate(void *out, tg_dtype out_dt, const void *part
                                     float accumulate, cudaStream_t st);
 
 /* Causal attention. bf16 with head dim 16/32/64/128 and 16-byte aligned
- * buffers runs on the tensor cores (mode 0: scores in registers, when the
- * device passes a fragment-layout probe; TG_CUDA_ATTENTION=pipe adds cp.async
- * double buffering of the streamed tiles; mode 2: the shared-memory staged
- * kernels); mode 1, f32 and other head dims up to 256 run one warp per row. Backward keeps
+ * buffers runs on the tensor cores (mode 0: the v3 mma.sync kernels; mode 3:
+ * the v2 wmma kernels with scores in registers, when the device passes a
+ * fragment-layout probe, TG_CUDA_ATTENTION=pipe adding cp.async double
+ * buffering; mode 2: the shared-memory staged kernels); mode 1, f32 and
+ * other head dims up to 256 run one warp per row. Backward keeps
  * rowsum(dout * out) of the (b, h, t) rows in scratch (4 bytes each). */
 cudaError_t tg_cuda_attention_forward(void *out, float *lse, const void *qkv, tg_dtype dt, int64_t b, int64_t t,
                                       int64_t c, int n_head, int mode, cudaStream_t st);

@@ -384,8 +384,12 @@ static void test_attention(void)
     struct {
         tg_dtype dt;
         int64_t b, t;
-        int h, d, mode; /* TG_CUDA_ATTENTION: 0 default, 1 simt, 2 v1 (scores in shared memory), 3 pipe (double-buffered) */
+        int h, d, mode; /* TG_CUDA_ATTENTION: 0 default (v3), 1 simt, 2 v1 (scores in shared memory), 3 pipe, 4 v2 */
     } cases[] = {
+        /* the default kernels: T a multiple of the tiles, not, and below one tile (64 rows; 128 at head dim 128) */
+        {TG_BF16, 2, 200, 3, 128, 0}, {TG_BF16, 1, 257, 2, 128, 0}, {TG_BF16, 1, 50, 2, 128, 0},
+        {TG_BF16, 2, 128, 2, 64, 0},  {TG_BF16, 1, 10, 3, 64, 0},   {TG_BF16, 2, 100, 2, 64, 4},
+        {TG_BF16, 1, 130, 2, 128, 4},
         {TG_BF16, 2, 100, 2, 64, 0}, {TG_BF16, 1, 300, 2, 64, 0}, {TG_BF16, 1, 130, 2, 128, 0},
         {TG_BF16, 2, 70, 4, 32, 0},  {TG_BF16, 1, 40, 2, 16, 0},  {TG_BF16, 2, 100, 2, 64, 1},
         {TG_BF16, 1, 300, 2, 64, 2}, {TG_BF16, 1, 130, 2, 128, 2}, {TG_BF16, 2, 70, 4, 32, 2},
@@ -393,13 +397,14 @@ static void test_attention(void)
         {TG_BF16, 1, 33, 3, 48, 0},  {TG_F32, 2, 100, 2, 64, 0},  {TG_F32, 1, 50, 3, 40, 0},
         {TG_F32, 1, 64, 1, 128, 0},
     };
-    static const char *modes[] = {"", " (simt)", " (v1)", " (pipe)"};
+    static const char *modes[] = {"", " (simt)", " (v1)", " (pipe)", " (v2)"};
+    static const char *envs[] = {NULL, "simt", "v1", "pipe", "v2"};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         tg_dtype dt = cases[k].dt;
         int64_t B = cases[k].b, T = cases[k].t, H = cases[k].h, C = H * cases[k].d;
         size_t nqkv = (size_t)(B * T * 3 * C), nout = (size_t)(B * T * C), nl = (size_t)(B * H * T);
         char what[160];
-        if (cases[k].mode) setenv("TG_CUDA_ATTENTION", cases[k].mode == 1 ? "simt" : cases[k].mode == 2 ? "v1" : "pipe", 1);
+        if (cases[k].mode) setenv("TG_CUDA_ATTENTION", envs[cases[k].mode], 1);
         struct pair qkv = rnd_pair(dt, nqkv, 0.0, 1.0), out = pair_new(nout * tg_dtype_size(dt)), lse = pair_new(nl * 4),
                     dout = rnd_pair(dt, nout, 0.0, 1.0), dqkv = pair_new(nqkv * tg_dtype_size(dt));
         struct tg_attention_forward_args f[2];

@@ -709,12 +709,17 @@ static tg_status cuda_bias_backward_dw(tg_stream *s, const struct tg_bias_backwa
     return TG_OK;
 }
 
-/* TG_CUDA_ATTENTION=simt: the one-warp-per-row kernels for bf16 too; =v1: the tensor-core kernels that stage
- * scores in shared memory; =pipe: the default kernels with cp.async double buffering (read in kernels/attention.cu). */
+/* TG_CUDA_ATTENTION unset: the v3 kernels (mma.sync, cp.async pipelined); =v2: the wmma kernels with scores in
+ * registers (=pipe: those with cp.async double buffering, read in kernels/attention.cu); =v1: the wmma kernels
+ * that stage scores in shared memory; =simt: the one-warp-per-row kernels for bf16 too. */
 static int attention_mode(void)
 {
     const char *e = getenv("TG_CUDA_ATTENTION");
-    return !e ? 0 : strcmp(e, "simt") == 0 ? 1 : strcmp(e, "v1") == 0 ? 2 : 0;
+    return !e                                                   ? 0
+           : strcmp(e, "simt") == 0                             ? 1
+           : strcmp(e, "v1") == 0                               ? 2
+           : strcmp(e, "v2") == 0 || strcmp(e, "pipe") == 0     ? 3
+                                                                : 0;
 }
 
 static tg_status cuda_attention_forward(tg_stream *s, const struct tg_attention_forward_args *a)
