@@ -182,7 +182,6 @@ static void trim_locked(struct cuda_dev *d, int index)
 static tg_status cuda_alloc(int index, size_t bytes, void **out)
 {
     *out = NULL;
-    TG_TRY(use_device(index));
     struct cuda_dev *d = &devs[index];
     int cls;
     size_t size = size_class(bytes ? bytes : 1, &cls);
@@ -194,7 +193,9 @@ static tg_status cuda_alloc(int index, size_t bytes, void **out)
         d->cached -= b->size;
     } else {
         void *p = NULL;
-        cudaError_t e = cudaMalloc(&p, size);
+        /* only the driver needs the current device: a cached block does not */
+        cudaError_t e = cudaSetDevice(index);
+        if (e == cudaSuccess) e = cudaMalloc(&p, size);
         if (e == cudaErrorMemoryAllocation && d->cached && !tg_device_capturing((tg_device){TG_CUDA, index})) {
             (void)cudaGetLastError();
             trim_locked(d, index);
@@ -208,7 +209,7 @@ static tg_status cuda_alloc(int index, size_t bytes, void **out)
                 return tg_error(TG_ENOMEM, "cuda:%d: out of memory allocating %zu bytes (%zu in use, %zu cached)",
                                 index, bytes, used, cached);
             }
-            return tg_cuda_fail(e, __FILE__, __LINE__, "cudaMalloc(&p, size)");
+            return tg_cuda_fail(e, __FILE__, __LINE__, "cudaSetDevice + cudaMalloc(&p, size)");
         }
         d->mallocs++;
         b = malloc(sizeof *b);
