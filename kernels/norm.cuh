@@ -440,7 +440,7 @@ static cudaError_t tgk_norm_dw_launch(void *dgamma, void *dbeta, const void *dy,
     int64_t nchunks = 0;
     if (n > 0) {
         const int64_t tiles = (c + 255) / 256, cap = (int64_t)scratch_bytes / (NOUT * c * (int64_t)sizeof(float));
-        nchunks = (512 + tiles - 1) / tiles;             /* ~512 blocks of stage 1 */
+        nchunks = (1024 + tiles - 1) / tiles;            /* ~1024 blocks of stage 1: the whole GPU busy */
         if (nchunks > (n + 31) / 32) nchunks = (n + 31) / 32; /* at least 32 rows a chunk */
         if (nchunks > 65535) nchunks = 65535;
         if (nchunks > cap) nchunks = cap;
