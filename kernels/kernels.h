@@ -68,16 +68,18 @@ cudaError_t tg_cuda_rand(void *dst, tg_dtype dt, int64_t n, int dist, double a, 
 
 cudaError_t tg_cuda_layernorm_forward(void *y, float *mean, float *rstd, const void *x, const void *gamma,
                                       const void *beta, tg_dtype dt, int64_t n, int64_t c, float eps, cudaStream_t st);
-cudaError_t tg_cuda_layernorm_backward(void *dx, const void *dy, const void *x, const void *gamma, const float *mean,
-                                       const float *rstd, tg_dtype dt, int64_t n, int64_t c, cudaStream_t st);
+/* dres: NULL, or a residual gradient added to dx (in f32, rounded once); see the backward args in backend.h. */
+cudaError_t tg_cuda_layernorm_backward(void *dx, const void *dy, const void *dres, const void *x, const void *gamma,
+                                       const float *mean, const float *rstd, tg_dtype dt, int64_t n, int64_t c,
+                                       cudaStream_t st);
 cudaError_t tg_cuda_layernorm_backward_dw(void *dgamma, void *dbeta, const void *dy, const void *x, const float *mean,
                                           const float *rstd, tg_dtype dt, tg_dtype dw_dt, int64_t n, int64_t c,
                                           float accumulate, float *scratch, size_t scratch_bytes, cudaStream_t st);
 
 cudaError_t tg_cuda_rmsnorm_forward(void *y, float *rstd, const void *x, const void *gamma, tg_dtype dt, int64_t n,
                                     int64_t c, float eps, cudaStream_t st);
-cudaError_t tg_cuda_rmsnorm_backward(void *dx, const void *dy, const void *x, const void *gamma, const float *rstd,
-                                     tg_dtype dt, int64_t n, int64_t c, cudaStream_t st);
+cudaError_t tg_cuda_rmsnorm_backward(void *dx, const void *dy, const void *dres, const void *x, const void *gamma,
+                                     const float *rstd, tg_dtype dt, int64_t n, int64_t c, cudaStream_t st);
 cudaError_t tg_cuda_rmsnorm_backward_dw(void *dgamma, const void *dy, const void *x, const float *rstd, tg_dtype dt,
                                         tg_dtype dw_dt, int64_t n, int64_t c, float accumulate, float *scratch,
                                         size_t scratch_bytes, cudaStream_t st);

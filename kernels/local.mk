@@ -1,5 +1,5 @@
 # kernels: one CUDA op per file, each with a launcher taking the stream.
-EXTRA_DIST += %D%/kernels.h %D%/common.cuh %D%/colsum.cuh
+EXTRA_DIST += %D%/kernels.h %D%/common.cuh %D%/colsum.cuh %D%/norm.cuh
 if HAVE_CUDA
 libtegraph_la_SOURCES += \
 	%D%/fill.cu \
@@ -18,6 +18,8 @@ libtegraph_la_SOURCES += \
 	%D%/cross_entropy.cu \
 	%D%/adamw.cu \
 	%D%/sumsq_multi.cu
+# nvcc has no dependency tracking here: the norms' objects follow their shared header.
+%D%/layernorm.lo %D%/rmsnorm.lo: %D%/norm.cuh %D%/colsum.cuh %D%/common.cuh %D%/kernels.h
 # nvcc's host code (kernel registration, static guards) needs the C++ runtime.
 libtegraph_la_LIBADD += -lstdc++
 endif

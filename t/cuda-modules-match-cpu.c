@@ -15,10 +15,10 @@ enum { B = 2, T = 70, C = 128, NH = 2, H = 512, V = 300, N = B * T };
         if ((call) != TG_OK) bail_out("%s: %s", #call, tg_last_error());                               \
     } while (0)
 
-enum kind { LINEAR, LAYERNORM, RMSNORM, LNLINEAR, MLP_GELU, MLP_SWIGLU, ATTN, LAYER, EMB, HEAD };
+enum kind { LINEAR, LAYERNORM, RMSNORM, LNLINEAR, MLP_GELU, MLP_SWIGLU, ATTN, LAYER, LAYER_RMS, EMB, HEAD };
 static const char *names[] = {"Linear", "LayerNorm", "RMSNorm", "LayerNormLinear", "LayerNormMLP(gelu)",
-                              "LayerNormMLP(rmsnorm,swiglu)", "CausalSelfAttention", "TransformerLayer", "Embedding",
-                              "LMHead(untied)"};
+                              "LayerNormMLP(rmsnorm,swiglu)", "CausalSelfAttention", "TransformerLayer",
+                              "TransformerLayer(rmsnorm,swiglu)", "Embedding", "LMHead(untied)"};
 
 static tg_module *make(enum kind k, tg_device dev, tg_dtype dt, int fused, int delay)
 {
@@ -40,6 +40,7 @@ static tg_module *make(enum kind k, tg_device dev, tg_dtype dt, int fused, int d
     case MLP_SWIGLU: CHECK(tg_layernorm_mlp_new(C, H, "rmsnorm", "swiglu", &o, &m)); break;
     case ATTN: CHECK(tg_attention_new(C, NH, &o, &m)); break;
     case LAYER: CHECK(tg_transformer_layer_new(C, NH, H, "layernorm", "gelu", &o, &m)); break;
+    case LAYER_RMS: CHECK(tg_transformer_layer_new(C, NH, H, "rmsnorm", "swiglu", &o, &m)); break;
     case EMB: CHECK(tg_embedding_new(V, C, T, &o, &m)); break;
     case HEAD: CHECK(tg_lm_head_new(C, V, NULL, "layernorm", &o, &m)); break;
     }

@@ -228,13 +228,18 @@ static const tg_dtype dts[] = {TG_F32, TG_BF16};
 /* ------------------------------------------------------------------ norms */
 static void test_norms(void)
 {
-    const int64_t shapes[][2] = {{67, 200}, {33, 1024}, {300, 96}, {17, 201}};
+    /* the kernels' paths: 16-byte vectors (c a multiple of 8 bf16 / 4 f32) with 32..512 threads a row, elements
+     * (c = 201, 771, 100 in bf16), rows too wide for registers (20000; 3001 on the element path); n not a
+     * multiple of the rows per block; GPT-2's 768 and large 4096, 8192 */
+    const int64_t shapes[][2] = {{67, 200}, {33, 1024}, {300, 96}, {17, 201}, {70, 768},  {9, 4096},
+                                 {6, 8192}, {5, 771},   {13, 100}, {3, 20000}, {4, 3001}};
+    const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
     for (int d = 0; d < 2; d++)
-        for (int s = 0; s < 4; s++) {
+        for (int s = 0; s < nshapes; s++) {
             tg_dtype dt = dts[d];
             int64_t n = shapes[s][0], c = shapes[s][1];
             size_t nc = (size_t)(n * c);
-            int with_beta = s != 1;
+            int with_beta = s % 3 != 1;
             char what[160];
             struct pair x = rnd_pair(dt, nc, 0.5, 2.0), gamma = rnd_pair(dt, (size_t)c, 1.0, 0.5),
                         beta = rnd_pair(dt, (size_t)c, 0.0, 1.0), y = pair_new(nc * tg_dtype_size(dt)),
@@ -271,24 +276,34 @@ static void test_norms(void)
             /* backward: statistics as inputs (random, so the formula is checked on its own) */
             struct pair dy = rnd_pair(dt, nc, 0.0, 1.0), dx = pair_new(nc * tg_dtype_size(dt));
             struct pair mu = rnd_pair(TG_F32, (size_t)n, 0.5, 0.3), rsd = uniform_f32((size_t)n, 0.5, 2.0);
-            {
+            struct pair dr = rnd_pair(dt, nc, 0.0, 1.0);
+            /* res: 0 no residual gradient, 1 dres, 2 dres with dx aliasing it */
+            static const char *res_name[] = {"", " + dres", " + dres, dx aliases dres"};
+            for (int res = 0; res < 3; res++) {
+                struct pair *out = res == 2 ? &dr : &dx;
+                void *init = res == 2 ? init_of(&dr) : NULL;
                 struct tg_layernorm_backward_args a[2];
                 for (int g = 0; g < 2; g++)
-                    a[g] = (struct tg_layernorm_backward_args){.dx = ON(dx), .dy = ON(dy), .x = ON(x), .gamma = ON(gamma),
+                    a[g] = (struct tg_layernorm_backward_args){.dx = ON(*out), .dy = ON(dy), .x = ON(x),
+                                                               .dres = ON_OPT(dr, res), .gamma = ON(gamma),
                                                                .mean = ON(mu), .rstd = ON(rsd), .dt = dt, .n = n, .c = c};
-                struct out o[] = {{&dx, dt, nc, NULL, "dx"}};
-                snprintf(what, sizeof what, "layernorm_backward %s [%lld,%lld]", tg_dtype_name(dt), (long long)n, (long long)c);
+                struct out o[] = {{out, dt, nc, init, "dx"}};
+                snprintf(what, sizeof what, "layernorm_backward %s [%lld,%lld]%s", tg_dtype_name(dt), (long long)n,
+                         (long long)c, res_name[res]);
                 run_case(what, issue_layernorm_backward, &a[0], &a[1], o, 1, dt);
-            }
-            {
-                struct tg_rmsnorm_backward_args a[2];
+                if (init) pair_set(&dr, init);
+                struct tg_rmsnorm_backward_args r[2];
                 for (int g = 0; g < 2; g++)
-                    a[g] = (struct tg_rmsnorm_backward_args){.dx = ON(dx), .dy = ON(dy), .x = ON(x), .gamma = ON(gamma),
+                    r[g] = (struct tg_rmsnorm_backward_args){.dx = ON(*out), .dy = ON(dy), .x = ON(x),
+                                                             .dres = ON_OPT(dr, res), .gamma = ON(gamma),
                                                              .rstd = ON(rsd), .dt = dt, .n = n, .c = c};
-                struct out o[] = {{&dx, dt, nc, NULL, "dx"}};
-                snprintf(what, sizeof what, "rmsnorm_backward %s [%lld,%lld]", tg_dtype_name(dt), (long long)n, (long long)c);
-                run_case(what, issue_rmsnorm_backward, &a[0], &a[1], o, 1, dt);
+                snprintf(what, sizeof what, "rmsnorm_backward %s [%lld,%lld]%s", tg_dtype_name(dt), (long long)n,
+                         (long long)c, res_name[res]);
+                run_case(what, issue_rmsnorm_backward, &r[0], &r[1], o, 1, dt);
+                if (init) pair_set(&dr, init);
+                free(init);
             }
+            pair_free(&dr);
             /* wgrads: into f32 or the activation dtype, overwrite (NaN ignored) or accumulate */
             for (int wd = 0; wd < 2; wd++)
                 for (int acc = 0; acc < 2; acc++) {

@@ -11,7 +11,8 @@ NN_OPS_TESTS = \
 	t/attention-is-causal.t \
 	t/adamw-matches-hand-computed-step.t \
 	t/adamw-multi-bit-identical-to-per-tensor.t \
-	t/gemm-epilogues-match-unfused-ops.t
+	t/gemm-epilogues-match-unfused-ops.t \
+	t/norm-backward-res-equals-backward-plus-add.t
 
 check_PROGRAMS += $(NN_OPS_TESTS)
 TESTS += $(NN_OPS_TESTS)
@@ -56,3 +57,7 @@ t_adamw_multi_bit_identical_to_per_tensor_t_LDFLAGS = -static
 t_gemm_epilogues_match_unfused_ops_t_SOURCES = t/gemm-epilogues-match-unfused-ops.c t/nn-ops-util.c
 t_gemm_epilogues_match_unfused_ops_t_LDADD = $(TG_TEST_LIBS)
 t_gemm_epilogues_match_unfused_ops_t_LDFLAGS = -static
+
+t_norm_backward_res_equals_backward_plus_add_t_SOURCES = t/norm-backward-res-equals-backward-plus-add.c t/nn-ops-util.c
+t_norm_backward_res_equals_backward_plus_add_t_LDADD = $(TG_TEST_LIBS)
+t_norm_backward_res_equals_backward_plus_add_t_LDFLAGS = -static

@@ -6,7 +6,8 @@ NN_TESTS = \
 	t/nn-delayed-wgrad-is-bit-identical.t \
 	t/nn-hooks-fire-once-after-wgrad.t \
 	t/nn-bad-input-errors.t \
-	t/nn-bf16-modules-match-f32.t
+	t/nn-bf16-modules-match-f32.t \
+	t/transformer-layer-backward-fuses-residual-adds.t
 check_PROGRAMS += $(NN_TESTS)
 TESTS += $(NN_TESTS)
 EXTRA_DIST += t/nn-ref.h
@@ -30,3 +31,7 @@ t_nn_bad_input_errors_t_LDFLAGS = -static
 t_nn_bf16_modules_match_f32_t_SOURCES = t/nn-bf16-modules-match-f32.c
 t_nn_bf16_modules_match_f32_t_LDADD = $(TG_TEST_LIBS)
 t_nn_bf16_modules_match_f32_t_LDFLAGS = -static
+
+t_transformer_layer_backward_fuses_residual_adds_t_SOURCES = t/transformer-layer-backward-fuses-residual-adds.c
+t_transformer_layer_backward_fuses_residual_adds_t_LDADD = $(TG_TEST_LIBS)
+t_transformer_layer_backward_fuses_residual_adds_t_LDFLAGS = -static

@@ -121,10 +121,13 @@ struct tg_layernorm_forward_args {
     float eps;
 };
 
-/* dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma. */
+/* dx = [dres +] rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma.
+ * dres (a residual branch's gradient, fused in): the sum is formed in f32 from
+ * the f32 dgrad and the loaded dres, then rounded once to dt. */
 struct tg_layernorm_backward_args {
-    void *dx;                  /* (n, c) dt, may alias dy */
+    void *dx;                  /* (n, c) dt, may alias dy or dres */
     const void *dy, *x;        /* (n, c) dt */
+    const void *dres;          /* (n, c) dt, or NULL */
     const void *gamma;         /* (c) dt */
     const float *mean, *rstd;  /* (n) */
     tg_dtype dt;
@@ -152,10 +155,12 @@ struct tg_rmsnorm_forward_args {
     float eps;
 };
 
-/* dx = rstd * (dxhat - xhat * mean(dxhat * xhat)), xhat = x * rstd, dxhat = dy * gamma. */
+/* dx = [dres +] rstd * (dxhat - xhat * mean(dxhat * xhat)), xhat = x * rstd, dxhat = dy * gamma
+ * (dres as in layernorm_backward). */
 struct tg_rmsnorm_backward_args {
-    void *dx;                  /* (n, c) dt, may alias dy */
+    void *dx;                  /* (n, c) dt, may alias dy or dres */
     const void *dy, *x;        /* (n, c) dt */
+    const void *dres;          /* (n, c) dt, or NULL */
     const void *gamma;         /* (c) dt */
     const float *rstd;         /* (n) */
     tg_dtype dt;

@@ -81,7 +81,9 @@ static void layernorm_backward_run(const void *p)
         const float m1 = (float)(s1 / (double)c), m2 = (float)(s2 / (double)c);
         for (int64_t j = 0; j < c; j++) {
             float xhat = (ld(a->x, dt, o + j) - m) * rs, dxhat = ld(a->dy, dt, o + j) * ld(a->gamma, dt, j);
-            st(a->dx, dt, o + j, rs * (dxhat - m1 - xhat * m2));
+            float d = rs * (dxhat - m1 - xhat * m2);
+            if (a->dres) d += ld(a->dres, dt, o + j); /* f32 sum, one rounding */
+            st(a->dx, dt, o + j, d);
         }
     }
 }
@@ -165,7 +167,9 @@ static void rmsnorm_backward_run(const void *p)
         const float m2 = (float)(s2 / (double)c);
         for (int64_t j = 0; j < c; j++) {
             float xhat = ld(a->x, dt, o + j) * rs, dxhat = ld(a->dy, dt, o + j) * ld(a->gamma, dt, j);
-            st(a->dx, dt, o + j, rs * (dxhat - xhat * m2));
+            float d = rs * (dxhat - xhat * m2);
+            if (a->dres) d += ld(a->dres, dt, o + j); /* f32 sum, one rounding */
+            st(a->dx, dt, o + j, d);
         }
     }
 }

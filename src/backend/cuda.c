@@ -617,7 +617,7 @@ static tg_status cuda_layernorm_forward(tg_stream *s, const struct tg_layernorm_
 static tg_status cuda_layernorm_backward(tg_stream *s, const struct tg_layernorm_backward_args *a)
 {
     TG_TRY(float_only("layernorm_backward", a->dt));
-    LAUNCH(s, tg_cuda_layernorm_backward(a->dx, a->dy, a->x, a->gamma, a->mean, a->rstd, a->dt, a->n, a->c,
+    LAUNCH(s, tg_cuda_layernorm_backward(a->dx, a->dy, a->dres, a->x, a->gamma, a->mean, a->rstd, a->dt, a->n, a->c,
                                          tg_cuda_stream(s)));
     return TG_OK;
 }
@@ -645,7 +645,8 @@ static tg_status cuda_rmsnorm_forward(tg_stream *s, const struct tg_rmsnorm_forw
 static tg_status cuda_rmsnorm_backward(tg_stream *s, const struct tg_rmsnorm_backward_args *a)
 {
     TG_TRY(float_only("rmsnorm_backward", a->dt));
-    LAUNCH(s, tg_cuda_rmsnorm_backward(a->dx, a->dy, a->x, a->gamma, a->rstd, a->dt, a->n, a->c, tg_cuda_stream(s)));
+    LAUNCH(s, tg_cuda_rmsnorm_backward(a->dx, a->dy, a->dres, a->x, a->gamma, a->rstd, a->dt, a->n, a->c,
+                                       tg_cuda_stream(s)));
     return TG_OK;
 }
 

@@ -184,32 +184,40 @@ tg_status tg_layernorm_forward(tg_tensor *y, tg_tensor *mean, tg_tensor *rstd, c
     ISSUE(s, "layernorm_forward", layernorm_forward, &a, st);
 }
 
-/* has_mean: layernorm (mean required) rather than rmsnorm (no mean). */
+/* has_mean: layernorm (mean required) rather than rmsnorm (no mean). dres may be NULL. */
 static tg_status norm_backward_check(const char *op, int has_mean, tg_tensor *dx, const tg_tensor *dy,
-                                     const tg_tensor *x, const tg_tensor *gamma, const tg_tensor *mean,
-                                     const tg_tensor *rstd)
+                                     const tg_tensor *dres, const tg_tensor *x, const tg_tensor *gamma,
+                                     const tg_tensor *mean, const tg_tensor *rstd)
 {
     TG_TRY(activation(op, "x", x));
     TG_TRY(like(op, "x", x, "dy", dy));
     TG_TRY(like(op, "x", x, "dx", dx));
+    if (dres) TG_TRY(like(op, "x", x, "dres", dres));
     TG_TRY(vec(op, "x", x, "gamma", gamma, cols(x), x->dtype));
     if (has_mean) TG_TRY(stat(op, "x", x, "mean", mean, rows(x)));
     TG_TRY(stat(op, "x", x, "rstd", rstd, rows(x)));
     return TG_OK;
 }
 
-tg_status tg_layernorm_backward(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *x, const tg_tensor *gamma,
-                                const tg_tensor *mean, const tg_tensor *rstd)
+tg_status tg_layernorm_backward_res(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *dres, const tg_tensor *x,
+                                    const tg_tensor *gamma, const tg_tensor *mean, const tg_tensor *rstd)
 {
     tg_stream *s;
     TG_TRY(stream_for("layernorm_backward", "x", x, &s));
-    tg_status st = norm_backward_check("layernorm_backward", 1, dx, dy, x, gamma, mean, rstd);
+    tg_status st = norm_backward_check("layernorm_backward", 1, dx, dy, dres, x, gamma, mean, rstd);
     struct tg_layernorm_backward_args a = {0};
     if (st == TG_OK)
         a = (struct tg_layernorm_backward_args){
-            .dx = tg_tensor_data(dx), .dy = tg_tensor_data(dy), .x = tg_tensor_data(x), .gamma = tg_tensor_data(gamma),
-            .mean = tg_tensor_data(mean), .rstd = tg_tensor_data(rstd), .dt = x->dtype, .n = rows(x), .c = cols(x)};
+            .dx = tg_tensor_data(dx), .dy = tg_tensor_data(dy), .x = tg_tensor_data(x),
+            .dres = dres ? tg_tensor_data(dres) : NULL, .gamma = tg_tensor_data(gamma), .mean = tg_tensor_data(mean),
+            .rstd = tg_tensor_data(rstd), .dt = x->dtype, .n = rows(x), .c = cols(x)};
     ISSUE(s, "layernorm_backward", layernorm_backward, &a, st);
+}
+
+tg_status tg_layernorm_backward(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *x, const tg_tensor *gamma,
+                                const tg_tensor *mean, const tg_tensor *rstd)
+{
+    return tg_layernorm_backward_res(dx, dy, NULL, x, gamma, mean, rstd);
 }
 
 static tg_status norm_backward_dw_check(const char *op, int has_mean, tg_tensor *dgamma, tg_tensor *dbeta,
@@ -271,18 +279,25 @@ tg_status tg_rmsnorm_forward(tg_tensor *y, tg_tensor *rstd, const tg_tensor *x, 
     ISSUE(s, "rmsnorm_forward", rmsnorm_forward, &a, st);
 }
 
-tg_status tg_rmsnorm_backward(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *x, const tg_tensor *gamma,
-                              const tg_tensor *rstd)
+tg_status tg_rmsnorm_backward_res(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *dres, const tg_tensor *x,
+                                  const tg_tensor *gamma, const tg_tensor *rstd)
 {
     tg_stream *s;
     TG_TRY(stream_for("rmsnorm_backward", "x", x, &s));
-    tg_status st = norm_backward_check("rmsnorm_backward", 0, dx, dy, x, gamma, NULL, rstd);
+    tg_status st = norm_backward_check("rmsnorm_backward", 0, dx, dy, dres, x, gamma, NULL, rstd);
     struct tg_rmsnorm_backward_args a = {0};
     if (st == TG_OK)
         a = (struct tg_rmsnorm_backward_args){.dx = tg_tensor_data(dx), .dy = tg_tensor_data(dy), .x = tg_tensor_data(x),
+                                              .dres = dres ? tg_tensor_data(dres) : NULL,
                                               .gamma = tg_tensor_data(gamma), .rstd = tg_tensor_data(rstd),
                                               .dt = x->dtype, .n = rows(x), .c = cols(x)};
     ISSUE(s, "rmsnorm_backward", rmsnorm_backward, &a, st);
+}
+
+tg_status tg_rmsnorm_backward(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *x, const tg_tensor *gamma,
+                              const tg_tensor *rstd)
+{
+    return tg_rmsnorm_backward_res(dx, dy, NULL, x, gamma, rstd);
 }
 
 tg_status tg_rmsnorm_backward_dw(tg_tensor *dgamma, const tg_tensor *dy, const tg_tensor *x, const tg_tensor *rstd,

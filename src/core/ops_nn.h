@@ -24,6 +24,12 @@ tg_status tg_layernorm_forward(tg_tensor *y, tg_tensor *mean, tg_tensor *rstd, c
 /* dx (N, C) from dy (N, C), x, gamma, mean, rstd. */
 tg_status tg_layernorm_backward(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *x, const tg_tensor *gamma,
                                 const tg_tensor *mean, const tg_tensor *rstd);
+/* The same plus a residual gradient: dx = dres + dgrad(dy), the sum formed in
+ * f32 and rounded once (bf16: one rounding where backward + tg_binary(TG_ADD)
+ * rounds twice; f32: bit-identical to that pair). dres (N, C) like x, or NULL;
+ * dx may alias dy or dres. */
+tg_status tg_layernorm_backward_res(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *dres, const tg_tensor *x,
+                                    const tg_tensor *gamma, const tg_tensor *mean, const tg_tensor *rstd);
 /* dgamma (C) = acc * dgamma + sum_n dy * xhat; dbeta (C) = acc * dbeta + sum_n dy (dbeta may be NULL). */
 tg_status tg_layernorm_backward_dw(tg_tensor *dgamma, tg_tensor *dbeta, const tg_tensor *dy, const tg_tensor *x,
                                    const tg_tensor *mean, const tg_tensor *rstd, double accumulate);
@@ -32,6 +38,9 @@ tg_status tg_layernorm_backward_dw(tg_tensor *dgamma, tg_tensor *dbeta, const tg
 tg_status tg_rmsnorm_forward(tg_tensor *y, tg_tensor *rstd, const tg_tensor *x, const tg_tensor *gamma, double eps);
 tg_status tg_rmsnorm_backward(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *x, const tg_tensor *gamma,
                               const tg_tensor *rstd);
+/* With a residual gradient, as tg_layernorm_backward_res. */
+tg_status tg_rmsnorm_backward_res(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *dres, const tg_tensor *x,
+                                  const tg_tensor *gamma, const tg_tensor *rstd);
 tg_status tg_rmsnorm_backward_dw(tg_tensor *dgamma, const tg_tensor *dy, const tg_tensor *x, const tg_tensor *rstd,
                                  double accumulate);
 

@@ -5,6 +5,7 @@ static const struct tg_module_vtbl layernorm_linear_vt = {
     .type = "LayerNormLinear",
     .forward = tg_chain_forward,
     .backward = tg_chain_backward,
+    .backward_res = tg_chain_backward_res,
 };
 
 tg_status tg_layernorm_linear_new(int64_t in, int64_t out, const char *norm, const tg_module_opts *o, tg_module **mp)

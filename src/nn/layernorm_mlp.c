@@ -72,6 +72,7 @@ static const struct tg_module_vtbl layernorm_mlp_vt = {
     .type = "LayerNormMLP",
     .forward = tg_chain_forward,
     .backward = tg_chain_backward,
+    .backward_res = tg_chain_backward_res,
 };
 
 /* Adds a new child made by the status-returning expression `make` into `tmp`. */

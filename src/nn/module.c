@@ -88,7 +88,37 @@ tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor 
     return call_leave(m, "forward", mb, st);
 }
 
+static int unfused_residual; /* tg_debug_unfused_residual */
+
+void tg_debug_unfused_residual(int on) { unfused_residual = on; }
+
+/* *dx = dres + *dx, the order backward + tg_binary always used: in place when
+ * no other handle shares dx's storage, else into a new tensor. */
+static tg_status add_residual(tg_module *m, const tg_tensor *dres, tg_tensor **dx)
+{
+    char a[96];
+    if (!*dx)
+        return tg_error(TG_EINVAL, "returns no input gradient, so a residual gradient (%s) cannot be added to it",
+                        tg_tensor_shape_str(dres, a, sizeof a));
+    if ((*dx)->storage->refcount == 1) return tg_binary(TG_ADD, *dx, dres, *dx);
+    tg_tensor *out = NULL;
+    tg_status st = tg_tensor_new((*dx)->dtype, (*dx)->ndim, (*dx)->shape, m->opts.device, &out);
+    if (st == TG_OK) st = tg_binary(TG_ADD, out, dres, *dx);
+    if (st != TG_OK) {
+        tg_tensor_free(out);
+        return st;
+    }
+    tg_tensor_free(*dx);
+    *dx = out;
+    return TG_OK;
+}
+
 tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
+{
+    return tg_module_backward_res(m, mb, dy, NULL, dx);
+}
+
+tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx)
 {
     *dx = NULL;
     call_enter();
@@ -96,7 +126,14 @@ tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tenso
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
     else {
         int sp = tg_span_on ? span_begin(m, "backward", mb) : -1;
-        st = m->vt->backward(m, mb, dy, dx);
+        if (!dres) {
+            st = m->vt->backward(m, mb, dy, dx);
+        } else if (m->vt->backward_res && !unfused_residual) {
+            st = m->vt->backward_res(m, mb, dy, dres, dx);
+        } else {
+            st = m->vt->backward(m, mb, dy, dx);
+            if (st == TG_OK) st = add_residual(m, dres, dx);
+        }
         span_end(m, sp);
     }
     if (st != TG_OK && *dx) { /* a failed backward (e.g. a failing hook) hands out no dx */

@@ -145,6 +145,10 @@ struct tg_module_vtbl {
     /* dx = dgrad(dy) for microbatch mb (dx NULL allowed for the first module,
      * e.g. Embedding); then wgrad now, or queued when delay_wgrad. */
     tg_status (*backward)(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx);
+    /* Optional: backward returning dx = dres + dgrad(dy) with the add fused
+     * (dres non-NULL, like dx; held by the caller and not written). NULL:
+     * tg_module_backward_res runs backward, then adds. */
+    tg_status (*backward_res)(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
     /* Leaf modules with parameters: compute one wgrad item (popped from the
      * store by the generic code, or handed over directly when not delayed),
      * then call tg_param_wgrad_done for each parameter written, after all
@@ -175,6 +179,17 @@ struct tg_module {
 /* Generic module calls (all modules, composites included). */
 tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y);
 tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx);
+/* Backward with a residual gradient: dx = dres + dgrad(dy), for composites
+ * whose input also bypasses m (y = x + f(x) gives dx = dy + f'(dy)). dres
+ * (like dx, NULL: plain backward) is only read. Modules with backward_res fuse
+ * the add (LayerNorm, RMSNorm in their dgrad kernel; chains hand dres to their
+ * first child, which runs last); others run backward, then one add (in place
+ * when dx is held by no one else). Same wgrad, hooks and delayed-wgrad
+ * behaviour as tg_module_backward. Fails when m returns no dx. */
+tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
+/* Test switch: when on, tg_module_backward_res never fuses (backward, then
+ * add), to compare against the fused path. Default off. */
+void tg_debug_unfused_residual(int on);
 /* Pops one queued wgrad (leaf: its own; composite: one of each child that has
  * one, children in reverse order like backward), computes it, then fires the
  * hooks of its parameters. Fails with TG_ESTATE "backward_dw with nothing
@@ -242,6 +257,8 @@ void tg_nn_child_opts(const tg_module *m, const char *suffix, tg_module_opts *o,
  * forward through the children in order, backward in reverse. */
 tg_status tg_chain_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y);
 tg_status tg_chain_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx);
+/* Chain backward with dres handed to the first child (the last to run). */
+tg_status tg_chain_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
 /* LayerNorm or RMSNorm by name ("layernorm" (also NULL) | "rmsnorm"). */
 tg_status tg_norm_new_by_name(const char *norm, int64_t c, const tg_module_opts *o, tg_module **m);
 /* Linear on an existing weight (LM head tied to an embedding): no bias; the

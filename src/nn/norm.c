@@ -41,17 +41,19 @@ static tg_status norm_forward(tg_module *m, int mb, const tg_tensor *x, tg_tenso
     return TG_OK;
 }
 
-static tg_status norm_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
+/* dres (may be NULL) is added inside the dgrad kernel: a residual add costs no pass of its own. */
+static tg_status norm_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx)
 {
     struct norm *N = m->impl;
     struct tg_saved *s;
     TG_TRY(tg_module_peek(m, mb, &s));
     TG_TRY(tg_nn_check_like("dy", dy, s->t[0], N->c, m->opts.dtype));
+    if (dres) TG_TRY(tg_nn_check_like("the residual gradient", dres, s->t[0], N->c, m->opts.dtype));
     tg_tensor *out = NULL;
     tg_status st = tg_nn_new_like(m, s->t[0], N->c, m->opts.dtype, &out);
     if (st == TG_OK) {
-        if (N->rms) st = tg_rmsnorm_backward(out, dy, s->t[0], N->g->data, s->t[1]);
-        else st = tg_layernorm_backward(out, dy, s->t[0], N->g->data, s->t[2], s->t[1]);
+        if (N->rms) st = tg_rmsnorm_backward_res(out, dy, dres, s->t[0], N->g->data, s->t[1]);
+        else st = tg_layernorm_backward_res(out, dy, dres, s->t[0], N->g->data, s->t[2], s->t[1]);
     }
     if (st == TG_OK) st = tg_tensor_ref(dy, &s->t[3]);
     if (st != TG_OK) {
@@ -62,6 +64,11 @@ static tg_status norm_backward(tg_module *m, int mb, const tg_tensor *dy, tg_ten
     tg_module_take(m, mb, &s);
     *dx = out;
     return tg_module_wgrad_or_queue(m, s);
+}
+
+static tg_status norm_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
+{
+    return norm_backward_res(m, mb, dy, NULL, dx);
 }
 
 static tg_status norm_wgrad(tg_module *m, struct tg_saved *item)
@@ -88,9 +95,11 @@ static tg_status norm_wgrad(tg_module *m, struct tg_saved *item)
 static void norm_destroy(tg_module *m) { free(m->impl); }
 
 static const struct tg_module_vtbl layernorm_vt = {
-    .type = "LayerNorm", .forward = norm_forward, .backward = norm_backward, .wgrad = norm_wgrad, .destroy = norm_destroy};
+    .type = "LayerNorm", .forward = norm_forward, .backward = norm_backward, .backward_res = norm_backward_res, .wgrad = norm_wgrad,
+    .destroy = norm_destroy};
 static const struct tg_module_vtbl rmsnorm_vt = {
-    .type = "RMSNorm", .forward = norm_forward, .backward = norm_backward, .wgrad = norm_wgrad, .destroy = norm_destroy};
+    .type = "RMSNorm", .forward = norm_forward, .backward = norm_backward, .backward_res = norm_backward_res, .wgrad = norm_wgrad,
+    .destroy = norm_destroy};
 
 static tg_status norm_new(int64_t c, int rms, const tg_module_opts *o, tg_module **mp)
 {

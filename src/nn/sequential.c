@@ -18,11 +18,29 @@ tg_status tg_chain_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor *
 
 tg_status tg_chain_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
 {
-    if (m->nchildren == 0) return dy ? tg_tensor_ref(dy, dx) : TG_OK;
+    return tg_chain_backward_res(m, mb, dy, NULL, dx);
+}
+
+tg_status tg_chain_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx)
+{
+    if (m->nchildren == 0) {
+        if (!dres) return dy ? tg_tensor_ref(dy, dx) : TG_OK;
+        if (!dy) return tg_error(TG_EINVAL, "dy is missing");
+        tg_tensor *out = NULL;
+        tg_status st = tg_tensor_new(dy->dtype, dy->ndim, dy->shape, m->opts.device, &out);
+        if (st == TG_OK) st = tg_binary(TG_ADD, out, dres, dy);
+        if (st != TG_OK) {
+            tg_tensor_free(out);
+            return st;
+        }
+        *dx = out;
+        return TG_OK;
+    }
     tg_tensor *cur = NULL;
     for (int i = m->nchildren - 1; i >= 0; i--) {
         tg_tensor *next;
-        tg_status st = tg_module_backward(m->children[i], mb, cur ? cur : dy, &next);
+        /* the first child runs last: its input gradient is the chain's, so the residual goes there */
+        tg_status st = tg_module_backward_res(m->children[i], mb, cur ? cur : dy, i == 0 ? dres : NULL, &next);
         tg_tensor_free(cur);
         if (st != TG_OK) return st;
         if (!next && i > 0) {
@@ -41,6 +59,7 @@ static const struct tg_module_vtbl sequential_vt = {
     .type = "Sequential",
     .forward = tg_chain_forward,
     .backward = tg_chain_backward,
+    .backward_res = tg_chain_backward_res,
 };
 
 tg_status tg_sequential_new(tg_module **children, int n, const tg_module_opts *o, tg_module **out)

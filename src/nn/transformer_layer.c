@@ -23,18 +23,19 @@ static tg_status block_forward(tg_module *m, int mb, const tg_tensor *x, tg_tens
     return TG_OK;
 }
 
+/* The residual gradients ride along in the children's backward (tg_module_backward_res): with LayerNorm or
+ * RMSNorm in front of each branch they are added inside the norms' dgrad kernels, no add kernels of their own. */
 static tg_status block_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
 {
     tg_tensor *dh = NULL, *da = NULL, *out = NULL;
     if (!dy) return tg_error(TG_EINVAL, "dy is missing");
-    TG_TRY(tg_module_backward(m->children[2], mb, dy, &dh));
-    /* dh = dy + d(mlp)/dh, in place in the MLP's input gradient (held by no one) */
-    tg_status st = tg_binary(TG_ADD, dh, dy, dh);
+    /* dh = dy + d(mlp)/dh */
+    TG_TRY(tg_module_backward_res(m->children[2], mb, dy, dy, &dh));
     /* the attention keeps dh for its delayed wgrad: dh is not written after this */
-    if (st == TG_OK) st = tg_module_backward(m->children[1], mb, dh, &da);
-    if (st == TG_OK) st = tg_module_backward(m->children[0], mb, da, &out);
+    tg_status st = tg_module_backward(m->children[1], mb, dh, &da);
+    /* dx = dh + d(attn_norm)/dx */
+    if (st == TG_OK) st = tg_module_backward_res(m->children[0], mb, da, dh, &out);
     tg_tensor_free(da);
-    if (st == TG_OK) st = tg_binary(TG_ADD, out, dh, out);
     tg_tensor_free(dh);
     if (st != TG_OK) {
         tg_tensor_free(out);

@@ -1,0 +1,164 @@
+/* transformer-layer-backward-fuses-residual-adds.c — TransformerLayer's backward adds its two residual gradients
+ * inside the norms' dgrad kernels: a captured CPU backward has 2 commands fewer per layer than the unfused path
+ * (backward + add, tg_debug_unfused_residual), with bit-identical input and weight gradients in f32 and gradients
+ * within bf16 rounding in bf16; a module without a fused backward_res still gets the residual added. */
+#include "nn/nn.h"
+#include "tap.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { B = 2, T = 4, C = 16, NH = 2, H = 32, L = 2 };
+static const tg_device cpu = {TG_CPU, 0};
+
+#define CHECK(call)                                                                                    \
+    do {                                                                                               \
+        if ((call) != TG_OK) bail_out("%s: %s", #call, tg_last_error());                               \
+    } while (0)
+
+struct run {
+    double *g; /* dx then every parameter's wgrad target, as doubles */
+    size_t n;
+    size_t cmds; /* commands of a captured backward */
+};
+
+static void append(struct run *r, const tg_tensor *t)
+{
+    size_t k = tg_tensor_numel(t);
+    tg_tensor *f;
+    CHECK(tg_tensor_new(TG_F32, t->ndim, t->shape, cpu, &f));
+    CHECK(tg_copy(f, t));
+    float *h = malloc(k * sizeof *h);
+    CHECK(tg_tensor_read(f, h, k * sizeof *h));
+    r->g = realloc(r->g, (r->n + k) * sizeof *r->g);
+    for (size_t i = 0; i < k; i++) r->g[r->n + i] = h[i];
+    r->n += k;
+    free(h);
+    tg_tensor_free(f);
+}
+
+static tg_tensor *input(tg_dtype dt, double phase)
+{
+    float h[B * T * C];
+    for (int i = 0; i < B * T * C; i++) h[i] = (float)sin(0.37 * i + phase);
+    tg_tensor *f, *x;
+    CHECK(tg_tensor_new(TG_F32, 3, (int64_t[]){B, T, C}, cpu, &f));
+    CHECK(tg_tensor_write(f, h, sizeof h));
+    CHECK(tg_tensor_new(dt, 3, (int64_t[]){B, T, C}, cpu, &x));
+    CHECK(tg_copy(x, f));
+    tg_tensor_free(f);
+    return x;
+}
+
+static struct run run_model(const char *norm, tg_dtype dt, int unfused)
+{
+    struct run r = {0};
+    tg_module_opts o;
+    tg_module_opts_default(&o);
+    o.device = cpu;
+    o.dtype = dt;
+    o.init_std = 0.2;
+    tg_manual_seed(5);
+    tg_module *layers[L], *seq;
+    char name[16];
+    for (int i = 0; i < L; i++) {
+        snprintf(name, sizeof name, "h.%d", i);
+        o.name = name;
+        CHECK(tg_transformer_layer_new(C, NH, H, norm, "gelu", &o, &layers[i]));
+    }
+    CHECK(tg_sequential_new(layers, L, NULL, &seq));
+    tg_debug_unfused_residual(unfused);
+
+    /* eager: gradients */
+    tg_tensor *x = input(dt, 0.0), *dy = input(dt, 1.0), *y, *dx;
+    CHECK(tg_module_forward(seq, 1, x, &y));
+    CHECK(tg_module_backward(seq, 1, dy, &dx));
+    append(&r, dx);
+    tg_param **p;
+    int np;
+    CHECK(tg_module_parameters(seq, &p, &np));
+    for (int i = 0; i < np; i++) append(&r, tg_param_wgrad_target(p[i]));
+    free(p);
+    tg_tensor_free(y), tg_tensor_free(dx);
+
+    /* captured: the commands of one backward */
+    CHECK(tg_module_forward(seq, 1, x, &y));
+    tg_stream *side;
+    tg_pool *pool;
+    tg_graph *g = NULL;
+    CHECK(tg_stream_new(cpu, "capture", &side));
+    CHECK(tg_pool_new(cpu, &pool));
+    tg_stream *prev = tg_stream_set_current(side);
+    CHECK(tg_stream_begin_capture(side));
+    CHECK(tg_pool_push(pool));
+    tg_status st = tg_module_backward(seq, 1, dy, &dx);
+    tg_pool_pop(pool);
+    tg_status st2 = tg_stream_end_capture(side, &g);
+    if (st != TG_OK || st2 != TG_OK) bail_out("captured backward: %s", tg_last_error());
+    r.cmds = tg_graph_size(g);
+    tg_tensor_free(dx);
+    tg_graph_free(g);
+    tg_pool_release(pool);
+    tg_stream_set_current(prev);
+    tg_stream_free(side);
+
+    tg_debug_unfused_residual(0);
+    tg_tensor_free(y), tg_tensor_free(x), tg_tensor_free(dy);
+    tg_module_release(seq);
+    for (int i = 0; i < L; i++) tg_module_release(layers[i]);
+    return r;
+}
+
+/* A chain whose first child has no fused residual path (Linear): backward_res falls back to backward + add. */
+static void fallback_adds(void)
+{
+    tg_module_opts o;
+    tg_module_opts_default(&o);
+    o.device = cpu;
+    tg_manual_seed(9);
+    tg_module *lin, *seq;
+    CHECK(tg_linear_new(C, C, &o, &lin));
+    CHECK(tg_sequential_new(&lin, 1, NULL, &seq));
+    tg_tensor *x = input(TG_F32, 0.5), *dy = input(TG_F32, 2.0), *dres = input(TG_F32, 3.0), *y, *a, *b;
+    CHECK(tg_module_forward(seq, 1, x, &y));
+    CHECK(tg_module_backward_res(seq, 1, dy, dres, &a));
+    tg_tensor_free(y);
+    CHECK(tg_module_forward(seq, 1, x, &y));
+    CHECK(tg_module_backward(seq, 1, dy, &b));
+    CHECK(tg_binary(TG_ADD, b, dres, b));
+    struct run ra = {0}, rb = {0};
+    append(&ra, a), append(&rb, b);
+    ok(ra.n == rb.n && memcmp(ra.g, rb.g, ra.n * sizeof *ra.g) == 0,
+       "Sequential(Linear): backward_res equals backward + add (fallback path)");
+    free(ra.g), free(rb.g);
+    tg_tensor_free(x), tg_tensor_free(dy), tg_tensor_free(dres), tg_tensor_free(y), tg_tensor_free(a), tg_tensor_free(b);
+    tg_module_release(seq), tg_module_release(lin);
+}
+
+int main(void)
+{
+    plan(NO_PLAN);
+    const char *norms[] = {"layernorm", "rmsnorm"};
+    for (int k = 0; k < 2; k++)
+        for (int d = 0; d < 2; d++) {
+            tg_dtype dt = d ? TG_BF16 : TG_F32;
+            struct run f = run_model(norms[k], dt, 0), u = run_model(norms[k], dt, 1);
+            ok(u.cmds == f.cmds + 2 * L, "%s %s: captured backward of %d layers is %zu commands fused, %zu unfused (2 fewer a layer)",
+               norms[k], tg_dtype_name(dt), L, f.cmds, u.cmds);
+            if (dt == TG_F32) {
+                ok(f.n == u.n && memcmp(f.g, u.g, f.n * sizeof *f.g) == 0,
+                   "%s f32: dx and all weight gradients bit-identical fused vs unfused (%zu values)", norms[k], f.n);
+            } else {
+                double num = 0, den = 0;
+                for (size_t i = 0; i < f.n && f.n == u.n; i++) num += (f.g[i] - u.g[i]) * (f.g[i] - u.g[i]), den += u.g[i] * u.g[i];
+                double rel = den > 0 ? sqrt(num / den) : 1;
+                ok(f.n == u.n && rel <= 1e-2, "%s bf16: gradients fused vs unfused relative L2 %.3g <= 1e-2", norms[k], rel);
+            }
+            double mx = 0;
+            for (size_t i = 0; i < f.n; i++) mx = fmax(mx, fabs(f.g[i]));
+            ok(mx > 0, "%s %s: the gradients are not all zero (max %.3g)", norms[k], tg_dtype_name(dt), mx);
+            free(f.g), free(u.g);
+        }
+    fallback_adds();
+    return done_testing();
+}
