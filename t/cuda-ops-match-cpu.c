@@ -368,7 +368,7 @@ static void test_gemm(void)
  * measured difference is printed as a diag. f32 gelu runs the gelu kernel. */
 #define EPI_F32_TOL 1e-5
 static void epi_case(int epi, tg_dtype ab, tg_dtype cd, tg_dtype bd, int64_t m, int64_t n, int64_t k, int64_t batch,
-                     float beta, float acc, int with_aux, const char *mode)
+                     float beta, float acc, int with_aux, int with_cin, const char *mode)
 {
     struct tg_gemm_args a = {.trans_a = epi == TG_EPI_BGRAD, .trans_b = epi != TG_EPI_BGRAD, .m = m, .n = n, .k = k,
                              .batch = batch, .alpha = 1.0f, .beta = beta, .a_dt = ab, .b_dt = ab, .c_dt = cd,
@@ -380,18 +380,21 @@ static void epi_case(int epi, tg_dtype ab, tg_dtype cd, tg_dtype bd, int64_t m, 
     struct pair bias = random_matrix(cd, 1, 1, n, 0, &ld, &st, 0);
     struct pair aux = random_matrix(cd, batch, m, n, 0, &a.ldaux, &a.stride_aux, 1);
     struct pair bg = random_matrix(bd, batch, 1, m, 0, &ld, &st, acc == 0.0f);
+    struct pair cin = random_matrix(cd, batch, m, n, 0, &ld, &st, 0); /* the C that beta scales, apart from C */
     static const char *names[] = {"none", "bias", "bias_gelu", "bgrad"};
     char what[200];
     snprintf(what, sizeof what, "gemm %s (%s) %lldx%lldx%lld batch %lld %s->%s%s%s beta %g acc %g%s", names[epi], mode,
              (long long)m, (long long)n, (long long)k, (long long)batch, tg_dtype_name(ab), tg_dtype_name(cd),
              epi == TG_EPI_BGRAD ? " bgrad " : "", epi == TG_EPI_BGRAD ? tg_dtype_name(bd) : "", beta, acc,
              with_aux ? " +aux" : "");
+    if (with_cin) strncat(what, " C from c_in", sizeof what - strlen(what) - 1);
     tg_status rc[2];
     for (int dev = 0; dev < 2; dev++) {
         a.a = dev ? A.g : A.c, a.b = dev ? B.g : B.c, a.c = dev ? C.g : C.c;
         a.bias = epi == TG_EPI_BIAS || epi == TG_EPI_BIAS_GELU ? (dev ? bias.g : bias.c) : NULL;
         a.aux = with_aux ? (dev ? aux.g : aux.c) : NULL;
         a.bgrad = epi == TG_EPI_BGRAD ? (dev ? bg.g : bg.c) : NULL;
+        a.c_in = with_cin ? (dev ? cin.g : cin.c) : NULL;
         rc[dev] = dev ? tg_backend_cuda.gemm(gs, &a) : tg_backend_cpu.gemm(cs, &a);
     }
     sync_both();
@@ -408,7 +411,7 @@ static void epi_case(int epi, tg_dtype ab, tg_dtype cd, tg_dtype bd, int64_t m, 
             check_close(&bg, bd, bg.bytes / tg_dtype_size(bd), bd == TG_BF16 || cd == TG_BF16 ? 1e-2 : EPI_F32_TOL, w2);
         }
     }
-    pair_free(&A), pair_free(&B), pair_free(&C), pair_free(&bias), pair_free(&aux), pair_free(&bg);
+    pair_free(&A), pair_free(&B), pair_free(&C), pair_free(&bias), pair_free(&aux), pair_free(&bg), pair_free(&cin);
 }
 
 static void test_gemm_epilogues(void)
@@ -419,16 +422,19 @@ static void test_gemm_epilogues(void)
         if (forced) setenv("TG_CUDA_EPILOGUE", "unfused", 1);
         for (int t = 0; t < 3; t++) {
             tg_dtype ab = types[t][0], cd = types[t][1];
-            epi_case(TG_EPI_BIAS, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 0, mode);
-            epi_case(TG_EPI_BIAS, ab, cd, TG_F32, 37, 45, 29, 3, 1.0f, 0, 0, mode);
-            epi_case(TG_EPI_BIAS_GELU, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 1, mode);
-            epi_case(TG_EPI_BIAS_GELU, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 0, mode);
-            epi_case(TG_EPI_BIAS_GELU, ab, cd, TG_F32, 256, 1024, 384, 2, 0.0f, 0, 1, mode);
-            epi_case(TG_EPI_BIAS_GELU, ab, cd, TG_F32, 33, 37, 29, 1, 0.5f, 0, 1, mode); /* aux ld 37: not a multiple of 8 */
+            epi_case(TG_EPI_BIAS, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 0, 0, mode);
+            epi_case(TG_EPI_BIAS, ab, cd, TG_F32, 37, 45, 29, 3, 1.0f, 0, 0, 0, mode);
+            epi_case(TG_EPI_BIAS_GELU, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 1, 0, mode);
+            epi_case(TG_EPI_BIAS_GELU, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 0, 0, mode);
+            epi_case(TG_EPI_BIAS_GELU, ab, cd, TG_F32, 256, 1024, 384, 2, 0.0f, 0, 1, 0, mode);
+            epi_case(TG_EPI_BIAS_GELU, ab, cd, TG_F32, 33, 37, 29, 1, 0.5f, 0, 1, 0, mode); /* aux ld 37: not a multiple of 8 */
+            /* a residual as the C input (the output projections' GEMMs) */
+            epi_case(TG_EPI_BIAS, ab, cd, TG_F32, 64, 96, 128, 1, 1.0f, 0, 0, 1, mode);
+            epi_case(TG_EPI_NONE, ab, cd, TG_F32, 37, 45, 29, 3, 1.0f, 0, 0, 1, mode);
             for (int acc = 0; acc < 2; acc++) {
-                epi_case(TG_EPI_BGRAD, ab, cd, cd, 96, 64, 128, 1, (float)acc, (float)acc, 0, mode);
-                epi_case(TG_EPI_BGRAD, ab, cd, TG_F32, 768, 256, 1024, 1, (float)acc, (float)acc, 0, mode);
-                epi_case(TG_EPI_BGRAD, ab, cd, cd, 40, 24, 77, 2, (float)acc, (float)acc, 0, mode);
+                epi_case(TG_EPI_BGRAD, ab, cd, cd, 96, 64, 128, 1, (float)acc, (float)acc, 0, 0, mode);
+                epi_case(TG_EPI_BGRAD, ab, cd, TG_F32, 768, 256, 1024, 1, (float)acc, (float)acc, 0, 0, mode);
+                epi_case(TG_EPI_BGRAD, ab, cd, cd, 40, 24, 77, 2, (float)acc, (float)acc, 0, 0, mode);
             }
         }
     }

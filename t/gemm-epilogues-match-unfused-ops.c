@@ -76,6 +76,13 @@ static void forward_case(tg_dtype ab, tg_dtype cd, int64_t batch, int ta, int tb
     if (cd == TG_F32) ok(same_bits(fused, ref), "%s: bias epilogue = gemm + bias_add, same bits", what);
     else ok(err(fused, ref) <= BF16_TOL, "%s: bias epilogue = gemm + bias_add within bf16 rounding (%.2g)", what, err(fused, ref));
 
+    /* the C that beta scales read from another tensor (a residual): the same bits as with C copied in first */
+    tg_tensor *cin_out = clone(c0);
+    nt_set(cin_out, NAN);
+    nt_check(tg_gemm_in(cin_out, c0, a, ta, b, tb, 1.0, beta, TG_EPI_BIAS, bias, NULL, NULL, 0), "gemm_in bias");
+    ok(same_bits(cin_out, fused), "%s: bias epilogue with C read from c_in = with C holding it, same bits", what);
+    tg_tensor_free(cin_out);
+
     /* BIAS_GELU with aux: aux = the bias epilogue's value, C = gelu of it */
     tg_tensor *aux = nt_new(cd, c0->ndim, c0->shape, NULL), *g = clone(c0), *gref = clone(ref);
     nt_set(aux, NAN);
@@ -162,6 +169,9 @@ static void errors(void)
        "an aux sharing C's memory is refused: %s", tg_last_error());
     ok(tg_gemm_ex(c, a, 0, b, 0, 1, 0, TG_EPI_NONE, NULL, aux, NULL, 0) == TG_EINVAL && strstr(tg_last_error(), "none"),
        "a tensor the epilogue does not use is refused: %s", tg_last_error());
+    ok(tg_gemm_in(c, bias4, a, 0, b, 0, 1, 1, TG_EPI_NONE, NULL, NULL, NULL, 0) == TG_EINVAL &&
+           strstr(tg_last_error(), "C input") && strstr(tg_last_error(), "[4]") && strstr(tg_last_error(), "[4,5]"),
+       "a C input of another shape is refused, naming both shapes: %s", tg_last_error());
     tg_tensor_free(a), tg_tensor_free(b), tg_tensor_free(c), tg_tensor_free(bias4), tg_tensor_free(bias5);
     tg_tensor_free(db), tg_tensor_free(aux), tg_tensor_free(same);
 }

@@ -56,7 +56,10 @@ struct tg_axpby_args {
  *              (wgrad dW = dy^T x with A = dy, trans_a: db = column sums of dy),
  *              stored like the other wgrads (acc 0 overwrites, NaN ignored)
  * bias has C's dtype; bgrad is f32 or bf16 (bgrad_dt). Each value is
- * rounded once, on store. (tg_gemm_epilogue is public: tegraph.h.) */
+ * rounded once, on store. (tg_gemm_epilogue is public: tegraph.h.)
+ * c_in, when not NULL, is the C that beta scales (same layout and dtype as
+ * C, may equal it): C = alpha op(A) op(B) + beta c_in (+ epilogue), e.g. a
+ * residual added by the GEMM that produces a block's output. */
 struct tg_gemm_args {
     int trans_a, trans_b;
     int64_t m, n, k;
@@ -65,6 +68,7 @@ struct tg_gemm_args {
     const void *a; int64_t lda, stride_a; tg_dtype a_dt;
     const void *b; int64_t ldb, stride_b; tg_dtype b_dt;
     void *c;       int64_t ldc, stride_c; tg_dtype c_dt;
+    const void *c_in;                  /* (batch, m, n) like c, or NULL (C itself) */
     tg_gemm_epilogue epi;
     const void *bias;                  /* (n) c_dt: BIAS, BIAS_GELU */
     void *aux; int64_t ldaux, stride_aux; /* (batch, m, n) c_dt: BIAS_GELU, may be NULL */

@@ -282,11 +282,23 @@ static void bgrad_run(const struct tg_gemm_args *g)
     }
 }
 
+/* C = c_in, row by row, so the paths below read it as C (beta != 0 only). */
+static void copy_c_in(const struct tg_gemm_args *g)
+{
+    size_t es = tg_dtype_size(g->c_dt), row = (size_t)g->n * es;
+    for (int64_t bi = 0; bi < g->batch; bi++)
+        for (int64_t i = 0; i < g->m; i++) {
+            size_t off = ((size_t)(bi * g->stride_c) + (size_t)(i * g->ldc)) * es;
+            memmove((char *)g->c + off, (const char *)g->c_in + off, row);
+        }
+}
+
 static void gemm_run(const void *p)
 {
     const struct tg_gemm_args *g = p;
     if (g->epi == TG_EPI_BGRAD && g->m > 0 && g->batch > 0) bgrad_run(g);
     if (g->m <= 0 || g->n <= 0 || g->batch <= 0) return;
+    if (g->c_in && g->c_in != g->c && g->beta != 0.0f) copy_c_in(g);
 
     if (g->k == 0 || g->alpha == 0.0f) { /* C = beta * C, A and B not read */
         for (int64_t bi = 0; bi < g->batch; bi++) {

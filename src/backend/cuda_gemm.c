@@ -32,6 +32,7 @@ struct gemm_key {
     int64_t ldaux, stride_aux, bias_stride;
     uint32_t align_bias, align_aux;
     uint64_t ws_bytes;
+    int c_in_sep;            /* C read from c_in, not from D */
 };
 
 
@@ -205,8 +206,8 @@ static int tune(cublasLtHandle_t lt, tg_stream *s, const struct tg_gemm_args *a,
         int ok = 1;
         for (int rep = 0; rep < TUNE_REPS + 2 && ok; rep++) { /* two warm-ups, then timed */
             if (rep == 2 && cudaEventRecord(t0, st) != cudaSuccess) ok = 0;
-            if (ok && cublasLtMatmul(lt, d->op, &a->alpha, a->b, d->la, a->a, d->lb, &a->beta, a->c, d->lc, tmp, d->lc,
-                                     &r[i].algo, ws, ws_bytes, st) != CUBLAS_STATUS_SUCCESS)
+            if (ok && cublasLtMatmul(lt, d->op, &a->alpha, a->b, d->la, a->a, d->lb, &a->beta, a->c_in ? a->c_in : a->c,
+                                     d->lc, tmp, d->lc, &r[i].algo, ws, ws_bytes, st) != CUBLAS_STATUS_SUCCESS)
                 ok = 0;
         }
         float ms = 0;
@@ -284,6 +285,11 @@ static tg_status gemm_lt(tg_stream *s, const struct tg_gemm_args *a, const struc
     key.align_a = alignment(a->a, a->stride_a, tg_dtype_size(a->a_dt), a->batch);
     key.align_b = alignment(a->b, a->stride_b, tg_dtype_size(a->b_dt), a->batch);
     key.align_c = alignment(a->c, a->stride_c, tg_dtype_size(a->c_dt), a->batch);
+    if (a->c_in && a->c_in != a->c) {
+        uint32_t ai = alignment(a->c_in, a->stride_c, tg_dtype_size(a->c_dt), a->batch);
+        if (ai < key.align_c) key.align_c = ai;
+        key.c_in_sep = 1;
+    }
     key.epi = (uint32_t)e->epi;
     if (e->epi != CUBLASLT_EPILOGUE_DEFAULT) {
         /* the heuristic reads the epilogue pointers' alignment */
@@ -311,8 +317,8 @@ static tg_status gemm_lt(tg_stream *s, const struct tg_gemm_args *a, const struc
     }
     if (rc == TG_OK && p->supported) {
         /* alpha and beta are read from the host now, so capture records their values */
-        cublasStatus_t ce = cublasLtMatmul(lt, p->d.op, &a->alpha, a->b, p->d.la, a->a, p->d.lb, &a->beta, a->c, p->d.lc,
-                                           a->c, p->d.lc, &p->algo, ws, ws_bytes, st);
+        cublasStatus_t ce = cublasLtMatmul(lt, p->d.op, &a->alpha, a->b, p->d.la, a->a, p->d.lb, &a->beta,
+                                           a->c_in ? a->c_in : a->c, p->d.lc, a->c, p->d.lc, &p->algo, ws, ws_bytes, st);
         if (ce == CUBLAS_STATUS_SUCCESS) *done = 1;
         else if (!(ce == CUBLAS_STATUS_NOT_SUPPORTED && e->epi != CUBLASLT_EPILOGUE_DEFAULT))
             rc = tg_cublas_fail(ce, __FILE__, __LINE__, "cublasLtMatmul(...)");
@@ -439,7 +445,15 @@ tg_status tg_cuda_gemm(tg_stream *s, const struct tg_gemm_args *a)
         if (a->k > 0 && a->n > 0 && !unfused_forced()) TG_TRY(gemm_fused(s, a, &done));
         return done ? TG_OK : gemm_unfused(s, a);
     }
-    if (a->k <= 0) { /* an empty sum: C = beta * C */
+    if (a->k <= 0) { /* an empty sum: C = beta * C (C from c_in when given) */
+        if (a->c_in && a->c_in != a->c && a->beta != 0.0f) {
+            size_t es = tg_dtype_size(a->c_dt);
+            for (int64_t bi = 0; bi < a->batch; bi++)
+                TG_CUDA_TRY(cudaMemcpy2DAsync((char *)a->c + (size_t)(bi * a->stride_c) * es, (size_t)a->ldc * es,
+                                              (const char *)a->c_in + (size_t)(bi * a->stride_c) * es,
+                                              (size_t)a->ldc * es, (size_t)a->n * es, (size_t)a->m,
+                                              cudaMemcpyDeviceToDevice, tg_cuda_stream(s)));
+        }
         TG_CUDA_TRY(tg_cuda_scale_strided(a->c, a->c_dt, a->batch, a->m, a->n, a->ldc, a->stride_c, a->beta,
                                           tg_cuda_stream(s)));
         return TG_OK;

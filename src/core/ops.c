@@ -1,5 +1,6 @@
 /* ops.c — the op layer: checks shapes, dtypes and devices, then issues kernels on the current stream. */
 #include "backend/backend.h"
+#include "core/ops_nn.h"
 
 #include <string.h>
 
@@ -176,15 +177,19 @@ static tg_status check_epilogue(const tg_tensor *c, int64_t m, int64_t n, int64_
     return TG_OK;
 }
 
-tg_status tg_gemm_ex(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor *b, int trans_b, double alpha,
-                     double beta, tg_gemm_epilogue epi, const tg_tensor *bias, tg_tensor *aux, tg_tensor *bgrad,
-                     double bgrad_accumulate)
+tg_status tg_gemm_in(tg_tensor *c, const tg_tensor *c_in, const tg_tensor *a, int trans_a, const tg_tensor *b,
+                     int trans_b, double alpha, double beta, tg_gemm_epilogue epi, const tg_tensor *bias, tg_tensor *aux,
+                     tg_tensor *bgrad, double bgrad_accumulate)
 {
     char x[96], y[96], z[96];
     tg_stream *s = stream_of(c);
     if (!s) return TG_ENOMEM;
     int64_t ar = 0, ac = 0, ab = 0, br = 0, bc = 0, bb = 0, cr = 0, cc = 0, cb = 0;
     tg_status st = TG_OK;
+    if (c_in && (!same_dev(c_in, c) || !tg_tensor_same_shape(c_in, c) || c_in->dtype != c->dtype))
+        st = tg_error(TG_EINVAL, "gemm: the C input %s must have C's shape, dtype and device (C %s)",
+                      describe(c_in, x, sizeof x), describe(c, z, sizeof z));
+    if (st != TG_OK) return tg_stream_note_error(s, st);
     if (!mat_dims(a, &ar, &ac, &ab) || !mat_dims(b, &br, &bc, &bb) || !mat_dims(c, &cr, &cc, &cb))
         st = tg_error(TG_EINVAL, "gemm: operands must be 2-D or 3-D (A %s, B %s, C %s)", describe(a, x, sizeof x), describe(b, y, sizeof y), describe(c, z, sizeof z));
     else if (!same_dev(a, c) || !same_dev(b, c))
@@ -206,6 +211,7 @@ tg_status tg_gemm_ex(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_ten
             .a = tg_tensor_data(a), .lda = ac, .stride_a = ab == 1 && cb > 1 ? 0 : ar * ac, .a_dt = a->dtype,
             .b = tg_tensor_data(b), .ldb = bc, .stride_b = bb == 1 && cb > 1 ? 0 : br * bc, .b_dt = b->dtype,
             .c = tg_tensor_data(c), .ldc = cc, .stride_c = cr * cc, .c_dt = c->dtype,
+            .c_in = c_in ? tg_tensor_data(c_in) : NULL,
             .epi = epi,
             .bias = bias ? tg_tensor_data(bias) : NULL,
             .aux = aux ? tg_tensor_data(aux) : NULL, .ldaux = cc, .stride_aux = cr * cc,
@@ -215,6 +221,13 @@ tg_status tg_gemm_ex(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_ten
         st = s->be->gemm(s, &g);
     }
     return tg_stream_note_error(s, st);
+}
+
+tg_status tg_gemm_ex(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor *b, int trans_b, double alpha,
+                     double beta, tg_gemm_epilogue epi, const tg_tensor *bias, tg_tensor *aux, tg_tensor *bgrad,
+                     double bgrad_accumulate)
+{
+    return tg_gemm_in(c, NULL, a, trans_a, b, trans_b, alpha, beta, epi, bias, aux, bgrad, bgrad_accumulate);
 }
 
 tg_status tg_gemm(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor *b, int trans_b, double alpha, double beta)

@@ -123,4 +123,11 @@ tg_status tg_sumsq_multi(tg_tensor *out, const tg_tensor *const *ts, int n);
 /* Sum of squares of t into *out (host, blocking), for global-norm clipping. */
 tg_status tg_sumsq(const tg_tensor *t, double *out);
 
+/* tg_gemm_ex with the C that beta scales read from c_in (C's shape, dtype and
+ * device; NULL: C itself): c = alpha op(a) op(b) + beta c_in (+ epilogue).
+ * With beta = 1 a residual is added by the GEMM that makes a block's output. */
+tg_status tg_gemm_in(tg_tensor *c, const tg_tensor *c_in, const tg_tensor *a, int trans_a, const tg_tensor *b,
+                     int trans_b, double alpha, double beta, tg_gemm_epilogue epi, const tg_tensor *bias, tg_tensor *aux,
+                     tg_tensor *bgrad, double bgrad_accumulate);
+
 #endif

@@ -59,19 +59,25 @@ static void core_destroy(tg_module *m) { free(m->impl); }
 static const struct tg_module_vtbl core_vt = {
     .type = "DotProductAttention", .forward = core_forward, .backward = core_backward, .destroy = core_destroy};
 
-static tg_status attention_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
+static tg_status attention_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
 {
     struct core *A = m->children[1]->impl;
     char a[64];
     if (x->ndim != 3 || x->shape[2] != A->c || x->dtype != m->opts.dtype)
         return tg_error(TG_EINVAL, "x is %s %s, expected (B, T, %lld) %s", tg_tensor_shape_str(x, a, sizeof a),
                         tg_dtype_name(x->dtype), (long long)A->c, tg_dtype_name(m->opts.dtype));
-    return tg_chain_forward(m, mb, x, y);
+    return tg_chain_forward_res(m, mb, x, res, y); /* res goes to the output projection's GEMM */
+}
+
+static tg_status attention_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
+{
+    return attention_forward_res(m, mb, x, NULL, y);
 }
 
 static const struct tg_module_vtbl attention_vt = {
     .type = "CausalSelfAttention",
     .forward = attention_forward,
+    .forward_res = attention_forward_res,
     .backward = tg_chain_backward,
 };
 

@@ -4,6 +4,7 @@
 static const struct tg_module_vtbl layernorm_linear_vt = {
     .type = "LayerNormLinear",
     .forward = tg_chain_forward,
+    .forward_res = tg_chain_forward_res,
     .backward = tg_chain_backward,
     .backward_res = tg_chain_backward_res,
 };

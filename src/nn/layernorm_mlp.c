@@ -71,6 +71,7 @@ static tg_status act_new(int swiglu, int64_t h, const tg_module_opts *o, tg_modu
 static const struct tg_module_vtbl layernorm_mlp_vt = {
     .type = "LayerNormMLP",
     .forward = tg_chain_forward,
+    .forward_res = tg_chain_forward_res,
     .backward = tg_chain_backward,
     .backward_res = tg_chain_backward_res,
 };

@@ -12,14 +12,18 @@ struct linear {
 /* saved: t[0] = x (..., in), with gelu t[1] = the pre-activation h (..., out);
  * wgrad item: t[0] = x, t[1] = dy (..., out), with gelu dh = gelu'(h) dy */
 
-static tg_status linear_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
+/* y = res + x W^T (+ b): res (NULL: none) is the C that the GEMM's beta = 1 scales;
+ * with gelu (y = res + gelu(...)) it is a separate add. */
+static tg_status linear_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
 {
     struct linear *L = m->impl;
     TG_TRY(tg_nn_check_rows("x", x, m->opts.dtype, L->in));
-    tg_tensor *out = NULL, *x2 = NULL, *y2 = NULL, *h = NULL, *h2 = NULL, *keep[2] = {NULL, NULL};
+    tg_tensor *out = NULL, *x2 = NULL, *y2 = NULL, *h = NULL, *h2 = NULL, *r2 = NULL, *keep[2] = {NULL, NULL};
     tg_status st = tg_nn_new_like(m, x, L->out, m->opts.dtype, &out);
+    if (st == TG_OK && res) st = tg_nn_check_like("res", res, out, L->out, m->opts.dtype);
     if (st == TG_OK) st = tg_nn_rows(x, &x2);
     if (st == TG_OK) st = tg_nn_rows(out, &y2);
+    if (st == TG_OK && res && !L->gelu) st = tg_nn_rows(res, &r2);
     if (st == TG_OK && L->gelu) st = tg_nn_new_like(m, x, L->out, m->opts.dtype, &h);
     if (st == TG_OK && h) st = tg_nn_rows(h, &h2);
     if (st == TG_OK && L->gelu && L->b) /* y = gelu(h), h = x @ W^T + b: one GEMM */
@@ -27,9 +31,10 @@ static tg_status linear_forward(tg_module *m, int mb, const tg_tensor *x, tg_ten
     else if (st == TG_OK && L->gelu) { /* no gelu-only epilogue: h = x @ W^T, then y = gelu(h) */
         st = tg_gemm(h2, x2, 0, L->w->data, 1, 1.0, 0.0);
         if (st == TG_OK) st = tg_gelu_forward(y2, h2);
-    } else if (st == TG_OK) /* y = x @ W^T (+ b in the GEMM's epilogue) */
-        st = tg_gemm_ex(y2, x2, 0, L->w->data, 1, 1.0, 0.0, L->b ? TG_EPI_BIAS : TG_EPI_NONE, L->b ? L->b->data : NULL,
-                        NULL, NULL, 0.0);
+    } else if (st == TG_OK) /* y = (res +) x @ W^T (+ b in the GEMM's epilogue) */
+        st = tg_gemm_in(y2, r2, x2, 0, L->w->data, 1, 1.0, r2 ? 1.0 : 0.0, L->b ? TG_EPI_BIAS : TG_EPI_NONE,
+                        L->b ? L->b->data : NULL, NULL, NULL, 0.0);
+    if (st == TG_OK && res && L->gelu) st = tg_binary(TG_ADD, out, res, out);
     if (st == TG_OK) st = tg_tensor_ref(x, &keep[0]);
     if (st == TG_OK) {
         keep[1] = h, h = NULL;
@@ -39,12 +44,18 @@ static tg_status linear_forward(tg_module *m, int mb, const tg_tensor *x, tg_ten
     tg_tensor_free(h2);
     tg_tensor_free(x2);
     tg_tensor_free(y2);
+    tg_tensor_free(r2);
     if (st != TG_OK) {
         tg_tensor_free(out);
         return st;
     }
     *y = out;
     return TG_OK;
+}
+
+static tg_status linear_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
+{
+    return linear_forward_res(m, mb, x, NULL, y);
 }
 
 static tg_status linear_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
@@ -106,6 +117,7 @@ static void linear_destroy(tg_module *m)
 static const struct tg_module_vtbl linear_vt = {
     .type = "Linear",
     .forward = linear_forward,
+    .forward_res = linear_forward_res,
     .backward = linear_backward,
     .wgrad = linear_wgrad,
     .destroy = linear_destroy,

@@ -72,28 +72,13 @@ static tg_status run_wgrad(tg_module *m, struct tg_saved *item)
 }
 
 /* ------------------------------------------------------------------ generic calls */
-tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
-{
-    *y = NULL;
-    call_enter();
-    tg_status st = TG_OK;
-    if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
-    else if (!x) st = tg_error(TG_EINVAL, "no input tensor");
-    else {
-        int sp = tg_span_on ? span_begin(m, "forward", mb) : -1;
-        st = m->vt->forward(m, mb, x, y);
-        span_end(m, sp);
-    }
-    if (st == TG_OK && !tg_device_capturing(m->opts.device)) m->forward_step = tg_step_index();
-    return call_leave(m, "forward", mb, st);
-}
-
 static int unfused_residual; /* tg_debug_unfused_residual */
 
 void tg_debug_unfused_residual(int on) { unfused_residual = on; }
 
-/* *dx = dres + *dx, the order backward + tg_binary always used: in place when
- * no other handle shares dx's storage, else into a new tensor. */
+/* *dx = dres + *dx (or *y = res + *y), the order forward or backward +
+ * tg_binary always used: in place when no other handle shares the storage,
+ * else into a new tensor. */
 static tg_status add_residual(tg_module *m, const tg_tensor *dres, tg_tensor **dx)
 {
     char a[96];
@@ -111,6 +96,38 @@ static tg_status add_residual(tg_module *m, const tg_tensor *dres, tg_tensor **d
     tg_tensor_free(*dx);
     *dx = out;
     return TG_OK;
+}
+
+tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
+{
+    return tg_module_forward_res(m, mb, x, NULL, y);
+}
+
+tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
+{
+    *y = NULL;
+    call_enter();
+    tg_status st = TG_OK;
+    if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
+    else if (!x) st = tg_error(TG_EINVAL, "no input tensor");
+    else {
+        int sp = tg_span_on ? span_begin(m, "forward", mb) : -1;
+        if (!res) {
+            st = m->vt->forward(m, mb, x, y);
+        } else if (m->vt->forward_res && !unfused_residual) {
+            st = m->vt->forward_res(m, mb, x, res, y);
+        } else {
+            st = m->vt->forward(m, mb, x, y);
+            if (st == TG_OK) st = add_residual(m, res, y);
+        }
+        span_end(m, sp);
+    }
+    if (st != TG_OK && *y) {
+        tg_tensor_free(*y);
+        *y = NULL;
+    }
+    if (st == TG_OK && !tg_device_capturing(m->opts.device)) m->forward_step = tg_step_index();
+    return call_leave(m, "forward", mb, st);
 }
 
 tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)

@@ -142,6 +142,9 @@ struct tg_module_vtbl {
     const char *type; /* "Linear", ... */
     /* y = forward(x) for microbatch mb; saves what backward needs under mb. */
     tg_status (*forward)(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y);
+    /* Optional: forward returning y = res + forward(x) with the add fused (res
+     * non-NULL, only read). NULL: tg_module_forward_res runs forward, then adds. */
+    tg_status (*forward_res)(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y);
     /* dx = dgrad(dy) for microbatch mb (dx NULL allowed for the first module,
      * e.g. Embedding); then wgrad now, or queued when delay_wgrad. */
     tg_status (*backward)(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx);
@@ -178,6 +181,12 @@ struct tg_module {
 
 /* Generic module calls (all modules, composites included). */
 tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y);
+/* Forward with a residual: y = res + forward(x), for composites whose input
+ * also bypasses m. res (NULL: plain forward) is only read. Modules with
+ * forward_res fuse the add (Linear: its GEMM reads res as the C that beta = 1
+ * scales; chains hand res to their last child); others run forward, then one
+ * add. Saves and hooks exactly like tg_module_forward. */
+tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y);
 tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx);
 /* Backward with a residual gradient: dx = dres + dgrad(dy), for composites
  * whose input also bypasses m (y = x + f(x) gives dx = dy + f'(dy)). dres
@@ -187,8 +196,9 @@ tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tenso
  * when dx is held by no one else). Same wgrad, hooks and delayed-wgrad
  * behaviour as tg_module_backward. Fails when m returns no dx. */
 tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
-/* Test switch: when on, tg_module_backward_res never fuses (backward, then
- * add), to compare against the fused path. Default off. */
+/* Test switch: when on, tg_module_forward_res and tg_module_backward_res
+ * never fuse (forward or backward, then add), to compare against the fused
+ * paths. Default off. */
 void tg_debug_unfused_residual(int on);
 /* Pops one queued wgrad (leaf: its own; composite: one of each child that has
  * one, children in reverse order like backward), computes it, then fires the
@@ -257,6 +267,8 @@ void tg_nn_child_opts(const tg_module *m, const char *suffix, tg_module_opts *o,
  * forward through the children in order, backward in reverse. */
 tg_status tg_chain_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y);
 tg_status tg_chain_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx);
+/* Chain forward with res handed to the last child. */
+tg_status tg_chain_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y);
 /* Chain backward with dres handed to the first child (the last to run). */
 tg_status tg_chain_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
 /* LayerNorm or RMSNorm by name ("layernorm" (also NULL) | "rmsnorm"). */

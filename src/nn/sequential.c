@@ -3,11 +3,28 @@
 
 tg_status tg_chain_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
 {
-    if (m->nchildren == 0) return tg_tensor_ref(x, y);
+    return tg_chain_forward_res(m, mb, x, NULL, y);
+}
+
+tg_status tg_chain_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
+{
+    if (m->nchildren == 0) {
+        if (!res) return tg_tensor_ref(x, y);
+        tg_tensor *out = NULL;
+        tg_status st = tg_tensor_new(x->dtype, x->ndim, x->shape, m->opts.device, &out);
+        if (st == TG_OK) st = tg_binary(TG_ADD, out, res, x);
+        if (st != TG_OK) {
+            tg_tensor_free(out);
+            return st;
+        }
+        *y = out;
+        return TG_OK;
+    }
     tg_tensor *cur = NULL; /* owned; the children keep their own references to what they save */
     for (int i = 0; i < m->nchildren; i++) {
         tg_tensor *next;
-        tg_status st = tg_module_forward(m->children[i], mb, cur ? cur : x, &next);
+        /* the last child makes the chain's output: the residual goes there */
+        tg_status st = tg_module_forward_res(m->children[i], mb, cur ? cur : x, i == m->nchildren - 1 ? res : NULL, &next);
         tg_tensor_free(cur);
         if (st != TG_OK) return st;
         cur = next;
@@ -58,6 +75,7 @@ tg_status tg_chain_backward_res(tg_module *m, int mb, const tg_tensor *dy, const
 static const struct tg_module_vtbl sequential_vt = {
     .type = "Sequential",
     .forward = tg_chain_forward,
+    .forward_res = tg_chain_forward_res,
     .backward = tg_chain_backward,
     .backward_res = tg_chain_backward_res,
 };

@@ -8,12 +8,10 @@ static tg_status block_forward(tg_module *m, int mb, const tg_tensor *x, tg_tens
 {
     tg_tensor *a = NULL, *h = NULL, *c = NULL;
     TG_TRY(tg_module_forward(m->children[0], mb, x, &a));
-    tg_status st = tg_module_forward(m->children[1], mb, a, &h);
+    /* the residual adds run in the GEMMs of the attention's and the MLP's output projections */
+    tg_status st = tg_module_forward_res(m->children[1], mb, a, x, &h);
     tg_tensor_free(a);
-    /* in place: the attention output and the MLP output are saved by no one */
-    if (st == TG_OK) st = tg_binary(TG_ADD, h, x, h);
-    if (st == TG_OK) st = tg_module_forward(m->children[2], mb, h, &c);
-    if (st == TG_OK) st = tg_binary(TG_ADD, c, h, c);
+    if (st == TG_OK) st = tg_module_forward_res(m->children[2], mb, h, h, &c);
     tg_tensor_free(h);
     if (st != TG_OK) {
         tg_tensor_free(c);
