@@ -45,7 +45,9 @@ struct lt_epi {
 };
 
 
-#define PLAN_SLOTS 256
+#define PLAN_SLOTS 512
+#define PLAN_PROBE 8
+#define BGRAD_FUSED_MAX 68719476736.0 /* 2^36 multiply-adds: see gemm_fused */
 
 static size_t key_hash(const struct gemm_key *k)
 {
@@ -154,26 +156,6 @@ static tg_status descs_create(struct lt_descs *d, const struct tg_gemm_args *a, 
 static struct gemm_plan plans[PLAN_SLOTS];
 static pthread_mutex_t plans_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* TG_GEMM_TUNE=1: time cuBLASLt's first candidates for each new shape (outside
- * capture) and keep the fastest, instead of taking the heuristic's first
- * answer. Off by default: the choice then depends on timings, so two
- * processes may pick different algorithms and differ in the last bits. */
-#define BGRAD_FUSED_MAX 68719476736.0 /* 2^36 */
-#define TUNE_CANDIDATES 8
-#define TUNE_REPS 10
-#define TUNE_MARGIN 0.97f
-#define TUNE_MAX_OUT ((size_t)512 << 20)
-
-static int tune_enabled(void)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("TG_GEMM_TUNE");
-        on = e && *e && strcmp(e, "0") != 0;
-    }
-    return on;
-}
-
 /* Sets this call's epilogue vectors on desc. */
 static cublasStatus_t set_epi_pointers(cublasLtMatmulDesc_t op, const struct lt_epi *e)
 {
@@ -184,70 +166,42 @@ static cublasStatus_t set_epi_pointers(cublasLtMatmulDesc_t op, const struct lt_
     return ce;
 }
 
-/* Index of the fastest of the n candidates r for this call (0 when timing is
- * not possible). The candidates write a scratch D (C is only read), and
- * whatever else an epilogue writes (aux, the bias grad) the real call writes
- * again afterwards. */
-static int tune(cublasLtHandle_t lt, tg_stream *s, const struct tg_gemm_args *a, const struct lt_epi *e,
-                const struct lt_descs *d, const cublasLtMatmulHeuristicResult_t *r, int n, void *ws, size_t ws_bytes)
+/* The plan for key, with plans_lock held: made on a miss. The table is open
+ * addressed (linear probing over PLAN_PROBE slots from the key's hash), so
+ * two shapes whose hashes collide do not evict each other on every call (a
+ * training step uses a few dozen shapes); only when all probed slots hold
+ * other shapes is one evicted, round robin. plan->supported = 0 when
+ * cuBLASLt has no algorithm: an error for a plain GEMM, a fallback for an
+ * epilogue. */
+static tg_status plan_for(cublasLtHandle_t lt, const struct tg_gemm_args *a, const struct lt_epi *e,
+                          const struct gemm_key *key, struct gemm_plan **out)
 {
-    size_t out = (size_t)(a->batch > 1 ? a->stride_c * (a->batch - 1) : 0) + (size_t)a->m * (size_t)a->ldc;
-    out *= tg_dtype_size(a->c_dt);
-    if (n < 2 || out > TUNE_MAX_OUT || set_epi_pointers(d->op, e) != CUBLAS_STATUS_SUCCESS) return 0;
-    cudaStream_t st = tg_cuda_stream(s);
-    void *tmp = NULL;
-    cudaEvent_t t0 = NULL, t1 = NULL;
-    int best = 0;
-    float best_ms = 0, first_ms = 0;
-    if (s->be->alloc(s->dev.index, out, &tmp) != TG_OK) return 0; /* no room to time: the heuristic's first */
-    if (cudaEventCreate(&t0) != cudaSuccess || cudaEventCreate(&t1) != cudaSuccess) goto done;
-    for (int i = 0; i < n; i++) {
-        if (r[i].state != CUBLAS_STATUS_SUCCESS) continue;
-        int ok = 1;
-        for (int rep = 0; rep < TUNE_REPS + 2 && ok; rep++) { /* two warm-ups, then timed */
-            if (rep == 2 && cudaEventRecord(t0, st) != cudaSuccess) ok = 0;
-            if (ok && cublasLtMatmul(lt, d->op, &a->alpha, a->b, d->la, a->a, d->lb, &a->beta, a->c_in ? a->c_in : a->c,
-                                     d->lc, tmp, d->lc, &r[i].algo, ws, ws_bytes, st) != CUBLAS_STATUS_SUCCESS)
-                ok = 0;
+    static unsigned evict_next;
+    size_t h = key_hash(key);
+    struct gemm_plan *p = NULL;
+    for (int i = 0; i < PLAN_PROBE; i++) {
+        struct gemm_plan *q = &plans[(h + (size_t)i) % PLAN_SLOTS];
+        if (q->valid && memcmp(&q->key, key, sizeof *key) == 0) {
+            *out = q;
+            return TG_OK;
         }
-        float ms = 0;
-        if (!ok || cudaEventRecord(t1, st) != cudaSuccess || cudaEventSynchronize(t1) != cudaSuccess ||
-            cudaEventElapsedTime(&ms, t0, t1) != cudaSuccess)
-            continue;
-        if (i == 0) first_ms = ms;
-        if (best_ms == 0 || ms < best_ms) best = i, best_ms = ms;
+        if (!q->valid && !p) p = q;
     }
-    /* the heuristic's first answer unless another is clearly faster (timings jitter by a percent or two) */
-    if (best != 0 && first_ms > 0 && best_ms > TUNE_MARGIN * first_ms) best = 0;
-done:
-    (void)cudaStreamSynchronize(st); /* tmp is free to go once the candidates ran */
-    (void)cudaGetLastError();
-    if (t0) cudaEventDestroy(t0);
-    if (t1) cudaEventDestroy(t1);
-    s->be->free(s->dev.index, tmp);
-    return best;
-}
-
-/* The plan for key (made on a miss, evicting the slot's previous one), with
- * plans_lock held. plan->supported = 0 when cuBLASLt has no algorithm: an
- * error for a plain GEMM, a fallback for an epilogue. */
-static tg_status plan_for(cublasLtHandle_t lt, tg_stream *s, const struct tg_gemm_args *a, const struct lt_epi *e,
-                          const struct gemm_key *key, void *ws, struct gemm_plan **out)
-{
-    struct gemm_plan *p = &plans[key_hash(key)];
-    *out = p;
-    if (p->valid && memcmp(&p->key, key, sizeof *key) == 0) return TG_OK;
-    if (p->valid) descs_destroy(&p->d);
+    if (!p) {
+        p = &plans[(h + evict_next++ % PLAN_PROBE) % PLAN_SLOTS];
+        descs_destroy(&p->d);
+    }
     memset(p, 0, sizeof *p);
+    *out = p;
     struct lt_descs d = {0};
     tg_status rc = descs_create(&d, a, e, key, (size_t)key->ws_bytes);
     if (rc != TG_OK) {
         descs_destroy(&d);
         return rc;
     }
-    cublasLtMatmulHeuristicResult_t r[TUNE_CANDIDATES];
-    int found = 0, want = tune_enabled() && !s->capture ? TUNE_CANDIDATES : 1;
-    cublasStatus_t ce = cublasLtMatmulAlgoGetHeuristic(lt, d.op, d.la, d.lb, d.lc, d.lc, d.pref, want, r, &found);
+    cublasLtMatmulHeuristicResult_t r;
+    int found = 0;
+    cublasStatus_t ce = cublasLtMatmulAlgoGetHeuristic(lt, d.op, d.la, d.lb, d.lc, d.lc, d.pref, 1, &r, &found);
     if (ce != CUBLAS_STATUS_SUCCESS && ce != CUBLAS_STATUS_NOT_SUPPORTED) {
         descs_destroy(&d);
         return tg_cublas_fail(ce, __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic(...)");
@@ -255,7 +209,7 @@ static tg_status plan_for(cublasLtHandle_t lt, tg_stream *s, const struct tg_gem
     p->key = *key;
     p->valid = 1;
     p->supported = ce == CUBLAS_STATUS_SUCCESS && found >= 1;
-    if (p->supported) p->algo = r[want > 1 ? tune(lt, s, a, e, &d, r, found, ws, (size_t)key->ws_bytes) : 0].algo;
+    if (p->supported) p->algo = r.algo;
     p->d = d;
     return TG_OK;
 }
@@ -306,7 +260,7 @@ static tg_status gemm_lt(tg_stream *s, const struct tg_gemm_args *a, const struc
 
     pthread_mutex_lock(&plans_lock);
     struct gemm_plan *p;
-    tg_status rc = plan_for(lt, s, a, e, &key, ws, &p);
+    tg_status rc = plan_for(lt, a, e, &key, &p);
     if (rc == TG_OK && !p->supported && e->epi == CUBLASLT_EPILOGUE_DEFAULT)
         rc = tg_error(TG_EDEVICE, "cuda gemm: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld batch=%lld %s x %s -> %s",
                       (long long)a->m, (long long)a->n, (long long)a->k, (long long)a->batch, tg_dtype_name(a->a_dt),

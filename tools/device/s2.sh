@@ -3,8 +3,7 @@
 #   tests     CUDA kernel/module tests (incl. PyTorch comparison) + GPU optimizer/epilogue tests
 #   launch    examples/bench/launch (eager host cost per kernel, layer by layer)
 #   ops       examples/bench/ops.lua (per-kernel times; attention v3 and v2)
-#   tune      the GEMM rows of ops.lua with TG_GEMM_TUNE=1 (timed choice among cuBLASLt's candidates)
-#   layers    torch_layer.py and layers.lua in the same call (ratios); layers-tune: again with TG_GEMM_TUNE=1
+#   layers    torch_layer.py and layers.lua in the same call (ratios)
 #   gpt2      torch_gpt2.py and gpt.lua at GPT-2-124M size on one GPU
 #   dp        gpt.lua 124M: 1 GPU vs 2 GPUs (ddp) with a trace of steps 4-5 (needs nvidia-h200-x2)
 #   sanit     compute-sanitizer memcheck + racecheck on the CUDA nn-ops test
@@ -36,7 +35,8 @@ for s in "$@"; do
     stage tests
     T="t/cuda-nn-ops-match-cpu.t t/cuda-modules-match-cpu.t t/cuda-modules-match-torch.sh t/cuda-ops-match-cpu.t t/cuda-capture-replay.t t/cuda-allocator-caches-blocks.t t/attention-is-causal.t $EXTRA_TESTS"
     timeout $(cap 240) make -j16 check TESTS="$T" > /tmp/check.log 2>&1
-    grep -E "^(PASS|FAIL|SKIP|ERROR|XFAIL)" /tmp/check.log
+    for t in $T; do l=${t%.*}.log; echo "$t: $(grep -c '^ok' $l) ok, $(grep -c '^not ok' $l) not ok $(grep -m1 -E '^1\.\.0' $l)"; done
+    grep -E "^(FAIL|ERROR)" /tmp/check.log | head -20
     for t in $T; do echo "##### $t"; cat ${t%.*}.log; done > $OUT/tests.log 2>&1
     grep -hE "^not ok|^Bail" t/*.log | head -40
     ;;
@@ -48,14 +48,6 @@ for s in "$@"; do
     stage ops
     timeout $(cap 90) ./tegraph run $R/examples/bench/ops.lua 2>&1 | tee $OUT/ops.txt
     TG_CUDA_ATTENTION=v2 timeout $(cap 40) ./tegraph run $R/examples/bench/ops.lua --only attention 2>&1 | tee $OUT/ops-v2.txt
-    ;;
-  tune)
-    stage "GEMMs with TG_GEMM_TUNE=1"
-    TG_GEMM_TUNE=1 timeout $(cap 60) ./tegraph run $R/examples/bench/ops.lua --only gemm 2>&1 | tee $OUT/ops-tune.txt
-    ;;
-  layers-tune)
-    stage "layers.lua with TG_GEMM_TUNE=1"
-    TG_GEMM_TUNE=1 timeout $(cap 170) ./tegraph run $R/examples/bench/layers.lua --torch $OUT/torch_layer.out 2>&1 | tee $OUT/layers-tune.txt
     ;;
   layers)
     stage layers
