@@ -75,6 +75,7 @@ for s in "$@"; do
     ;;
   fork)
     stage "t/dist scripts under tegraph run -n 2 (NCCL only)"
+    export LUA_PATH="$R/lua/?.lua;$R/lua/?/init.lua;$R/t/lib/?.lua;$R/t/dist/?.lua;;" TEGRAPH_LUA_PATH=$R/lua
     for f in $R/t/dist/*.lua; do (cd $R && timeout $(cap 60) /tmp/b/tegraph run -n 2 $f > /tmp/f.log 2>&1; r=$?; echo "## $(basename $f) rc=$r ok=$(grep -cE '\] ok ' /tmp/f.log) notok=$(grep -cE 'not ok' /tmp/f.log)"; grep -E "not ok|rror" /tmp/f.log | head -5); done
     ;;
   sanit)
