@@ -18,6 +18,7 @@ local defaults = {
   { "make-data", nil, "write the task as a .bin token file and exit" },
   { "tokens", 20000, "tokens for --make-data" },
   { "vocab", nil, "vocabulary size (task: 12; --data: required unless the file's ids fit 65536)" },
+  { "vocab-pad", nil, "round the token table and logits up to a multiple of N, as nanoGPT's 50304 (default 64 when --vocab >= 1024, else 1)" },
   { "layers", 2, "transformer layers" },
   { "heads", 4, "attention heads" },
   { "width", 64, "model width" },
@@ -83,7 +84,7 @@ local function parse_args(argv)
         end
       end
       local num = tonumber(val)
-      local want_num = type(known[name][2]) == "number" or name == "vocab" or name == "context"
+      local want_num = type(known[name][2]) == "number" or name == "vocab" or name == "context" or name == "vocab-pad"
       if want_num and not num then
         io.stderr:write("gpt.lua: --", name, " needs a number (got '", val, "')\n")
         os.exit(2)
@@ -198,8 +199,14 @@ local function next_batch()
 end
 
 ------------------------------------------------------------------------ the model
+local vocab_pad = opt["vocab-pad"] or (vocab >= 1024 and 64 or 1)
+if vocab_pad < 1 or math.type(vocab_pad) ~= "integer" then
+  io.stderr:write("gpt.lua: --vocab-pad needs a positive integer\n")
+  os.exit(2)
+end
 local model = nn.GPT {
   vocab = vocab,
+  vocab_pad = vocab_pad,
   context = T,
   width = opt.width,
   heads = opt.heads,
@@ -221,8 +228,10 @@ local adamw = optim.AdamW(params, {
 local ddp = world and require("tegraph.reduce.ddp").new { params = params, comm = world, op = "avg" } or nil
 local schedule = optim.cosine_schedule { lr = opt.lr, min_lr = opt["min-lr"], warmup = opt.warmup, total = opt.steps }
 
-print(string.format("gpt: %s | vocab %d, context %d, width %d, heads %d, layers %d, %d parameters",
-  opt.data or ("task '" .. opt.task .. "' (" .. opt.digits .. " digits)"), vocab, T, opt.width, opt.heads, opt.layers,
+local table_vocab = (vocab + vocab_pad - 1) // vocab_pad * vocab_pad
+print(string.format("gpt: %s | vocab %d%s, context %d, width %d, heads %d, layers %d, %d parameters",
+  opt.data or ("task '" .. opt.task .. "' (" .. opt.digits .. " digits)"), vocab,
+  table_vocab ~= vocab and string.format(" (table %d)", table_vocab) or "", T, opt.width, opt.heads, opt.layers,
   model:num_parameters()))
 print(string.format("     device %s, dtype %s, %d steps x %d microbatches x %d sequences%s%s%s", tg.default_device(), opt.dtype,
   opt.steps, M, B, opt["delay-wgrad"] and ", delayed wgrad" or "", opt["fuse-wgrad"] and ", fused main_grad" or "",

@@ -155,6 +155,32 @@ do
   tap.ok(#out == 2 and #out[1] == 3 and math.type(out[1][1]) == "integer", "generate returns n new tokens per prompt")
 end
 
+-- GPT with vocab_pad: the token table and logits are rounded up, generation never picks a padded id
+do
+  local g = nn.GPT { vocab = 10, vocab_pad = 8, context = 4, width = 8, heads = 2, layers = 1 }
+  local wte
+  for _, p in ipairs(g:parameters()) do if p.name:match("wte") then wte = p end end
+  tap.is(wte.shape[1], 16, "vocab 10 padded to a multiple of 8: a 16-row token table")
+  local logits = g:logits(tg.tensor({ { 1, 2, 3, 4 } }, { dtype = "i32" }))
+  tap.is(logits:dim(3), 16, "... and 16 logits per position")
+  -- real ids' rows zero (logit 0), padded ids' rows random: some padded id has the largest logit,
+  -- yet generation must pick a real one
+  tg.manual_seed(3)
+  local pr = tg.randn({ 6, 8 }):totable()
+  local rows = {}
+  for i = 1, 16 do
+    rows[i] = {}
+    for j = 1, 8 do rows[i][j] = i > 10 and 10 * pr[i - 10][j] or 0 end
+  end
+  wte.data:copy_(tg.tensor(rows))
+  local l2 = g:logits(tg.tensor({ { 1, 2, 0, 0 } }, { dtype = "i32" })):view(4, 16):totable()[2]
+  tap.ok(nn.argmax(l2) > 10, string.format("(set-up: a padded id has the largest logit, id %d)", nn.argmax(l2) - 1))
+  local out = g:generate({ { 1, 2 } }, 2)
+  tap.ok(out[1][1] < 10 and out[1][2] < 10, string.format("generate picks ids below the real vocab (%d, %d)", out[1][1], out[1][2]))
+  tap.error_like(function() nn.GPT { vocab = 10, vocab_pad = 0, context = 4, width = 8, heads = 2, layers = 1 } end,
+    "vocab_pad must be a positive integer", "a bad vocab_pad is named")
+end
+
 -- tegraph.ops against values computed by hand
 do
   local xs = { -2, -0.5, 0, 1, 3 }

@@ -24,7 +24,14 @@ end
 -- softmax cross-entropy.
 --   cfg = {vocab=, context=, width=, heads=, layers=, hidden=4*width,
 --          dtype="f32", delay_wgrad=false, fuse_wgrad_accumulation=false,
---          activation="gelu", norm="layernorm", init_std=0.02, device=}
+--          activation="gelu", norm="layernorm", init_std=0.02, device=,
+--          vocab_pad=1}
+-- vocab_pad = P rounds the token table and the logits up to a multiple of P
+-- (as nanoGPT's 50304 for GPT-2's 50257): with an odd vocabulary the logits'
+-- rows are not 16-byte aligned and cuBLASLt falls back to slow GEMMs (on an
+-- H200 the LM head of GPT-2-124M took 41% of a step). The extra ids never
+-- occur in the data; the softmax includes them and training drives their
+-- logits down; generate() picks among the real vocab only.
 local GPT = {}
 GPT.__index = GPT
 
@@ -35,6 +42,11 @@ function nn.GPT(cfg)
   if cfg.width % cfg.heads ~= 0 then
     error(string.format("nn.GPT: width %d is not a multiple of heads %d", cfg.width, cfg.heads), 2)
   end
+  local pad = cfg.vocab_pad or 1
+  if type(pad) ~= "number" or pad < 1 or pad % 1 ~= 0 then
+    error("nn.GPT: cfg.vocab_pad must be a positive integer, got " .. tostring(cfg.vocab_pad), 2)
+  end
+  local table_vocab = math.tointeger((cfg.vocab + pad - 1) // pad * pad)
   local common = {
     dtype = cfg.dtype,
     device = cfg.device,
@@ -48,7 +60,7 @@ function nn.GPT(cfg)
     end
     return t
   end
-  local embed = nn.Embedding(opts { vocab = cfg.vocab, dim = cfg.width, context = cfg.context, name = "embed" })
+  local embed = nn.Embedding(opts { vocab = table_vocab, dim = cfg.width, context = cfg.context, name = "embed" })
   local blocks = { embed, name = "gpt" }
   for i = 1, cfg.layers do
     blocks[#blocks + 1] = nn.TransformerLayer(opts {
@@ -62,7 +74,7 @@ function nn.GPT(cfg)
   end
   if cfg.device then blocks.device = cfg.device end
   local body = nn.Sequential(blocks)
-  local head = nn.LMHead(opts { dim = cfg.width, vocab = cfg.vocab, tied = embed, norm = cfg.norm, name = "lm_head" })
+  local head = nn.LMHead(opts { dim = cfg.width, vocab = table_vocab, tied = embed, norm = cfg.norm, name = "lm_head" })
   return setmetatable({ cfg = cfg, embed = embed, body = body, head = head }, GPT)
 end
 
@@ -152,6 +164,7 @@ function GPT:generate(prompts, n, opts)
     local flat = logits:view(B * T, V)
     for b = 1, B do
       local row = flat:narrow((b - 1) * T + len, 1):totable()[1]
+      for i = self.cfg.vocab + 1, V do row[i] = nil end -- padded ids are never generated
       local tok = nn.argmax(row) - 1
       seqs[b][len + 1] = tok
       outs[b][#outs[b] + 1] = tok
