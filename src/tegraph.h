@@ -165,8 +165,11 @@ TG_API tg_status tg_gemm(tg_tensor *c, const tg_tensor *a, int trans_a, const tg
  *   TG_EPI_BGRAD      C = v, and bgrad (m) (or (batch, m)), f32 or bf16,
  *                     = bgrad_accumulate * bgrad + sum over p of op(A)[i][p]: for a
  *                     wgrad dW = dy^T x (A = dy, trans_a) it is db = the column sums of dy,
- *                     stored like tg_bias_backward_dw (0 overwrites, ignoring NaN) */
-typedef enum tg_gemm_epilogue { TG_EPI_NONE = 0, TG_EPI_BIAS, TG_EPI_BIAS_GELU, TG_EPI_BGRAD } tg_gemm_epilogue;
+ *                     stored like tg_bias_backward_dw (0 overwrites, ignoring NaN)
+ *   TG_EPI_DGELU      C = gelu_tanh'(aux) * v (tg_gelu_backward's formula): aux (C's shape and
+ *                     dtype, only read) is the pre-activation BIAS_GELU saved, so the dgrad
+ *                     GEMM after a gelu gives the gradient before it in one kernel */
+typedef enum tg_gemm_epilogue { TG_EPI_NONE = 0, TG_EPI_BIAS, TG_EPI_BIAS_GELU, TG_EPI_BGRAD, TG_EPI_DGELU } tg_gemm_epilogue;
 /* tg_gemm with an epilogue: one kernel where the backend can fuse it (cuBLASLt),
  * else the GEMM then the unfused kernels, same result within rounding. Tensors
  * an epilogue does not use must be NULL; aux must not share C's memory. */

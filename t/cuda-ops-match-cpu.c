@@ -365,12 +365,15 @@ static void test_gemm(void)
  * The CUDA epilogues (cuBLASLt, or the unfused kernels when it refuses, or
  * TG_CUDA_EPILOGUE=unfused) against the CPU reference. cuBLASLt's GELU (its
  * own tanh approximation) is used for bf16 C only, where 1e-2 covers it; the
- * measured difference is printed as a diag. f32 gelu runs the gelu kernel. */
+ * measured difference is printed as a diag. f32 gelu runs the gelu kernel.
+ * DGELU likewise: cuBLASLt's gelu derivative for bf16 C (aux ld a multiple
+ * of 8), the gelu_backward kernel after the GEMM otherwise; its aux is an input. */
 #define EPI_F32_TOL 1e-5
 static void epi_case(int epi, tg_dtype ab, tg_dtype cd, tg_dtype bd, int64_t m, int64_t n, int64_t k, int64_t batch,
                      float beta, float acc, int with_aux, int with_cin, const char *mode)
 {
-    struct tg_gemm_args a = {.trans_a = epi == TG_EPI_BGRAD, .trans_b = epi != TG_EPI_BGRAD, .m = m, .n = n, .k = k,
+    /* BGRAD: the wgrad dy^T x; DGELU: the dgrad dy W; others: the forward x W^T */
+    struct tg_gemm_args a = {.trans_a = epi == TG_EPI_BGRAD, .trans_b = epi != TG_EPI_BGRAD && epi != TG_EPI_DGELU, .m = m, .n = n, .k = k,
                              .batch = batch, .alpha = 1.0f, .beta = beta, .a_dt = ab, .b_dt = ab, .c_dt = cd,
                              .epi = epi, .bgrad_dt = bd, .bgrad_acc = acc};
     int64_t ld, st;
@@ -378,10 +381,10 @@ static void epi_case(int epi, tg_dtype ab, tg_dtype cd, tg_dtype bd, int64_t m, 
     struct pair B = random_matrix(ab, batch, a.trans_b ? n : k, a.trans_b ? k : n, 0, &a.ldb, &a.stride_b, 0);
     struct pair C = random_matrix(cd, batch, m, n, 0, &a.ldc, &a.stride_c, beta == 0.0f);
     struct pair bias = random_matrix(cd, 1, 1, n, 0, &ld, &st, 0);
-    struct pair aux = random_matrix(cd, batch, m, n, 0, &a.ldaux, &a.stride_aux, 1);
+    struct pair aux = random_matrix(cd, batch, m, n, 0, &a.ldaux, &a.stride_aux, epi != TG_EPI_DGELU); /* DGELU reads it */
     struct pair bg = random_matrix(bd, batch, 1, m, 0, &ld, &st, acc == 0.0f);
     struct pair cin = random_matrix(cd, batch, m, n, 0, &ld, &st, 0); /* the C that beta scales, apart from C */
-    static const char *names[] = {"none", "bias", "bias_gelu", "bgrad"};
+    static const char *names[] = {"none", "bias", "bias_gelu", "bgrad", "dgelu"};
     char what[200];
     snprintf(what, sizeof what, "gemm %s (%s) %lldx%lldx%lld batch %lld %s->%s%s%s beta %g acc %g%s", names[epi], mode,
              (long long)m, (long long)n, (long long)k, (long long)batch, tg_dtype_name(ab), tg_dtype_name(cd),
@@ -436,6 +439,13 @@ static void test_gemm_epilogues(void)
                 epi_case(TG_EPI_BGRAD, ab, cd, TG_F32, 768, 256, 1024, 1, (float)acc, (float)acc, 0, 0, mode);
                 epi_case(TG_EPI_BGRAD, ab, cd, cd, 40, 24, 77, 2, (float)acc, (float)acc, 0, 0, mode);
             }
+            /* DGELU (fc2's dgrad into fc1's gelu): aux is the pre-activation, read */
+            epi_case(TG_EPI_DGELU, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 1, 0, mode);
+            epi_case(TG_EPI_DGELU, ab, cd, TG_F32, 512, 3072, 768, 1, 0.0f, 0, 1, 0, mode); /* GPT-2 MLP width */
+            epi_case(TG_EPI_DGELU, ab, cd, TG_F32, 256, 1024, 384, 2, 0.0f, 0, 1, 0, mode);
+            epi_case(TG_EPI_DGELU, ab, cd, TG_F32, 37, 45, 29, 3, 1.0f, 0, 1, 0, mode);
+            epi_case(TG_EPI_DGELU, ab, cd, TG_F32, 33, 37, 29, 1, 0.5f, 0, 1, 0, mode); /* aux ld 37: the fallback */
+            epi_case(TG_EPI_DGELU, ab, cd, TG_F32, 64, 96, 128, 1, 1.0f, 0, 1, 1, mode); /* C from c_in */
         }
     }
     unsetenv("TG_CUDA_EPILOGUE");

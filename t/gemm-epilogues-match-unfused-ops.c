@@ -1,4 +1,4 @@
-/* gemm-epilogues-match-unfused-ops.c — tg_gemm_ex's bias, bias+gelu (with aux) and bias-grad epilogues equal the GEMM followed by bias_add, gelu_forward and bias_backward_dw (f32: same bits or 1e-6; bf16: one rounding), plain and batched, accumulating or not, on both CPU GEMM paths. */
+/* gemm-epilogues-match-unfused-ops.c — tg_gemm_ex's bias, bias+gelu (with aux), bias-grad and gelu-grad (dgelu) epilogues equal the GEMM followed by bias_add, gelu_forward, bias_backward_dw and gelu_backward (f32: same bits or 1e-6; bf16: one rounding), plain and batched, accumulating or not, on both CPU GEMM paths. */
 #include "nn-ops-util.h"
 #include "tap.h"
 
@@ -100,6 +100,49 @@ static void forward_case(tg_dtype ab, tg_dtype cd, int64_t batch, int ta, int tb
     tg_tensor_free(ref), tg_tensor_free(aux), tg_tensor_free(g), tg_tensor_free(gref), tg_tensor_free(g2);
 }
 
+/* DGELU: C = gelu'(aux) * (alpha op(A) op(B) + beta C0) vs the GEMM then gelu_backward(C, aux).
+ * n = 40 gives rows whose length is a multiple of 8 (cuBLASLt's aux rule), n = 13 not. */
+static void dgelu_case(tg_dtype ab, tg_dtype cd, int64_t batch, int ta, int tb, double alpha, double beta, int64_t n,
+                       const char *path)
+{
+    const int64_t m = 35, k = 27;
+    tg_tensor *a = ta ? operand(ab, batch, k, m) : operand(ab, batch, m, k);
+    tg_tensor *b = tb ? operand(ab, 0, n, k) : operand(ab, 0, k, n);
+    tg_tensor *c0 = operand(cd, batch, m, n);
+    tg_tensor *aux = rnd(cd, c0->ndim, c0->shape, -4, 4); /* pre-activations across gelu's bend and tails */
+    char what[200];
+    snprintf(what, sizeof what, "%s: dgelu %s x %s -> %s%s%s, %lld x %lld, batch %lld, alpha %g, beta %g", path,
+             tg_dtype_name(ab), tg_dtype_name(ab), tg_dtype_name(cd), ta ? " A^T" : "", tb ? " B^T" : "", (long long)m,
+             (long long)n, (long long)batch, alpha, beta);
+    tg_tensor *fused = clone(c0), *prod = clone(c0), *ref = nt_new(cd, c0->ndim, c0->shape, NULL);
+    tg_tensor *aux_before = clone(aux);
+    nt_check(tg_gemm_ex(fused, a, ta, b, tb, alpha, beta, TG_EPI_DGELU, NULL, aux, NULL, 0), "gemm_ex dgelu");
+    nt_check(tg_gemm(prod, a, ta, b, tb, alpha, beta), "gemm");
+    nt_check(tg_gelu_backward(ref, prod, aux), "gelu_backward");
+    if (cd == TG_F32) ok(same_bits(fused, ref), "%s: = gemm + gelu_backward, same bits", what);
+    else ok(err(fused, ref) <= BF16_TOL, "%s: = gemm + gelu_backward within bf16 rounding (%.2g)", what, err(fused, ref));
+    ok(same_bits(aux, aux_before), "%s: aux is only read", what);
+    /* C read from a separate C input: the same bits as with C holding it */
+    tg_tensor *cin_out = clone(c0);
+    nt_set(cin_out, NAN);
+    nt_check(tg_gemm_in(cin_out, c0, a, ta, b, tb, alpha, beta, TG_EPI_DGELU, NULL, aux, NULL, 0), "gemm_in dgelu");
+    ok(beta == 0 || same_bits(cin_out, fused), "%s: with C read from c_in = with C holding it", what);
+    /* and the derivative itself against float64 where it is exact enough to check (f32 C only) */
+    if (cd == TG_F32) {
+        size_t cnt = (size_t)tg_tensor_numel(c0);
+        double *x = nt_get(aux), *v = nt_get(prod), *got = nt_get(fused), worst = 0;
+        for (size_t i = 0; i < cnt; i++) {
+            double u = 0.7978845608028654 * (x[i] + 0.044715 * x[i] * x[i] * x[i]), th = tanh(u);
+            double d = 0.5 * (1 + th) + 0.5 * x[i] * (1 - th * th) * 0.7978845608028654 * (1 + 3 * 0.044715 * x[i] * x[i]);
+            worst = fmax(worst, fabs(got[i] - v[i] * d) / fmax(fabs(v[i]), 1e-3)); /* d's error is absolute near its zero */
+        }
+        ok(worst < 1e-5, "%s: = gelu_tanh'(aux) * v in float64 (max err / |v| %.2g)", what, worst);
+        free(x), free(v), free(got);
+    }
+    tg_tensor_free(a), tg_tensor_free(b), tg_tensor_free(c0), tg_tensor_free(aux), tg_tensor_free(fused);
+    tg_tensor_free(prod), tg_tensor_free(ref), tg_tensor_free(aux_before), tg_tensor_free(cin_out);
+}
+
 /* BGRAD on the wgrad pattern dW (out, in) = acc * dW + dy^T x: db = column sums of dy, vs bias_backward_dw. */
 static void bgrad_case(tg_dtype ab, tg_dtype wd, tg_dtype bd, int64_t batch, double acc, const char *path)
 {
@@ -172,6 +215,24 @@ static void errors(void)
     ok(tg_gemm_in(c, bias4, a, 0, b, 0, 1, 1, TG_EPI_NONE, NULL, NULL, NULL, 0) == TG_EINVAL &&
            strstr(tg_last_error(), "C input") && strstr(tg_last_error(), "[4]") && strstr(tg_last_error(), "[4,5]"),
        "a C input of another shape is refused, naming both shapes: %s", tg_last_error());
+    /* dgelu: aux is its input, C's shape and dtype, not C itself; no bias */
+    tg_tensor *aux45 = nt_make(TG_F32, NULL, 5, 4), *aux16 = nt_make(TG_BF16, NULL, 4, 5);
+    ok(tg_gemm_ex(c, a, 0, b, 0, 1, 0, TG_EPI_DGELU, NULL, NULL, NULL, 0) == TG_EINVAL &&
+           strstr(tg_last_error(), "dgelu needs aux") && strstr(tg_last_error(), "[4,5]"),
+       "dgelu without aux is refused, naming C's shape: %s", tg_last_error());
+    ok(tg_gemm_ex(c, a, 0, b, 0, 1, 0, TG_EPI_DGELU, NULL, aux45, NULL, 0) == TG_EINVAL &&
+           strstr(tg_last_error(), "[5,4]") && strstr(tg_last_error(), "[4,5]"),
+       "a dgelu aux of another shape is refused, naming both shapes: %s", tg_last_error());
+    ok(tg_gemm_ex(c, a, 0, b, 0, 1, 0, TG_EPI_DGELU, NULL, aux16, NULL, 0) == TG_EINVAL && strstr(tg_last_error(), "bf16"),
+       "a dgelu aux of another dtype than C is refused: %s", tg_last_error());
+    ok(tg_gemm_ex(c, a, 0, b, 0, 1, 0, TG_EPI_DGELU, NULL, same, NULL, 0) == TG_EINVAL && strstr(tg_last_error(), "shares"),
+       "a dgelu aux sharing C's memory is refused: %s", tg_last_error());
+    ok(tg_gemm_ex(c, a, 0, b, 0, 1, 0, TG_EPI_DGELU, bias5, aux, NULL, 0) == TG_EINVAL && strstr(tg_last_error(), "dgelu"),
+       "a bias with dgelu is refused, naming the epilogue: %s", tg_last_error());
+    ok(tg_gemm_ex(c, a, 0, b, 0, 1, 0, (tg_gemm_epilogue)(TG_EPI_DGELU + 1), NULL, NULL, NULL, 0) == TG_EINVAL &&
+           strstr(tg_last_error(), "unknown epilogue"),
+       "an epilogue past dgelu is refused: %s", tg_last_error());
+    tg_tensor_free(aux45), tg_tensor_free(aux16);
     tg_tensor_free(a), tg_tensor_free(b), tg_tensor_free(c), tg_tensor_free(bias4), tg_tensor_free(bias5);
     tg_tensor_free(db), tg_tensor_free(aux), tg_tensor_free(same);
 }
@@ -188,6 +249,13 @@ int main(void)
         for (int t = 0; t < 3; t++) {
             forward_case(types[t][0], types[t][1], 3, 0, 1, 0.5, paths[p]);
             forward_case(types[t][0], types[t][1], 0, 1, 0, 1.0, paths[p]);
+        }
+        for (int t = 0; t < 3; t++) { /* dgelu: beta 0 and 1, batched, both aux row lengths, all transposes */
+            for (int tr = 0; tr < 4; tr++) dgelu_case(types[t][0], types[t][1], 0, tr & 1, tr >> 1, 1.0, 0.0, 40, paths[p]);
+            dgelu_case(types[t][0], types[t][1], 0, 0, 0, 1.0, 1.0, 40, paths[p]);
+            dgelu_case(types[t][0], types[t][1], 0, 0, 1, 0.5, 1.0, 13, paths[p]);
+            dgelu_case(types[t][0], types[t][1], 3, 0, 1, 1.0, 0.0, 40, paths[p]);
+            dgelu_case(types[t][0], types[t][1], 3, 1, 0, 1.0, 1.0, 13, paths[p]);
         }
         for (int acc = 0; acc < 2; acc++) {
             bgrad_case(TG_F32, TG_F32, TG_F32, 0, acc, paths[p]);

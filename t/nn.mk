@@ -7,7 +7,8 @@ NN_TESTS = \
 	t/nn-hooks-fire-once-after-wgrad.t \
 	t/nn-bad-input-errors.t \
 	t/nn-bf16-modules-match-f32.t \
-	t/transformer-layer-backward-fuses-residual-adds.t
+	t/transformer-layer-backward-fuses-residual-adds.t \
+	t/layernorm-mlp-gelu-backward-fuses-dgelu.t
 check_PROGRAMS += $(NN_TESTS)
 TESTS += $(NN_TESTS)
 EXTRA_DIST += t/nn-ref.h
@@ -35,3 +36,7 @@ t_nn_bf16_modules_match_f32_t_LDFLAGS = -static
 t_transformer_layer_backward_fuses_residual_adds_t_SOURCES = t/transformer-layer-backward-fuses-residual-adds.c
 t_transformer_layer_backward_fuses_residual_adds_t_LDADD = $(TG_TEST_LIBS)
 t_transformer_layer_backward_fuses_residual_adds_t_LDFLAGS = -static
+
+t_layernorm_mlp_gelu_backward_fuses_dgelu_t_SOURCES = t/layernorm-mlp-gelu-backward-fuses-dgelu.c
+t_layernorm_mlp_gelu_backward_fuses_dgelu_t_LDADD = $(TG_TEST_LIBS)
+t_layernorm_mlp_gelu_backward_fuses_dgelu_t_LDFLAGS = -static

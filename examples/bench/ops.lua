@@ -94,6 +94,12 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
       ops.gemm(y, x, false, w1, true, 1, 0, { epilogue = "bias", bias = b1 }) end), nil, fl)
     report(cname, "gemm fc1 fwd +bias+gelu+aux (fused)", timed(function()
       ops.gemm(y, x, false, w1, true, 1, 0, { epilogue = "bias_gelu", bias = b1, aux = pre }) end), nil, fl)
+    -- fc2's dgrad with fc1's gelu backward in its epilogue (LayerNormMLP(gelu)): compare with the plain
+    -- fc2 dgrad + "gelu_backward (N,4C)"
+    local w2 = randn { C, F }
+    report(cname, "gemm fc2 dgrad dy W2", timed(function() ops.gemm(y, x, false, w2, false) end), nil, fl)
+    report(cname, "gemm fc2 dgrad +dgelu (fused)", timed(function()
+      ops.gemm(y, x, false, w2, false, 1, 0, { epilogue = "dgelu", aux = pre }) end), nil, fl)
     report(cname, "gemm fc1 wgrad +bgrad (bf16)", timed(function()
       ops.gemm(w16, h, true, x, false, 1, 0, { epilogue = "bgrad", bgrad = db16 }) end), nil, fl)
     report(cname, "gemm fc1 wgrad +bgrad (+= f32)", timed(function()

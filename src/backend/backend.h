@@ -55,6 +55,9 @@ struct tg_axpby_args {
  *   BGRAD      C = v, and bgrad[b*m + i] = bgrad_acc * bgrad[b*m + i] + sum_p op(A[b])[i][p]
  *              (wgrad dW = dy^T x with A = dy, trans_a: db = column sums of dy),
  *              stored like the other wgrads (acc 0 overwrites, NaN ignored)
+ *   DGELU      C = gelu_tanh'(aux[b][i][j]) * v (the derivative formula of the
+ *              gelu_backward kernels), aux (m, n) in C's dtype, only read: the
+ *              pre-activation BIAS_GELU saved (dgrad of a GEMM fed by gelu)
  * bias has C's dtype; bgrad is f32 or bf16 (bgrad_dt). Each value is
  * rounded once, on store. (tg_gemm_epilogue is public: tegraph.h.)
  * c_in, when not NULL, is the C that beta scales (same layout and dtype as
@@ -71,7 +74,7 @@ struct tg_gemm_args {
     const void *c_in;                  /* (batch, m, n) like c, or NULL (C itself) */
     tg_gemm_epilogue epi;
     const void *bias;                  /* (n) c_dt: BIAS, BIAS_GELU */
-    void *aux; int64_t ldaux, stride_aux; /* (batch, m, n) c_dt: BIAS_GELU, may be NULL */
+    void *aux; int64_t ldaux, stride_aux; /* (batch, m, n) c_dt: BIAS_GELU (out, may be NULL), DGELU (in) */
     void *bgrad; tg_dtype bgrad_dt;    /* (batch, m): BGRAD */
     float bgrad_acc;
 };

@@ -1,4 +1,4 @@
-/* cpu_gemm.c — CPU GEMM with f32 accumulation and the bias / gelu / bias-grad epilogues: CBLAS for f32 operands when configured, else a packed, cache-blocked OpenMP loop. */
+/* cpu_gemm.c — CPU GEMM with f32 accumulation and the bias / gelu / bias-grad / gelu-grad epilogues: CBLAS for f32 operands when configured, else a packed, cache-blocked OpenMP loop. */
 #include "backend/cpu_impl.h"
 
 #include <limits.h>
@@ -42,11 +42,19 @@ static inline void stf(void *p, tg_dtype dt, int64_t i, float v)
     else ((float *)p)[i] = v;
 }
 
-/* The bias / gelu epilogue of element (i, j) of batch bi on u = v + beta * C
- * (f32): writes aux, returns the value to store. The formula is cpu_nn.c's
- * gelu_forward, so fused and unfused f32 results are the same bits. */
+/* The bias / gelu / dgelu epilogue of element (i, j) of batch bi on u = v + beta * C
+ * (f32): writes (BIAS_GELU) or reads (DGELU) aux, returns the value to store.
+ * The formulas are cpu_nn.c's gelu_forward and gelu_backward (dy * d), so fused
+ * and unfused f32 results are the same bits. */
 static inline float epilogue(const struct tg_gemm_args *g, int64_t bi, int64_t i, int64_t j, float u)
 {
+    if (g->epi == TG_EPI_DGELU) {
+        float x = ldf((const char *)g->aux + (size_t)(bi * g->stride_aux) * tg_dtype_size(g->c_dt), g->c_dt,
+                      i * g->ldaux + j);
+        float th = tanhf(GELU_K * (x + GELU_A * x * x * x));
+        float d = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+        return u * d;
+    }
     if (g->epi != TG_EPI_BIAS && g->epi != TG_EPI_BIAS_GELU) return u;
     u += ldf(g->bias, g->c_dt, j);
     if (g->epi == TG_EPI_BIAS) return u;
@@ -246,7 +254,7 @@ static void gemm_blas(const struct tg_gemm_args *g)
         batch_ptrs(g, bi, &a, &b, &c);
         cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
                     (int)g->m, (int)g->n, (int)g->k, g->alpha, a, (int)g->lda, b, (int)g->ldb, g->beta, c, (int)g->ldc);
-        if (g->epi != TG_EPI_BIAS && g->epi != TG_EPI_BIAS_GELU) continue;
+        if (g->epi != TG_EPI_BIAS && g->epi != TG_EPI_BIAS_GELU && g->epi != TG_EPI_DGELU) continue;
         /* C is f32 here, so the epilogue after the call sees the same v + beta * C as the blocked loop */
         float *f = c;
 #pragma omp parallel for schedule(static) if (g->m * g->n > CPU_PAR_MIN)
@@ -329,8 +337,9 @@ tg_status cpu_gemm(tg_stream *s, const struct tg_gemm_args *a)
     if (a->m < 0 || a->n < 0 || a->k < 0 || a->batch < 0)
         return tg_error(TG_EINVAL, "cpu gemm: negative size (m %lld, n %lld, k %lld, batch %lld)", (long long)a->m,
                         (long long)a->n, (long long)a->k, (long long)a->batch);
-    if ((unsigned)a->epi > TG_EPI_BGRAD || ((a->epi == TG_EPI_BIAS || a->epi == TG_EPI_BIAS_GELU) && !a->bias) ||
-        (a->epi == TG_EPI_BGRAD && (!a->bgrad || (a->bgrad_dt != TG_F32 && a->bgrad_dt != TG_BF16))))
-        return tg_error(TG_EINVAL, "cpu gemm: bad epilogue %d (bias, bgrad or its dtype missing)", (int)a->epi);
+    if ((unsigned)a->epi > TG_EPI_DGELU || ((a->epi == TG_EPI_BIAS || a->epi == TG_EPI_BIAS_GELU) && !a->bias) ||
+        (a->epi == TG_EPI_BGRAD && (!a->bgrad || (a->bgrad_dt != TG_F32 && a->bgrad_dt != TG_BF16))) ||
+        (a->epi == TG_EPI_DGELU && !a->aux))
+        return tg_error(TG_EINVAL, "cpu gemm: bad epilogue %d (bias, aux, bgrad or its dtype missing)", (int)a->epi);
     return cpu_submit(s, gemm_run, a, sizeof *a);
 }

@@ -1,4 +1,4 @@
-/* cuda_gemm.c — row-major batched GEMM through cuBLASLt (f32 accumulation) with bias / gelu / bias-grad epilogues, capturable. */
+/* cuda_gemm.c — row-major batched GEMM through cuBLASLt (f32 accumulation) with bias / gelu / bias-grad / gelu-grad epilogues, capturable. */
 #include "backend/cuda_impl.h"
 
 #include "kernels.h" /* kernels/ is not on the C include path */
@@ -19,7 +19,8 @@
  * cuBLASLt's B, so it is BGRADB (one value per column of D = our row i).
  * cuBLASLt writes the bias grad in D's dtype and cannot accumulate: with
  * bgrad_acc != 0 (or another dtype, or a misaligned target) it writes to the
- * stream's nn scratch and a small kernel adds that into bgrad. Combinations
+ * stream's nn scratch and a small kernel adds that into bgrad. DGELU reads aux
+ * (D's layout, like GELU_AUX wrote it) and has no bias. Combinations
  * cuBLASLt refuses (no heuristic, NOT_SUPPORTED) run the plain GEMM and the
  * unfused kernels instead, as does TG_CUDA_EPILOGUE=unfused (tests). */
 
@@ -123,11 +124,14 @@ static tg_status descs_create(struct lt_descs *d, const struct tg_gemm_args *a, 
     if (e->epi != CUBLASLT_EPILOGUE_DEFAULT) {
         int32_t bt = (int32_t)cuda_type(a->c_dt); /* bias and bias grad in D's dtype */
         TG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e->epi, sizeof e->epi));
-        TG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e->bias, sizeof e->bias));
-        TG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-        if (a->batch > 1)
-            TG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &e->bias_stride,
-                                                         sizeof e->bias_stride));
+        if (e->epi != CUBLASLT_EPILOGUE_DGELU) { /* DGELU has no bias vector */
+            TG_CUBLAS_TRY(
+                cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e->bias, sizeof e->bias));
+            TG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+            if (a->batch > 1)
+                TG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
+                                                             &e->bias_stride, sizeof e->bias_stride));
+        }
         if (e->aux) {
             TG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux,
                                                          sizeof e->aux));
@@ -160,7 +164,9 @@ static pthread_mutex_t plans_lock = PTHREAD_MUTEX_INITIALIZER;
 static cublasStatus_t set_epi_pointers(cublasLtMatmulDesc_t op, const struct lt_epi *e)
 {
     if (e->epi == CUBLASLT_EPILOGUE_DEFAULT) return CUBLAS_STATUS_SUCCESS;
-    cublasStatus_t ce = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e->bias, sizeof e->bias);
+    cublasStatus_t ce = CUBLAS_STATUS_SUCCESS;
+    if (e->epi != CUBLASLT_EPILOGUE_DGELU)
+        ce = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e->bias, sizeof e->bias);
     if (ce == CUBLAS_STATUS_SUCCESS && e->aux)
         ce = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux, sizeof e->aux);
     return ce;
@@ -247,7 +253,7 @@ static tg_status gemm_lt(tg_stream *s, const struct tg_gemm_args *a, const struc
     key.epi = (uint32_t)e->epi;
     if (e->epi != CUBLASLT_EPILOGUE_DEFAULT) {
         /* the heuristic reads the epilogue pointers' alignment */
-        key.align_bias = alignment(e->bias, e->bias_stride, tg_dtype_size(a->c_dt), a->batch);
+        if (e->bias) key.align_bias = alignment(e->bias, e->bias_stride, tg_dtype_size(a->c_dt), a->batch);
         if (a->batch > 1) key.bias_stride = e->bias_stride;
         if (e->aux) {
             key.ldaux = e->ldaux;
@@ -291,8 +297,8 @@ static tg_status launched(cudaError_t e, const char *what)
 }
 
 /* The epilogue without cuBLASLt's help: the plain GEMM, then the kernels the
- * modules used before (bias_add, gelu_forward, column sums). C and aux are
- * contiguous (ldc == ldaux == n), as the op layer makes them. */
+ * modules used before (bias_add, gelu_forward, column sums, gelu_backward).
+ * C and aux are contiguous (ldc == ldaux == n), as the op layer makes them. */
 static tg_status gemm_unfused(tg_stream *s, const struct tg_gemm_args *a)
 {
     cudaStream_t st = tg_cuda_stream(s);
@@ -318,6 +324,11 @@ static tg_status gemm_unfused(tg_stream *s, const struct tg_gemm_args *a)
                         (long long)a->ldc, (long long)a->n);
     for (int64_t bi = 0; bi < a->batch; bi++) {
         char *c = (char *)a->c + (size_t)(bi * a->stride_c) * es;
+        if (a->epi == TG_EPI_DGELU) { /* C = gelu'(aux) * C, in place (elementwise) */
+            const char *x = (const char *)a->aux + (size_t)(bi * a->stride_aux) * es;
+            TG_TRY(launched(tg_cuda_gelu_backward(c, c, x, a->c_dt, a->m * a->n, st), "gelu_backward"));
+            continue;
+        }
         TG_TRY(launched(tg_cuda_bias_add(c, a->bias, a->c_dt, a->m, a->n, st), "bias_add"));
         if (a->epi != TG_EPI_BIAS_GELU) continue;
         if (a->aux)
@@ -356,6 +367,18 @@ static tg_status gemm_fused(tg_stream *s, const struct tg_gemm_args *a, int *don
         if (a->c_dt != TG_BF16) return TG_OK;
         return gemm_lt(s, a, &e, done);
     }
+    if (a->epi == TG_EPI_DGELU) {
+        /* aux is the GELU_AUX layout: cuBLASLt wants its ld (and batch stride) a multiple of 8;
+         * a misaligned base (a view) is left to the unfused kernels too */
+        if (a->ldaux % 8 != 0 || (a->batch > 1 && a->stride_aux % 8 != 0) || ((uintptr_t)a->aux & 15) != 0)
+            return TG_OK;
+        /* cuBLASLt's gelu derivative is its own approximation, like its GELU:
+         * bf16 outputs only, f32 keeps gelu_backward (the CPU's formula) */
+        if (a->c_dt != TG_BF16) return TG_OK;
+        e.epi = CUBLASLT_EPILOGUE_DGELU;
+        e.aux = a->aux, e.ldaux = a->ldaux, e.stride_aux = a->stride_aux;
+        return gemm_lt(s, a, &e, done);
+    }
     /* BGRAD on big products costs cuBLASLt more than our separate column sum:
      * on an H200 (2026-11-29, ops.lua) the epilogue added 0.022 ms to a
      * 3072x768x8192 wgrad (column sum alone: 0.035 ms) but 0.15 ms to a
@@ -389,9 +412,10 @@ tg_status tg_cuda_gemm(tg_stream *s, const struct tg_gemm_args *a)
         (a->c_dt != TG_F32 && a->c_dt != a->a_dt))
         return tg_error(TG_ENOTSUP, "cuda gemm: %s x %s -> %s is not supported (f32 or bf16 inputs, C f32 or theirs)",
                         tg_dtype_name(a->a_dt), tg_dtype_name(a->b_dt), tg_dtype_name(a->c_dt));
-    if ((unsigned)a->epi > TG_EPI_BGRAD || ((a->epi == TG_EPI_BIAS || a->epi == TG_EPI_BIAS_GELU) && !a->bias) ||
-        (a->epi == TG_EPI_BGRAD && (!a->bgrad || (a->bgrad_dt != TG_F32 && a->bgrad_dt != TG_BF16))))
-        return tg_error(TG_EINVAL, "cuda gemm: bad epilogue %d (bias, bgrad or its dtype missing)", (int)a->epi);
+    if ((unsigned)a->epi > TG_EPI_DGELU || ((a->epi == TG_EPI_BIAS || a->epi == TG_EPI_BIAS_GELU) && !a->bias) ||
+        (a->epi == TG_EPI_BGRAD && (!a->bgrad || (a->bgrad_dt != TG_F32 && a->bgrad_dt != TG_BF16))) ||
+        (a->epi == TG_EPI_DGELU && !a->aux))
+        return tg_error(TG_EINVAL, "cuda gemm: bad epilogue %d (bias, aux, bgrad or its dtype missing)", (int)a->epi);
     if (a->m <= 0 || a->batch <= 0 || (a->n <= 0 && a->epi != TG_EPI_BGRAD)) return TG_OK;
     TG_CUDA_TRY(cudaSetDevice(s->dev.index));
     if (a->epi != TG_EPI_NONE) {

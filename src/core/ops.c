@@ -146,13 +146,16 @@ static int mat_dims(const tg_tensor *t, int64_t *rows, int64_t *cols, int64_t *b
 static tg_status check_epilogue(const tg_tensor *c, int64_t m, int64_t n, int64_t batch, tg_gemm_epilogue epi,
                                 const tg_tensor *bias, const tg_tensor *aux, const tg_tensor *bgrad)
 {
-    static const char *names[] = {"none", "bias", "bias_gelu", "bgrad"};
+    static const char *names[] = {"none", "bias", "bias_gelu", "bgrad", "dgelu"};
     char x[96], z[96];
-    if ((unsigned)epi > TG_EPI_BGRAD) return tg_error(TG_EINVAL, "gemm: unknown epilogue %d", (int)epi);
+    if ((unsigned)epi > TG_EPI_DGELU) return tg_error(TG_EINVAL, "gemm: unknown epilogue %d", (int)epi);
     int wants_bias = epi == TG_EPI_BIAS || epi == TG_EPI_BIAS_GELU;
     if (!wants_bias && bias) return tg_error(TG_EINVAL, "gemm: a bias was given but the epilogue is %s", names[epi]);
-    if (epi != TG_EPI_BIAS_GELU && aux) return tg_error(TG_EINVAL, "gemm: an aux output was given but the epilogue is %s", names[epi]);
+    if (epi != TG_EPI_BIAS_GELU && epi != TG_EPI_DGELU && aux)
+        return tg_error(TG_EINVAL, "gemm: an aux tensor was given but the epilogue is %s", names[epi]);
     if (epi != TG_EPI_BGRAD && bgrad) return tg_error(TG_EINVAL, "gemm: a bgrad output was given but the epilogue is %s", names[epi]);
+    if (epi == TG_EPI_DGELU && !aux)
+        return tg_error(TG_EINVAL, "gemm: epilogue dgelu needs aux, the pre-activation (C's shape %s)", describe(c, z, sizeof z));
     if (wants_bias) {
         if (!bias) return tg_error(TG_EINVAL, "gemm: epilogue %s needs a bias", names[epi]);
         if (!same_dev(bias, c) || bias->dtype != c->dtype || bias->ndim != 1 || bias->shape[0] != n)

@@ -349,12 +349,12 @@ static tg_tensor *opt_tensor_field(lua_State *L, int t, const char *k)
     return x;
 }
 
-/* gemm(c, a, trans_a, b, trans_b [, alpha=1 [, beta=0 [, {epilogue="bias"|"bias_gelu"|"bgrad",
+/* gemm(c, a, trans_a, b, trans_b [, alpha=1 [, beta=0 [, {epilogue="bias"|"bias_gelu"|"bgrad"|"dgelu",
  * bias=, aux=, bgrad=, bgrad_accumulate=0}]]]) -> c: c = epilogue(alpha * op(a) @ op(b) + beta * c)
- * (tg_gemm_ex). */
+ * (tg_gemm_ex; dgelu reads aux, the pre-activation). */
 static int o_gemm(lua_State *L)
 {
-    static const char *const epis[] = {"none", "bias", "bias_gelu", "bgrad", NULL};
+    static const char *const epis[] = {"none", "bias", "bias_gelu", "bgrad", "dgelu", NULL};
     tg_tensor *c = tgl_tensor_check(L, 1), *a = tgl_tensor_check(L, 2), *b = tgl_tensor_check(L, 4);
     int ta = lua_toboolean(L, 3), tb = lua_toboolean(L, 5);
     double alpha = (double)luaL_optnumber(L, 6, 1.0), beta = (double)luaL_optnumber(L, 7, 0.0);
@@ -367,7 +367,7 @@ static int o_gemm(lua_State *L)
         int epi = 0;
         while (epis[epi] && !(name && strcmp(epis[epi], name) == 0)) epi++;
         if (!epis[epi])
-            return luaL_error(L, "gemm: unknown epilogue '%s' (expected \"bias\", \"bias_gelu\" or \"bgrad\")",
+            return luaL_error(L, "gemm: unknown epilogue '%s' (expected \"bias\", \"bias_gelu\", \"bgrad\" or \"dgelu\")",
                               name ? name : luaL_typename(L, -1));
         lua_pop(L, 1);
         tg_tensor *bias = opt_tensor_field(L, 8, "bias"), *aux = opt_tensor_field(L, 8, "aux"), *bg = opt_tensor_field(L, 8, "bgrad");

@@ -1,4 +1,4 @@
-/* layernorm_mlp.c — LayerNormMLP (TE): norm, fc1, activation (gelu | swiglu), fc2; gelu is fused into fc1, swiglu is a parameterless child. */
+/* layernorm_mlp.c — LayerNormMLP (TE): norm, fc1, activation (gelu | swiglu), fc2; gelu is fused into fc1 (forward) and fc2's dgrad (backward), swiglu is a parameterless child. */
 #include "nn/nn.h"
 
 #include <string.h>
@@ -68,12 +68,45 @@ static tg_status act_new(int swiglu, int64_t h, const tg_module_opts *o, tg_modu
     return TG_OK;
 }
 
+static int unfused_dgelu; /* tg_debug_unfused_dgelu */
+
+void tg_debug_unfused_dgelu(int on) { unfused_dgelu = on; }
+
+/* gelu: children norm, fc1 (gelu fused), fc2. fc2's dgrad applies fc1's gelu'
+ * in its GEMM (DGELU epilogue on fc1's saved pre-activation), so fc1's
+ * backward gets dh and runs no gelu_backward. Otherwise the chain's backward
+ * (dres to the norm, which runs last). */
+static tg_status mlp_gelu_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx)
+{
+    if (unfused_dgelu || m->nchildren != 3) return tg_chain_backward_res(m, mb, dy, dres, dx);
+    tg_tensor *dh = NULL, *dn = NULL;
+    TG_TRY(tg_linear_backward_dgelu(m->children[2], mb, dy, m->children[1], &dh));
+    tg_status st = tg_module_backward(m->children[1], mb, dh, &dn);
+    tg_tensor_free(dh);
+    if (st == TG_OK) st = tg_module_backward_res(m->children[0], mb, dn, dres, dx);
+    tg_tensor_free(dn);
+    return st;
+}
+
+static tg_status mlp_gelu_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
+{
+    return mlp_gelu_backward_res(m, mb, dy, NULL, dx);
+}
+
 static const struct tg_module_vtbl layernorm_mlp_vt = {
     .type = "LayerNormMLP",
     .forward = tg_chain_forward,
     .forward_res = tg_chain_forward_res,
     .backward = tg_chain_backward,
     .backward_res = tg_chain_backward_res,
+};
+
+static const struct tg_module_vtbl layernorm_mlp_gelu_vt = {
+    .type = "LayerNormMLP",
+    .forward = tg_chain_forward,
+    .forward_res = tg_chain_forward_res,
+    .backward = mlp_gelu_backward,
+    .backward_res = mlp_gelu_backward_res,
 };
 
 /* Adds a new child made by the status-returning expression `make` into `tmp`. */
@@ -96,7 +129,7 @@ tg_status tg_layernorm_mlp_new(int64_t c, int64_t hidden, const char *norm, cons
     if (c < 1 || hidden < 1)
         return tg_error(TG_EINVAL, "LayerNormMLP: sizes must be positive (c %lld, hidden %lld)", (long long)c, (long long)hidden);
     tg_module *m;
-    TG_TRY(tg_module_alloc(&layernorm_mlp_vt, o, &m));
+    TG_TRY(tg_module_alloc(swiglu ? &layernorm_mlp_vt : &layernorm_mlp_gelu_vt, o, &m));
     tg_module_opts co;
     char name[256];
     tg_status st = TG_OK;

@@ -7,10 +7,30 @@ struct linear {
     tg_param *b; /* (out) or NULL */
     int shared;  /* w is another module's parameter (retained here) */
     int gelu;    /* y = gelu(x W^T + b), fused into the GEMM (LayerNormMLP's fc1) */
+    tg_module *dgelu_of; /* during tg_linear_backward_dgelu: the gelu Linear whose gelu' the dgrad applies */
 };
 
 /* saved: t[0] = x (..., in), with gelu t[1] = the pre-activation h (..., out);
- * wgrad item: t[0] = x, t[1] = dy (..., out), with gelu dh = gelu'(h) dy */
+ * wgrad item: t[0] = x, t[1] = dy (..., out), with gelu dh = gelu'(h) dy.
+ * A gelu Linear's saved ival is DH_GIVEN once the next module's dgrad has
+ * applied gelu'(h) (DGELU epilogue): its backward then receives dh as dy. */
+#define DH_GIVEN 1
+
+static const struct tg_module_vtbl linear_vt;
+
+/* The saved context of the gelu Linear g for mb, whose h a DGELU epilogue may
+ * read for the dgrad of m (saved input x, like h): named errors otherwise. */
+static tg_status dgelu_source(tg_module *m, tg_module *g, int mb, const struct tg_saved *s, struct tg_saved **out)
+{
+    char a[160];
+    struct linear *L = m->impl;
+    if (g->vt != &linear_vt || !((struct linear *)g->impl)->gelu)
+        return tg_error(TG_EINVAL, "the dgelu source %s is not a Linear with gelu", tg_module_label(g, a, sizeof a));
+    TG_TRY(tg_module_peek(g, mb, out));
+    if ((*out)->n < 2 || !(*out)->t[1] || (*out)->ival == DH_GIVEN)
+        return tg_error(TG_ESTATE, "%s has no pre-activation saved for microbatch %d", tg_module_label(g, a, sizeof a), mb);
+    return tg_nn_check_like("the dgelu source's pre-activation", (*out)->t[1], s->t[0], L->in, m->opts.dtype);
+}
 
 /* y = res + x W^T (+ b): res (NULL: none) is the C that the GEMM's beta = 1 scales;
  * with gelu (y = res + gelu(...)) it is a separate add. */
@@ -61,28 +81,34 @@ static tg_status linear_forward(tg_module *m, int mb, const tg_tensor *x, tg_ten
 static tg_status linear_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
 {
     struct linear *L = m->impl;
-    struct tg_saved *s;
+    struct tg_saved *s, *src = NULL;
     TG_TRY(tg_module_peek(m, mb, &s));
     TG_TRY(tg_nn_check_like("dy", dy, s->t[0], L->out, m->opts.dtype));
-    tg_tensor *out = NULL, *dx2 = NULL, *dy2 = NULL, *dh = NULL;
+    if (L->dgelu_of) TG_TRY(dgelu_source(m, L->dgelu_of, mb, s, &src));
+    int dh_given = L->gelu && s->ival == DH_GIVEN; /* dy is already dh */
+    tg_tensor *out = NULL, *dx2 = NULL, *dy2 = NULL, *dh = NULL, *h2 = NULL, *kept = NULL;
     tg_status st = tg_nn_new_like(m, s->t[0], L->in, m->opts.dtype, &out);
-    if (st == TG_OK && L->gelu) st = tg_nn_new_like(m, s->t[0], L->out, m->opts.dtype, &dh);
+    if (st == TG_OK && L->gelu && !dh_given) st = tg_nn_new_like(m, s->t[0], L->out, m->opts.dtype, &dh);
     if (st == TG_OK && dh) st = tg_gelu_backward(dh, dy, s->t[1]); /* dh = gelu'(h) * dy */
     if (st == TG_OK) st = tg_nn_rows(out, &dx2);
     if (st == TG_OK) st = tg_nn_rows(dh ? dh : dy, &dy2);
-    if (st == TG_OK) st = tg_gemm(dx2, dy2, 0, L->w->data, 0, 1.0, 0.0); /* dgrad: dx = dy @ W */
+    if (st == TG_OK && src) st = tg_nn_rows(src->t[1], &h2);
+    if (st == TG_OK && src) /* dgrad into the gelu before: dx = gelu'(h) * (dy @ W), one GEMM */
+        st = tg_gemm_ex(dx2, dy2, 0, L->w->data, 0, 1.0, 0.0, TG_EPI_DGELU, NULL, h2, NULL, 0.0);
+    else if (st == TG_OK) st = tg_gemm(dx2, dy2, 0, L->w->data, 0, 1.0, 0.0); /* dgrad: dx = dy @ W */
     tg_tensor_free(dx2);
     tg_tensor_free(dy2);
-    if (st == TG_OK && !dh) st = tg_tensor_ref(dy, &s->t[1]);
+    tg_tensor_free(h2);
+    if (st == TG_OK && !dh) st = tg_tensor_ref(dy, &kept);
     if (st != TG_OK) {
         tg_tensor_free(dh);
         tg_tensor_free(out);
         return st;
     }
-    if (dh) { /* the wgrad needs dh, no longer h */
-        tg_tensor_free(s->t[1]);
-        s->t[1] = dh;
-    }
+    if (src) src->ival = DH_GIVEN; /* the source's backward now gets dh */
+    /* the wgrad needs dy (dh with gelu), no longer h */
+    tg_tensor_free(s->t[1]);
+    s->t[1] = dh ? dh : kept;
     s->n = 2;
     tg_module_take(m, mb, &s);
     *dx = out;
@@ -152,6 +178,19 @@ tg_status tg_linear_gelu_new(int64_t in, int64_t out, const tg_module_opts *o, t
     TG_TRY(tg_linear_new(in, out, o, mp));
     ((struct linear *)(*mp)->impl)->gelu = 1;
     return TG_OK;
+}
+
+tg_status tg_linear_backward_dgelu(tg_module *m, int mb, const tg_tensor *dy, tg_module *gelu_src, tg_tensor **dx)
+{
+    char a[160];
+    *dx = NULL;
+    if (m->vt != &linear_vt)
+        return tg_error(TG_EINVAL, "backward with dgelu: %s is not a Linear", tg_module_label(m, a, sizeof a));
+    struct linear *L = m->impl;
+    L->dgelu_of = gelu_src;
+    tg_status st = tg_module_backward(m, mb, dy, dx);
+    L->dgelu_of = NULL;
+    return st;
 }
 
 tg_status tg_linear_new_shared(tg_param *weight, const tg_module_opts *o, tg_module **mp)

@@ -279,6 +279,14 @@ tg_status tg_linear_new_shared(tg_param *weight, const tg_module_opts *o, tg_mod
 /* Linear followed by GELU, fused (LayerNormMLP's fc1): y = gelu(x W^T + b) in
  * one GEMM epilogue saving the pre-activation; backward applies gelu' first. */
 tg_status tg_linear_gelu_new(int64_t in, int64_t out, const tg_module_opts *o, tg_module **m);
+/* Backward of the Linear m (tg_module_backward: spans, hooks, wgrad as usual)
+ * whose input is gelu_src's gelu output: m's dgrad GEMM applies gelu' of
+ * gelu_src's saved pre-activation (DGELU epilogue), so *dx is dh, and
+ * gelu_src's next backward of mb takes dh as its dy (no gelu_backward). */
+tg_status tg_linear_backward_dgelu(tg_module *m, int mb, const tg_tensor *dy, tg_module *gelu_src, tg_tensor **dx);
+/* Test switch: when on, LayerNormMLP(gelu) runs gelu_backward on its own
+ * again (no DGELU in fc2's dgrad), to compare against the fused path. Default off. */
+void tg_debug_unfused_dgelu(int on);
 /* The engine's list of live parameters (param.c links and unlinks). */
 void tg_engine_link(tg_param *p);
 void tg_engine_unlink(tg_param *p);
