@@ -59,7 +59,9 @@ for s in "$@"; do
     stage gpt2
     (cd $R/.debs/bench && timeout $(cap 120) python3 torch_gpt2.py 2>&1 | tail -8 | tee $OUT/torch_gpt2.out)
     ./tegraph run $R/examples/gpt.lua --make-data /tmp/d.bin --tokens 2000000 | tail -1
-    timeout $(cap 90) ./tegraph run $R/examples/gpt.lua --data /tmp/d.bin --vocab 50257 --context 1024 --width 768 --heads 12 --layers 12 --batch 8 --microbatches 2 --steps 30 --warmup 2 --dtype bf16 --fuse-wgrad --quiet 2>&1 | tail -6
+    for pad in 64 1; do
+      timeout $(cap 90) ./tegraph run $R/examples/gpt.lua --data /tmp/d.bin --vocab 50257 --vocab-pad $pad --context 1024 --width 768 --heads 12 --layers 12 --batch 8 --microbatches 2 --steps 30 --warmup 2 --dtype bf16 --fuse-wgrad --quiet 2>&1 | tail -6
+    done
     ;;
   dp)
     stage dp
