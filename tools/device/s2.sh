@@ -78,7 +78,7 @@ for s in "$@"; do
   fork)
     stage "t/dist scripts under tegraph run -n 2 (NCCL only)"
     export LUA_PATH="$R/lua/?.lua;$R/lua/?/init.lua;$R/t/lib/?.lua;$R/t/dist/?.lua;;" TEGRAPH_LUA_PATH=$R/lua
-    for f in $R/t/dist/*.lua; do (cd $R && timeout $(cap 60) /tmp/b/tegraph run -n 2 $f > /tmp/f.log 2>&1; r=$?; echo "## $(basename $f) rc=$r ok=$(grep -cE '\] ok ' /tmp/f.log) notok=$(grep -cE 'not ok' /tmp/f.log)"; grep -E "not ok|rror" /tmp/f.log | head -5); done
+    for f in $R/t/dist/*.lua; do (cd $R && timeout $(cap 60) /tmp/b/tegraph run -n 2 $f > /tmp/f.log 2>&1; r=$?; cp /tmp/f.log $OUT/fork-$(basename $f .lua).log; echo "## $(basename $f) rc=$r ok=$(grep -cE '^(\[rank [0-9]+\] )?ok ' /tmp/f.log) notok=$(grep -cE 'not ok' /tmp/f.log) $(grep -m1 -E '^1\.\.|SKIP' /tmp/f.log)"; grep -E "not ok|rror" /tmp/f.log | head -5); done
     ;;
   sanit)
     stage memcheck
