@@ -29,7 +29,7 @@ end
 -- vocab_pad = P rounds the token table and the logits up to a multiple of P
 -- (as nanoGPT's 50304 for GPT-2's 50257): with an odd vocabulary the logits'
 -- rows are not 16-byte aligned and cuBLASLt falls back to slow GEMMs (on an
--- H200 the LM head of GPT-2-124M took 41% of a step). The extra ids never
+-- H200 the LM head of GPT-2-124M took half of a training step). The extra ids never
 -- occur in the data; the softmax includes them and training drives their
 -- logits down; generate() picks among the real vocab only.
 local GPT = {}
