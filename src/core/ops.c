@@ -20,6 +20,16 @@ static tg_status need_kernel(const void *fn, tg_stream *s, const char *op)
 
 static int float_dtype(tg_dtype dt) { return dt == TG_F32 || dt == TG_BF16; }
 
+/* 1 when a and b share bytes of one storage (exactly the same memory included). */
+static int overlaps(const tg_tensor *a, const tg_tensor *b)
+{
+    if (a->storage != b->storage) return 0;
+    size_t ea = tg_dtype_size(a->dtype), eb = tg_dtype_size(b->dtype);
+    size_t a0 = (size_t)a->offset * ea, a1 = a0 + (size_t)tg_tensor_numel(a) * ea;
+    size_t b0 = (size_t)b->offset * eb, b1 = b0 + (size_t)tg_tensor_numel(b) * eb;
+    return a0 < b1 && b0 < a1;
+}
+
 /* "[2,3] bf16 on cpu" for messages */
 static const char *describe(const tg_tensor *t, char *buf, size_t n)
 {
@@ -166,8 +176,9 @@ static tg_status check_epilogue(const tg_tensor *c, int64_t m, int64_t n, int64_
         if (!same_dev(aux, c) || aux->dtype != c->dtype || !tg_tensor_same_shape(aux, c))
             return tg_error(TG_EINVAL, "gemm: aux must have C's shape, dtype and device (aux %s, C %s)",
                             describe(aux, x, sizeof x), describe(c, z, sizeof z));
-        if (tg_tensor_same_memory(aux, c))
-            return tg_error(TG_EINVAL, "gemm: aux %s shares C's memory", describe(aux, x, sizeof x));
+        if (overlaps(aux, c))
+            return tg_error(TG_EINVAL, "gemm: aux %s shares memory with C %s", describe(aux, x, sizeof x),
+                            describe(c, z, sizeof z));
     }
     if (epi == TG_EPI_BGRAD) {
         if (!bgrad) return tg_error(TG_EINVAL, "gemm: epilogue bgrad needs a bgrad output");
@@ -191,6 +202,9 @@ tg_status tg_gemm_in(tg_tensor *c, const tg_tensor *c_in, const tg_tensor *a, in
     tg_status st = TG_OK;
     if (c_in && (!same_dev(c_in, c) || !tg_tensor_same_shape(c_in, c) || c_in->dtype != c->dtype))
         st = tg_error(TG_EINVAL, "gemm: the C input %s must have C's shape, dtype and device (C %s)",
+                      describe(c_in, x, sizeof x), describe(c, z, sizeof z));
+    else if (c_in && overlaps(c_in, c) && !tg_tensor_same_memory(c_in, c))
+        st = tg_error(TG_EINVAL, "gemm: the C input %s partly overlaps C %s (it may be C itself, or apart from it)",
                       describe(c_in, x, sizeof x), describe(c, z, sizeof z));
     if (st != TG_OK) return tg_stream_note_error(s, st);
     if (!mat_dims(a, &ar, &ac, &ab) || !mat_dims(b, &br, &bc, &bb) || !mat_dims(c, &cr, &cc, &cb))
