@@ -87,7 +87,7 @@ static tg_status add_residual(tg_module *m, const tg_tensor *dres, tg_tensor **d
                         tg_tensor_shape_str(dres, a, sizeof a));
     if ((*dx)->storage->refcount == 1) return tg_binary(TG_ADD, *dx, dres, *dx);
     tg_tensor *out = NULL;
-    tg_status st = tg_tensor_new((*dx)->dtype, (*dx)->ndim, (*dx)->shape, m->opts.device, &out);
+    tg_status st = tg_tensor_new((*dx)->dtype, (*dx)->ndim, (*dx)->shape, tg_tensor_device(*dx), &out);
     if (st == TG_OK) st = tg_binary(TG_ADD, out, dres, *dx);
     if (st != TG_OK) {
         tg_tensor_free(out);

@@ -196,6 +196,11 @@ tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tenso
  * when dx is held by no one else). Same wgrad, hooks and delayed-wgrad
  * behaviour as tg_module_backward. Fails when m returns no dx. */
 tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
+/* On the unfused path (a module without forward_res / backward_res, or the
+ * switch below) the residual's shape is checked by the add, after the module
+ * ran: a wrong res then fails the call with the microbatch's forward context
+ * or wgrad already used (its hooks may have fired), like any failure inside
+ * a backward. The fused paths check it first. */
 /* Test switch: when on, tg_module_forward_res and tg_module_backward_res
  * never fuse (forward or backward, then add), to compare against the fused
  * paths. Default off. */

@@ -11,7 +11,7 @@ tg_status tg_chain_forward_res(tg_module *m, int mb, const tg_tensor *x, const t
     if (m->nchildren == 0) {
         if (!res) return tg_tensor_ref(x, y);
         tg_tensor *out = NULL;
-        tg_status st = tg_tensor_new(x->dtype, x->ndim, x->shape, m->opts.device, &out);
+        tg_status st = tg_tensor_new(x->dtype, x->ndim, x->shape, tg_tensor_device(x), &out);
         if (st == TG_OK) st = tg_binary(TG_ADD, out, res, x);
         if (st != TG_OK) {
             tg_tensor_free(out);
@@ -44,7 +44,7 @@ tg_status tg_chain_backward_res(tg_module *m, int mb, const tg_tensor *dy, const
         if (!dres) return dy ? tg_tensor_ref(dy, dx) : TG_OK;
         if (!dy) return tg_error(TG_EINVAL, "dy is missing");
         tg_tensor *out = NULL;
-        tg_status st = tg_tensor_new(dy->dtype, dy->ndim, dy->shape, m->opts.device, &out);
+        tg_status st = tg_tensor_new(dy->dtype, dy->ndim, dy->shape, tg_tensor_device(dy), &out);
         if (st == TG_OK) st = tg_binary(TG_ADD, out, dres, dy);
         if (st != TG_OK) {
             tg_tensor_free(out);
