@@ -108,7 +108,9 @@ function optim.AdamW(params, o)
     local key = tostring(data.device)
     local grp = of[key]
     if not grp then
-      -- the norm's buffer lives as long as the optimizer: a step can be captured
+      -- the norm's buffer lives as long as the optimizer, so a step can be captured; but the step
+      -- count (bias corrections) and lr are host values baked into what is captured: every replay
+      -- repeats the captured step's count and lr (step t + 1 needs its own capture or an eager step)
       grp = { device = data.device, entries = {}, params = {}, sumsq = core.zeros({ 1 }, zeros) }
       of[key] = grp
       self.groups[#self.groups + 1] = grp

@@ -135,6 +135,7 @@ void tg_span_end(int id, tg_stream *s)
     if (sp->ended) return;
     if (sp->b) {
         if (!s) return; /* a stream span ends on a stream */
+        if (s->capture && s->dev.type != TG_CPU) return; /* begun outside a CUDA capture, ending inside: dropped */
         sp->e = mark(s);
         if (!sp->e) return;
     } else {

@@ -195,19 +195,20 @@ static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o
     }
     lua_getfield(L, idx, "async");
     o->async = lua_toboolean(L, -1);
-    /* name: the op's label in traces ("ddp bucket 2") */
+    /* name: the op's label in traces ("ddp bucket 2"); set last, once every option is valid,
+     * so a refused option leaves no label for the next op */
+    const char *name = NULL;
     if (lua_getfield(L, idx, "name") != LUA_TNIL) {
-        const char *s = lua_tostring(L, -1);
-        if (!s) luaL_error(L, "%s: name must be a string (got %s)", what, luaL_typename(L, -1));
-        tg_comm_label_next(s);
+        name = lua_tostring(L, -1);
+        if (!name) luaL_error(L, "%s: name must be a string (got %s)", what, luaL_typename(L, -1));
     }
-    lua_pop(L, 1);
     if (lua_getfield(L, idx, "root") != LUA_TNIL) {
         int isint;
         o->root = (int)lua_tointegerx(L, -1, &isint);
         if (!isint) luaL_error(L, "%s: root must be an integer rank", what);
     }
-    lua_pop(L, 3);
+    if (name) tg_comm_label_next(name); /* copied: the string may go with the pops below */
+    lua_pop(L, 4);
 }
 
 /* When async, pushes an empty request box (its result: the value at

@@ -30,9 +30,43 @@ static const char *opt_track(lua_State *L, int idx, tg_stream *s)
     return tracks[luaL_checkoption(L, idx, def, tracks)];
 }
 
+/* The trace is process-wide: a Lua state that started one and goes away
+ * (an error before trace.stop, tg_runtime_free, lua_close) ends it through
+ * this sentinel's __gc, so the next state can trace and modules stop
+ * recording spans. trace.stop disarms it. */
+#define TGL_TRACE_SENTINEL "tegraph.trace_sentinel"
+struct trace_sentinel {
+    int armed;
+};
+
+static int sentinel_gc(lua_State *L)
+{
+    struct trace_sentinel *t = lua_touserdata(L, 1);
+    if (t->armed && tg_trace_active()) (void)tg_trace_end(NULL, NULL);
+    t->armed = 0;
+    return 0;
+}
+
+static void disarm(lua_State *L)
+{
+    if (lua_getfield(L, LUA_REGISTRYINDEX, TGL_TRACE_SENTINEL) == LUA_TUSERDATA)
+        ((struct trace_sentinel *)lua_touserdata(L, -1))->armed = 0;
+    lua_pop(L, 1);
+    lua_pushnil(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, TGL_TRACE_SENTINEL);
+}
+
 static int l_start(lua_State *L)
 {
     tgl_check(L, tg_trace_begin());
+    struct trace_sentinel *t = lua_newuserdatauv(L, sizeof *t, 0);
+    t->armed = 1;
+    if (luaL_newmetatable(L, TGL_TRACE_SENTINEL)) {
+        lua_pushcfunction(L, sentinel_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, TGL_TRACE_SENTINEL);
     return 0;
 }
 
@@ -60,7 +94,9 @@ static int l_stop(lua_State *L)
     }
     tg_trace_summary s;
     char line[256];
-    tgl_check(L, tg_trace_end(path, &s));
+    tg_status st = tg_trace_end(path, &s);
+    if (!tg_trace_active()) disarm(L); /* ended, also when writing failed */
+    tgl_check(L, st);
     tg_trace_summary_line(&s, line, sizeof line);
     lua_createtable(L, 0, 7); /* +1: the summary */
     lua_pushinteger(L, s.nspans);
@@ -105,7 +141,8 @@ static int l_span(lua_State *L)
     int base = lua_gettop(L);
     lua_pushvalue(L, 3);
     int rc = lua_pcall(L, 0, LUA_MULTRET, 0);
-    tg_trace_span_end(id, s);
+    if (s) s = ((struct tgl_stream *)lua_touserdata(L, 2))->s; /* fn may have closed it: the span is then dropped */
+    if (s || lua_isnoneornil(L, 2)) tg_trace_span_end(id, s);
     if (rc != LUA_OK) return lua_error(L);
     return lua_gettop(L) - base;
 }
