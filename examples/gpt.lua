@@ -253,10 +253,19 @@ if opt.trace then
   if not a or tonumber(a) < 1 or tonumber(b) < tonumber(a) then
     error(string.format("gpt.lua: --trace-steps must be a:b with 1 <= a <= b (got '%s')", tostring(spec)), 0)
   end
-  trace_a, trace_b = math.min(tonumber(a), opt.steps), math.min(tonumber(b), opt.steps)
+  a, b = tonumber(a), tonumber(b)
+  if opt["trace-steps"] and b > opt.steps then
+    error(string.format("gpt.lua: --trace-steps %s ends after the last step (--steps %d)", tostring(spec), opt.steps), 0)
+  end
+  trace_a, trace_b = math.min(a, opt.steps), math.min(b, opt.steps) -- the default 3:5 fits short runs
 end
 local trace_path = opt.trace
 if trace_path and world and world:size() > 1 then trace_path = trace_path .. ".rank" .. world:rank() end
+if trace_path then -- fail now, not after training, when the trace cannot be written
+  local f, err = io.open(trace_path, "w")
+  if not f then error("gpt.lua: --trace: cannot write " .. tostring(err), 0) end
+  f:close()
+end
 local steady_t0 -- time at the end of step 2
 
 for step = 1, opt.steps do
