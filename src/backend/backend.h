@@ -360,6 +360,7 @@ struct tg_event {
     tg_device dev;
     const struct tg_backend *be;
     int timing;  /* elapsed time can be asked for */
+    int kept;    /* recorded inside a CPU capture: the graph writes it at each replay, so it is never freed */
     void *impl;  /* cudaEvent_t / CPU: struct with the host time of the record */
 };
 

@@ -20,10 +20,6 @@ static struct {
     double base_us[NBASE]; /* its host time, microseconds since t0 */
 } tr;
 
-/* CPU events recorded inside captured graphs: the graphs still write them at
- * each replay, so they live as long as the process. */
-static tg_event **kept;
-static int nkept, capkept;
 
 static double mono_us(void)
 {
@@ -79,17 +75,9 @@ static tg_status grow(void)
     return TG_OK;
 }
 
-static void keep(tg_event *e)
-{
-    if (nkept == capkept) {
-        int cap = capkept ? 2 * capkept : 64;
-        tg_event **k = realloc(kept, (size_t)cap * sizeof *k);
-        TG_ASSERT(k);
-        kept = k;
-        capkept = cap;
-    }
-    kept[nkept++] = e;
-}
+/* CPU events recorded inside captured graphs: the graphs still write them at
+ * each replay, so they live as long as the process (marked, never freed). */
+static void keep(tg_event *e) { e->kept = 1; }
 
 /* Records a timing event on s (NULL on failure: the span is then dropped). */
 static tg_event *mark(tg_stream *s)
@@ -180,13 +168,8 @@ void tg_span_reset(void)
         struct tg_span *sp = &tr.v[i];
         free(sp->name);
         free(sp->args);
-        int kb = 0, ke = 0; /* kept events belong to their graphs */
-        for (int j = 0; j < nkept; j++) {
-            kb |= kept[j] == sp->b;
-            ke |= kept[j] == sp->e;
-        }
-        if (!kb) tg_event_free(sp->b);
-        if (!ke) tg_event_free(sp->e);
+        if (sp->b && !sp->b->kept) tg_event_free(sp->b); /* kept events belong to their graphs */
+        if (sp->e && !sp->e->kept) tg_event_free(sp->e);
     }
     tr.n = 0;
     tr.gen++;
