@@ -5,6 +5,7 @@
  * without a residual gradient; hooks fire once per parameter per microbatch; a captured CPU backward has one
  * command fewer per LayerNormMLP (also inside TransformerLayers), none fewer for swiglu; misuse of the internal
  * API is refused with named errors. */
+#include "nn-ops-util.h"
 #include "nn/nn.h"
 #include "tap.h"
 
@@ -15,10 +16,7 @@
 enum { B = 2, T = 3, C = 16, H = 40, NH = 2, L = 2, MB = 2, MAXP = 64 };
 static const tg_device cpu = {TG_CPU, 0};
 
-#define CHECK(call)                                                                                    \
-    do {                                                                                               \
-        if ((call) != TG_OK) bail_out("%s: %s", #call, tg_last_error());                               \
-    } while (0)
+#define CHECK(call) nt_check((call), #call)
 
 struct run {
     double *g; /* y and dx of each microbatch, then every parameter's wgrad target, as doubles */
@@ -30,30 +28,19 @@ struct run {
 
 static void append(struct run *r, const tg_tensor *t)
 {
-    size_t k = tg_tensor_numel(t);
-    tg_tensor *f;
-    CHECK(tg_tensor_new(TG_F32, t->ndim, t->shape, cpu, &f));
-    CHECK(tg_copy(f, t));
-    float *h = malloc(k * sizeof *h);
-    CHECK(tg_tensor_read(f, h, k * sizeof *h));
+    size_t k = (size_t)tg_tensor_numel(t);
+    double *v = nt_get(t);
     r->g = realloc(r->g, (r->n + k) * sizeof *r->g);
-    for (size_t i = 0; i < k; i++) r->g[r->n + i] = h[i];
+    memcpy(r->g + r->n, v, k * sizeof *v);
     r->n += k;
-    free(h);
-    tg_tensor_free(f);
+    free(v);
 }
 
 static tg_tensor *input(tg_dtype dt, double phase)
 {
-    float h[B * T * C];
+    double h[B * T * C];
     for (int i = 0; i < B * T * C; i++) h[i] = (float)(1.5 * sin(0.37 * i + phase));
-    tg_tensor *f, *x;
-    CHECK(tg_tensor_new(TG_F32, 3, (int64_t[]){B, T, C}, cpu, &f));
-    CHECK(tg_tensor_write(f, h, sizeof h));
-    CHECK(tg_tensor_new(dt, 3, (int64_t[]){B, T, C}, cpu, &x));
-    CHECK(tg_copy(x, f));
-    tg_tensor_free(f);
-    return x;
+    return nt_make(dt, h, B, T, C);
 }
 
 /* Hook: counts firings per microbatch (ud: int[MB + 1]). */
@@ -161,9 +148,7 @@ static struct run run_model(const struct cfg *c)
 
 static double rel_l2(const struct run *a, const struct run *b)
 {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a->n && a->n == b->n; i++) num += (a->g[i] - b->g[i]) * (a->g[i] - b->g[i]), den += b->g[i] * b->g[i];
-    return a->n != b->n ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
+    return a->n != b->n ? INFINITY : nt_rel_l2(a->g, b->g, a->n);
 }
 
 static void compare(const struct cfg *c)

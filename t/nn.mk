@@ -33,10 +33,10 @@ t_nn_bf16_modules_match_f32_t_SOURCES = t/nn-bf16-modules-match-f32.c
 t_nn_bf16_modules_match_f32_t_LDADD = $(TG_TEST_LIBS)
 t_nn_bf16_modules_match_f32_t_LDFLAGS = -static
 
-t_transformer_layer_backward_fuses_residual_adds_t_SOURCES = t/transformer-layer-backward-fuses-residual-adds.c
+t_transformer_layer_backward_fuses_residual_adds_t_SOURCES = t/transformer-layer-backward-fuses-residual-adds.c t/nn-ops-util.c
 t_transformer_layer_backward_fuses_residual_adds_t_LDADD = $(TG_TEST_LIBS)
 t_transformer_layer_backward_fuses_residual_adds_t_LDFLAGS = -static
 
-t_layernorm_mlp_gelu_backward_fuses_dgelu_t_SOURCES = t/layernorm-mlp-gelu-backward-fuses-dgelu.c
+t_layernorm_mlp_gelu_backward_fuses_dgelu_t_SOURCES = t/layernorm-mlp-gelu-backward-fuses-dgelu.c t/nn-ops-util.c
 t_layernorm_mlp_gelu_backward_fuses_dgelu_t_LDADD = $(TG_TEST_LIBS)
 t_layernorm_mlp_gelu_backward_fuses_dgelu_t_LDFLAGS = -static

@@ -3,6 +3,7 @@
  * captured CPU forward and backward each have 2 commands fewer per layer than the unfused path (forward or
  * backward, then an add: tg_debug_unfused_residual), with outputs and gradients equal within f32 rounding in
  * f32 and within bf16 rounding in bf16; a module without a fused path still gets the residual added. */
+#include "nn-ops-util.h"
 #include "nn/nn.h"
 #include "tap.h"
 
@@ -12,10 +13,7 @@
 enum { B = 2, T = 4, C = 16, NH = 2, H = 32, L = 2 };
 static const tg_device cpu = {TG_CPU, 0};
 
-#define CHECK(call)                                                                                    \
-    do {                                                                                               \
-        if ((call) != TG_OK) bail_out("%s: %s", #call, tg_last_error());                               \
-    } while (0)
+#define CHECK(call) nt_check((call), #call)
 
 struct run {
     double *g; /* y, dx, then every parameter's wgrad target, as doubles */
@@ -26,30 +24,19 @@ struct run {
 
 static void append(struct run *r, const tg_tensor *t)
 {
-    size_t k = tg_tensor_numel(t);
-    tg_tensor *f;
-    CHECK(tg_tensor_new(TG_F32, t->ndim, t->shape, cpu, &f));
-    CHECK(tg_copy(f, t));
-    float *h = malloc(k * sizeof *h);
-    CHECK(tg_tensor_read(f, h, k * sizeof *h));
+    size_t k = (size_t)tg_tensor_numel(t);
+    double *v = nt_get(t);
     r->g = realloc(r->g, (r->n + k) * sizeof *r->g);
-    for (size_t i = 0; i < k; i++) r->g[r->n + i] = h[i];
+    memcpy(r->g + r->n, v, k * sizeof *v);
     r->n += k;
-    free(h);
-    tg_tensor_free(f);
+    free(v);
 }
 
 static tg_tensor *input(tg_dtype dt, double phase)
 {
-    float h[B * T * C];
+    double h[B * T * C];
     for (int i = 0; i < B * T * C; i++) h[i] = (float)sin(0.37 * i + phase);
-    tg_tensor *f, *x;
-    CHECK(tg_tensor_new(TG_F32, 3, (int64_t[]){B, T, C}, cpu, &f));
-    CHECK(tg_tensor_write(f, h, sizeof h));
-    CHECK(tg_tensor_new(dt, 3, (int64_t[]){B, T, C}, cpu, &x));
-    CHECK(tg_copy(x, f));
-    tg_tensor_free(f);
-    return x;
+    return nt_make(dt, h, B, T, C);
 }
 
 static struct run run_model(const char *norm, tg_dtype dt, int unfused)
@@ -161,15 +148,11 @@ int main(void)
                norms[k], tg_dtype_name(dt), L, f.fcmds, u.fcmds);
             if (dt == TG_F32) {
                 /* the forward GEMM adds the residual before the bias, the unfused path after: f32 rounding apart */
-                double num = 0, den = 0;
-                for (size_t i = 0; i < f.n && f.n == u.n; i++) num += (f.g[i] - u.g[i]) * (f.g[i] - u.g[i]), den += u.g[i] * u.g[i];
-                double rel = den > 0 ? sqrt(num / den) : 1;
+                double rel = f.n == u.n ? nt_rel_l2(f.g, u.g, f.n) : INFINITY;
                 ok(f.n == u.n && rel <= 1e-6, "%s f32: y, dx and all weight gradients fused vs unfused relative L2 %.3g <= 1e-6 (%zu values)",
                    norms[k], rel, f.n);
             } else {
-                double num = 0, den = 0;
-                for (size_t i = 0; i < f.n && f.n == u.n; i++) num += (f.g[i] - u.g[i]) * (f.g[i] - u.g[i]), den += u.g[i] * u.g[i];
-                double rel = den > 0 ? sqrt(num / den) : 1;
+                double rel = f.n == u.n ? nt_rel_l2(f.g, u.g, f.n) : INFINITY;
                 ok(f.n == u.n && rel <= 1e-2, "%s bf16: gradients fused vs unfused relative L2 %.3g <= 1e-2", norms[k], rel);
             }
             double mx = 0;
