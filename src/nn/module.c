@@ -76,10 +76,7 @@ static int unfused_residual; /* tg_debug_unfused_residual */
 
 void tg_debug_unfused_residual(int on) { unfused_residual = on; }
 
-/* *dx = dres + *dx (or *y = res + *y), the order forward or backward +
- * tg_binary always used: in place when no other handle shares the storage,
- * else into a new tensor. */
-static tg_status add_residual(tg_module *m, const tg_tensor *dres, tg_tensor **dx)
+tg_status tg_nn_add_residual(const tg_tensor *dres, tg_tensor **dx)
 {
     char a[96];
     if (!*dx)
@@ -118,7 +115,7 @@ tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const 
             st = m->vt->forward_res(m, mb, x, res, y);
         } else {
             st = m->vt->forward(m, mb, x, y);
-            if (st == TG_OK) st = add_residual(m, res, y);
+            if (st == TG_OK) st = tg_nn_add_residual(res, y);
         }
         span_end(m, sp);
     }
@@ -149,7 +146,7 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
             st = m->vt->backward_res(m, mb, dy, dres, dx);
         } else {
             st = m->vt->backward(m, mb, dy, dx);
-            if (st == TG_OK) st = add_residual(m, dres, dx);
+            if (st == TG_OK) st = tg_nn_add_residual(dres, dx);
         }
         span_end(m, sp);
     }

@@ -272,6 +272,10 @@ void tg_nn_child_opts(const tg_module *m, const char *suffix, tg_module_opts *o,
  * forward through the children in order, backward in reverse. */
 tg_status tg_chain_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y);
 tg_status tg_chain_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx);
+/* *dx = dres + *dx (or *y = res + *y), the order forward or backward +
+ * tg_binary always used: in place when no other handle shares the storage,
+ * else into a new tensor on *dx's device. Fails when *dx is NULL. */
+tg_status tg_nn_add_residual(const tg_tensor *dres, tg_tensor **dx);
 /* Chain forward with res handed to the last child. */
 tg_status tg_chain_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y);
 /* Chain backward with dres handed to the first child (the last to run). */

@@ -8,17 +8,9 @@ tg_status tg_chain_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor *
 
 tg_status tg_chain_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
 {
-    if (m->nchildren == 0) {
-        if (!res) return tg_tensor_ref(x, y);
-        tg_tensor *out = NULL;
-        tg_status st = tg_tensor_new(x->dtype, x->ndim, x->shape, tg_tensor_device(x), &out);
-        if (st == TG_OK) st = tg_binary(TG_ADD, out, res, x);
-        if (st != TG_OK) {
-            tg_tensor_free(out);
-            return st;
-        }
-        *y = out;
-        return TG_OK;
+    if (m->nchildren == 0) { /* y = (res +) x: the add goes to a new tensor, x is the caller's */
+        TG_TRY(tg_tensor_ref(x, y));
+        return res ? tg_nn_add_residual(res, y) : TG_OK;
     }
     tg_tensor *cur = NULL; /* owned; the children keep their own references to what they save */
     for (int i = 0; i < m->nchildren; i++) {
@@ -43,15 +35,8 @@ tg_status tg_chain_backward_res(tg_module *m, int mb, const tg_tensor *dy, const
     if (m->nchildren == 0) {
         if (!dres) return dy ? tg_tensor_ref(dy, dx) : TG_OK;
         if (!dy) return tg_error(TG_EINVAL, "dy is missing");
-        tg_tensor *out = NULL;
-        tg_status st = tg_tensor_new(dy->dtype, dy->ndim, dy->shape, tg_tensor_device(dy), &out);
-        if (st == TG_OK) st = tg_binary(TG_ADD, out, dres, dy);
-        if (st != TG_OK) {
-            tg_tensor_free(out);
-            return st;
-        }
-        *dx = out;
-        return TG_OK;
+        TG_TRY(tg_tensor_ref(dy, dx)); /* dx = dres + dy, into a new tensor: dy is the caller's */
+        return tg_nn_add_residual(dres, dx);
     }
     tg_tensor *cur = NULL;
     for (int i = m->nchildren - 1; i >= 0; i--) {
