@@ -347,19 +347,13 @@ static int unfused_forced(void)
 }
 
 /* The epilogue in cuBLASLt; *done = 0 when it cannot (nothing issued). */
-/* 1 when every matrix of the batch starts on a 16-byte boundary (base and batch stride in bytes). */
-static int aligned16(const void *p, int64_t stride, size_t es, int64_t batch)
-{
-    return ((uintptr_t)p & 15) == 0 && (batch <= 1 || ((size_t)stride * es) % 16 == 0);
-}
-
 static tg_status gemm_fused(tg_stream *s, const struct tg_gemm_args *a, int *done)
 {
     struct lt_epi e = {0};
     const size_t es = tg_dtype_size(a->c_dt);
     *done = 0;
     /* epilogue vectors not on 16-byte boundaries (views at odd offsets) go to the unfused kernels */
-    if ((a->bias && !aligned16(a->bias, a->n, es, 1)) || (a->aux && !aligned16(a->aux, a->stride_aux, es, a->batch)))
+    if ((a->bias && alignment(a->bias, 0, es, 1) < 16) || (a->aux && alignment(a->aux, a->stride_aux, es, a->batch) < 16))
         return TG_OK;
     if (a->epi == TG_EPI_BIAS) {
         e.epi = CUBLASLT_EPILOGUE_BIAS;
@@ -378,10 +372,9 @@ static tg_status gemm_fused(tg_stream *s, const struct tg_gemm_args *a, int *don
         return gemm_lt(s, a, &e, done);
     }
     if (a->epi == TG_EPI_DGELU) {
-        /* aux is the GELU_AUX layout: cuBLASLt wants its ld (and batch stride) a multiple of 8;
-         * a misaligned base (a view) is left to the unfused kernels too */
-        if (a->ldaux % 8 != 0 || (a->batch > 1 && a->stride_aux % 8 != 0) || ((uintptr_t)a->aux & 15) != 0)
-            return TG_OK;
+        /* aux is the GELU_AUX layout: cuBLASLt wants its ld (and batch stride) a multiple of 8
+         * (its base alignment was checked above, for every epilogue) */
+        if (a->ldaux % 8 != 0 || (a->batch > 1 && a->stride_aux % 8 != 0)) return TG_OK;
         /* cuBLASLt's gelu derivative is its own approximation, like its GELU:
          * bf16 outputs only, f32 keeps gelu_backward (the CPU's formula) */
         if (a->c_dt != TG_BF16) return TG_OK;
@@ -399,7 +392,7 @@ static tg_status gemm_fused(tg_stream *s, const struct tg_gemm_args *a, int *don
     e.epi = CUBLASLT_EPILOGUE_BGRADB;
     e.bias_stride = a->m;
     size_t need = (size_t)(a->batch * a->m) * tg_dtype_size(a->c_dt);
-    int direct = a->bgrad_acc == 0.0f && a->bgrad_dt == a->c_dt && aligned16(a->bgrad, a->m, es, a->batch);
+    int direct = a->bgrad_acc == 0.0f && a->bgrad_dt == a->c_dt && alignment(a->bgrad, a->m, es, a->batch) >= 16;
     /* cuBLASLt stores the bias grad in C's dtype: through the scratch a bf16 C would round it twice
      * (once there, once when added), unlike every other wgrad, so bf16 C accumulates unfused */
     if (!direct && a->c_dt == TG_BF16) return TG_OK;
