@@ -6,6 +6,8 @@
 #   layers    torch_layer.py and layers.lua in the same call (ratios)
 #   gpt2      torch_gpt2.py and gpt.lua at GPT-2-124M size on one GPU
 #   dp        gpt.lua 124M: 1 GPU vs 2 GPUs (ddp) with a trace of steps 4-5 (needs nvidia-h200-x2)
+#   replay    examples/bench/graph_replay.lua (host cost of eager vs graphed microbatches)
+#   allreduce all-reduce bus bandwidth of a GPT-2-sized buffer, tegraph vs PyTorch (needs nvidia-h200-x2)
 #   sanit     compute-sanitizer memcheck + racecheck on the CUDA nn-ops test
 #   suite     the whole make check
 # Usage (device tool, carry [".debs"]): bash tools/device/s2.sh tests launch ops layers
@@ -70,6 +72,15 @@ for s in "$@"; do
     timeout $(cap 90) ./tegraph run $R/examples/gpt.lua $G 2>&1 | grep -E "gpt:|steady|trained|trace"
     timeout $(cap 120) ./tegraph run -n 2 $R/examples/gpt.lua $G 2>&1 | grep -E "gpt:|steady|trained|rank|trace|overlap"
     timeout $(cap 120) ./tegraph run -n 2 $R/examples/gpt.lua $G --trace $OUT/gpt124m-trace.json --trace-steps 10:12 2>&1 | grep -E "gpt:|steady|trained|rank|trace|overlap"
+    ;;
+  replay)
+    stage "graph replay overhead"
+    timeout $(cap 60) ./tegraph run $R/examples/bench/graph_replay.lua --iters 50 2>&1 | tail -5
+    ;;
+  allreduce)
+    stage "all-reduce bandwidth, 2 GPUs"
+    timeout $(cap 60) ./tegraph run -n 2 $R/examples/bench/allreduce.lua 2>&1 | tail -3
+    timeout $(cap 60) torchrun --nproc_per_node=2 $R/tools/device/torch_allreduce.py 2>&1 | grep -v Warning | tail -2
     ;;
   optim)
     stage optim
