@@ -8,7 +8,8 @@
 #   dp        gpt.lua 124M: 1 GPU vs 2 GPUs (ddp) with a trace of steps 4-5 (needs nvidia-h200-x2)
 #   replay    examples/bench/graph_replay.lua (host cost of eager vs graphed microbatches)
 #   allreduce all-reduce bus bandwidth of a GPT-2-sized buffer, tegraph vs PyTorch (needs nvidia-h200-x2)
-#   sanit     compute-sanitizer memcheck + racecheck on the CUDA nn-ops test
+#   sanit     compute-sanitizer memcheck, then racecheck, on every CUDA test program (EXTRA_SANIT adds)
+#   prof      nsys kernel summaries: tegraph eager / graphed and PyTorch graphed, one layer config (PROF_CFG)
 #   suite     the whole make check
 # Usage (device tool, carry [".debs"]): bash tools/device/s2.sh tests launch ops layers
 set -o pipefail
@@ -92,13 +93,47 @@ for s in "$@"; do
     for f in $R/t/dist/*.lua; do (cd $R && timeout $(cap 60) /tmp/b/tegraph run -n 2 $f > /tmp/f.log 2>&1; r=$?; cp /tmp/f.log $OUT/fork-$(basename $f .lua).log; echo "## $(basename $f) rc=$r ok=$(grep -cE '^(\[rank [0-9]+\] )?ok ' /tmp/f.log) notok=$(grep -cE 'not ok' /tmp/f.log) $(grep -m1 -E '^1\.\.|SKIP' /tmp/f.log)"; grep -E "not ok|rror" /tmp/f.log | head -5); done
     ;;
   sanit)
-    stage memcheck
-    TG_CUDA_ALLOC=direct TG_TEST_SEED=5 timeout $(cap 110) compute-sanitizer --tool memcheck --leak-check no t/cuda-nn-ops-match-cpu.t > /tmp/mc.log 2>&1
-    echo "memcheck rc=$? $(grep -c '^ok' /tmp/mc.log) ok, $(grep -c '^not ok' /tmp/mc.log) not ok; $(grep -E 'ERROR SUMMARY' /tmp/mc.log)"
-    stage racecheck
-    TG_NN_OPS=attention,norms,cross_entropy TG_TEST_SEED=5 timeout $(cap 90) compute-sanitizer --tool racecheck t/cuda-nn-ops-match-cpu.t > /tmp/rc.log 2>&1
-    echo "racecheck rc=$? $(grep -c '^ok' /tmp/rc.log) ok, $(grep -c '^not ok' /tmp/rc.log) not ok; $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' /tmp/rc.log)"
-    cat /tmp/mc.log /tmp/rc.log > $OUT/sanitizer.log
+    # Every CUDA test program under memcheck, then under racecheck, all programs of a tool in
+    # parallel. TG_CUDA_ALLOC=direct (a cudaMalloc per tensor) lets memcheck see an overrun of a
+    # tensor that the caching allocator would hide inside a larger block; the allocator test
+    # itself runs with its default (it tests the cache).
+    SP="t/cuda-ops-match-cpu.t t/cuda-nn-ops-match-cpu.t t/cuda-modules-match-cpu.t t/cuda-capture-replay.t t/cuda-allocator-caches-blocks.t t/cuda-events-and-trace-time-device-work.t $EXTRA_SANIT"
+    for tool in memcheck racecheck; do
+      stage $tool
+      c=$(( $(left) / 2 - 20 )); [ $tool = racecheck ] && c=$(( $(left) - 30 )); [ $c -gt ${SANIT_CAP:-200} ] && c=${SANIT_CAP:-200}
+      for t in $SP; do
+        n=$(basename $t .t); a=direct; [ $n = cuda-allocator-caches-blocks ] && a=
+        opt="--leak-check no"; [ $tool = racecheck ] && opt="--racecheck-report hazard"
+        ( TG_CUDA_ALLOC=$a TG_TEST_SEED=5 timeout $c ./libtool --mode=execute compute-sanitizer --tool $tool $opt $t > /tmp/$tool-$n.log 2>&1
+          echo "$tool $n rc=$? $(grep -c '^ok' /tmp/$tool-$n.log) ok, $(grep -c '^not ok' /tmp/$tool-$n.log) not ok; $(grep -hE '(ERROR|RACECHECK) SUMMARY' /tmp/$tool-$n.log | tr '\n' ' ')" ) &
+      done
+      wait
+      cat /tmp/$tool-*.log > $OUT/$tool.log
+      grep -h -B2 -A12 -E "^========= (Invalid|Error|Race|Warning)" /tmp/$tool-*.log | head -60
+    done
+    ;;
+  prof)
+    # Kernel-time summaries (nsys, when the image has it) of one gpt2-size layer stack step loop:
+    # tegraph eager and graphed, and torch_layer.py's graphed gpt2 configuration.
+    NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+    [ -n "$NSYS" ] || { echo "no nsys"; continue; }
+    ks() { $NSYS stats -q -r cuda_gpu_kern_sum --format csv $1.nsys-rep 2>/dev/null | python3 -c '
+import csv,sys
+r=list(csv.reader(sys.stdin)); h=r[0]; rows=r[1:]
+tot=sum(float(x[1]) for x in rows)
+print("total kernel ms %.3f, %d kernel names" % (tot/1e6, len(rows)))
+for x in rows[:32]: print("%6s%% %9.3f ms %6s x %8.1f us  %s" % (x[0], float(x[1])/1e6, x[2], float(x[3])/1e3, x[8][:110]))'; }
+    for m in eager graphed; do
+      stage "prof tegraph $m"
+      timeout $(cap 90) $NSYS profile -q -o /tmp/p-$m --force-overwrite true --cuda-graph-trace=node ./tegraph run $R/examples/bench/layers.lua --only ${PROF_CFG:-gpt2-124M-like} --modes $m --iters 10 --gemm 0 > /dev/null 2>&1
+      ks /tmp/p-$m | tee $OUT/prof-$m.txt
+    done
+    stage "prof torch graphed"
+    (cd $R/.debs/bench && timeout $(cap 120) $NSYS profile -q -o /tmp/p-torch --force-overwrite true --cuda-graph-trace=node python3 -c "
+src=open('torch_layer.py').read().split('N = 8192')[0]
+src=src.replace('for m in [\"eager\", \"eager+hooks\", \"graphed\"]', 'for m in [\"graphed\"]')
+exec(src.replace('cfgs = [', 'cfgs = [c for c in [').replace(']\nres = []', '] if c[\"name\"] == \"${PROF_CFG:-gpt2-124M-like}\"]\nres = []', 1))" > /dev/null 2>&1)
+    ks /tmp/p-torch | tee $OUT/prof-torch.txt
     ;;
   suite)
     stage suite
