@@ -240,9 +240,10 @@ function AdamW:step(o)
 end
 
 -- The gradient norm of the last step that clipped (nil if it did not); reads
--- it from the device when the step left it there (a sync).
+-- it from the device when the step left it there (a sync), at every call: a
+-- replay of a captured step rewrites it there without the host knowing.
 function AdamW:grad_norm()
-  if self.last_norm == nil and self.last_sumsq then self.last_norm = math.sqrt(self.last_sumsq:totable()[1]) end
+  if self.last_sumsq then return math.sqrt(self.last_sumsq:totable()[1]) end
   return self.last_norm
 end
 
