@@ -101,4 +101,30 @@ do
   tap.ok(okc, "lr set after the capture is what two replays use (steps 1 and 2 at lr 0.5)")
 end
 
+-- 300 parameters: more than one CUDA launch of the multi-tensor kernel, each reading the one step count
+do
+  local function many()
+    local ps = {}
+    for i = 1, 300 do
+      tg.manual_seed(5000 + i)
+      ps[i] = nn.Parameter("q" .. i, tg.randn({ 1 + i % 7 }))
+    end
+    return ps
+  end
+  local pa, pb = many(), many()
+  local dev = pa[1].data.device
+  local oa, ob = optim.AdamW(pa, opts(true, true)), optim.AdamW(pb, opts(true, false))
+  local g = tg.stream.capture(function() oa:step() end, { device = dev })
+  for t = 1, 3 do
+    set_grads(pa, t)
+    set_grads(pb, t)
+    oa:set_lr(lr_of(t))
+    g:replay()
+    ob:step { lr = lr_of(t) }
+  end
+  local okc, which = same_state(oa, ob, tostring(dev):match("^cpu") and 0 or 1e-6)
+  tap.ok(okc, "300 parameters: 3 replays equal 3 host-scalar steps" .. (okc and "" or (" (differs at " .. which .. ")")))
+  tap.is(oa:step_count(), 3, "300 parameters: the step count advanced once per replay")
+end
+
 tap.done_testing()
