@@ -108,7 +108,7 @@ function optim.AdamW(params, o)
   if o.capturable ~= nil and type(o.capturable) ~= "boolean" then
     error(string.format("AdamW: capturable must be a boolean (got %s)", type(o.capturable)), 2)
   end
-  if type(self.lr) ~= "number" or not finite(self.lr) then
+  if self.capturable and (type(self.lr) ~= "number" or not finite(self.lr)) then -- it becomes a device value
     error(string.format("AdamW: lr must be a finite number (got %s)", tostring(self.lr)), 2)
   end
   local no_decay = o.no_decay or default_no_decay
