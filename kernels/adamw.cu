@@ -16,10 +16,24 @@ static __device__ __forceinline__ void adamw_elem(float &p, float &m, float &v, 
     p = (float)w;
 }
 
+/* A capturable step's lr and bias corrections from the device values, read when
+ * the kernel runs (a replay sees those of its time); as the host computes them. */
+static __device__ __forceinline__ void adamw_sched(const float *lr_dev, const int32_t *step_dev, double b1, double b2,
+                                                   double &lr, double &bc1, double &bc2)
+{
+    lr = *lr_dev;
+    const double t = (double)*step_dev;
+    bc1 = 1.0 - pow(b1, t);
+    bc2 = 1.0 - pow(b2, t);
+}
+
+/* DEV: lr and step from lr_dev / step_dev (capturable), else the host's lr, bc1, bc2. */
+template <bool DEV>
 static __global__ void adamw_kernel(float *p, float *m, float *v, uint16_t *p_lowp, const void *g, tg_dtype g_dt,
                                     int64_t n, double lr, double b1, double b2, double eps, double wd, double gs,
-                                    double bc1, double bc2)
+                                    double bc1, double bc2, const float *lr_dev, const int32_t *step_dev)
 {
+    if (DEV) adamw_sched(lr_dev, step_dev, b1, b2, lr, bc1, bc2);
     TGK_GRID_STRIDE(i, n)
     {
         float pi = p[i], mi = m[i], vi = v[i];
@@ -33,13 +47,33 @@ static __global__ void adamw_kernel(float *p, float *m, float *v, uint16_t *p_lo
 
 extern "C" cudaError_t tg_cuda_adamw(float *p, float *m, float *v, uint16_t *p_lowp, const void *g, tg_dtype g_dt,
                                      int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                                     float grad_scale, int64_t step, cudaStream_t st)
+                                     float grad_scale, int64_t step, const float *lr_dev, const int32_t *step_dev,
+                                     cudaStream_t st)
 {
     if (n <= 0) return cudaSuccess;
     const double b1 = beta1, b2 = beta2;
+    if (lr_dev) {
+        adamw_kernel<true><<<tgk_blocks(n), TGK_THREADS, 0, st>>>(p, m, v, p_lowp, g, g_dt, n, 0.0, b1, b2, eps,
+                                                                  weight_decay, grad_scale, 1.0, 1.0, lr_dev,
+                                                                  step_dev);
+        return cudaGetLastError();
+    }
     const double bc1 = 1.0 - pow(b1, (double)step), bc2 = 1.0 - pow(b2, (double)step);
-    adamw_kernel<<<tgk_blocks(n), TGK_THREADS, 0, st>>>(p, m, v, p_lowp, g, g_dt, n, lr, b1, b2, eps, weight_decay,
-                                                        grad_scale, bc1, bc2);
+    adamw_kernel<false><<<tgk_blocks(n), TGK_THREADS, 0, st>>>(p, m, v, p_lowp, g, g_dt, n, lr, b1, b2, eps,
+                                                               weight_decay, grad_scale, bc1, bc2, NULL, NULL);
+    return cudaGetLastError();
+}
+
+/* The capturable optimizer's step count, advanced on the device once per step
+ * (a separate launch: every block of the updates after it reads the new value). */
+static __global__ void adamw_count_kernel(int32_t *step)
+{
+    *step += 1;
+}
+
+extern "C" cudaError_t tg_cuda_adamw_count(int32_t *step, cudaStream_t st)
+{
+    adamw_count_kernel<<<1, 1, 0, st>>>(step);
     return cudaGetLastError();
 }
 
@@ -60,6 +94,8 @@ struct adamw_table {
     struct tgk_adamw_tensor t[ADAMW_GROUP];
     double lr, b1, b2, eps, bc1, bc2, grad_scale, max_norm;
     const float *clip_sumsq;
+    const float *lr_dev;     /* capturable: lr and step read here (then lr, bc1, bc2 unused) */
+    const int32_t *step_dev;
 };
 
 static __device__ __forceinline__ int aligned(const void *p, unsigned bytes)
@@ -67,8 +103,10 @@ static __device__ __forceinline__ int aligned(const void *p, unsigned bytes)
     return ((uintptr_t)p & (bytes - 1)) == 0;
 }
 
-static __global__ void adamw_multi_kernel(const __grid_constant__ struct adamw_table tab)
+template <bool DEV> static __global__ void adamw_multi_kernel(const __grid_constant__ struct adamw_table tab)
 {
+    double lr = tab.lr, bc1 = tab.bc1, bc2 = tab.bc2;
+    if (DEV) adamw_sched(tab.lr_dev, tab.step_dev, tab.b1, tab.b2, lr, bc1, bc2);
     double gs = tab.grad_scale;
     if (tab.clip_sumsq) { /* optim.clip_factor of sqrt(sumsq), decided here so the host never reads the norm */
         const double norm = sqrt((double)*tab.clip_sumsq);
@@ -104,10 +142,10 @@ static __global__ void adamw_multi_kernel(const __grid_constant__ struct adamw_t
                 const float4 f = *(const float4 *)((const float *)t.g + j);
                 g4[0] = f.x, g4[1] = f.y, g4[2] = f.z, g4[3] = f.w;
             }
-            adamw_elem(p4.x, m4.x, v4.x, g4[0], tab.lr, tab.b1, tab.b2, tab.eps, wd, gs, tab.bc1, tab.bc2);
-            adamw_elem(p4.y, m4.y, v4.y, g4[1], tab.lr, tab.b1, tab.b2, tab.eps, wd, gs, tab.bc1, tab.bc2);
-            adamw_elem(p4.z, m4.z, v4.z, g4[2], tab.lr, tab.b1, tab.b2, tab.eps, wd, gs, tab.bc1, tab.bc2);
-            adamw_elem(p4.w, m4.w, v4.w, g4[3], tab.lr, tab.b1, tab.b2, tab.eps, wd, gs, tab.bc1, tab.bc2);
+            adamw_elem(p4.x, m4.x, v4.x, g4[0], lr, tab.b1, tab.b2, tab.eps, wd, gs, bc1, bc2);
+            adamw_elem(p4.y, m4.y, v4.y, g4[1], lr, tab.b1, tab.b2, tab.eps, wd, gs, bc1, bc2);
+            adamw_elem(p4.z, m4.z, v4.z, g4[2], lr, tab.b1, tab.b2, tab.eps, wd, gs, bc1, bc2);
+            adamw_elem(p4.w, m4.w, v4.w, g4[3], lr, tab.b1, tab.b2, tab.eps, wd, gs, bc1, bc2);
             *(float4 *)(t.p + j) = p4;
             *(float4 *)(t.m + j) = m4;
             *(float4 *)(t.v + j) = v4;
@@ -119,7 +157,7 @@ static __global__ void adamw_multi_kernel(const __grid_constant__ struct adamw_t
     }
     for (int64_t j = i + threadIdx.x; j < last; j += blockDim.x) {
         float pj = t.p[j], mj = t.m[j], vj = t.v[j];
-        adamw_elem(pj, mj, vj, tgk_load(t.g, t.g_dt, j), tab.lr, tab.b1, tab.b2, tab.eps, wd, gs, tab.bc1, tab.bc2);
+        adamw_elem(pj, mj, vj, tgk_load(t.g, t.g_dt, j), lr, tab.b1, tab.b2, tab.eps, wd, gs, bc1, bc2);
         t.m[j] = mj;
         t.v[j] = vj;
         t.p[j] = pj;
@@ -129,14 +167,17 @@ static __global__ void adamw_multi_kernel(const __grid_constant__ struct adamw_t
 
 extern "C" cudaError_t tg_cuda_adamw_multi(const struct tgk_adamw_tensor *t, int ntensors, float lr, float beta1,
                                            float beta2, float eps, float grad_scale, int64_t step,
-                                           const float *clip_sumsq, double max_norm, cudaStream_t st)
+                                           const float *clip_sumsq, double max_norm, const float *lr_dev,
+                                           const int32_t *step_dev, cudaStream_t st)
 {
     struct adamw_table *x = (struct adamw_table *)malloc(sizeof *x); /* 15 KiB: kept off small thread stacks */
     if (!x) return cudaErrorMemoryAllocation;
     const double b1 = beta1, b2 = beta2;
     x->lr = lr, x->b1 = b1, x->b2 = b2, x->eps = eps, x->grad_scale = grad_scale, x->max_norm = max_norm;
-    x->bc1 = 1.0 - pow(b1, (double)step), x->bc2 = 1.0 - pow(b2, (double)step);
+    if (lr_dev) x->bc1 = x->bc2 = 1.0; /* unused: the kernel computes them from *step_dev */
+    else x->bc1 = 1.0 - pow(b1, (double)step), x->bc2 = 1.0 - pow(b2, (double)step);
     x->clip_sumsq = clip_sumsq;
+    x->lr_dev = lr_dev, x->step_dev = step_dev;
     cudaError_t e = cudaSuccess;
     for (int k0 = 0; k0 < ntensors && e == cudaSuccess; k0 += ADAMW_GROUP) {
         int n = 0;
@@ -154,7 +195,8 @@ extern "C" cudaError_t tg_cuda_adamw_multi(const struct tgk_adamw_tensor *t, int
         x->ntensors = n;
         x->chunk_start[n] = (int)blocks;
         if (blocks == 0) continue;
-        adamw_multi_kernel<<<(unsigned)blocks, TGK_THREADS, 0, st>>>(*x);
+        if (lr_dev) adamw_multi_kernel<true><<<(unsigned)blocks, TGK_THREADS, 0, st>>>(*x);
+        else adamw_multi_kernel<false><<<(unsigned)blocks, TGK_THREADS, 0, st>>>(*x);
         e = cudaGetLastError();
     }
     free(x);

@@ -129,9 +129,13 @@ cudaError_t tg_cuda_cross_entropy_backward(void *dlogits, const void *logits, co
                                            const float *loss, tg_dtype dt, int64_t n, int64_t v, float dloss,
                                            int ignore_index, cudaStream_t st);
 
+/* lr_dev, step_dev: NULL, or the capturable optimizer's (1) f32 lr and (1) i32
+ * step count read on the device (lr and step are then unused). */
 cudaError_t tg_cuda_adamw(float *p, float *m, float *v, uint16_t *p_lowp, const void *g, tg_dtype g_dt, int64_t n,
                           float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                          int64_t step, cudaStream_t st);
+                          int64_t step, const float *lr_dev, const int32_t *step_dev, cudaStream_t st);
+/* *step += 1 on the device (one thread). */
+cudaError_t tg_cuda_adamw_count(int32_t *step, cudaStream_t st);
 
 /* ------------------------------------------------------------------ multi-tensor kernels
  * Table entries with the layout of backend.h's tg_adamw_multi_tensor and
@@ -154,10 +158,10 @@ struct tgk_sumsq_tensor {
 
 /* tg_cuda_adamw on every tensor of t; clip_sumsq (device, may be NULL) as struct
  * tg_adamw_multi_args: the scale and the skip on a non-finite norm are decided
- * on the device. */
+ * on the device; lr_dev / step_dev as tg_cuda_adamw. */
 cudaError_t tg_cuda_adamw_multi(const struct tgk_adamw_tensor *t, int ntensors, float lr, float beta1, float beta2,
                                 float eps, float grad_scale, int64_t step, const float *clip_sumsq, double max_norm,
-                                cudaStream_t st);
+                                const float *lr_dev, const int32_t *step_dev, cudaStream_t st);
 /* *out = sum of squares of all the tensors, in f64 in a fixed order (per-block
  * partials, then one block folds them), stored as one f32. scratch: the
  * TGK_REDUCE_BLOCKS doubles of tg_cuda_reduce. */

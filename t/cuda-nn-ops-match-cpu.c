@@ -651,6 +651,31 @@ static void test_adamw_multi(void)
                  c == 0 ? "step 1, no clip" : c == 1 ? "step 7, clip inactive" : "step 7, clip active");
         run_case(what, issue_adamw_multi, aa[0], aa[1], o, 4, TG_F32);
     }
+    /* capturable: lr and step read by the kernels from device scalars (each backend its own copy) */
+    {
+        struct pair lrp = pair_new(4), stp = pair_new(4);
+        const float lr = 3e-3f;
+        int32_t step = 7;
+        pair_set(&lrp, &lr), pair_set(&stp, &step);
+        for (int g = 0; g < 2; g++)
+            *aa[g] = (struct tg_adamw_multi_args){.lr = 1.0f, .step = 1, /* unused: read from lr_dev, step_dev */
+                                                  .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 1.0f,
+                                                  .ntensors = K, .clip_sumsq = ON(sq), .max_norm = 0.5 * norm,
+                                                  .lr_dev = ON(lrp), .step_dev = ON(stp)};
+        run_case("adamw_multi of 300 tensors, capturable (lr and step 7 on the device), clip active",
+                 issue_adamw_multi, aa[0], aa[1], o, 4, TG_F32);
+        /* the step count advances on the device, once per call */
+        step = 41;
+        pair_set(&stp, &step);
+        tg_status sc = tg_backend_cpu.adamw_count(cs, stp.c), sg = tg_backend_cuda.adamw_count(gs, stp.g);
+        sync_both();
+        int32_t *gv = pair_gpu(&stp);
+        ok(sc == TG_OK && sg == TG_OK && *gv == 42 && *(int32_t *)stp.c == 42,
+           "adamw_count advances the device step count 41 -> 42 (cpu %d, cuda %d)", *(int32_t *)stp.c, *gv);
+        free(gv);
+        for (int g = 0; g < 2; g++) aa[g]->lr_dev = NULL, aa[g]->step_dev = NULL;
+        pair_free(&lrp), pair_free(&stp);
+    }
     /* NaN norm: the device skips the step */
     {
         float nan = NAN;

@@ -6,6 +6,9 @@ GPT_LUA_TESTS = \
 	t/lua-custom-module-in-sequential.lua \
 	t/adamw-matches-hand-computed-step.lua \
 	t/adamw-foreach-matches-per-tensor.lua \
+	t/adamw-capturable-replay-equals-eager-steps.lua \
+	t/adamw-capturable-clipped-replay-equals-eager.lua \
+	t/adamw-capturable-bad-use-errors.lua \
 	t/data-bin-files-load-and-fail-clearly.lua \
 	t/gpt-example-loss-falls.lua
 TESTS += $(GPT_LUA_TESTS)

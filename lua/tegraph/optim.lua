@@ -63,8 +63,10 @@ local function default_no_decay(p)
   return #p.shape < 2
 end
 
+local function finite(x) return x == x and x ~= math.huge and x ~= -math.huge end
+
 -- optim.AdamW(params, {lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
---   weight_decay=0, no_decay=fn(p)->bool, max_norm=nil, foreach=true, sync_norm=true})
+--   weight_decay=0, no_decay=fn(p)->bool, max_norm=nil, foreach=true, sync_norm=true, capturable=false})
 -- bf16 parameters are updated through their f32 master copy (p.master),
 -- which is then rounded into p.data; f32 parameters are updated in place.
 -- The gradient read is p.wgrad (main_grad when fused, else grad).
@@ -74,6 +76,17 @@ end
 -- parameter per call (the reference path). Both give bit-identical results.
 -- sync_norm=false: step does not read the norm back (returns nil); ask
 -- opt:grad_norm() for it when needed.
+-- capturable=true (as PyTorch's): the step count and lr live on the device, a
+-- (1) i32 and a (1) f32 per device, read by the update kernels when they run;
+-- each step first advances the count there (one tiny kernel), and the bias
+-- corrections come from it on the device. So a captured step (with device-side
+-- clipping: foreach, one device) replayed N times is N Adam steps, each with
+-- the lr of its replay: change it between replays with opt:set_lr(v), an
+-- ordinary device write on the stream (not a graph node), ordered before the
+-- next replay; inside a capture it is an error, as is step{lr=} (it would be
+-- replayed forever). opt:step_count() reads the device count. On the CPU the
+-- results equal capturable=false bit for bit; on CUDA the device's pow may
+-- differ from the host's in the last bit of a bias correction.
 function optim.AdamW(params, o)
   o = o or {}
   if type(params) ~= "table" or #params == 0 then error("AdamW: needs a non-empty list of parameters", 2) end
@@ -87,10 +100,17 @@ function optim.AdamW(params, o)
     max_norm = o.max_norm,
     foreach = o.foreach ~= false,
     sync_norm = o.sync_norm ~= false,
+    capturable = o.capturable == true,
     t = 0,
     state = {},
     groups = {}, -- foreach: { {device=, entries={...}, params={...}, sumsq=(1) f32}, ... } by device
   }, AdamW)
+  if o.capturable ~= nil and type(o.capturable) ~= "boolean" then
+    error(string.format("AdamW: capturable must be a boolean (got %s)", type(o.capturable)), 2)
+  end
+  if self.capturable and (type(self.lr) ~= "number" or not finite(self.lr)) then -- it becomes a device value
+    error(string.format("AdamW: lr must be a finite number (got %s)", tostring(self.lr)), 2)
+  end
   local no_decay = o.no_decay or default_no_decay
   local of = {}
   for i, p in ipairs(params) do
@@ -108,28 +128,62 @@ function optim.AdamW(params, o)
     local key = tostring(data.device)
     local grp = of[key]
     if not grp then
-      -- the norm's buffer lives as long as the optimizer, so a step can be captured; but the step
-      -- count (bias corrections) and lr are host values baked into what is captured: every replay
-      -- repeats the captured step's count and lr (step t + 1 needs its own capture or an eager step)
+      -- the norm's buffer lives as long as the optimizer, so a step can be captured; without
+      -- capturable the step count (bias corrections) and lr are host values baked into what is
+      -- captured: every replay repeats the captured step's count and lr
       grp = { device = data.device, entries = {}, params = {}, sumsq = core.zeros({ 1 }, zeros) }
+      if self.capturable then
+        grp.lr_t = core.full({ 1 }, self.lr, zeros) -- rounded to f32 as the host path's lr is
+        grp.step_t = core.zeros({ 1 }, { dtype = "i32", device = data.device })
+      end
       of[key] = grp
       self.groups[#self.groups + 1] = grp
     end
+    s.grp = grp
     grp.entries[#grp.entries + 1] = { p = s.p, lowp = s.lowp, m = s.m, v = s.v, weight_decay = s.wd }
     grp.params[#grp.params + 1] = p
   end
   return self
 end
 
-local function finite(x) return x == x and x ~= math.huge and x ~= -math.huge end
+-- Sets the lr of the next steps. Capturable: writes the device lr now (stream
+-- ordered: the next replay of a captured step reads it); an error while a
+-- parameters' device captures, since the write would be captured instead.
+local function set_lr(self, lr, who)
+  if type(lr) ~= "number" or not finite(lr) then
+    error(string.format("%s: lr must be a finite number (got %s%s)", who, type(lr),
+      type(lr) == "number" and (" " .. tostring(lr)) or ""), 3)
+  end
+  if self.capturable then
+    for _, grp in ipairs(self.groups) do
+      if core.stream.capturing(grp.device) then
+        error(string.format("%s: %s is capturing; a capturable optimizer's lr is a device value, set it " ..
+          "between replays (opt:set_lr), not inside the captured step", who, tostring(grp.device)), 3)
+      end
+    end
+    for _, grp in ipairs(self.groups) do grp.lr_t:fill_(lr) end
+  end
+  self.lr = lr
+end
 
--- One update. o: {lr=, max_norm=, sync_norm=} override the constructor's.
--- Clipping is folded into the update as a gradient scale; a non-finite
+function AdamW:set_lr(lr) set_lr(self, lr, "AdamW:set_lr") end
+
+-- The number of steps taken: capturable, the device count (a host read: replays
+-- of a captured step count too); else the host count.
+function AdamW:step_count()
+  if not self.capturable then return self.t end
+  return math.tointeger(self.groups[1].step_t:totable()[1])
+end
+
+-- One update. o: {lr=, max_norm=, sync_norm=} override the constructor's
+-- (capturable: lr= is set_lr, so it stays for the next steps, and is refused
+-- while capturing). Clipping is folded into the update as a gradient scale; a non-finite
 -- gradient norm skips the update (parameters and moments unchanged; the step
 -- count still advances). Returns the gradient norm when clipping (nil without
 -- clipping, or with sync_norm=false on the device path: see AdamW:grad_norm).
 function AdamW:step(o)
   o = o or {}
+  if self.capturable and o.lr ~= nil then set_lr(self, o.lr, "AdamW:step{lr=}") end
   local lr = o.lr or self.lr
   local max_norm = o.max_norm or self.max_norm
   local sync_norm = self.sync_norm
@@ -137,6 +191,13 @@ function AdamW:step(o)
   self.t = self.t + 1
   self.last_norm, self.last_sumsq = nil, nil
   local args = { lr = lr, step = self.t, beta1 = self.beta1, beta2 = self.beta2, eps = self.eps, grad_scale = 1.0 }
+  if self.capturable then -- the count advances on the device first: every update kernel after it reads it
+    for _, grp in ipairs(self.groups) do ops.adamw_count(grp.step_t) end
+  end
+  -- capturable: the update kernels read lr and step from the group's device tensors
+  local function sched(grp)
+    if self.capturable then args.lr, args.step = grp.lr_t, grp.step_t end
+  end
   if self.foreach and max_norm and #self.groups == 1 then
     -- the whole clip on the device: sum of squares, then the factor read by the update kernel
     local grp = self.groups[1]
@@ -148,6 +209,7 @@ function AdamW:step(o)
     end
     ops.sumsq_multi(grads, grp.sumsq)
     args.clip_sumsq, args.max_norm = grp.sumsq, max_norm
+    sched(grp)
     ops.adamw_multi(grp.entries, args)
     self.last_sumsq = grp.sumsq
     if sync_norm then return self:grad_norm() end
@@ -163,12 +225,14 @@ function AdamW:step(o)
   if self.foreach then
     for _, grp in ipairs(self.groups) do
       for i, p in ipairs(grp.params) do grp.entries[i].g = grad_of(p) end
+      sched(grp)
       ops.adamw_multi(grp.entries, args)
     end
   else
     for i, p in ipairs(self.params) do
       local s = self.state[i]
       args.weight_decay = s.wd
+      sched(s.grp)
       ops.adamw_step(s.p, s.lowp, grad_of(p), s.m, s.v, args)
     end
   end
@@ -176,9 +240,10 @@ function AdamW:step(o)
 end
 
 -- The gradient norm of the last step that clipped (nil if it did not); reads
--- it from the device when the step left it there (a sync).
+-- it from the device when the step left it there (a sync), at every call: a
+-- replay of a captured step rewrites it there without the host knowing.
 function AdamW:grad_norm()
-  if self.last_norm == nil and self.last_sumsq then self.last_norm = math.sqrt(self.last_sumsq:totable()[1]) end
+  if self.last_sumsq then return math.sqrt(self.last_sumsq:totable()[1]) end
   return self.last_norm
 end
 

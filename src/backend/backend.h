@@ -311,6 +311,11 @@ struct tg_adamw_args {
     int64_t n;
     float lr, beta1, beta2, eps, weight_decay, grad_scale;
     int64_t step;              /* >= 1 */
+    /* Capturable: NULL, or lr (1) f32 and the step count (1) i32 read on the
+     * device when the kernel runs (then lr and step above are unused), so a
+     * replay sees the values of its time, not those of the capture. */
+    const float *lr_dev;
+    const int32_t *step_dev;
 };
 
 /* Many AdamW steps in one call (see tg_adamw_multi in ops_nn.h): shared
@@ -334,6 +339,8 @@ struct tg_adamw_multi_args {
      * norm <= max_norm, else max_norm / (norm + 1e-6), as optim.clip_factor. */
     const float *clip_sumsq;
     double max_norm;
+    const float *lr_dev;       /* capturable, as tg_adamw_args: NULL or (1) f32 */
+    const int32_t *step_dev;   /* NULL or (1) i32 */
     int ntensors;
     struct tg_adamw_multi_tensor t[];
 };
@@ -428,6 +435,7 @@ struct tg_backend {
     tg_status (*cross_entropy_backward)(tg_stream *s, const struct tg_cross_entropy_backward_args *a);
     tg_status (*adamw)(tg_stream *s, const struct tg_adamw_args *a);
     tg_status (*adamw_multi)(tg_stream *s, const struct tg_adamw_multi_args *a);
+    tg_status (*adamw_count)(tg_stream *s, int32_t *step); /* *step += 1 on the device */
     tg_status (*sumsq_multi)(tg_stream *s, const struct tg_sumsq_multi_args *a);
 };
 

@@ -275,5 +275,6 @@ const struct tg_backend tg_backend_cpu = {
     .cross_entropy_backward = cpu_cross_entropy_backward,
     .adamw = cpu_adamw,
     .adamw_multi = cpu_adamw_multi,
+    .adamw_count = cpu_adamw_count,
     .sumsq_multi = cpu_sumsq_multi,
 };

@@ -47,6 +47,7 @@ tg_status cpu_cross_entropy_forward(tg_stream *s, const struct tg_cross_entropy_
 tg_status cpu_cross_entropy_backward(tg_stream *s, const struct tg_cross_entropy_backward_args *a);
 tg_status cpu_adamw(tg_stream *s, const struct tg_adamw_args *a);
 tg_status cpu_adamw_multi(tg_stream *s, const struct tg_adamw_multi_args *a);
+tg_status cpu_adamw_count(tg_stream *s, int32_t *step);
 tg_status cpu_sumsq_multi(tg_stream *s, const struct tg_sumsq_multi_args *a);
 
 /* 64-byte aligned host memory for kernel workspaces (NULL on failure). */

@@ -635,12 +635,24 @@ static inline void adamw_tensor(float *P, float *M, float *V, uint16_t *PL, cons
     }
 }
 
+/* lr and step of the call: the device values when capturable (read now, at run
+ * or replay time), else the host values it was issued with. */
+static void adamw_sched(const float *lr_dev, const int32_t *step_dev, float lr, int64_t step, double *lr_out,
+                        int64_t *step_out)
+{
+    *lr_out = lr_dev ? *lr_dev : lr;
+    *step_out = step_dev ? *step_dev : step;
+}
+
 static void adamw_run(const void *p)
 {
     const struct tg_adamw_args *a = p;
     const double b1 = a->beta1, b2 = a->beta2;
-    const double bc1 = 1.0 - pow(b1, (double)a->step), bc2 = 1.0 - pow(b2, (double)a->step);
-    adamw_tensor(a->p, a->m, a->v, a->p_lowp, a->g, a->g_dt, a->n, a->lr, b1, b2, a->eps, a->weight_decay,
+    double lr;
+    int64_t step;
+    adamw_sched(a->lr_dev, a->step_dev, a->lr, a->step, &lr, &step);
+    const double bc1 = 1.0 - pow(b1, (double)step), bc2 = 1.0 - pow(b2, (double)step);
+    adamw_tensor(a->p, a->m, a->v, a->p_lowp, a->g, a->g_dt, a->n, lr, b1, b2, a->eps, a->weight_decay,
                  a->grad_scale, bc1, bc2);
 }
 
@@ -662,7 +674,10 @@ static void adamw_multi_run(const void *p)
 {
     const struct tg_adamw_multi_args *a = p;
     const double b1 = a->beta1, b2 = a->beta2;
-    const double bc1 = 1.0 - pow(b1, (double)a->step), bc2 = 1.0 - pow(b2, (double)a->step);
+    double lr;
+    int64_t step;
+    adamw_sched(a->lr_dev, a->step_dev, a->lr, a->step, &lr, &step);
+    const double bc1 = 1.0 - pow(b1, (double)step), bc2 = 1.0 - pow(b2, (double)step);
     double f = 1.0;
     if (a->clip_sumsq) {
         f = clip_factor(*a->clip_sumsq, a->max_norm);
@@ -672,7 +687,7 @@ static void adamw_multi_run(const void *p)
     const double gs = (float)((double)a->grad_scale * f);
     for (int k = 0; k < a->ntensors; k++) {
         const struct tg_adamw_multi_tensor *t = &a->t[k];
-        adamw_tensor(t->p, t->m, t->v, t->p_lowp, t->g, t->g_dt, t->n, a->lr, b1, b2, a->eps, t->weight_decay, gs,
+        adamw_tensor(t->p, t->m, t->v, t->p_lowp, t->g, t->g_dt, t->n, lr, b1, b2, a->eps, t->weight_decay, gs,
                      bc1, bc2);
     }
 }
@@ -681,6 +696,17 @@ tg_status cpu_adamw_multi(tg_stream *s, const struct tg_adamw_multi_args *a)
 {
     for (int k = 0; k < a->ntensors; k++) TG_TRY(float_only("adamw_multi", a->t[k].g_dt));
     return cpu_submit(s, adamw_multi_run, a, tg_adamw_multi_args_size(a->ntensors));
+}
+
+static void adamw_count_run(const void *p)
+{
+    int32_t *step = *(int32_t *const *)p;
+    *step += 1;
+}
+
+tg_status cpu_adamw_count(tg_stream *s, int32_t *step)
+{
+    return cpu_submit(s, adamw_count_run, &step, sizeof step);
 }
 
 /* ------------------------------------------------------------------ sum of squares of many tensors */

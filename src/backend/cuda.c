@@ -788,7 +788,13 @@ static tg_status cuda_adamw(tg_stream *s, const struct tg_adamw_args *a)
 {
     TG_TRY(float_only("adamw", a->g_dt));
     LAUNCH(s, tg_cuda_adamw(a->p, a->m, a->v, a->p_lowp, a->g, a->g_dt, a->n, a->lr, a->beta1, a->beta2, a->eps,
-                            a->weight_decay, a->grad_scale, a->step, tg_cuda_stream(s)));
+                            a->weight_decay, a->grad_scale, a->step, a->lr_dev, a->step_dev, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_adamw_count(tg_stream *s, int32_t *step)
+{
+    LAUNCH(s, tg_cuda_adamw_count(step, tg_cuda_stream(s)));
     return TG_OK;
 }
 
@@ -809,7 +815,8 @@ static tg_status cuda_adamw_multi(tg_stream *s, const struct tg_adamw_multi_args
 {
     for (int k = 0; k < a->ntensors; k++) TG_TRY(float_only("adamw_multi", a->t[k].g_dt));
     LAUNCH(s, tg_cuda_adamw_multi((const struct tgk_adamw_tensor *)a->t, a->ntensors, a->lr, a->beta1, a->beta2,
-                                  a->eps, a->grad_scale, a->step, a->clip_sumsq, a->max_norm, tg_cuda_stream(s)));
+                                  a->eps, a->grad_scale, a->step, a->clip_sumsq, a->max_norm, a->lr_dev,
+                                  a->step_dev, tg_cuda_stream(s)));
     return TG_OK;
 }
 
@@ -872,5 +879,6 @@ const struct tg_backend tg_backend_cuda = {
     .cross_entropy_backward = cuda_cross_entropy_backward,
     .adamw = cuda_adamw,
     .adamw_multi = cuda_adamw_multi,
+    .adamw_count = cuda_adamw_count,
     .sumsq_multi = cuda_sumsq_multi,
 };

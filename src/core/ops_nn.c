@@ -628,6 +628,31 @@ tg_status tg_cross_entropy_backward(tg_tensor *dlogits, const tg_tensor *logits,
 }
 
 /* ------------------------------------------------------------------ optimizer */
+/* The device scalar a multi-tensor op reads or writes: (1) f32 on ref's device. */
+static tg_status scalar_check(const char *op, const char *name, const tg_tensor *t, const char *rn, const tg_tensor *ref)
+{
+    char x[96];
+    TG_TRY(need(op, name, t));
+    TG_TRY(on_dev(op, rn, ref, name, t));
+    if (t->dtype != TG_F32 || tg_tensor_numel(t) != 1)
+        return tg_error(TG_EINVAL, "%s: %s %s must hold one f32", op, name, desc(t, x, sizeof x));
+    return TG_OK;
+}
+
+/* A capturable optimizer's device lr (1) f32 and step count (1) i32, both on p's
+ * device (ref names p: "p" or "param 1 p"). */
+static tg_status sched_check(const char *op, const char *rn, const tg_tensor *ref, const tg_tensor *lr,
+                             const tg_tensor *step)
+{
+    char x[96];
+    TG_TRY(scalar_check(op, "lr", lr, rn, ref));
+    TG_TRY(need(op, "step", step));
+    TG_TRY(on_dev(op, rn, ref, "step", step));
+    if (step->dtype != TG_I32 || tg_tensor_numel(step) != 1)
+        return tg_error(TG_EINVAL, "%s: step %s must hold one i32 (the step count)", op, desc(step, x, sizeof x));
+    return TG_OK;
+}
+
 /* One parameter's tensors (op may name the parameter: "adamw_multi: param 3"). */
 static tg_status adamw_tensors_check(const char *op, const tg_tensor *p, const tg_tensor *p_lowp, const tg_tensor *g,
                                      const tg_tensor *m, const tg_tensor *v)
@@ -663,42 +688,65 @@ static tg_status adamw_hyper_check(const char *op, double lr, double beta1, doub
     return TG_OK;
 }
 
-static tg_status adamw_check(tg_tensor *p, tg_tensor *p_lowp, const tg_tensor *g, tg_tensor *m, tg_tensor *v, double lr,
-                             double beta1, double beta2, double eps, double weight_decay, int64_t step,
-                             double grad_scale)
+static tg_status adamw_check(const char *op, tg_tensor *p, tg_tensor *p_lowp, const tg_tensor *g, tg_tensor *m,
+                             tg_tensor *v, double lr, double beta1, double beta2, double eps, double weight_decay,
+                             int64_t step, double grad_scale)
 {
-    const char *op = "adamw_step";
     TG_TRY(adamw_tensors_check(op, p, p_lowp, g, m, v));
     TG_TRY(finite_arg(op, "lr", lr));
     TG_TRY(finite_arg(op, "weight_decay", weight_decay));
     return adamw_hyper_check(op, lr, beta1, beta2, eps, step, grad_scale);
 }
 
-tg_status tg_adamw_step(tg_tensor *p, tg_tensor *p_lowp, const tg_tensor *g, tg_tensor *m, tg_tensor *v, double lr,
-                        double beta1, double beta2, double eps, double weight_decay, int64_t step, double grad_scale)
+/* tg_adamw_step, with lr and step read on the device when lr_t is given. */
+static tg_status adamw_step_issue(const char *op, tg_tensor *p, tg_tensor *p_lowp, const tg_tensor *g, tg_tensor *m,
+                                  tg_tensor *v, double lr, const tg_tensor *lr_t, int64_t step, const tg_tensor *step_t,
+                                  double beta1, double beta2, double eps, double weight_decay, double grad_scale)
 {
     tg_stream *s;
-    TG_TRY(stream_for("adamw_step", "p", p, &s));
-    tg_status st = adamw_check(p, p_lowp, g, m, v, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+    TG_TRY(stream_for(op, "p", p, &s));
+    tg_status st = adamw_check(op, p, p_lowp, g, m, v, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+    if (st == TG_OK && lr_t) st = sched_check(op, "p", p, lr_t, step_t);
     struct tg_adamw_args a = {0};
     if (st == TG_OK)
         a = (struct tg_adamw_args){.p = tg_tensor_data(p), .m = tg_tensor_data(m), .v = tg_tensor_data(v),
                                    .p_lowp = p_lowp ? tg_tensor_data(p_lowp) : NULL, .g = tg_tensor_data(g),
                                    .g_dt = g->dtype, .n = tg_tensor_numel(p), .lr = (float)lr, .beta1 = (float)beta1,
                                    .beta2 = (float)beta2, .eps = (float)eps, .weight_decay = (float)weight_decay,
-                                   .grad_scale = (float)grad_scale, .step = step};
-    ISSUE(s, "adamw_step", adamw, &a, st);
+                                   .grad_scale = (float)grad_scale, .step = step,
+                                   .lr_dev = lr_t ? tg_tensor_data(lr_t) : NULL,
+                                   .step_dev = lr_t ? tg_tensor_data(step_t) : NULL};
+    ISSUE(s, op, adamw, &a, st);
 }
 
-/* The device scalar a multi-tensor op reads or writes: (1) f32 on ref's device. */
-static tg_status scalar_check(const char *op, const char *name, const tg_tensor *t, const char *rn, const tg_tensor *ref)
+tg_status tg_adamw_step(tg_tensor *p, tg_tensor *p_lowp, const tg_tensor *g, tg_tensor *m, tg_tensor *v, double lr,
+                        double beta1, double beta2, double eps, double weight_decay, int64_t step, double grad_scale)
 {
+    return adamw_step_issue("adamw_step", p, p_lowp, g, m, v, lr, NULL, step, NULL, beta1, beta2, eps, weight_decay,
+                            grad_scale);
+}
+
+tg_status tg_adamw_step_dev(tg_tensor *p, tg_tensor *p_lowp, const tg_tensor *g, tg_tensor *m, tg_tensor *v,
+                            const tg_tensor *lr, const tg_tensor *step, double beta1, double beta2, double eps,
+                            double weight_decay, double grad_scale)
+{
+    const char *op = "adamw_step";
+    if (!lr || !step) return tg_error(TG_EINVAL, "%s: capturable: both lr and step tensors are required", op);
+    /* 0 and 1 stand for the device values in the host checks */
+    return adamw_step_issue(op, p, p_lowp, g, m, v, 0.0, lr, 1, step, beta1, beta2, eps, weight_decay, grad_scale);
+}
+
+tg_status tg_adamw_count(tg_tensor *step)
+{
+    const char *op = "adamw_count";
     char x[96];
-    TG_TRY(need(op, name, t));
-    TG_TRY(on_dev(op, rn, ref, name, t));
-    if (t->dtype != TG_F32 || tg_tensor_numel(t) != 1)
-        return tg_error(TG_EINVAL, "%s: %s %s must hold one f32", op, name, desc(t, x, sizeof x));
-    return TG_OK;
+    tg_stream *s;
+    TG_TRY(stream_for(op, "step", step, &s));
+    tg_status st = TG_OK;
+    if (step->dtype != TG_I32 || tg_tensor_numel(step) != 1)
+        st = tg_error(TG_EINVAL, "%s: step %s must hold one i32 (the step count)", op, desc(step, x, sizeof x));
+    int32_t *d = st == TG_OK ? tg_tensor_data(step) : NULL;
+    ISSUE(s, op, adamw_count, d, st);
 }
 
 static tg_status adamw_multi_check(const struct tg_adamw_param *ps, int n, double lr, double beta1, double beta2,
@@ -721,14 +769,16 @@ static tg_status adamw_multi_check(const struct tg_adamw_param *ps, int n, doubl
     return TG_OK;
 }
 
-tg_status tg_adamw_multi(const struct tg_adamw_param *params, int n, double lr, double beta1, double beta2, double eps,
-                         int64_t step, double grad_scale, const tg_tensor *clip_sumsq, double max_norm)
+static tg_status adamw_multi_issue(const struct tg_adamw_param *params, int n, double lr, const tg_tensor *lr_t,
+                                   int64_t step, const tg_tensor *step_t, double beta1, double beta2, double eps,
+                                   double grad_scale, const tg_tensor *clip_sumsq, double max_norm)
 {
     const char *op = "adamw_multi";
     tg_stream *s;
     if (n < 1 || !params) return tg_error(TG_EINVAL, "%s: needs at least one parameter (got %d)", op, n);
     TG_TRY(stream_for(op, "param 1 p", params[0].p, &s));
     tg_status st = adamw_multi_check(params, n, lr, beta1, beta2, eps, step, grad_scale, clip_sumsq, max_norm);
+    if (st == TG_OK && lr_t) st = sched_check(op, "param 1 p", params[0].p, lr_t, step_t);
     if (st == TG_OK) st = kernel(op, s, (const void *)s->be->adamw_multi);
     struct tg_adamw_multi_args *a = NULL;
     if (st == TG_OK && !(a = malloc(tg_adamw_multi_args_size(n))))
@@ -737,7 +787,8 @@ tg_status tg_adamw_multi(const struct tg_adamw_param *params, int n, double lr, 
         *a = (struct tg_adamw_multi_args){.lr = (float)lr, .beta1 = (float)beta1, .beta2 = (float)beta2,
                                           .eps = (float)eps, .grad_scale = (float)grad_scale, .step = step,
                                           .clip_sumsq = clip_sumsq ? tg_tensor_data(clip_sumsq) : NULL,
-                                          .max_norm = max_norm, .ntensors = n};
+                                          .max_norm = max_norm, .lr_dev = lr_t ? tg_tensor_data(lr_t) : NULL,
+                                          .step_dev = lr_t ? tg_tensor_data(step_t) : NULL, .ntensors = n};
         for (int i = 0; i < n; i++) {
             const struct tg_adamw_param *q = &params[i];
             a->t[i] = (struct tg_adamw_multi_tensor){
@@ -749,6 +800,21 @@ tg_status tg_adamw_multi(const struct tg_adamw_param *params, int n, double lr, 
     }
     free(a);
     return tg_stream_note_error(s, st);
+}
+
+tg_status tg_adamw_multi(const struct tg_adamw_param *params, int n, double lr, double beta1, double beta2, double eps,
+                         int64_t step, double grad_scale, const tg_tensor *clip_sumsq, double max_norm)
+{
+    return adamw_multi_issue(params, n, lr, NULL, step, NULL, beta1, beta2, eps, grad_scale, clip_sumsq, max_norm);
+}
+
+tg_status tg_adamw_multi_dev(const struct tg_adamw_param *params, int n, const tg_tensor *lr, const tg_tensor *step,
+                             double beta1, double beta2, double eps, double grad_scale, const tg_tensor *clip_sumsq,
+                             double max_norm)
+{
+    if (!lr || !step) return tg_error(TG_EINVAL, "adamw_multi: capturable: both lr and step tensors are required");
+    /* 0 and 1 stand for the device values in the host checks */
+    return adamw_multi_issue(params, n, 0.0, lr, 1, step, beta1, beta2, eps, grad_scale, clip_sumsq, max_norm);
 }
 
 tg_status tg_sumsq_multi(tg_tensor *out, const tg_tensor *const *ts, int n)

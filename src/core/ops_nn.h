@@ -115,6 +115,23 @@ struct tg_adamw_param {
 tg_status tg_adamw_multi(const struct tg_adamw_param *params, int n, double lr, double beta1, double beta2, double eps,
                          int64_t step, double grad_scale, const tg_tensor *clip_sumsq, double max_norm);
 
+/* Capturable AdamW (optim.AdamW{capturable = true}): tg_adamw_step and
+ * tg_adamw_multi with lr (1) f32 and step (1) i32 on the parameters' device,
+ * read by the kernel when it runs, so a captured update replayed later uses
+ * the lr and step count of the replay (bias corrections computed on the
+ * device). The values are those the host variants would get from (float)lr
+ * and step: the same bits on the CPU backend; on CUDA the bias corrections
+ * come from the device's pow, which may differ from the host's in the last
+ * bit. Call tg_adamw_count(step) once per optimizer step, before the updates. */
+tg_status tg_adamw_step_dev(tg_tensor *p, tg_tensor *p_lowp, const tg_tensor *g, tg_tensor *m, tg_tensor *v,
+                            const tg_tensor *lr, const tg_tensor *step, double beta1, double beta2, double eps,
+                            double weight_decay, double grad_scale);
+tg_status tg_adamw_multi_dev(const struct tg_adamw_param *params, int n, const tg_tensor *lr, const tg_tensor *step,
+                             double beta1, double beta2, double eps, double grad_scale, const tg_tensor *clip_sumsq,
+                             double max_norm);
+/* step (1) i32 += 1 on the device (a one-thread kernel: capturable, no host sync). */
+tg_status tg_adamw_count(tg_tensor *step);
+
 /* out (1) f32 = sum of the squares of every element of ts[0..n-1] (f32 or
  * bf16, on out's device), accumulated in f64 in a fixed order (deterministic),
  * on the device: no host sync, capturable. */

@@ -236,19 +236,46 @@ static double num_field(lua_State *L, int t, const char *k, double def, int requ
     return num_field_of(L, "adamw_step", t, k, def, required);
 }
 
+/* Capturable: options lr and step both device tensors ((1) f32, (1) i32) read
+ * when the kernel runs; 0 when both are left to num_field_of (numbers). */
+static int sched_fields(lua_State *L, const char *op, int t, tg_tensor **lr, tg_tensor **step)
+{
+    lua_getfield(L, t, "lr");   /* +1 */
+    lua_getfield(L, t, "step"); /* +2 */
+    *lr = tgl_tensor_test(L, -2);
+    *step = tgl_tensor_test(L, -1);
+    lua_pop(L, 2); /* the options table keeps them alive during the call */
+    if (!*lr != !*step)
+        luaL_error(L, "%s: options 'lr' and 'step' must both be numbers, or both tensors (capturable: read on the device)",
+                   op);
+    return *lr != NULL;
+}
+
 /* adamw_step(p, p_lowp|nil, g, m, v, {lr=, step=, beta1=0.9, beta2=0.999, eps=1e-8,
- * weight_decay=0, grad_scale=1}) */
+ * weight_decay=0, grad_scale=1}); lr and step may be device tensors (tg_adamw_step_dev). */
 static int o_adamw_step(lua_State *L)
 {
     tg_tensor *p = tgl_tensor_check(L, 1), *pl = opt_tensor(L, 2), *g = tgl_tensor_check(L, 3);
     tg_tensor *m = tgl_tensor_check(L, 4), *v = tgl_tensor_check(L, 5);
     luaL_checktype(L, 6, LUA_TTABLE);
-    double lr = num_field(L, 6, "lr", 0, 1), step = num_field(L, 6, "step", 0, 1);
+    tg_tensor *lr_t, *step_t;
+    const int dev = sched_fields(L, "adamw_step", 6, &lr_t, &step_t);
+    double lr = dev ? 0 : num_field(L, 6, "lr", 0, 1), step = dev ? 1 : num_field(L, 6, "step", 0, 1);
     double b1 = num_field(L, 6, "beta1", 0.9, 0), b2 = num_field(L, 6, "beta2", 0.999, 0);
     double eps = num_field(L, 6, "eps", 1e-8, 0), wd = num_field(L, 6, "weight_decay", 0.0, 0);
     double scale = num_field(L, 6, "grad_scale", 1.0, 0);
     luaL_argcheck(L, step >= 1, 6, "step must be >= 1");
-    tgl_check(L, tg_adamw_step(p, pl, g, m, v, lr, b1, b2, eps, wd, (int64_t)step, scale));
+    if (dev)
+        tgl_check(L, tg_adamw_step_dev(p, pl, g, m, v, lr_t, step_t, b1, b2, eps, wd, scale));
+    else
+        tgl_check(L, tg_adamw_step(p, pl, g, m, v, lr, b1, b2, eps, wd, (int64_t)step, scale));
+    return 0;
+}
+
+/* adamw_count(step): the capturable step count (1) i32 += 1, on the device. */
+static int o_adamw_count(lua_State *L)
+{
+    tgl_check(L, tg_adamw_count(tgl_tensor_check(L, 1)));
     return 0;
 }
 
@@ -267,7 +294,8 @@ static tg_tensor *tensor_field(lua_State *L, const char *op, int t, int i, const
 }
 
 /* adamw_multi({{p=, lowp=nil, g=, m=, v=, weight_decay=0}, ...}, {lr=, step=, beta1=0.9,
- * beta2=0.999, eps=1e-8, grad_scale=1, clip_sumsq=nil, max_norm=}): tg_adamw_multi. */
+ * beta2=0.999, eps=1e-8, grad_scale=1, clip_sumsq=nil, max_norm=}): tg_adamw_multi, or
+ * tg_adamw_multi_dev when lr and step are device tensors. */
 static int o_adamw_multi(lua_State *L)
 {
     const char *op = "adamw_multi";
@@ -288,7 +316,9 @@ static int o_adamw_multi(lua_State *L)
         q->weight_decay = num_field_of(L, op, e, "weight_decay", 0.0, 0);
         lua_pop(L, 1);
     }
-    double lr = num_field_of(L, op, 2, "lr", 0, 1), step = num_field_of(L, op, 2, "step", 0, 1);
+    tg_tensor *lr_t, *step_t;
+    const int dev = sched_fields(L, op, 2, &lr_t, &step_t);
+    double lr = dev ? 0 : num_field_of(L, op, 2, "lr", 0, 1), step = dev ? 1 : num_field_of(L, op, 2, "step", 0, 1);
     double b1 = num_field_of(L, op, 2, "beta1", 0.9, 0), b2 = num_field_of(L, op, 2, "beta2", 0.999, 0);
     double eps = num_field_of(L, op, 2, "eps", 1e-8, 0), scale = num_field_of(L, op, 2, "grad_scale", 1.0, 0);
     luaL_argcheck(L, step >= 1, 2, "step must be >= 1");
@@ -300,7 +330,10 @@ static int o_adamw_multi(lua_State *L)
         max_norm = num_field_of(L, op, 2, "max_norm", 0, 1);
     }
     lua_pop(L, 1);
-    tgl_check(L, tg_adamw_multi(ps, (int)n, lr, b1, b2, eps, (int64_t)step, scale, clip, max_norm));
+    if (dev)
+        tgl_check(L, tg_adamw_multi_dev(ps, (int)n, lr_t, step_t, b1, b2, eps, scale, clip, max_norm));
+    else
+        tgl_check(L, tg_adamw_multi(ps, (int)n, lr, b1, b2, eps, (int64_t)step, scale, clip, max_norm));
     return 0;
 }
 
@@ -516,6 +549,7 @@ static const luaL_Reg ops_funcs[] = {
     {"cross_entropy_forward", o_cross_entropy_forward},
     {"cross_entropy_backward", o_cross_entropy_backward},
     {"adamw_step", o_adamw_step},
+    {"adamw_count", o_adamw_count},
     {"sumsq", o_sumsq},
     {"adamw_multi", o_adamw_multi},
     {"sumsq_multi", o_sumsq_multi},
