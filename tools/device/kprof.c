@@ -29,8 +29,14 @@ static void add(const char *name, unsigned long long ns)
     rows[nrows++] = (struct row){strdup(name), ns, 1};
 }
 
+static void kprof_stop(void);
+
 static void CUPTIAPI want_buffer(uint8_t **buf, size_t *size, size_t *max_records)
 {
+    /* the first buffer is asked for once CUDA is up: an atexit handler registered now runs before the CUDA
+     * runtime's own teardown (registered earlier), while the records can still be flushed */
+    static int registered;
+    if (!registered) registered = 1, atexit(kprof_stop);
     *size = 16u << 20;
     *buf = aligned_alloc(8, *size);
     *max_records = 0;
@@ -61,8 +67,11 @@ __attribute__((constructor)) static void kprof_start(void)
         fprintf(stderr, "kprof: CUPTI activity API unavailable\n");
 }
 
-__attribute__((destructor)) static void kprof_stop(void)
+static void kprof_stop(void)
 {
+    static int done;
+    if (done) return;
+    done = 1;
     cuptiActivityFlushAll(1);
     const char *path = getenv("KPROF_OUT");
     FILE *f = path ? fopen(path, "w") : NULL;
