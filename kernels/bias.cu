@@ -28,13 +28,6 @@ static __global__ void bias_add_vec8(uint4 *y, const uint4 *bias, int64_t n8, in
     }
 }
 
-struct bias_dw_term {
-    const void *dy;
-    tg_dtype dt;
-    int64_t c;
-    __device__ void operator()(int64_t r, int64_t col, float *acc) const { acc[0] += tgk_load(dy, dt, r * c + col); }
-};
-
 extern "C" cudaError_t tg_cuda_bias_add(void *y, const void *bias, tg_dtype dt, int64_t n, int64_t c, cudaStream_t st)
 {
     if (n <= 0 || c <= 0) return cudaSuccess;
@@ -50,8 +43,7 @@ extern "C" cudaError_t tg_cuda_bias_backward_dw(void *dbias, const void *dy, tg_
                                                 int64_t c, float accumulate, float *scratch, size_t scratch_bytes,
                                                 cudaStream_t st)
 {
-    bias_dw_term f = {dy, dt, c};
-    return tgk_colsum<1>(f, n, c, dbias, NULL, dw_dt, accumulate, scratch, scratch_bytes, st);
+    return tgk_colsum_rows(dy, dt, c, n, c, dbias, dw_dt, accumulate, scratch, scratch_bytes, st);
 }
 
 /* A GEMM operand's bias grad: term (p, i) is op(A)[i][p], A stored (k, m) when trans_a else (m, k). */
@@ -70,6 +62,8 @@ extern "C" cudaError_t tg_cuda_gemm_bgrad(void *bgrad, tg_dtype bgrad_dt, const 
                                           int64_t lda, int64_t m, int64_t k, float accumulate, float *scratch,
                                           size_t scratch_bytes, cudaStream_t st)
 {
+    /* trans_a: A is (k, m) with rows of m contiguous, a plain column sum (the wgrad's dy) */
+    if (trans_a) return tgk_colsum_rows(a, a_dt, lda, k, m, bgrad, bgrad_dt, accumulate, scratch, scratch_bytes, st);
     gemm_bgrad_term f = {a, a_dt, lda, trans_a};
     return tgk_colsum<1>(f, k, m, bgrad, NULL, bgrad_dt, accumulate, scratch, scratch_bytes, st);
 }

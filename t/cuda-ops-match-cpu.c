@@ -369,34 +369,41 @@ static void test_gemm(void)
  * DGELU likewise: cuBLASLt's gelu derivative for bf16 C (aux ld a multiple
  * of 8), the gelu_backward kernel after the GEMM otherwise; its aux is an input. */
 #define EPI_F32_TOL 1e-5
-static void epi_case(int epi, tg_dtype ab, tg_dtype cd, tg_dtype bd, int64_t m, int64_t n, int64_t k, int64_t batch,
-                     float beta, float acc, int with_aux, int with_cin, const char *mode)
+/* alpha scales the product; off: the bias (or bias grad) vector starts off
+ * elements into its buffer (a view; off * size not a multiple of 16 bytes
+ * takes the unfused kernels); pad_a: A's rows padded (NaN) by pad_a elements. */
+static void epi_case_x(int epi, tg_dtype ab, tg_dtype cd, tg_dtype bd, int64_t m, int64_t n, int64_t k, int64_t batch,
+                       float beta, float acc, int with_aux, int with_cin, const char *mode, float alpha, int64_t off,
+                       int pad_a)
 {
     /* BGRAD: the wgrad dy^T x; DGELU: the dgrad dy W; others: the forward x W^T */
     struct tg_gemm_args a = {.trans_a = epi == TG_EPI_BGRAD, .trans_b = epi != TG_EPI_BGRAD && epi != TG_EPI_DGELU, .m = m, .n = n, .k = k,
-                             .batch = batch, .alpha = 1.0f, .beta = beta, .a_dt = ab, .b_dt = ab, .c_dt = cd,
+                             .batch = batch, .alpha = alpha, .beta = beta, .a_dt = ab, .b_dt = ab, .c_dt = cd,
                              .epi = epi, .bgrad_dt = bd, .bgrad_acc = acc};
     int64_t ld, st;
-    struct pair A = random_matrix(ab, batch, a.trans_a ? k : m, a.trans_a ? m : k, 0, &a.lda, &a.stride_a, 0);
+    struct pair A = random_matrix(ab, batch, a.trans_a ? k : m, a.trans_a ? m : k, pad_a, &a.lda, &a.stride_a, 0);
     struct pair B = random_matrix(ab, batch, a.trans_b ? n : k, a.trans_b ? k : n, 0, &a.ldb, &a.stride_b, 0);
     struct pair C = random_matrix(cd, batch, m, n, 0, &a.ldc, &a.stride_c, beta == 0.0f);
-    struct pair bias = random_matrix(cd, 1, 1, n, 0, &ld, &st, 0);
+    struct pair bias = random_matrix(cd, 1, 1, n + off, 0, &ld, &st, 0);
     struct pair aux = random_matrix(cd, batch, m, n, 0, &a.ldaux, &a.stride_aux, epi != TG_EPI_DGELU); /* DGELU reads it */
-    struct pair bg = random_matrix(bd, batch, 1, m, 0, &ld, &st, acc == 0.0f);
+    struct pair bg = random_matrix(bd, 1, 1, batch * m + off, 0, &ld, &st, acc == 0.0f); /* checked whole: the prefix too */
     struct pair cin = random_matrix(cd, batch, m, n, 0, &ld, &st, 0); /* the C that beta scales, apart from C */
     static const char *names[] = {"none", "bias", "bias_gelu", "bgrad", "dgelu"};
     char what[200];
-    snprintf(what, sizeof what, "gemm %s (%s) %lldx%lldx%lld batch %lld %s->%s%s%s beta %g acc %g%s", names[epi], mode,
-             (long long)m, (long long)n, (long long)k, (long long)batch, tg_dtype_name(ab), tg_dtype_name(cd),
-             epi == TG_EPI_BGRAD ? " bgrad " : "", epi == TG_EPI_BGRAD ? tg_dtype_name(bd) : "", beta, acc,
+    snprintf(what, sizeof what, "gemm %s (%s) %lldx%lldx%lld batch %lld %s->%s%s%s alpha %g beta %g acc %g%s", names[epi],
+             mode, (long long)m, (long long)n, (long long)k, (long long)batch, tg_dtype_name(ab), tg_dtype_name(cd),
+             epi == TG_EPI_BGRAD ? " bgrad " : "", epi == TG_EPI_BGRAD ? tg_dtype_name(bd) : "", alpha, beta, acc,
              with_aux ? " +aux" : "");
+    if (off) snprintf(what + strlen(what), sizeof what - strlen(what), " vector at +%lld", (long long)off);
+    if (pad_a) snprintf(what + strlen(what), sizeof what - strlen(what), " lda +%d", pad_a);
     if (with_cin) strncat(what, " C from c_in", sizeof what - strlen(what) - 1);
     tg_status rc[2];
     for (int dev = 0; dev < 2; dev++) {
         a.a = dev ? A.g : A.c, a.b = dev ? B.g : B.c, a.c = dev ? C.g : C.c;
-        a.bias = epi == TG_EPI_BIAS || epi == TG_EPI_BIAS_GELU ? (dev ? bias.g : bias.c) : NULL;
+        const size_t vo = (size_t)off * tg_dtype_size(epi == TG_EPI_BGRAD ? bd : cd);
+        a.bias = epi == TG_EPI_BIAS || epi == TG_EPI_BIAS_GELU ? (char *)(dev ? bias.g : bias.c) + vo : NULL;
         a.aux = with_aux ? (dev ? aux.g : aux.c) : NULL;
-        a.bgrad = epi == TG_EPI_BGRAD ? (dev ? bg.g : bg.c) : NULL;
+        a.bgrad = epi == TG_EPI_BGRAD ? (char *)(dev ? bg.g : bg.c) + vo : NULL;
         a.c_in = with_cin ? (dev ? cin.g : cin.c) : NULL;
         rc[dev] = dev ? tg_backend_cuda.gemm(gs, &a) : tg_backend_cpu.gemm(cs, &a);
     }
@@ -415,6 +422,12 @@ static void epi_case(int epi, tg_dtype ab, tg_dtype cd, tg_dtype bd, int64_t m, 
         }
     }
     pair_free(&A), pair_free(&B), pair_free(&C), pair_free(&bias), pair_free(&aux), pair_free(&bg), pair_free(&cin);
+}
+
+static void epi_case(int epi, tg_dtype ab, tg_dtype cd, tg_dtype bd, int64_t m, int64_t n, int64_t k, int64_t batch,
+                     float beta, float acc, int with_aux, int with_cin, const char *mode)
+{
+    epi_case_x(epi, ab, cd, bd, m, n, k, batch, beta, acc, with_aux, with_cin, mode, 1.0f, 0, 0);
 }
 
 static void test_gemm_epilogues(void)
@@ -439,6 +452,17 @@ static void test_gemm_epilogues(void)
                 epi_case(TG_EPI_BGRAD, ab, cd, TG_F32, 768, 256, 1024, 1, (float)acc, (float)acc, 0, 0, mode);
                 epi_case(TG_EPI_BGRAD, ab, cd, cd, 40, 24, 77, 2, (float)acc, (float)acc, 0, 0, mode);
             }
+            /* alpha != 1 scales the product, not the bias grad (a sum of dy); bias and bias grad as views at
+             * offsets (1 element: off 16 bytes, unfused; 8: aligned, cuBLASLt); A's rows padded, so the bias
+             * grad's column sums step over NaN padding (vector path at +8, the element one at +3) */
+            epi_case_x(TG_EPI_BGRAD, ab, cd, cd, 96, 64, 128, 1, 0.0f, 0.0f, 0, 0, mode, 0.5f, 0, 0);
+            epi_case_x(TG_EPI_BGRAD, ab, cd, TG_F32, 768, 256, 1024, 1, 1.0f, 1.0f, 0, 0, mode, 2.0f, 0, 8);
+            epi_case_x(TG_EPI_BGRAD, ab, cd, cd, 96, 64, 128, 2, 0.0f, 0.0f, 0, 0, mode, 1.0f, 1, 3);
+            epi_case_x(TG_EPI_BGRAD, ab, cd, TG_F32, 96, 64, 128, 1, 1.0f, 1.0f, 0, 0, mode, 1.0f, 8, 8);
+            epi_case_x(TG_EPI_BIAS, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 0, 0, mode, 0.5f, 1, 0);
+            epi_case_x(TG_EPI_BIAS, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 0, 0, mode, 1.0f, 8, 0);
+            epi_case_x(TG_EPI_BIAS_GELU, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 1, 0, mode, 1.5f, 1, 0);
+            epi_case_x(TG_EPI_BIAS_GELU, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 1, 0, mode, 1.0f, 8, 0);
             /* DGELU (fc2's dgrad into fc1's gelu): aux is the pre-activation, read */
             epi_case(TG_EPI_DGELU, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 1, 0, mode);
             epi_case(TG_EPI_DGELU, ab, cd, TG_F32, 512, 3072, 768, 1, 0.0f, 0, 1, 0, mode); /* GPT-2 MLP width */

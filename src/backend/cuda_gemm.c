@@ -346,6 +346,19 @@ static int unfused_forced(void)
     return e && strcmp(e, "unfused") == 0;
 }
 
+/* TG_CUDA_BGRAD=fused / unfused overrides the size rule for the bias-grad
+ * epilogue (benchmarks compare the two); read once. */
+enum { BGRAD_AUTO, BGRAD_FUSED, BGRAD_UNFUSED };
+static int bgrad_policy(void)
+{
+    static int policy = -1;
+    if (policy < 0) {
+        const char *e = getenv("TG_CUDA_BGRAD");
+        policy = e && strcmp(e, "fused") == 0 ? BGRAD_FUSED : e && strcmp(e, "unfused") == 0 ? BGRAD_UNFUSED : BGRAD_AUTO;
+    }
+    return policy;
+}
+
 /* The epilogue in cuBLASLt; *done = 0 when it cannot (nothing issued). */
 static tg_status gemm_fused(tg_stream *s, const struct tg_gemm_args *a, int *done)
 {
@@ -387,7 +400,13 @@ static tg_status gemm_fused(tg_stream *s, const struct tg_gemm_args *a, int *don
      * 3072x768x8192 wgrad (column sum alone: 0.035 ms) but 0.15 ms to a
      * 16384x4096x4096 one (column sum: 0.061 ms). Between the two: unfused
      * above 2^36 multiply-adds. */
-    if ((double)a->m * (double)a->n * (double)a->k * (double)a->batch > BGRAD_FUSED_MAX) return TG_OK;
+    /* the bias grad is a sum of op(A), never scaled by alpha: cuBLASLt's is not documented to be, so a
+     * scaled product (no module makes one) keeps the column-sum kernel */
+    if (a->alpha != 1.0f) return TG_OK;
+    const int policy = bgrad_policy();
+    if (policy == BGRAD_UNFUSED ||
+        (policy == BGRAD_AUTO && (double)a->m * (double)a->n * (double)a->k * (double)a->batch > BGRAD_FUSED_MAX))
+        return TG_OK;
     /* BGRAD: straight into bgrad when cuBLASLt's store is the wgrad's (overwrite, D's dtype, aligned), else via scratch */
     e.epi = CUBLASLT_EPILOGUE_BGRADB;
     e.bias_stride = a->m;
