@@ -156,6 +156,14 @@ struct tgk_sumsq_tensor {
     tg_dtype dt;
 };
 
+/* A buffer of tg_cuda_zero_multi (layout of backend.h's tg_zero_multi_buf). */
+struct tgk_zero_buf {
+    void *p;
+    int64_t bytes;
+};
+/* Zeroes every buffer of t (any alignment): one launch per group of buffers. */
+cudaError_t tg_cuda_zero_multi(const struct tgk_zero_buf *t, int n, cudaStream_t st);
+
 /* tg_cuda_adamw on every tensor of t; clip_sumsq (device, may be NULL) as struct
  * tg_adamw_multi_args: the scale and the skip on a non-finite norm are decided
  * on the device; lr_dev / step_dev as tg_cuda_adamw. */

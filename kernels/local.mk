@@ -17,7 +17,8 @@ libtegraph_la_SOURCES += \
 	%D%/embedding.cu \
 	%D%/cross_entropy.cu \
 	%D%/adamw.cu \
-	%D%/sumsq_multi.cu
+	%D%/sumsq_multi.cu \
+	%D%/zero_multi.cu
 # nvcc has no dependency tracking here: the norms' objects follow their shared header.
 %D%/layernorm.lo %D%/rmsnorm.lo: %D%/norm.cuh %D%/colsum.cuh %D%/common.cuh %D%/kernels.h
 # nvcc's host code (kernel registration, static guards) needs the C++ runtime.

@@ -11,6 +11,7 @@ NN_OPS_TESTS = \
 	t/attention-is-causal.t \
 	t/adamw-matches-hand-computed-step.t \
 	t/adamw-multi-bit-identical-to-per-tensor.t \
+	t/zero-multi-zeroes-each-tensor-and-nothing-around-it.t \
 	t/gemm-epilogues-match-unfused-ops.t \
 	t/norm-backward-res-equals-backward-plus-add.t
 
@@ -53,6 +54,10 @@ t_adamw_matches_hand_computed_step_t_LDFLAGS = -static
 t_adamw_multi_bit_identical_to_per_tensor_t_SOURCES = t/adamw-multi-bit-identical-to-per-tensor.c t/nn-ops-util.c
 t_adamw_multi_bit_identical_to_per_tensor_t_LDADD = $(TG_TEST_LIBS)
 t_adamw_multi_bit_identical_to_per_tensor_t_LDFLAGS = -static
+
+t_zero_multi_zeroes_each_tensor_and_nothing_around_it_t_SOURCES = t/zero-multi-zeroes-each-tensor-and-nothing-around-it.c
+t_zero_multi_zeroes_each_tensor_and_nothing_around_it_t_LDADD = $(TG_TEST_LIBS)
+t_zero_multi_zeroes_each_tensor_and_nothing_around_it_t_LDFLAGS = -static
 
 t_gemm_epilogues_match_unfused_ops_t_SOURCES = t/gemm-epilogues-match-unfused-ops.c t/nn-ops-util.c
 t_gemm_epilogues_match_unfused_ops_t_LDADD = $(TG_TEST_LIBS)

@@ -360,6 +360,18 @@ struct tg_sumsq_multi_args {
 };
 #define tg_sumsq_multi_args_size(n) (sizeof(struct tg_sumsq_multi_args) + (size_t)(n) * sizeof(struct tg_sumsq_multi_tensor))
 
+/* Zeroes many buffers of one device in one call (a graphed backward's
+ * first-of-step wgrad targets); table after the struct as above. */
+struct tg_zero_multi_buf {
+    void *p;
+    int64_t bytes;
+};
+struct tg_zero_multi_args {
+    int n;
+    struct tg_zero_multi_buf t[];
+};
+#define tg_zero_multi_args_size(n) (sizeof(struct tg_zero_multi_args) + (size_t)(n) * sizeof(struct tg_zero_multi_buf))
+
 typedef enum tg_memcpy_kind { TG_H2D = 0, TG_D2H, TG_D2D } tg_memcpy_kind;
 
 /* An event marks a point of a stream's work (public handle: tg_event). */
@@ -437,6 +449,7 @@ struct tg_backend {
     tg_status (*adamw_multi)(tg_stream *s, const struct tg_adamw_multi_args *a);
     tg_status (*adamw_count)(tg_stream *s, int32_t *step); /* *step += 1 on the device */
     tg_status (*sumsq_multi)(tg_stream *s, const struct tg_sumsq_multi_args *a);
+    tg_status (*zero_multi)(tg_stream *s, const struct tg_zero_multi_args *a);
 };
 
 extern const struct tg_backend tg_backend_cpu;

@@ -277,4 +277,5 @@ const struct tg_backend tg_backend_cpu = {
     .adamw_multi = cpu_adamw_multi,
     .adamw_count = cpu_adamw_count,
     .sumsq_multi = cpu_sumsq_multi,
+    .zero_multi = cpu_zero_multi,
 };

@@ -742,3 +742,14 @@ tg_status cpu_sumsq_multi(tg_stream *s, const struct tg_sumsq_multi_args *a)
     for (int k = 0; k < a->ntensors; k++) TG_TRY(float_only("sumsq_multi", a->t[k].dt));
     return cpu_submit(s, sumsq_multi_run, a, tg_sumsq_multi_args_size(a->ntensors));
 }
+
+static void zero_multi_run(const void *p)
+{
+    const struct tg_zero_multi_args *a = p;
+    for (int k = 0; k < a->n; k++) memset(a->t[k].p, 0, (size_t)a->t[k].bytes);
+}
+
+tg_status cpu_zero_multi(tg_stream *s, const struct tg_zero_multi_args *a)
+{
+    return cpu_submit(s, zero_multi_run, a, tg_zero_multi_args_size(a->n));
+}

@@ -830,6 +830,16 @@ static tg_status cuda_sumsq_multi(tg_stream *s, const struct tg_sumsq_multi_args
     return TG_OK;
 }
 
+_Static_assert(sizeof(struct tgk_zero_buf) == sizeof(struct tg_zero_multi_buf) &&
+                   offsetof(struct tgk_zero_buf, bytes) == offsetof(struct tg_zero_multi_buf, bytes),
+               "kernels.h tgk_zero_buf follows backend.h");
+
+static tg_status cuda_zero_multi(tg_stream *s, const struct tg_zero_multi_args *a)
+{
+    LAUNCH(s, tg_cuda_zero_multi((const struct tgk_zero_buf *)a->t, a->n, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
 const struct tg_backend tg_backend_cuda = {
     .name = "cuda",
     .type = TG_CUDA,
@@ -881,4 +891,5 @@ const struct tg_backend tg_backend_cuda = {
     .adamw_multi = cuda_adamw_multi,
     .adamw_count = cuda_adamw_count,
     .sumsq_multi = cuda_sumsq_multi,
+    .zero_multi = cuda_zero_multi,
 };

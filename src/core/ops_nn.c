@@ -848,6 +848,34 @@ tg_status tg_sumsq_multi(tg_tensor *out, const tg_tensor *const *ts, int n)
     return tg_stream_note_error(s, st);
 }
 
+tg_status tg_zero_multi(tg_tensor *const *ts, int n)
+{
+    const char *op = "zero_multi";
+    char what[48];
+    tg_stream *s;
+    if (n == 0) return TG_OK;
+    if (n < 0 || !ts) return tg_error(TG_EINVAL, "%s: bad tensor count %d", op, n);
+    TG_TRY(stream_for(op, "tensor 1", ts[0], &s));
+    tg_status st = TG_OK;
+    for (int i = 1; st == TG_OK && i < n; i++) {
+        snprintf(what, sizeof what, "%s: tensor %d", op, i + 1);
+        st = need(what, "t", ts[i]);
+        if (st == TG_OK) st = on_dev(what, "tensor 1", ts[0], "t", ts[i]);
+    }
+    if (st == TG_OK) st = kernel(op, s, (const void *)s->be->zero_multi);
+    struct tg_zero_multi_args *a = NULL;
+    if (st == TG_OK && !(a = malloc(tg_zero_multi_args_size(n))))
+        st = tg_error(TG_ENOMEM, "%s: no memory for the table of %d tensors", op, n);
+    if (st == TG_OK) {
+        a->n = n;
+        for (int i = 0; i < n; i++)
+            a->t[i] = (struct tg_zero_multi_buf){.p = tg_tensor_data(ts[i]), .bytes = (int64_t)tg_tensor_bytes(ts[i])};
+        st = s->be->zero_multi(s, a);
+    }
+    free(a);
+    return tg_stream_note_error(s, st);
+}
+
 /* ------------------------------------------------------------------ sumsq (through the reduce kernel) */
 tg_status tg_sumsq(const tg_tensor *t, double *out)
 {

@@ -137,6 +137,10 @@ tg_status tg_adamw_count(tg_tensor *step);
  * on the device: no host sync, capturable. */
 tg_status tg_sumsq_multi(tg_tensor *out, const tg_tensor *const *ts, int n);
 
+/* Zeroes every element of ts[0..n-1] (any dtypes, one device) in one call
+ * (CUDA: one launch per 512 tensors); capturable. */
+tg_status tg_zero_multi(tg_tensor *const *ts, int n);
+
 /* Sum of squares of t into *out (host, blocking), for global-norm clipping. */
 tg_status tg_sumsq(const tg_tensor *t, double *out);
 
