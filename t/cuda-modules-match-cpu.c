@@ -139,7 +139,7 @@ static void test_tied(void)
     CHECK(tg_tensor_new(TG_I32, 2, (int64_t[]){B, T}, cpu, &idx));
     CHECK(tg_tensor_new(TG_I32, 1, (int64_t[]){N}, cpu, &targets));
     int32_t ids[N];
-    for (int i = 0; i < N; i++) ids[i] = i % 3 == 0 ? 7 : (i * 37 + 11) % V; /* id 7: a run longer than a chunk */
+    for (int i = 0; i < N; i++) ids[i] = i % 2 == 0 ? 7 : (i * 37 + 11) % V; /* id 7: 70 tokens, over a 64-token chunk */
     ids[1] = 0, ids[N - 1] = V - 1;
     CHECK(tg_tensor_write(idx, ids, sizeof ids));
     for (int i = 0; i < N; i++) ids[i] = i % 4 == 1 ? -1 : (i * 53 + 5) % V;
