@@ -117,7 +117,9 @@ cudaError_t tg_cuda_attention_backward(void *dqkv, const void *dout, const void 
 
 cudaError_t tg_cuda_embedding_forward(void *out, const int32_t *idx, const void *wte, const void *wpe, tg_dtype dt,
                                       int64_t b, int64_t t, int64_t c, int64_t v, cudaStream_t st);
-/* Stable radix sort of (id, position) in scratch (16 bytes a token plus the sort's workspace). */
+/* Stable radix sort of (id, position) in scratch (16 bytes a token plus the sort's workspace), then the
+ * sums of runs of one id longer than 64 tokens in chunks (the rest of the scratch; longer chunks when short).
+ * TG_CUDA_EMBEDDING=rows: the previous one-block-a-row kernel. */
 cudaError_t tg_cuda_embedding_backward_dw(void *dwte, void *dwpe, const void *dout, const int32_t *idx, tg_dtype dt,
                                           tg_dtype dwte_dt, tg_dtype dwpe_dt, int64_t b, int64_t t, int64_t c,
                                           int64_t v, int64_t tmax, float accumulate, void *scratch,

@@ -1,4 +1,4 @@
-/* cuda-modules-match-cpu.c — every nn module on CUDA matches the same module on the CPU backend (same weights and inputs): forward, dgrad and each wgrad, in f32 and bf16, unfused and fused into main_grad with delayed wgrad. */
+/* cuda-modules-match-cpu.c — every nn module on CUDA matches the same module on the CPU backend (same weights and inputs): forward, dgrad and each wgrad, in f32 and bf16, unfused and fused into main_grad with delayed wgrad; also an LM head tied to an embedding (the table's wgrad from both). */
 #include "nn/nn.h"
 #include "tap.h"
 
@@ -88,6 +88,103 @@ static tg_tensor *to_dev(const tg_tensor *t, tg_device dev)
     return o;
 }
 
+/* Embedding and an LMHead tied to its table, on dev. */
+static void make_tied(tg_device dev, tg_dtype dt, int variant, tg_module **emb, tg_module **head)
+{
+    tg_module_opts o;
+    tg_module_opts_default(&o);
+    o.device = dev, o.dtype = dt, o.fuse_wgrad_accumulation = variant, o.delay_wgrad = variant, o.init_std = 0.1;
+    o.name = "embed";
+    CHECK(tg_embedding_new(V, C, T, &o, emb));
+    o.name = "head";
+    CHECK(tg_lm_head_new(C, V, *emb, "layernorm", &o, head));
+}
+
+/* The CPU module's weights on the GPU one. */
+static void copy_params(tg_module *from, tg_module *to)
+{
+    tg_param **pc, **pg;
+    int nc, ng;
+    CHECK(tg_module_parameters(from, &pc, &nc));
+    CHECK(tg_module_parameters(to, &pg, &ng));
+    if (nc != ng) bail_out("parameter lists differ");
+    for (int i = 0; i < nc; i++) {
+        CHECK(tg_copy(pg[i]->data, pc[i]->data));
+        if (pc[i]->master) CHECK(tg_copy(pg[i]->master, pc[i]->master));
+    }
+    free(pc), free(pg);
+}
+
+/* Embedding forward, the head's loss and backward, the embedding's backward, then the queued wgrads. */
+static void run_tied(tg_module *emb, tg_module *head, const tg_tensor *idx, const tg_tensor *targets, tg_tensor **loss,
+                     tg_tensor **dh)
+{
+    tg_tensor *x, *dx;
+    CHECK(tg_module_forward(emb, 1, idx, &x));
+    CHECK(tg_lm_head_forward_loss(head, 1, x, targets, -1, loss));
+    CHECK(tg_lm_head_backward_loss(head, 1, 0.5, dh));
+    CHECK(tg_module_backward(emb, 1, *dh, &dx));
+    while (tg_module_need_backward_dw(head)) CHECK(tg_module_backward_dw(head));
+    while (tg_module_need_backward_dw(emb)) CHECK(tg_module_backward_dw(emb));
+    tg_tensor_free(x);
+    tg_tensor_free(dx);
+}
+
+/* The tied table's wgrad is the head's projection wgrad plus the embedding's scatter (repeated ids, the
+ * table's first and last rows, targets ignored with -1): on CUDA as on the CPU. */
+static void test_tied(void)
+{
+    const tg_device cpu = {TG_CPU, 0}, gpu = {TG_CUDA, 0};
+    tg_tensor *idx, *targets;
+    CHECK(tg_tensor_new(TG_I32, 2, (int64_t[]){B, T}, cpu, &idx));
+    CHECK(tg_tensor_new(TG_I32, 1, (int64_t[]){N}, cpu, &targets));
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = i % 2 == 0 ? 7 : (i * 37 + 11) % V; /* id 7: 70 tokens, over a 64-token chunk */
+    ids[1] = 0, ids[N - 1] = V - 1;
+    CHECK(tg_tensor_write(idx, ids, sizeof ids));
+    for (int i = 0; i < N; i++) ids[i] = i % 4 == 1 ? -1 : (i * 53 + 5) % V;
+    ids[0] = 0, ids[N - 2] = V - 1;
+    CHECK(tg_tensor_write(targets, ids, sizeof ids));
+    tg_tensor *gidx = to_dev(idx, gpu), *gtargets = to_dev(targets, gpu);
+    for (int d = 0; d < 2; d++)
+        for (int variant = 0; variant < 2; variant++) {
+            tg_dtype dt = d ? TG_BF16 : TG_F32;
+            double tol = d ? 1e-2 : 1e-5;
+            const char *vname = variant ? "fused+delayed" : "plain";
+            tg_module *ec, *hc, *eg, *hg;
+            tg_tensor *lc, *lg, *dc, *dg;
+            make_tied(cpu, dt, variant, &ec, &hc);
+            make_tied(gpu, dt, variant, &eg, &hg);
+            copy_params(ec, eg);
+            copy_params(hc, hg);
+            run_tied(ec, hc, idx, targets, &lc, &dc);
+            run_tied(eg, hg, gidx, gtargets, &lg, &dg);
+            double e = rel_l2(lg, lc);
+            ok(e <= tol, "tied Embedding+LMHead %s %s: loss matches the CPU (relative L2 %.2e <= %g)", tg_dtype_name(dt),
+               vname, e, tol);
+            e = rel_l2(dg, dc);
+            ok(e <= tol, "tied Embedding+LMHead %s %s: the head's dgrad matches the CPU (relative L2 %.2e <= %g)",
+               tg_dtype_name(dt), vname, e, tol);
+            tg_module *mods[2][2] = {{ec, eg}, {hc, hg}};
+            for (int m = 0; m < 2; m++) {
+                tg_param **pc, **pg;
+                int nc, ng;
+                CHECK(tg_module_parameters(mods[m][0], &pc, &nc));
+                CHECK(tg_module_parameters(mods[m][1], &pg, &ng));
+                if (nc != ng) bail_out("parameter lists differ");
+                for (int i = 0; i < nc; i++) {
+                    e = rel_l2(tg_param_wgrad_target(pg[i]), tg_param_wgrad_target(pc[i]));
+                    ok(e <= tol, "tied Embedding+LMHead %s %s: wgrad of %s matches the CPU (relative L2 %.2e <= %g)",
+                       tg_dtype_name(dt), vname, pc[i]->name, e, tol);
+                }
+                free(pc), free(pg);
+            }
+            tg_tensor_free(lc), tg_tensor_free(lg), tg_tensor_free(dc), tg_tensor_free(dg);
+            tg_module_release(hc), tg_module_release(ec), tg_module_release(hg), tg_module_release(eg);
+        }
+    tg_tensor_free(idx), tg_tensor_free(targets), tg_tensor_free(gidx), tg_tensor_free(gtargets);
+}
+
 int main(void)
 {
     if (tg_device_count(TG_CUDA) == 0) skip_all("no CUDA device");
@@ -151,5 +248,6 @@ int main(void)
             }
     tg_tensor_free(x32), tg_tensor_free(x16), tg_tensor_free(idx), tg_tensor_free(targets), tg_tensor_free(r);
     tg_tensor_free(gidx), tg_tensor_free(gtargets);
+    test_tied();
     return done_testing();
 }

@@ -449,9 +449,14 @@ static void test_attention(void)
 /* ------------------------------------------------------------------ embedding */
 static void test_embedding(void)
 {
+    /* the wgrad's paths: 16-byte vectors (c a multiple of 8) or one column a lane (33); runs of one id shorter
+     * than a warp's 64-token chunk, and hot ids whose runs span many chunks (hot: that share of the tokens is
+     * id 1); GPT-2's width 768 (three 256-column slices) with most of the vocabulary absent */
     struct {
         int64_t b, t, c, v, tmax;
-    } cases[] = {{3, 17, 40, 50, 20}, {4, 256, 128, 1000, 256}, {2, 64, 33, 7, 64}};
+        double hot;
+    } cases[] = {{3, 17, 40, 50, 20, 0},      {4, 256, 128, 1000, 256, 0}, {2, 64, 33, 7, 64, 0},
+                 {8, 256, 768, 5000, 300, 0.3}, {4, 200, 33, 60, 200, 0.5}};
     for (int d = 0; d < 2; d++)
         for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
             tg_dtype dt = dts[d];
@@ -462,9 +467,11 @@ static void test_embedding(void)
                         wpe = rnd_pair(dt, (size_t)(TM * C), 0.0, 1.0), out = pair_new(nbt * C * tg_dtype_size(dt)),
                         dout = rnd_pair(dt, nbt * C, 0.0, 1.0);
             int32_t *ids = malloc(nbt * 4);
-            for (size_t i = 0; i < nbt; i++) ids[i] = (int32_t)(rnd_u64() % (uint64_t)V); /* repeats: V small */
-            ids[0] = -1;                                                                   /* skipped */
+            for (size_t i = 0; i < nbt; i++) /* repeats: V small, or a hot id */
+                ids[i] = rnd_unit() < cases[k].hot ? 1 : (int32_t)(rnd_u64() % (uint64_t)V);
+            ids[0] = -1; /* skipped */
             ids[nbt / 2] = (int32_t)V + 3;
+            ids[1] = 0, ids[nbt - 1] = (int32_t)V - 1, ids[nbt - 2] = (int32_t)V - 1; /* the table's first and last rows */
             pair_set(&idx, ids);
             free(ids);
             for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
@@ -478,12 +485,17 @@ static void test_embedding(void)
                          (long long)B, (long long)T, (long long)C, (long long)V, with_wpe ? "" : " no wpe");
                 run_case(what, issue_embedding_forward, &f[0], &f[1], fo, 1, dt);
             }
+            /* accumulate 0 overwrites (rows of absent ids become 0), 1 adds (they stay), 0.5 scales them;
+             * rows: the previous one-block-a-row kernel (TG_CUDA_EMBEDDING=rows, kept for benchmarks) */
+            static const double accs[] = {0, 1, 0.5};
             for (int wd = 0; wd < 2; wd++)
-                for (int acc = 0; acc < 2; acc++) {
+                for (int ai = 0; ai < 3 + (k == 3); ai++) {
+                    const int rows = ai == 3;
+                    const double acc = rows ? 1 : accs[ai];
                     tg_dtype dw_dt = wd ? dt : TG_F32;
                     struct pair dwte = rnd_pair(dw_dt, (size_t)(V * C), 0.0, 1.0),
                                 dwpe = rnd_pair(dw_dt, (size_t)(TM * C), 0.0, 1.0);
-                    void *it = acc ? init_of(&dwte) : NULL, *ip = acc ? init_of(&dwpe) : NULL;
+                    void *it = acc != 0 ? init_of(&dwte) : NULL, *ip = acc != 0 ? init_of(&dwpe) : NULL;
                     struct tg_embedding_backward_dw_args a[2];
                     for (int g = 0; g < 2; g++)
                         a[g] = (struct tg_embedding_backward_dw_args){
@@ -491,10 +503,12 @@ static void test_embedding(void)
                             .dwte_dt = dw_dt, .dwpe_dt = dw_dt, .b = B, .t = T, .c = C, .v = V, .tmax = TM,
                             .accumulate = (float)acc};
                     struct out o[] = {{&dwte, dw_dt, (size_t)(V * C), it, "dwte"}, {&dwpe, dw_dt, (size_t)(TM * C), ip, "dwpe"}};
-                    snprintf(what, sizeof what, "embedding_backward_dw %s -> %s B=%lld T=%lld C=%lld V=%lld accumulate %d",
+                    snprintf(what, sizeof what, "embedding_backward_dw %s -> %s B=%lld T=%lld C=%lld V=%lld accumulate %g%s",
                              tg_dtype_name(dt), tg_dtype_name(dw_dt), (long long)B, (long long)T, (long long)C,
-                             (long long)V, acc);
+                             (long long)V, acc, rows ? " (TG_CUDA_EMBEDDING=rows)" : "");
+                    if (rows) setenv("TG_CUDA_EMBEDDING", "rows", 1);
                     run_case(what, issue_embedding_backward_dw, &a[0], &a[1], o, 2, dt);
+                    unsetenv("TG_CUDA_EMBEDDING");
                     free(it), free(ip);
                     pair_free(&dwte), pair_free(&dwpe);
                 }
@@ -505,10 +519,16 @@ static void test_embedding(void)
 /* ------------------------------------------------------------------ cross-entropy */
 static void test_cross_entropy(void)
 {
+    /* the row kernels: in shared memory with 16-byte loads (V a multiple of 8: 1000, GPT-2's padded 50304, 8),
+     * in shared memory element by element (5003, 50257), and the multi-pass kernels for rows too large for shared
+     * memory (bf16 120000 and f32 60000 exceed an H200's 227 KB) or forced (TG_CUDA_CROSS_ENTROPY=multipass) */
+    enum { NORMAL, BAD, MULTIPASS, ALL_IGNORED };
     struct {
         int64_t n, v;
-        int bad; /* one target out of range: its loss and the mean are NaN */
-    } cases[] = {{64, 1000, 0}, {37, 5003, 0}, {16, 50257, 0}, {20, 100, 1}};
+        int mode; /* BAD: one target out of range (its loss and the mean are NaN); ALL_IGNORED: count 0 */
+    } cases[] = {{64, 1000, NORMAL},  {37, 5003, NORMAL},       {16, 50257, NORMAL}, {20, 100, BAD},
+                 {24, 50304, NORMAL}, {24, 50304, MULTIPASS},   {9, 8, NORMAL},      {3, 120000, NORMAL},
+                 {4, 60000, NORMAL},  {12, 1000, ALL_IGNORED}};
     const int ignore = -100;
     for (int d = 0; d < 2; d++)
         for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -519,10 +539,17 @@ static void test_cross_entropy(void)
             struct pair logits = rnd_pair(dt, nv, 0.0, 3.0), tg = pair_new((size_t)N * 4), loss = pair_new(8),
                         losses = pair_new((size_t)N * 4), dl = pair_new(nv * tg_dtype_size(dt));
             int32_t *t = malloc((size_t)N * 4);
-            for (int64_t i = 0; i < N; i++) t[i] = i % 5 == 3 ? ignore : (int32_t)(rnd_u64() % (uint64_t)V);
-            if (cases[k].bad) t[1] = (int32_t)V;
+            for (int64_t i = 0; i < N; i++)
+                t[i] = i % 5 == 3 || cases[k].mode == ALL_IGNORED ? ignore : (int32_t)(rnd_u64() % (uint64_t)V);
+            if (cases[k].mode == BAD) t[1] = (int32_t)V;
+            if (cases[k].mode != ALL_IGNORED) t[0] = 0, t[N - 1] = (int32_t)V - 1; /* the first and last columns */
             pair_set(&tg, t);
             free(t);
+            const char *mode = cases[k].mode == BAD         ? " (a target out of range)"
+                               : cases[k].mode == MULTIPASS ? " (TG_CUDA_CROSS_ENTROPY=multipass)"
+                               : cases[k].mode == ALL_IGNORED ? " (all rows ignored)"
+                                                              : "";
+            if (cases[k].mode == MULTIPASS) setenv("TG_CUDA_CROSS_ENTROPY", "multipass", 1);
             struct tg_cross_entropy_forward_args f[2];
             for (int g = 0; g < 2; g++)
                 f[g] = (struct tg_cross_entropy_forward_args){.loss = ON(loss), .losses = ON(losses), .logits = ON(logits),
@@ -530,7 +557,7 @@ static void test_cross_entropy(void)
                                                               .ignore_index = ignore};
             struct out fo[] = {{&loss, TG_F32, 2, NULL, "loss"}, {&losses, TG_F32, (size_t)N, NULL, "losses"}};
             snprintf(what, sizeof what, "cross_entropy_forward %s N=%lld V=%lld%s", tg_dtype_name(dt), (long long)N,
-                     (long long)V, cases[k].bad ? " (a target out of range)" : "");
+                     (long long)V, mode);
             run_case(what, issue_cross_entropy_forward, &f[0], &f[1], fo, 2, dt);
             pair_from_cpu(&loss);
             for (int alias = 0; alias < 2; alias++) {
@@ -543,14 +570,14 @@ static void test_cross_entropy(void)
                                                                    .v = V, .dloss = 1.7f, .ignore_index = ignore};
                 struct out bo[] = {{out, dt, nv, linit, "dlogits"}};
                 snprintf(what, sizeof what, "cross_entropy_backward %s N=%lld V=%lld%s%s", tg_dtype_name(dt),
-                         (long long)N, (long long)V, cases[k].bad ? " (a target out of range)" : "",
-                         alias ? " dlogits aliases logits" : "");
+                         (long long)N, (long long)V, mode, alias ? " dlogits aliases logits" : "");
                 run_case(what, issue_cross_entropy_backward, &b[0], &b[1], bo, 1, dt);
                 if (alias) {
                     pair_set(&logits, linit);
                     free(linit);
                 }
             }
+            unsetenv("TG_CUDA_CROSS_ENTROPY");
             pair_free(&logits), pair_free(&tg), pair_free(&loss), pair_free(&losses), pair_free(&dl);
         }
 }

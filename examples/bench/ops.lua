@@ -105,4 +105,51 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
     report(cname, "gemm fc1 wgrad +bgrad (+= f32)", timed(function()
       ops.gemm(g32, h, true, x, false, 1, 1, { epilogue = "bgrad", bgrad = db32, bgrad_accumulate = 1 }) end), nil, fl)
   end
+  -- LM head and embedding wgrad at GPT-2's padded vocabulary (run once more with TG_CUDA_CROSS_ENTROPY=multipass
+  -- TG_CUDA_EMBEDDING=rows for the previous kernels). Ideal bytes: cross-entropy reads the logits once (backward
+  -- also writes dlogits); the embedding wgrad reads dout (and its f32 table rows once per id).
+  local V = 50304
+  local function row(name, fn, bytes, flops) -- times fn only when --only selects the row
+    if want(name) then report(cname, name, timed(fn), bytes, flops) end
+  end
+  if want("cross_entropy") or want("lm_head") then
+    print(string.format("(TG_CUDA_CROSS_ENTROPY=%s)", os.getenv("TG_CUDA_CROSS_ENTROPY") or "default"))
+    local logits, x, wte = randn { N, V }, randn { N, C }, randn { V, C }
+    local tl = {}
+    for r = 1, N do tl[r] = (r * 7919) % V end
+    tl[2] = -1 -- an ignored row, as the gpt example's masked targets
+    local targets = tg.tensor(tl, { dtype = "i32", device = device })
+    local loss = ops.cross_entropy_forward(logits, targets)
+    row("cross_entropy_forward (N,V)", function() ops.cross_entropy_forward(logits, targets) end, 2 * N * V)
+    row("cross_entropy_backward (N,V)", function()
+      ops.cross_entropy_backward(logits, targets, loss)
+      collectgarbage() -- hands the last dlogits back to the allocator: no new 0.8 GB block a call
+    end, 4 * N * V)
+    local g32 = tg.zeros({ V, C }, { dtype = "f32", device = device })
+    local fl = 2 * N * V * C
+    row("gemm lm_head fwd x Wte^T", function() ops.gemm(logits, x, false, wte, true) end, nil, fl)
+    row("gemm lm_head dgrad dlogits Wte", function() ops.gemm(x, logits, false, wte, false) end, nil, fl)
+    row("gemm lm_head wgrad dlogits^T x (+= f32)", function() ops.gemm(g32, logits, true, x, false, 1, 1) end, nil, fl)
+  end
+  if want("embedding") then
+    print(string.format("(TG_CUDA_EMBEDDING=%s)", os.getenv("TG_CUDA_EMBEDDING") or "default"))
+    -- token ids with a heavy head, as text: P(id < k) = (k/V)^(1/3) (id 0: 2.7% of the tokens)
+    math.randomseed(1)
+    local rows = {}
+    for b = 1, c.b do
+      local r = {}
+      for t = 1, c.t do r[t] = math.floor(V * math.random() ^ 3) end
+      rows[b] = r
+    end
+    local idx = tg.tensor(rows, { dtype = "i32", device = device })
+    local dout = randn { c.b, c.t, C }
+    local dwte = tg.zeros({ V, C }, { dtype = "f32", device = device })
+    local dwpe = tg.zeros({ c.t, C }, { dtype = "f32", device = device })
+    row("embedding_backward_dw wte+wpe (+= f32)", function() ops.embedding_backward_dw(dwte, dwpe, dout, idx, 1) end,
+      2 * N * C)
+    row("embedding_backward_dw wte (= f32)", function() ops.embedding_backward_dw(dwte, nil, dout, idx, 0) end,
+      2 * N * C + 4 * V * C)
+    row("embedding_backward_dw wpe (+= f32)", function() ops.embedding_backward_dw(nil, dwpe, dout, idx, 1) end,
+      2 * N * C + 8 * c.t * C)
+  end
 end
