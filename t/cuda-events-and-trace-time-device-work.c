@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const tg_device gpu = {TG_CUDA, 0};
 #define N 2048 /* (N, N) f32 GEMMs: enough work to take measurable device time */
@@ -54,6 +55,11 @@ int main(void)
     double ms = 0;
     CHECK(tg_event_elapsed(e0, e1, &ms));
     ok(ms > 0, "eight %dx%d GEMMs take device time between the events (%.3f ms)", N, N, ms);
+    /* as on the CPU backend: an event never recorded is a state error that says so */
+    tg_event *never = event(1);
+    ok(tg_event_elapsed(never, e1, &ms) == TG_ESTATE && strstr(tg_last_error(), "never recorded"),
+       "elapsed from an event never recorded fails with TG_ESTATE, saying so: %s", tg_last_error());
+    tg_event_free(never);
 
     /* ordering: `other` copies c only after the GEMMs and the fill after them on `work` */
     tg_event *ready = event(0);

@@ -508,7 +508,17 @@ static tg_status cuda_event_elapsed(tg_event *a, tg_event *b, double *ms)
 {
     float f = 0;
     TG_TRY(use_device(a->dev.index));
-    TG_CUDA_TRY(cudaEventElapsedTime(&f, (cudaEvent_t)a->impl, (cudaEvent_t)b->impl));
+    cudaError_t e = cudaEventElapsedTime(&f, (cudaEvent_t)a->impl, (cudaEvent_t)b->impl);
+    /* the CPU backend's errors for the same misuse (not a device fault) */
+    if (e == cudaErrorInvalidResourceHandle) {
+        (void)cudaGetLastError();
+        return tg_error(TG_ESTATE, "event elapsed time: an event was never recorded (or its graph never replayed)");
+    }
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return tg_error(TG_ESTATE, "event elapsed time: an event has not completed yet (sync it first)");
+    }
+    TG_CUDA_TRY(e);
     *ms = f;
     return TG_OK;
 }
