@@ -9,6 +9,7 @@ local nn = require "tegraph.nn"
 local optim = require "tegraph.optim"
 local data = require "tegraph.data"
 local progress = require "tegraph.progress"
+local cli = require "tegraph.cli"
 
 ------------------------------------------------------------------------ options
 local defaults = {
@@ -17,12 +18,12 @@ local defaults = {
   { "data", nil, "train on an llm.c/nanoGPT .bin token file instead of the task" },
   { "make-data", nil, "write the task as a .bin token file and exit" },
   { "tokens", 20000, "tokens for --make-data" },
-  { "vocab", nil, "vocabulary size (task: 12; --data: required unless the file's ids fit 65536)" },
-  { "vocab-pad", nil, "round the token table and logits up to a multiple of N, as nanoGPT's 50304 (default 64 when --vocab >= 1024, else 1)" },
+  { "vocab", nil, "vocabulary size (task: 12; --data: required unless the file's ids fit 65536)", "number" },
+  { "vocab-pad", nil, "round the token table and logits up to a multiple of N, as nanoGPT's 50304 (default 64 when --vocab >= 1024, else 1)", "number" },
   { "layers", 2, "transformer layers" },
   { "heads", 4, "attention heads" },
   { "width", 64, "model width" },
-  { "context", nil, "context length T (task: 2*digits+1; --data: 64)" },
+  { "context", nil, "context length T (task: 2*digits+1; --data: 64)", "number" },
   { "batch", 32, "microbatch size B (sequences)" },
   { "microbatches", 2, "microbatches per step M" },
   { "steps", 150, "optimizer steps" },
@@ -44,59 +45,7 @@ local defaults = {
   { "trace-steps", nil, "steps to trace, a:b (default 3:5, within --steps)" },
 }
 
-local function usage(out)
-  out:write("usage: tegraph run examples/gpt.lua [--OPTION VALUE | --FLAG]...\n\noptions:\n")
-  for _, d in ipairs(defaults) do
-    local def = d[2] == nil and "" or string.format(" (default %s)", tostring(d[2]))
-    out:write(string.format("  --%-14s %s%s\n", d[1], d[3], def))
-  end
-end
-
-local function parse_args(argv)
-  local o, known = {}, {}
-  for _, d in ipairs(defaults) do
-    o[d[1]] = d[2]
-    known[d[1]] = d
-  end
-  local i = 1
-  while i <= #argv do
-    local a = argv[i]
-    if a == "-h" or a == "--help" then
-      usage(io.stdout)
-      os.exit(0)
-    end
-    local name, val = a:match("^%-%-([%w-]+)=(.*)$")
-    if not name then name = a:match("^%-%-([%w-]+)$") end
-    if not name or not known[name] then
-      io.stderr:write("gpt.lua: unknown argument '", a, "'\n")
-      usage(io.stderr)
-      os.exit(2)
-    end
-    if type(known[name][2]) == "boolean" then
-      o[name] = val == nil or val == "1" or val == "true" or val == "yes"
-    else
-      if val == nil then
-        i = i + 1
-        val = argv[i]
-        if val == nil then
-          io.stderr:write("gpt.lua: --", name, " needs a value\n")
-          os.exit(2)
-        end
-      end
-      local num = tonumber(val)
-      local want_num = type(known[name][2]) == "number" or name == "vocab" or name == "context" or name == "vocab-pad"
-      if want_num and not num then
-        io.stderr:write("gpt.lua: --", name, " needs a number (got '", val, "')\n")
-        os.exit(2)
-      end
-      o[name] = want_num and (math.tointeger(num) or num) or val
-    end
-    i = i + 1
-  end
-  return o
-end
-
-local opt = parse_args(arg or {})
+local opt = cli.parse("examples/gpt.lua", defaults, arg)
 
 ------------------------------------------------------------------------ the built-in task
 -- Tokens 0-9 are digits, 10 is '>' (question ends), 11 is '.' (answer ends).

@@ -12,6 +12,7 @@
 -- idle time the schedule would have if each stage had its own device running at this speed.
 local tg = require "tegraph"
 local S = require "tegraph.schedule"
+local cli = require "tegraph.cli"
 
 local defaults = {
   { "stages", 4, "pipeline stages P" },
@@ -28,44 +29,7 @@ local defaults = {
   { "seed", 1234, "seed" },
 }
 
-local function usage(out)
-  out:write("usage: tegraph run examples/zero_bubble.lua [--OPTION VALUE | --FLAG]...\n\noptions:\n")
-  for _, d in ipairs(defaults) do
-    local def = d[2] == nil and "" or string.format(" (default %s)", tostring(d[2]))
-    out:write(string.format("  --%-14s %s%s\n", d[1], d[3], def))
-  end
-end
-
-local function parse_args(argv)
-  local o, known = {}, {}
-  for _, d in ipairs(defaults) do
-    o[d[1]] = d[2]
-    known[d[1]] = d
-  end
-  local i = 1
-  while i <= #argv do
-    local a = argv[i]
-    if a == "--help" or a == "-h" then usage(io.stdout) os.exit(0) end
-    local k = a:match("^%-%-(.+)$")
-    local d = k and known[k]
-    if not d then
-      usage(io.stderr)
-      error("zero_bubble: unknown argument " .. a, 0)
-    end
-    if type(d[2]) == "boolean" then
-      o[k] = true
-    else
-      local v = argv[i + 1]
-      if v == nil then error("zero_bubble: --" .. k .. " needs a value", 0) end
-      o[k] = type(d[2]) == "number" and assert(tonumber(v), "--" .. k .. " must be a number") or v
-      i = i + 1
-    end
-    i = i + 1
-  end
-  return o
-end
-
-local opt = parse_args(arg or {})
+local opt = cli.parse("examples/zero_bubble.lua", defaults, arg)
 local P, M, L = opt.stages, opt.microbatches, opt.layers
 if L % (2 * P) ~= 0 then error(string.format("zero_bubble: --layers (%d) must be a multiple of 2 * stages (%d)", L, 2 * P), 0) end
 local shape = { opt.batch, opt.tokens, opt.width }

@@ -17,7 +17,7 @@ run() {
     err=$(cat "$tmp/err")
 }
 
-echo "1..23"
+echo "1..27"
 
 run --version
 ok $((rc != 0)) "--version exits 0"
@@ -92,5 +92,18 @@ run --device cpu -e 'io.write(tg.default_device())'
 ok $((rc != 0)) "--device cpu before the command (got $rc, '$out' '$err')"
 ok $([ "$out" = "cpu" ]; echo $?) "--device cpu makes cpu the default device (got '$out')"
 
-[ "$n" -eq 23 ] || echo "# ran $n checks, planned 23"
+# A script's usage error (tegraph.cli's exit 2) is the command's exit status.
+GPT="${TG_TOP_SRCDIR:-.}/examples/gpt.lua"
+run --device cpu run "$GPT" --steps x
+ok $((rc != 2)) "an example's bad flag value exits 2 (got $rc)"
+first=$(head -n 1 "$tmp/err")
+case "$first" in "gpt.lua: --steps needs a number (got 'x')") r=0 ;; *) r=1 ;; esac
+ok $r "and names the flag (got '$first')"
+case "$err" in *"usage: tegraph run examples/gpt.lua"*"--steps"*) r=0 ;; *) r=1 ;; esac
+ok $r "and prints the usage on stderr"
+run --device cpu run "$GPT" --steps 3 --help
+case "$out" in "usage: tegraph run examples/gpt.lua"*) r=0 ;; *) r=1 ;; esac
+ok $((rc != 0 || r)) "an example's --help prints the usage and exits 0 (got $rc)"
+
+[ "$n" -eq 27 ] || echo "# ran $n checks, planned 27"
 exit 0

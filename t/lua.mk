@@ -3,7 +3,8 @@
 LUA_TESTS = \
 	t/lua-tensor-api.lua \
 	t/lua-errors-name-the-problem.lua \
-	t/lua-capture-replay.lua
+	t/lua-capture-replay.lua \
+	t/cli-parse-accepts-gpt-flags-and-rejects-bad-ones.lua
 LUA_SH_TESTS = \
 	t/cli-exit-codes.sh \
 	t/require-from-stock-lua.sh \

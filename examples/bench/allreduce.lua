@@ -2,8 +2,10 @@
 -- usage: tegraph run -n 2 examples/bench/allreduce.lua [--numel 124439808] [--iters 20]
 local tg = require "tegraph"
 
-local opt = { numel = 124439808, iters = 20 } -- GPT-2 124M's parameter count
-for i = 1, #arg, 2 do opt[arg[i]:gsub("^%-%-", "")] = tonumber(arg[i + 1]) end
+local opt = require("tegraph.cli").parse("examples/bench/allreduce.lua", {
+  { "numel", 124439808, "f32 elements to all-reduce (GPT-2 124M's parameter count)" },
+  { "iters", 20, "timed all-reduces after one warm-up" },
+}, arg)
 local world = tg.comm.world()
 local n, r = world:size(), world:rank()
 local x = tg.ones({ opt.numel }, { device = tg.default_device() })

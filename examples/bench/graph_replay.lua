@@ -2,14 +2,15 @@
 -- usage: tegraph run examples/bench/graph_replay.lua [--layers 12] [--dim 64] [--tokens 16] [--iters 50] [--device cpu|cuda]
 local tg = require "tegraph"
 
-local opt = { layers = 12, dim = 64, tokens = 16, heads = 4, iters = 50, microbatches = 4 }
-local i = 1
-while arg and arg[i] do
-  local k = arg[i]:match("^%-%-(.+)$")
-  if not k or arg[i + 1] == nil then error("bad argument " .. tostring(arg[i])) end
-  opt[k] = tonumber(arg[i + 1]) or arg[i + 1]
-  i = i + 2
-end
+local opt = require("tegraph.cli").parse("examples/bench/graph_replay.lua", {
+  { "layers", 12, "transformer layers of the chunk" },
+  { "dim", 64, "model width" },
+  { "tokens", 16, "sequence length" },
+  { "heads", 4, "attention heads" },
+  { "iters", 50, "timed steps" },
+  { "microbatches", 4, "microbatches per step" },
+  { "device", nil, "cpu or cuda (default: tegraph's default device)" },
+}, arg)
 local device = opt.device or tg.default_device()
 
 local function build()

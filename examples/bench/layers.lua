@@ -9,14 +9,15 @@
 -- time, launch gaps included), after 5 warm-up steps, as torch_layer.py does with CUDA events.
 local tg = require "tegraph"
 
-local opt = { iters = 30, modes = "eager,graphed", fused = 0, gemm = 8192 }
-local i = 1
-while arg and arg[i] do
-  local k = arg[i]:match("^%-%-(.+)$")
-  if not k or arg[i + 1] == nil then error("layers.lua: bad argument " .. tostring(arg[i]) .. " (--name value expected)") end
-  opt[k] = tonumber(arg[i + 1]) or arg[i + 1]
-  i = i + 2
-end
+local opt = require("tegraph.cli").parse("examples/bench/layers.lua", {
+  { "torch", nil, "torch_layer.py's output (JSON lines): print our time / PyTorch's per mode" },
+  { "iters", 30, "timed steps per configuration and mode (median)" },
+  { "only", nil, "only the configuration with this name" },
+  { "modes", "eager,graphed", "comma-separated modes: eager, graphed" },
+  { "fused", 0, "1: weight gradients fused into f32 main_grad" },
+  { "gemm", 8192, "also time an N x N x N bf16 GEMM (0: skip)" },
+  { "device", nil, "cpu or cuda (default: tegraph's default device)" },
+}, arg)
 local device = opt.device or tg.default_device()
 local stream = tg.stream.current(device)
 

@@ -6,14 +6,12 @@
 local tg = require "tegraph"
 local ops = tg.ops
 
-local opt = { iters = 20, cfg = "gpt2,large" }
-local i = 1
-while arg and arg[i] do
-  local k = arg[i]:match("^%-%-(.+)$")
-  if not k or arg[i + 1] == nil then error("ops.lua: bad argument " .. tostring(arg[i])) end
-  opt[k] = tonumber(arg[i + 1]) or arg[i + 1]
-  i = i + 2
-end
+local opt = require("tegraph.cli").parse("examples/bench/ops.lua", {
+  { "iters", 20, "calls per op after 3 warm-up calls" },
+  { "cfg", "gpt2,large", "comma-separated layer shapes: small, gpt2, large" },
+  { "only", nil, "only the ops whose name contains this substring" },
+  { "device", nil, "cpu or cuda (default: tegraph's default device)" },
+}, arg)
 local device = opt.device or tg.default_device()
 local stream = tg.stream.current(device)
 local cfgs = {

@@ -7,14 +7,13 @@ local nn = require "tegraph.nn"
 local optim = require "tegraph.optim"
 local ops = tg.ops
 
-local opt = { iters = 20, layers = 12, vocab = 50257, dtype = "bf16" }
-local i = 1
-while arg and arg[i] do
-  local k = arg[i]:match("^%-%-(.+)$")
-  if not k or arg[i + 1] == nil then error("optim.lua: bad argument " .. tostring(arg[i])) end
-  opt[k] = tonumber(arg[i + 1]) or arg[i + 1]
-  i = i + 2
-end
+local opt = require("tegraph.cli").parse("examples/bench/optim.lua", {
+  { "iters", 20, "timed steps per row after 3 warm-up steps" },
+  { "layers", 12, "transformer layers of the parameter list" },
+  { "vocab", 50257, "vocabulary size of the token table" },
+  { "dtype", "bf16", "parameter dtype: bf16 or f32" },
+  { "device", nil, "cpu or cuda (default: tegraph's default device)" },
+}, arg)
 local device = opt.device or tg.default_device()
 local stream = tg.stream.current(device)
 local C, T = 768, 1024
