@@ -4,6 +4,7 @@
 #   launch    examples/bench/launch (eager host cost per kernel, layer by layer)
 #   ops       examples/bench/ops.lua (per-kernel times; attention v3 and v2)
 #   layers    torch_layer.py and layers.lua in the same call (ratios)
+#   variants  ops.lua / layers.lua with the env switches of older paths (bias-grad epilogue, cross-entropy, embedding)
 #   gpt2      torch_gpt2.py and gpt.lua at GPT-2-124M size on one GPU
 #   dp        gpt.lua 124M: 1 GPU vs 2 GPUs (ddp) with a trace of steps 4-5 (needs nvidia-h200-x2)
 #   replay    examples/bench/graph_replay.lua (host cost of eager vs graphed microbatches)
@@ -61,11 +62,27 @@ exec(open('torch_layer.py').read().replace('for m in [\"eager\", \"eager+hooks\"
     grep -v "^{" $OUT/torch_layer.out | head; grep "^{" $OUT/torch_layer.out
     timeout $(cap 170) ./tegraph run $R/examples/bench/layers.lua --torch $OUT/torch_layer.out 2>&1 | tee $OUT/layers.txt
     ;;
+  variants)
+    # the switches that keep an older path, against the default, in one call (VARIANT_LAYERS: layer configs too)
+    stage "variants"
+    for v in "TG_CUDA_BGRAD=unfused|--only gemm" "TG_CUDA_BGRAD=fused|--only gemm" \
+             "TG_CUDA_CROSS_ENTROPY=multipass|--cfg gpt2 --only cross_entropy" \
+             "TG_CUDA_EMBEDDING=rows|--cfg gpt2 --only embedding" $VARIANTS_EXTRA; do
+      echo "## ${v%%|*} ops.lua ${v#*|}"
+      env ${v%%|*} timeout $(cap 40) ./tegraph run $R/examples/bench/ops.lua ${v#*|} 2>&1 | tail -n +2 | tee -a $OUT/variants.txt
+    done
+    for c in ${VARIANT_LAYERS:-gpt2-124M-like}; do
+      for e in TG_CUDA_BGRAD=unfused TG_CUDA_BGRAD=fused; do
+        echo "## $e layers.lua $c"
+        env $e timeout $(cap 60) ./tegraph run $R/examples/bench/layers.lua --only $c --gemm 0 ${OUT:+--torch $OUT/torch_layer.out} 2>&1 | tail -n +3 | tee -a $OUT/variants.txt
+      done
+    done
+    ;;
   gpt2)
     stage gpt2
     (cd $R/.debs/bench && timeout $(cap 120) python3 torch_gpt2.py 2>&1 | tail -8 | tee $OUT/torch_gpt2.out)
     ./tegraph run $R/examples/gpt.lua --make-data /tmp/d.bin --tokens 2000000 | tail -1
-    for pad in 64 1; do
+    for pad in ${GPT2_PADS:-64 1}; do
       timeout $(cap 90) ./tegraph run $R/examples/gpt.lua --data /tmp/d.bin --vocab 50257 --vocab-pad $pad --context 1024 --width 768 --heads 12 --layers 12 --batch 8 --microbatches 2 --steps 30 --warmup 2 --dtype bf16 --fuse-wgrad --quiet 2>&1 | tail -6
     done
     ;;
