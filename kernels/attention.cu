@@ -1931,6 +1931,8 @@ static cudaError_t att4_bwd_launch(void *dqkv, float *dd, const void *dout, cons
         case 5: e = att4_dq_launch_w<D, 4, 1, 32, true, 4>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
         case 6: e = att4_dq_launch_w<D, 4, 1, 64, true>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
         case 7: e = att4_dq_launch_w<D, 4, 1, 64, true, 3>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        case 8: e = att4_dq_launch_w<D, 8, 2, 16, false, 2>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        case 9: e = att4_dq_launch_w<D, 4, 2, 16, false, 4>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
         default: e = att4_dq_launch_w<D, 8, 1, 32, true, 2>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
         }
         if (e != cudaSuccess) return e;
@@ -1942,6 +1944,8 @@ static cudaError_t att4_bwd_launch(void *dqkv, float *dd, const void *dout, cons
         case 5: return att4_dkdv_launch_w<D, 4, 1, 32, true, 3>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
         case 6: return att4_dkdv_launch_w<D, 4, 1, 64, false, 3>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
         case 7: return att4_dkdv_launch_w<D, 4, 1, 32, false, 3>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        case 8: return att4_dkdv_launch_w<D, 8, 2, 32, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        case 9: return att4_dkdv_launch_w<D, 8, 2, 16, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
         default: return att4_dkdv_launch_w<D, 4, 2, 32, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
         }
     } else if constexpr (D == 128) {
