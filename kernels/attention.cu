@@ -1914,8 +1914,10 @@ static cudaError_t att4_dkdv_launch_w(void *dqkv, const void *dout, const void *
  * 4 warps x 32 keys (0.097; 8 x 16: 0.115, 2 x 32: 0.100, 32-query chunks in 168 registers: 0.100), dQ as
  * 8 warps x 16 queries with 32-key chunks in 128 registers (0.086; 4 x 32: 0.098, 4 x 16 in 128: 0.087).
  * Head dim 128 (a warp of 32 rows would need 256 accumulator registers): dK/dV stays 4 x 16 (8 x 16: 0.513,
- * 16-query chunks: 0.562), dQ keeps Q, dO fragments in registers (8 warps 0.384, 4: 0.389). TG_ATT4 presets
- * (digits) select the alternatives. */
+ * 16-query chunks: 0.562), dQ keeps Q, dO fragments in registers (8 warps 0.384, 4: 0.389). Whole backward at
+ * gpt2, the defaults 0.183 ms against: dK/dV over 256 keys (8 warps x 32, presets 8, 9) 0.195 / 0.203, dQ over
+ * 256 queries (8 x 32, preset 8) 0.193, dQ as 4 warps x 32 queries in 128 registers (9) 0.186. v3 -> v4:
+ * 0.215 -> 0.183 ms (gpt2), 0.976 -> 0.869 ms (large). TG_ATT4 presets (digits) select the alternatives. */
 template <int D>
 static cudaError_t att4_bwd_launch(void *dqkv, float *dd, const void *dout, const void *out, const void *qkv,
                                    const float *lse, int64_t B, int64_t T, int64_t C, int H, float scale, cudaStream_t st)
