@@ -11,7 +11,9 @@
  *   memory, bf16 x bf16 -> f32, softmax in f32 registers.
  *   Backward = dd (rowsum dout*out) + a dK/dV kernel per key tile + a dQ
  *   kernel per query tile, so no tile's gradient is summed by two blocks.
- *   v3 (the default) is raw mma.sync m16n8k16 + ldmatrix with cp.async
+ *   v4 (the default) is v3 with the block's rows per head dim (warps of 32
+ *   rows at head dim 64) and dd computed by the dQ kernel, which runs first;
+ *   v3 (TG_CUDA_ATTENTION=v3) is raw mma.sync m16n8k16 + ldmatrix with cp.async
  *   double buffering, probabilities never leaving registers; v2
  *   (TG_CUDA_ATTENTION=v2) is wmma with scores in registers (=pipe: plus
  *   cp.async double buffering); v1 (TG_CUDA_ATTENTION=v1) stages scores
@@ -692,7 +694,7 @@ static __global__ void att_layout_probe(int *ok)
     if (threadIdx.x == 0) *ok = good;
 }
 
-/* ------------------------------------------------------------------ v3 (the default): mma.sync + ldmatrix + cp.async
+/* ------------------------------------------------------------------ v3: mma.sync + ldmatrix + cp.async
  * FlashAttention-2 style. Layout facts relied on (PTX ISA: "Matrix fragments for mma.m16n8k16" with .bf16
  * operands, and "ldmatrix"); g = lane >> 2, t = lane & 3, (row, column):
  * - A (16 x 16, .row), four .b32: a0 = (g, 2t..2t+1), a1 = (g+8, 2t..2t+1), a2 = (g, 2t+8..2t+9), a3 = (g+8, 2t+8..2t+9);
@@ -1211,6 +1213,309 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     att3_store<D>(dqkv + (int64_t)b * T * C3 + (int64_t)h * D, C3, q0, T, dq, scale, (uint16_t *)Qw, lane);
 }
 
+/* ------------------------------------------------------------------ v4 (the default): v3's fragments, tiles sized per head dim
+ * The same mma.sync / ldmatrix / cp.async building blocks as v3, with the block's own rows (keys for dK/dV,
+ * queries for dQ) a template: W warps of 16 MT rows each. A warp of 32 rows (MT = 2) reads each streamed
+ * fragment once for two mma's, halving shared-memory traffic per product; 8 warps over one block's rows
+ * halve the streamed tiles fetched per row. The dQ kernel runs first and computes dd = rowsum(dO * O) of its
+ * own rows (written to the scratch for the dK/dV kernel), so the backward is two launches. Streamed tiles stay
+ * 64 rows; a warp skips chunks wholly masked for its rows and masks only chunks that cross its diagonal. */
+
+/* c[mt] = A[mt] (16 x D) . B^T, B = rows [0, NC) of sB; A from registers (REG) or the 16 MT rows at sA. */
+template <int D, int NC, int MT, bool REG>
+static __device__ __forceinline__ void att4_abt(float (*c)[NC / 8][4], const uint32_t (*a)[D / 16][4], const uint16_t *sA,
+                                                const uint16_t *sB, int lane)
+{
+    constexpr int LDB = D + 8;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < NC / 8; j++) c[mt][j][0] = c[mt][j][1] = c[mt][j][2] = c[mt][j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t af[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            if constexpr (REG) {
+                af[mt][0] = a[mt][kk][0], af[mt][1] = a[mt][kk][1], af[mt][2] = a[mt][kk][2], af[mt][3] = a[mt][kk][3];
+            } else {
+                att3_lda<LDB>(af[mt], sA + mt * 16 * LDB, kk, lane);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NC / 16; j++) {
+            uint32_t b[4];
+            ldsm4(b, sB + (j * 16 + (lane & 7) + (lane >> 4) * 8) * LDB + kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma16816(c[mt][2 * j], af[mt], b[0], b[1]);
+                mma16816(c[mt][2 * j + 1], af[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
+/* Sum over 8 bf16 pairs a[i] * b[i] in f32. */
+static __device__ __forceinline__ float att4_dot8(uint4 a, uint4 b)
+{
+    const uint32_t x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        s = fmaf(__uint_as_float(x[i] << 16), __uint_as_float(y[i] << 16), s);
+        s = fmaf(__uint_as_float(x[i] & 0xffff0000u), __uint_as_float(y[i] & 0xffff0000u), s);
+    }
+    return s;
+}
+
+template <int D, int W, int MT> static constexpr size_t att4_dq_smem()
+{
+    return (2 * 16 * MT * W + 4 * ATT_TILE) * (D + 8) * 2 + 16 * MT * W * 4;
+}
+template <int D, int W, int MT> static constexpr size_t att4_dkdv_smem()
+{
+    return (2 * 16 * MT * W + 4 * ATT_TILE) * (D + 8) * 2 + 4 * ATT_TILE * 4;
+}
+
+/* dQ (and dd) of one block of 16 MT W queries (blockIdx.y from the last) from every key tile at or before
+ * its last row: S = Q K^T, dP = dO V^T, dS = P (dP - dd), dQ += dS K. Keys in chunks of KC. */
+template <int D, int W, int MT, int KC, bool REG, int MINB>
+static __global__ void __launch_bounds__(W * 32, MINB)
+    att4_bwd_dq(uint16_t *dqkv, float *dd, const uint16_t *dout, const uint16_t *out, const uint16_t *qkv,
+                const float *lse, int T, int C, int H, float scale)
+{
+    constexpr int LDB = D + 8, TS = ATT_TILE * LDB, WR = 16 * MT, BQ = WR * W, NTH = W * 32;
+    constexpr int CPR = D / 8, RPP = 32 / CPR; /* dd: lanes per row, rows per pass */
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *Qs = (uint16_t *)smem, *dOs = Qs + BQ * LDB, *KV = dOs + BQ * LDB; /* KV: [buffer][K | V] */
+    float *dd_s = (float *)(KV + 4 * TS);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    const int qt = gridDim.y - 1 - blockIdx.y;
+    const int bh = blockIdx.x, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const int64_t obase = (int64_t)b * T * C + (int64_t)h * D;
+    const int q0 = qt * BQ + warp * WR; /* the warp's first query */
+    const int nkt = (min(qt * BQ + BQ, T) - 1) / ATT_TILE + 1;
+    const uint16_t *Qw = Qs + warp * WR * LDB, *dOw = dOs + warp * WR * LDB;
+    const float sl2 = scale * ATT3_LOG2E;
+
+    att3_fetch<D, BQ, NTH>(Qs, base, qt * BQ, T, C3);
+    att3_fetch<D, BQ, NTH>(dOs, dout + obase, qt * BQ, T, C);
+    att3_fetch<D, ATT_TILE, NTH>(KV, base + C, 0, T, C3);
+    att3_fetch<D, ATT_TILE, NTH>(KV + TS, base + 2 * (int64_t)C, 0, T, C3);
+    cp_async_commit();
+
+    /* dd of the warp's rows from global memory while the tiles arrive (not unrolled: registers) */
+#pragma unroll 1
+    for (int p = 0; p < WR / RPP; p++) {
+        const int row = p * RPP + lane / CPR, q = q0 + row, ch = lane % CPR;
+        float s = 0.0f;
+        if (q < T)
+            s = att4_dot8(*(const uint4 *)(dout + obase + (int64_t)q * C + ch * 8),
+                          *(const uint4 *)(out + obase + (int64_t)q * C + ch * 8));
+#pragma unroll
+        for (int off = CPR / 2; off >= 1; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (ch == 0) {
+            dd_s[warp * WR + row] = s;
+            if (q < T) dd[(int64_t)bh * T + q] = s;
+        }
+    }
+    float lr[MT][2], dr[MT][2]; /* lse (log2 units), dd of the lane's rows g, g + 8 of each block */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int q = q0 + 16 * mt + g + 8 * hr;
+            lr[mt][hr] = q < T ? lse[(int64_t)bh * T + q] * ATT3_LOG2E : INFINITY;
+        }
+
+    uint32_t qf[MT][D / 16][4], of[MT][D / 16][4];
+    float dq[MT][D / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) dq[mt][j][0] = dq[mt][j][1] = dq[mt][j][2] = dq[mt][j][3] = 0.0f;
+
+    for (int kt = 0; kt < nkt; kt++) {
+        const uint16_t *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
+        if (kt + 1 < nkt) {
+            uint16_t *nk = KV + ((kt + 1) & 1) * 2 * TS;
+            att3_fetch<D, ATT_TILE, NTH>(nk, base + C, (kt + 1) * ATT_TILE, T, C3);
+            att3_fetch<D, ATT_TILE, NTH>(nk + TS, base + 2 * (int64_t)C, (kt + 1) * ATT_TILE, T, C3);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (kt == 0) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) dr[mt][hr] = dd_s[warp * WR + 16 * mt + g + 8 * hr];
+            if constexpr (REG)
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int kk = 0; kk < D / 16; kk++) {
+                        att3_lda<LDB>(qf[mt][kk], Qw + 16 * mt * LDB, kk, lane);
+                        att3_lda<LDB>(of[mt][kk], dOw + 16 * mt * LDB, kk, lane);
+                    }
+        }
+#pragma unroll
+        for (int kc = 0; kc < ATT_TILE; kc += KC) {
+            const int k = kt * ATT_TILE + kc; /* the chunk's first key */
+            if (k > q0 + WR - 1) continue;   /* every key after every row of the warp */
+            const bool diag = k + KC - 1 > q0;
+            float s[MT][KC / 8][4], dp[MT][KC / 8][4];
+            att4_abt<D, KC, MT, REG>(s, qf, Qw, Ks + kc * LDB, lane);   /* S = Q K^T */
+            att4_abt<D, KC, MT, REG>(dp, of, dOw, Vs + kc * LDB, lane); /* dP = dO V^T */
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int j = 0; j < KC / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float p = att3_exp2(s[mt][j][e] * sl2 - lr[mt][e >> 1]);
+                        if (diag && k + 8 * j + 2 * t4 + (e & 1) > q0 + 16 * mt + g + 8 * (e >> 1)) p = 0.0f;
+                        s[mt][j][e] = p * (dp[mt][j][e] - dr[mt][e >> 1]);
+                    }
+            uint32_t sf[MT][KC / 16][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) att3_to_a<KC>(sf[mt], s[mt]);
+            att3_pm_m<D, KC, MT>(dq, sf, Ks + kc * LDB, lane); /* dQ += dS K */
+        }
+        __syncthreads(); /* this buffer is refilled two tiles on */
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+        att3_store<D>(dqkv + (int64_t)b * T * C3 + (int64_t)h * D, C3, q0 + 16 * mt, T, dq[mt], scale,
+                      (uint16_t *)Qw + 16 * mt * LDB, lane);
+}
+
+/* dK, dV of one block of 16 MT W keys (blockIdx.y; the first blocks have the most work and start first) from
+ * every query tile at or after its first key. S^T = K Q^T and dP^T = V dO^T come out with keys as rows, so
+ * P^T and dS^T = P^T (dP^T - dd) feed dV += P^T dO and dK += dS^T Q straight from registers. Queries in
+ * chunks of QC. */
+template <int D, int W, int MT, int QC, bool REG, int MINB>
+static __global__ void __launch_bounds__(W * 32, MINB)
+    att4_bwd_dkdv(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse, const float *dd, int T,
+                  int C, int H, float scale)
+{
+    constexpr int LDB = D + 8, TS = ATT_TILE * LDB, WR = 16 * MT, BK = WR * W, NTH = W * 32;
+    static_assert(NTH >= ATT_TILE, "one thread per row of the streamed statistics");
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + BK * LDB, *QD = Vs + BK * LDB; /* QD: [buffer][Q | dO] */
+    float *stats = (float *)(QD + 4 * TS);                                     /* [buffer][lse | dd] */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    const int kb = blockIdx.y, nt = (T + ATT_TILE - 1) / ATT_TILE;
+    const int bh = blockIdx.x, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const uint16_t *dobase = dout + (int64_t)b * T * C + (int64_t)h * D;
+    const float *lse_bh = lse + (int64_t)bh * T, *dd_bh = dd + (int64_t)bh * T;
+    const int k0 = kb * BK + warp * WR, qt0 = kb * BK / ATT_TILE; /* the warp's first key; the first query tile */
+    const uint16_t *Kw = Ks + warp * WR * LDB, *Vw = Vs + warp * WR * LDB;
+    const float sl2 = scale * ATT3_LOG2E;
+
+    att3_fetch<D, BK, NTH>(Ks, base + C, kb * BK, T, C3);
+    att3_fetch<D, BK, NTH>(Vs, base + 2 * (int64_t)C, kb * BK, T, C3);
+    att3_fetch<D, ATT_TILE, NTH>(QD, base, qt0 * ATT_TILE, T, C3);
+    att3_fetch<D, ATT_TILE, NTH>(QD + TS, dobase, qt0 * ATT_TILE, T, C);
+    cp_async_commit();
+    if (threadIdx.x < ATT_TILE) {
+        const int t = qt0 * ATT_TILE + threadIdx.x;
+        stats[threadIdx.x] = t < T ? lse_bh[t] * ATT3_LOG2E : INFINITY;
+        stats[ATT_TILE + threadIdx.x] = t < T ? dd_bh[t] : 0.0f;
+    }
+
+    uint32_t kf[MT][D / 16][4], vf[MT][D / 16][4];
+    float dk[MT][D / 8][4], dv[MT][D / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[mt][j][e] = dv[mt][j][e] = 0.0f;
+
+    for (int qt = qt0; qt < nt; qt++) {
+        const int buf = (qt - qt0) & 1;
+        const uint16_t *Qs = QD + buf * 2 * TS, *dOs = Qs + TS;
+        const float *lse_s = stats + buf * 2 * ATT_TILE, *dd_s = lse_s + ATT_TILE;
+        if (qt + 1 < nt) {
+            const int nb = buf ^ 1;
+            att3_fetch<D, ATT_TILE, NTH>(QD + nb * 2 * TS, base, (qt + 1) * ATT_TILE, T, C3);
+            att3_fetch<D, ATT_TILE, NTH>(QD + nb * 2 * TS + TS, dobase, (qt + 1) * ATT_TILE, T, C);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if constexpr (REG)
+            if (qt == qt0)
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int kk = 0; kk < D / 16; kk++) {
+                        att3_lda<LDB>(kf[mt][kk], Kw + 16 * mt * LDB, kk, lane);
+                        att3_lda<LDB>(vf[mt][kk], Vw + 16 * mt * LDB, kk, lane);
+                    }
+        /* lse, dd of the next tile: loaded now, stored after the products hid the latency (the other buffer's
+         * readers passed the barrier ending qt - 1) */
+        const int tn = (qt + 1) * ATT_TILE + threadIdx.x;
+        float nls = INFINITY, ndd = 0.0f;
+        if (threadIdx.x < ATT_TILE && tn < T) {
+            nls = lse_bh[tn] * ATT3_LOG2E;
+            ndd = dd_bh[tn];
+        }
+#pragma unroll
+        for (int qc = 0; qc < ATT_TILE; qc += QC) {
+            const int q = qt * ATT_TILE + qc; /* the chunk's first query */
+            if (q + QC - 1 < k0) continue;    /* every query before every key of the warp */
+            const bool diag = q < k0 + WR - 1;
+            float st[MT][QC / 8][4], dpt[MT][QC / 8][4];
+            att4_abt<D, QC, MT, REG>(st, kf, Kw, Qs + qc * LDB, lane);   /* S^T = K Q^T */
+            att4_abt<D, QC, MT, REG>(dpt, vf, Vw, dOs + qc * LDB, lane); /* dP^T = V dO^T */
+#pragma unroll
+            for (int j = 0; j < QC / 8; j++) {
+                const int col = qc + 8 * j + 2 * t4; /* query of elements e = 0, 2 (+1 for e = 1, 3) in the tile */
+                const float2 ls = *(const float2 *)(lse_s + col), ds = *(const float2 *)(dd_s + col);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float p = att3_exp2(st[mt][j][e] * sl2 - ((e & 1) ? ls.y : ls.x));
+                        if (diag && qt * ATT_TILE + col + (e & 1) < k0 + 16 * mt + g + 8 * (e >> 1)) p = 0.0f;
+                        st[mt][j][e] = p;
+                        dpt[mt][j][e] = p * (dpt[mt][j][e] - ((e & 1) ? ds.y : ds.x));
+                    }
+            }
+            uint32_t pf[MT][QC / 16][4], sf[MT][QC / 16][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                att3_to_a<QC>(pf[mt], st[mt]);
+                att3_to_a<QC>(sf[mt], dpt[mt]);
+            }
+            att3_pm_m<D, QC, MT>(dv, pf, dOs + qc * LDB, lane); /* dV += P^T dO */
+            att3_pm_m<D, QC, MT>(dk, sf, Qs + qc * LDB, lane);  /* dK += dS^T Q */
+        }
+        if (threadIdx.x < ATT_TILE && qt + 1 < nt) {
+            float *ns = stats + (buf ^ 1) * 2 * ATT_TILE;
+            ns[threadIdx.x] = nls;
+            ns[ATT_TILE + threadIdx.x] = ndd;
+        }
+        __syncthreads(); /* this buffer is refilled two tiles on; the next stats are visible */
+    }
+    uint16_t *rows = dqkv + (int64_t)b * T * C3 + (int64_t)h * D;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        att3_store<D>(rows + C, C3, k0 + 16 * mt, T, dk[mt], scale, (uint16_t *)Kw + 16 * mt * LDB, lane);
+        att3_store<D>(rows + 2 * (int64_t)C, C3, k0 + 16 * mt, T, dv[mt], 1.0f, (uint16_t *)Vw + 16 * mt * LDB, lane);
+    }
+}
+
 /* ------------------------------------------------------------------ SIMT path: one warp per row */
 
 /* Row w of the (B, H, T) rows: its batch, head and position. */
@@ -1531,6 +1836,141 @@ static cudaError_t att3_bwd_launch(void *dqkv, const void *dout, const void *qkv
     return cudaGetLastError();
 }
 
+/* TG_ATT4=f,k,q picks other tile shapes of the v4 kernels for benchmarking (forward, dK/dV, dQ; each a
+ * digit, 0 the default; see att4_*_launch); unset or malformed: the defaults. */
+static int att4_preset(int which)
+{
+    const char *e = getenv("TG_ATT4");
+    if (!e) return 0;
+    for (int i = 0; *e; e++) {
+        if (*e >= '0' && *e <= '9') {
+            if (i == which) return *e - '0';
+        } else if (*e == ',') {
+            i++;
+        } else {
+            return 0;
+        }
+    }
+    return 0;
+}
+
+template <int D> static cudaError_t att4_fwd_launch(void *out, float *lse, const void *qkv, int64_t B, int64_t T,
+                                                    int64_t C, int H, float scale, cudaStream_t st)
+{
+    const int p = att4_preset(0);
+    if constexpr (D == 64) {
+        switch (p) {
+        case 1: return att3_fwd_launch_w<D, 8, 1, 1>(out, lse, qkv, B, T, C, H, scale, st);
+        case 2: return att3_fwd_launch_w<D, 2, 2, 1>(out, lse, qkv, B, T, C, H, scale, st);
+        case 3: return att3_fwd_launch_w<D, 8, 2, 1>(out, lse, qkv, B, T, C, H, scale, st);
+        case 4: return att3_fwd_launch_w<D, 8, 1, 2>(out, lse, qkv, B, T, C, H, scale, st);
+        case 5: return att3_fwd_launch_w<D, 4, 1, 4>(out, lse, qkv, B, T, C, H, scale, st);
+        case 6: return att3_fwd_launch_w<D, 4, 1, 3>(out, lse, qkv, B, T, C, H, scale, st);
+        default: break;
+        }
+    } else if constexpr (D == 128) {
+        switch (p) {
+        case 1: return att3_fwd_launch_w<D, 4, 1, 1>(out, lse, qkv, B, T, C, H, scale, st);
+        default: break;
+        }
+    }
+    return att3_fwd_launch<D>(out, lse, qkv, B, T, C, H, scale, st);
+}
+
+template <int D, int W, int MT, int KC, bool REG, int MINB = 1>
+static cudaError_t att4_dq_launch_w(void *dqkv, float *dd, const void *dout, const void *out, const void *qkv,
+                                    const float *lse, int64_t B, int64_t T, int64_t C, int H, float scale, cudaStream_t st)
+{
+    constexpr int BQ = 16 * MT * W;
+    const size_t sm = att4_dq_smem<D, W, MT>();
+    static unsigned done;
+    cudaError_t e = att_smem_limit(att4_bwd_dq<D, W, MT, KC, REG, MINB>, sm, &done);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)(B * H), (unsigned)((T + BQ - 1) / BQ));
+    att4_bwd_dq<D, W, MT, KC, REG, MINB><<<grid, W * 32, sm, st>>>((uint16_t *)dqkv, dd, (const uint16_t *)dout,
+                                                             (const uint16_t *)out, (const uint16_t *)qkv, lse, (int)T,
+                                                             (int)C, H, scale);
+    return cudaGetLastError();
+}
+
+template <int D, int W, int MT, int QC, bool REG, int MINB = 1>
+static cudaError_t att4_dkdv_launch_w(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *dd,
+                                      int64_t B, int64_t T, int64_t C, int H, float scale, cudaStream_t st)
+{
+    constexpr int BK = 16 * MT * W;
+    const size_t sm = att4_dkdv_smem<D, W, MT>();
+    static unsigned done;
+    cudaError_t e = att_smem_limit(att4_bwd_dkdv<D, W, MT, QC, REG, MINB>, sm, &done);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)(B * H), (unsigned)((T + BK - 1) / BK));
+    att4_bwd_dkdv<D, W, MT, QC, REG, MINB><<<grid, W * 32, sm, st>>>((uint16_t *)dqkv, (const uint16_t *)dout,
+                                                               (const uint16_t *)qkv, lse, dd, (int)T, (int)C, H, scale);
+    return cudaGetLastError();
+}
+
+/* v4 backward: dQ and dd first, then dK, dV (which read dd). Each kernel timed alone on the H200 (2026-11,
+ * ops.lua, ms with ~0.05 of per-call cost; gpt2 b8 t1024 12 heads / large b2 t2048 32 heads), v3's tiles
+ * (4 warps x 16 rows, 64-row chunks): dK/dV 0.160 / 0.488, dQ 0.104 / 0.434. Head dim 64: dK/dV best as
+ * 4 warps x 32 keys (0.097; 8 x 16: 0.115, 2 x 32: 0.100, 32-query chunks in 168 registers: 0.100), dQ as
+ * 8 warps x 16 queries with 32-key chunks in 128 registers (0.086; 4 x 32: 0.098, 4 x 16 in 128: 0.087).
+ * Head dim 128 (a warp of 32 rows would need 256 accumulator registers): dK/dV stays 4 x 16 (8 x 16: 0.513,
+ * 16-query chunks: 0.562), dQ keeps Q, dO fragments in registers (8 warps 0.384, 4: 0.389). Whole backward at
+ * gpt2, the defaults 0.183 ms against: dK/dV over 256 keys (8 warps x 32, presets 8, 9) 0.195 / 0.203, dQ over
+ * 256 queries (8 x 32, preset 8) 0.193, dQ as 4 warps x 32 queries in 128 registers (9) 0.186. v3 -> v4:
+ * 0.215 -> 0.183 ms (gpt2), 0.976 -> 0.869 ms (large). TG_ATT4 presets (digits) select the alternatives. */
+template <int D>
+static cudaError_t att4_bwd_launch(void *dqkv, float *dd, const void *dout, const void *out, const void *qkv,
+                                   const float *lse, int64_t B, int64_t T, int64_t C, int H, float scale, cudaStream_t st)
+{
+    const int pk = att4_preset(1), pq = att4_preset(2);
+    cudaError_t e = cudaSuccess;
+    if constexpr (D == 64) {
+        switch (pq) {
+        case 1: e = att4_dq_launch_w<D, 8, 1, 64, true>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        case 2: e = att4_dq_launch_w<D, 4, 2, 32, true>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        case 3: e = att4_dq_launch_w<D, 2, 2, 32, true>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        case 4: e = att4_dq_launch_w<D, 4, 2, 32, false>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        case 5: e = att4_dq_launch_w<D, 4, 1, 32, true, 4>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        case 6: e = att4_dq_launch_w<D, 4, 1, 64, true>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        case 7: e = att4_dq_launch_w<D, 4, 1, 64, true, 3>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        case 8: e = att4_dq_launch_w<D, 8, 2, 16, false, 2>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        case 9: e = att4_dq_launch_w<D, 4, 2, 16, false, 4>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        default: e = att4_dq_launch_w<D, 8, 1, 32, true, 2>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        }
+        if (e != cudaSuccess) return e;
+        switch (pk) {
+        case 1: return att4_dkdv_launch_w<D, 8, 1, 64, true>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        case 2: return att4_dkdv_launch_w<D, 4, 1, 64, true>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        case 3: return att4_dkdv_launch_w<D, 2, 2, 32, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        case 4: return att4_dkdv_launch_w<D, 4, 2, 16, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        case 5: return att4_dkdv_launch_w<D, 4, 1, 32, true, 3>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        case 6: return att4_dkdv_launch_w<D, 4, 1, 64, false, 3>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        case 7: return att4_dkdv_launch_w<D, 4, 1, 32, false, 3>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        case 8: return att4_dkdv_launch_w<D, 8, 2, 32, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        case 9: return att4_dkdv_launch_w<D, 8, 2, 16, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        default: return att4_dkdv_launch_w<D, 4, 2, 32, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        }
+    } else if constexpr (D == 128) {
+        switch (pq) {
+        case 1: e = att4_dq_launch_w<D, 8, 1, 32, false>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        case 2: e = att4_dq_launch_w<D, 4, 1, 32, true>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        case 3: e = att4_dq_launch_w<D, 4, 1, 32, false>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        default: e = att4_dq_launch_w<D, 8, 1, 32, true>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st); break;
+        }
+        if (e != cudaSuccess) return e;
+        switch (pk) {
+        case 1: return att4_dkdv_launch_w<D, 8, 1, 32, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        case 2: return att4_dkdv_launch_w<D, 4, 1, 16, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        case 3: return att4_dkdv_launch_w<D, 8, 1, 16, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        default: return att4_dkdv_launch_w<D, 4, 1, 32, false>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+        }
+    } else {
+        e = att4_dq_launch_w<D, 4, 1, 64, true>(dqkv, dd, dout, out, qkv, lse, B, T, C, H, scale, st);
+        if (e != cudaSuccess) return e;
+        return att4_dkdv_launch_w<D, 4, 1, 64, true>(dqkv, dout, qkv, lse, dd, B, T, C, H, scale, st);
+    }
+}
+
 extern "C" cudaError_t tg_cuda_attention_forward(void *out, float *lse, const void *qkv, tg_dtype dt, int64_t b,
                                                  int64_t t, int64_t c, int n_head, int simt, cudaStream_t st)
 {
@@ -1539,6 +1979,14 @@ extern "C" cudaError_t tg_cuda_attention_forward(void *out, float *lse, const vo
     const float scale = 1.0f / sqrtf((float)D);
     if (t > INT32_MAX || 3 * c > INT32_MAX || b * n_head > 65535) return cudaErrorInvalidValue;
     if (att_use_mma(dt, D, simt, out, qkv, qkv) && simt == 0) {
+        switch (D) {
+        case 16: return att4_fwd_launch<16>(out, lse, qkv, b, t, c, n_head, scale, st);
+        case 32: return att4_fwd_launch<32>(out, lse, qkv, b, t, c, n_head, scale, st);
+        case 64: return att4_fwd_launch<64>(out, lse, qkv, b, t, c, n_head, scale, st);
+        default: return att4_fwd_launch<128>(out, lse, qkv, b, t, c, n_head, scale, st);
+        }
+    }
+    if (att_use_mma(dt, D, simt, out, qkv, qkv) && simt == 4) {
         switch (D) {
         case 16: return att3_fwd_launch<16>(out, lse, qkv, b, t, c, n_head, scale, st);
         case 32: return att3_fwd_launch<32>(out, lse, qkv, b, t, c, n_head, scale, st);
@@ -1616,9 +2064,17 @@ extern "C" cudaError_t tg_cuda_attention_backward(void *dqkv, const void *dout, 
     if (t > INT32_MAX || 3 * c > INT32_MAX || b * n_head > 65535) return cudaErrorInvalidValue;
     if ((size_t)(b * n_head * t) * sizeof(float) > scratch_bytes) return cudaErrorInvalidValue; /* dd does not fit */
     float *dd = scratch;
+    if (att_use_mma(dt, D, simt, dqkv, dout, qkv) && att_aligned(out) && simt == 0) {
+        switch (D) { /* dd comes from the dQ kernel */
+        case 16: return att4_bwd_launch<16>(dqkv, dd, dout, out, qkv, lse, b, t, c, n_head, scale, st);
+        case 32: return att4_bwd_launch<32>(dqkv, dd, dout, out, qkv, lse, b, t, c, n_head, scale, st);
+        case 64: return att4_bwd_launch<64>(dqkv, dd, dout, out, qkv, lse, b, t, c, n_head, scale, st);
+        default: return att4_bwd_launch<128>(dqkv, dd, dout, out, qkv, lse, b, t, c, n_head, scale, st);
+        }
+    }
     if (att_use_mma(dt, D, simt, dqkv, dout, qkv) && att_aligned(out)) {
         cudaError_t e;
-        const int v = simt == 0 ? 3 : simt == 3 && att_v2_ok(st) ? 2 : 1; /* v3, v2 or v1 kernels */
+        const int v = simt == 4 ? 3 : simt == 3 && att_v2_ok(st) ? 2 : 1; /* v3, v2 or v1 kernels */
         switch (D) { /* dd through the SIMT kernel (DPL covers D), then the two tensor-core kernels */
         case 16:
             e = att_bwd_simt_launch<1>(dqkv, dout, out, qkv, lse, dd, dt, b, t, c, n_head, D, scale, true, st);

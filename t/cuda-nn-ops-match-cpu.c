@@ -399,7 +399,8 @@ static void test_attention(void)
     struct {
         tg_dtype dt;
         int64_t b, t;
-        int h, d, mode; /* TG_CUDA_ATTENTION: 0 default (v3), 1 simt, 2 v1 (scores in shared memory), 3 pipe, 4 v2 */
+        int h, d, mode; /* TG_CUDA_ATTENTION: 0 default (v4), 1 simt, 2 v1 (scores in shared memory), 3 pipe, 4 v2, 5 v3 */
+        const char *tiles; /* TG_ATT4: the v4 kernels' other tile shapes (forward, dK/dV, dQ presets) */
     } cases[] = {
         /* the default kernels: T a multiple of the tiles, not, and below one tile (64 rows; 128 at head dim 128) */
         {TG_BF16, 2, 200, 3, 128, 0}, {TG_BF16, 1, 257, 2, 128, 0}, {TG_BF16, 1, 50, 2, 128, 0},
@@ -411,15 +412,24 @@ static void test_attention(void)
         {TG_BF16, 1, 300, 2, 64, 3}, {TG_BF16, 1, 130, 2, 128, 3}, {TG_BF16, 2, 200, 3, 32, 0},
         {TG_BF16, 1, 33, 3, 48, 0},  {TG_F32, 2, 100, 2, 64, 0},  {TG_F32, 1, 50, 3, 40, 0},
         {TG_F32, 1, 64, 1, 128, 0},
+        /* v3, kept selectable; v4 at the tile shapes other than its defaults (a block of 128 keys or queries over
+         * 64-row streamed tiles, warps of 32 rows, fewer registers) */
+        {TG_BF16, 1, 300, 2, 64, 5}, {TG_BF16, 1, 130, 2, 128, 5}, {TG_BF16, 2, 70, 4, 32, 5},
+        {TG_BF16, 1, 300, 2, 64, 0, "1,1,1"}, {TG_BF16, 2, 200, 3, 64, 0, "2,2,2"}, {TG_BF16, 1, 257, 2, 64, 0, "3,3,3"},
+        {TG_BF16, 1, 130, 2, 64, 0, "0,4,4"}, {TG_BF16, 1, 193, 2, 64, 0, "0,5,5"}, {TG_BF16, 1, 100, 2, 64, 0, "0,6,6"},
+        {TG_BF16, 1, 300, 2, 64, 0, "0,7,7"}, {TG_BF16, 1, 257, 2, 128, 0, "1,1,1"}, {TG_BF16, 1, 200, 2, 128, 0, "0,2,2"},
+        {TG_BF16, 1, 140, 2, 128, 0, "0,3,3"}, {TG_BF16, 1, 300, 2, 64, 0, "0,8,8"}, {TG_BF16, 2, 260, 2, 64, 0, "0,9,9"},
+        {TG_BF16, 1, 70, 2, 64, 0, "0,8,9"},
     };
-    static const char *modes[] = {"", " (simt)", " (v1)", " (pipe)", " (v2)"};
-    static const char *envs[] = {NULL, "simt", "v1", "pipe", "v2"};
+    static const char *modes[] = {"", " (simt)", " (v1)", " (pipe)", " (v2)", " (v3)"};
+    static const char *envs[] = {NULL, "simt", "v1", "pipe", "v2", "v3"};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         tg_dtype dt = cases[k].dt;
         int64_t B = cases[k].b, T = cases[k].t, H = cases[k].h, C = H * cases[k].d;
         size_t nqkv = (size_t)(B * T * 3 * C), nout = (size_t)(B * T * C), nl = (size_t)(B * H * T);
         char what[160];
         if (cases[k].mode) setenv("TG_CUDA_ATTENTION", envs[cases[k].mode], 1);
+        if (cases[k].tiles) setenv("TG_ATT4", cases[k].tiles, 1);
         struct pair qkv = rnd_pair(dt, nqkv, 0.0, 1.0), out = pair_new(nout * tg_dtype_size(dt)), lse = pair_new(nl * 4),
                     dout = rnd_pair(dt, nout, 0.0, 1.0), dqkv = pair_new(nqkv * tg_dtype_size(dt));
         struct tg_attention_forward_args f[2];
@@ -427,8 +437,9 @@ static void test_attention(void)
             f[g] = (struct tg_attention_forward_args){.out = ON(out), .lse = ON(lse), .qkv = ON(qkv), .dt = dt, .b = B,
                                                       .t = T, .c = C, .n_head = (int)H};
         struct out fo[] = {{&out, dt, nout, NULL, "out"}, {&lse, TG_F32, nl, NULL, "lse"}};
-        snprintf(what, sizeof what, "attention_forward %s B=%lld T=%lld H=%lld D=%d%s", tg_dtype_name(dt), (long long)B,
-                 (long long)T, (long long)H, cases[k].d, modes[cases[k].mode]);
+        snprintf(what, sizeof what, "attention_forward %s B=%lld T=%lld H=%lld D=%d%s%s%s", tg_dtype_name(dt),
+                 (long long)B, (long long)T, (long long)H, cases[k].d, modes[cases[k].mode],
+                 cases[k].tiles ? " tiles " : "", cases[k].tiles ? cases[k].tiles : "");
         run_case(what, issue_attention_forward, &f[0], &f[1], fo, 2, dt);
         /* backward from the CPU forward's out and lse, on both */
         pair_from_cpu(&out);
@@ -438,10 +449,12 @@ static void test_attention(void)
             b[g] = (struct tg_attention_backward_args){.dqkv = ON(dqkv), .dout = ON(dout), .out = ON(out), .qkv = ON(qkv),
                                                        .lse = ON(lse), .dt = dt, .b = B, .t = T, .c = C, .n_head = (int)H};
         struct out bo[] = {{&dqkv, dt, nqkv, NULL, "dqkv"}};
-        snprintf(what, sizeof what, "attention_backward %s B=%lld T=%lld H=%lld D=%d%s", tg_dtype_name(dt), (long long)B,
-                 (long long)T, (long long)H, cases[k].d, modes[cases[k].mode]);
+        snprintf(what, sizeof what, "attention_backward %s B=%lld T=%lld H=%lld D=%d%s%s%s", tg_dtype_name(dt),
+                 (long long)B, (long long)T, (long long)H, cases[k].d, modes[cases[k].mode],
+                 cases[k].tiles ? " tiles " : "", cases[k].tiles ? cases[k].tiles : "");
         run_case(what, issue_attention_backward, &b[0], &b[1], bo, 1, dt);
         unsetenv("TG_CUDA_ATTENTION");
+        unsetenv("TG_ATT4");
         pair_free(&qkv), pair_free(&out), pair_free(&lse), pair_free(&dout), pair_free(&dqkv);
     }
 }

@@ -721,9 +721,10 @@ static tg_status cuda_bias_backward_dw(tg_stream *s, const struct tg_bias_backwa
     return TG_OK;
 }
 
-/* TG_CUDA_ATTENTION unset: the v3 kernels (mma.sync, cp.async pipelined); =v2: the wmma kernels with scores in
- * registers (=pipe: those with cp.async double buffering, read in kernels/attention.cu); =v1: the wmma kernels
- * that stage scores in shared memory; =simt: the one-warp-per-row kernels for bf16 too. */
+/* TG_CUDA_ATTENTION unset: the v4 kernels (v3's mma.sync fragments, tiles per head dim, dd inside the dQ kernel);
+ * =v3: the v3 kernels (mma.sync, cp.async pipelined); =v2: the wmma kernels with scores in registers (=pipe:
+ * those with cp.async double buffering, read in kernels/attention.cu); =v1: the wmma kernels that stage scores
+ * in shared memory; =simt: the one-warp-per-row kernels for bf16 too. */
 static int attention_mode(void)
 {
     const char *e = getenv("TG_CUDA_ATTENTION");
@@ -731,6 +732,7 @@ static int attention_mode(void)
            : strcmp(e, "simt") == 0                             ? 1
            : strcmp(e, "v1") == 0                               ? 2
            : strcmp(e, "v2") == 0 || strcmp(e, "pipe") == 0     ? 3
+           : strcmp(e, "v3") == 0                               ? 4
                                                                 : 0;
 }
 
