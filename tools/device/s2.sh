@@ -65,9 +65,10 @@ exec(open('torch_layer.py').read().replace('for m in [\"eager\", \"eager+hooks\"
   variants)
     # the switches that keep an older path, against the default, in one call (VARIANT_LAYERS: layer configs too)
     stage "variants"
+    IFS=';' read -ra VX <<< "${VARIANTS_EXTRA:-}" # more "ENV=VALUE|ops.lua flags" items, ';'-separated
     for v in "TG_CUDA_BGRAD=unfused|--only gemm" "TG_CUDA_BGRAD=fused|--only gemm" \
              "TG_CUDA_CROSS_ENTROPY=multipass|--cfg gpt2 --only cross_entropy" \
-             "TG_CUDA_EMBEDDING=rows|--cfg gpt2 --only embedding" $VARIANTS_EXTRA; do
+             "TG_CUDA_EMBEDDING=rows|--cfg gpt2 --only embedding" "${VX[@]}"; do
       echo "## ${v%%|*} ops.lua ${v#*|}"
       env ${v%%|*} timeout $(cap 40) ./tegraph run $R/examples/bench/ops.lua ${v#*|} 2>&1 | tail -n +2 | tee -a $OUT/variants.txt
     done
