@@ -380,6 +380,7 @@ struct tg_event {
     const struct tg_backend *be;
     int timing;  /* elapsed time can be asked for */
     int kept;    /* recorded inside a CPU capture: the graph writes it at each replay, so it is never freed */
+    int recorded; /* CUDA: cudaEventRecord was called on it (directly or into a captured graph) */
     void *impl;  /* cudaEvent_t / CPU: struct with the host time of the record */
 };
 

@@ -480,6 +480,7 @@ static tg_status cuda_event_record(tg_event *e, tg_stream *s)
 {
     TG_TRY(use_device(s->dev.index));
     TG_CUDA_TRY(cudaEventRecord((cudaEvent_t)e->impl, tg_cuda_stream(s)));
+    e->recorded = 1;
     return TG_OK;
 }
 
@@ -508,6 +509,9 @@ static tg_status cuda_event_elapsed(tg_event *a, tg_event *b, double *ms)
 {
     float f = 0;
     TG_TRY(use_device(a->dev.index));
+    /* never recorded: said without asking CUDA (whose error a sanitizer would report as an API error) */
+    if (!a->recorded || !b->recorded)
+        return tg_error(TG_ESTATE, "event elapsed time: an event was never recorded (or its graph never replayed)");
     cudaError_t e = cudaEventElapsedTime(&f, (cudaEvent_t)a->impl, (cudaEvent_t)b->impl);
     /* the CPU backend's errors for the same misuse (not a device fault) */
     if (e == cudaErrorInvalidResourceHandle) {
