@@ -3,50 +3,21 @@
 -- for bit, with clipping active and inactive, a non-finite gradient skips the update but still advances the device
 -- step count, and grad_norm() reads each replay's norm. On the CPU it also equals capturable=false bit for bit.
 local tg = require "tegraph"
-local nn = require "tegraph.nn"
 local optim = require "tegraph.optim"
 local tap = require "tap"
+local fx = require "adamw_fixture"
 
 local SPECS = {
   { "w1", { 16, 8 }, "f32", false }, { "b1", { 8 }, "f32", false }, { "w2", { 8, 5 }, "bf16", false },
   { "w3", { 3, 7 }, "bf16", true },
 }
+local function make() return fx.make(200, SPECS) end
+local same_state = fx.same_state
+-- amp scales the gradients (clipping on or off); nan poisons one element of w2
+local function set_grads(ps, step, amp, nan) fx.set_grads(ps, step, amp, nan and 3 or nil) end
 
-local function make()
-  local ps = {}
-  for i, s in ipairs(SPECS) do
-    tg.manual_seed(200 + i)
-    ps[i] = nn.Parameter(s[1], tg.randn(s[2], { dtype = s[3] }), { fuse_wgrad_accumulation = s[4] })
-  end
-  return ps
-end
 
--- amp scales the gradients (clipping on or off); nan poisons one element
-local function set_grads(ps, step, amp, nan)
-  for i, p in ipairs(ps) do
-    tg.manual_seed(1000 * step + i)
-    local g = tg.randn(p.shape, { dtype = "f32" }):mul_(amp)
-    if nan and i == 3 then
-      local t = g:totable()
-      t[2][3] = 0 / 0
-      g:copy_(t)
-    end
-    p.wgrad:copy_(g)
-  end
-end
 
-local function same_state(oa, ob, tol)
-  for i = 1, #oa.params do
-    local a, b = oa.state[i], ob.state[i]
-    for _, k in ipairs { "p", "lowp", "m", "v" } do
-      if a[k] then
-        local d = a[k]:max_abs_diff(b[k])
-        if not (d <= tol * math.max(1.0, b[k]:max_abs())) then return false, oa.params[i].name .. "." .. k end
-      end
-    end
-  end
-  return true
-end
 
 local pa, pb, pc = make(), make(), make()
 local dev = pa[1].data.device

@@ -6,44 +6,16 @@ local tg = require "tegraph"
 local nn = require "tegraph.nn"
 local optim = require "tegraph.optim"
 local tap = require "tap"
+local fx = require "adamw_fixture"
 
--- mixed: f32 and bf16 parameters, matrices (decayed) and vectors (not), one fused main_grad
-local SPECS = {
-  { "w1", { 16, 8 }, "f32", false }, { "b1", { 8 }, "f32", false }, { "w2", { 8, 5 }, "bf16", false },
-  { "g2", { 5 }, "bf16", false }, { "w3", { 3, 7 }, "bf16", true },
-}
+local SPECS = fx.SPECS
 local N = 6
+local function make() return fx.make(100) end
+local set_grads, same_state = fx.set_grads, fx.same_state
 local lr_of = optim.cosine_schedule { lr = 1e-2, warmup = 2, total = N, min_lr = 1e-3 } -- a new lr every step
 
-local function make()
-  local ps = {}
-  for i, s in ipairs(SPECS) do
-    tg.manual_seed(100 + i)
-    ps[i] = nn.Parameter(s[1], tg.randn(s[2], { dtype = s[3] }), { fuse_wgrad_accumulation = s[4] })
-  end
-  return ps
-end
 
-local function set_grads(ps, step)
-  for i, p in ipairs(ps) do
-    tg.manual_seed(1000 * step + i)
-    p.wgrad:copy_(tg.randn(p.shape, { dtype = "f32" }))
-  end
-end
 
--- Every tensor the optimizer owns or updates, bit for bit (tol 0), or the largest difference (tol > 0).
-local function same_state(oa, ob, tol)
-  for i = 1, #oa.params do
-    local a, b = oa.state[i], ob.state[i]
-    for _, k in ipairs { "p", "lowp", "m", "v" } do
-      if a[k] then
-        local d = a[k]:max_abs_diff(b[k])
-        if not (d <= tol * math.max(1.0, b[k]:max_abs())) then return false, oa.params[i].name .. "." .. k end
-      end
-    end
-  end
-  return true
-end
 
 local function opts(foreach, capturable)
   return { lr = lr_of(1), weight_decay = 0.1, foreach = foreach, capturable = capturable }

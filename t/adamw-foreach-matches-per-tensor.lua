@@ -2,32 +2,15 @@
 -- as foreach=false, its clip factor is optim.clip_factor's, a non-finite norm skips the step, the step captures and
 -- replays, sync_norm=false returns no norm until asked, and ops.adamw_multi / sumsq_multi errors name the problem.
 local tg = require "tegraph"
-local nn = require "tegraph.nn"
 local optim = require "tegraph.optim"
 local ops = require("tegraph.core").ops
 local tap = require "tap"
+local fx = require "adamw_fixture"
 
--- mixed: f32 and bf16 parameters, matrices (decayed) and vectors (not), one fused main_grad
-local SPECS = {
-  { "w1", { 16, 8 }, "f32", false }, { "b1", { 8 }, "f32", false }, { "w2", { 8, 5 }, "bf16", false },
-  { "g2", { 5 }, "bf16", false }, { "w3", { 3, 7 }, "bf16", true },
-}
+local function make() return fx.make(100) end
+local set_grads = fx.set_grads
 
-local function make()
-  local ps = {}
-  for i, s in ipairs(SPECS) do
-    tg.manual_seed(100 + i)
-    ps[i] = nn.Parameter(s[1], tg.randn(s[2], { dtype = s[3] }), { fuse_wgrad_accumulation = s[4] })
-  end
-  return ps
-end
 
-local function set_grads(ps, step, amp)
-  for i, p in ipairs(ps) do
-    tg.manual_seed(1000 * step + i)
-    p.wgrad:copy_(tg.randn(p.shape, { dtype = "f32" }):mul_(amp))
-  end
-end
 
 local function same(pa, pb)
   for i = 1, #pa do
