@@ -115,12 +115,7 @@ template <bool DEV> static __global__ void adamw_multi_kernel(const __grid_const
         gs = (double)(float)(gs * f); /* rounded as tg_adamw_step's grad_scale is */
     }
     const int b = (int)blockIdx.x;
-    int lo = 0, hi = tab.ntensors - 1; /* the last k with chunk_start[k] <= b */
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (tab.chunk_start[mid] <= b) lo = mid;
-        else hi = mid - 1;
-    }
+    const int lo = tgk_item_owner(tab.chunk_start, tab.ntensors, b);
     const struct tgk_adamw_tensor &t = tab.t[lo];
     const int64_t first = (int64_t)(b - tab.chunk_start[lo]) * ADAMW_CHUNK;
     const int64_t last = first + ADAMW_CHUNK < t.n ? first + ADAMW_CHUNK : t.n;

@@ -43,4 +43,17 @@ static inline unsigned tgk_blocks(int64_t n)
 #define TGK_GRID_STRIDE(i, n)                                                                          \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
+/* Multi-tensor tables: work item c belongs to the last entry k (of n) with start[k] <= c (start ascending,
+ * start[0] = 0): a binary search. */
+static __device__ __forceinline__ int tgk_item_owner(const int *start, int n, int c)
+{
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (start[mid] <= c) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 #endif

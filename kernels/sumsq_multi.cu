@@ -37,12 +37,7 @@ static __global__ void sumsq_partial_kernel(const __grid_constant__ struct sumsq
     double acc = 0.0;
     const int nitems = tab.chunk_start[tab.ntensors];
     for (int c = (int)blockIdx.x; c < nitems; c += (int)gridDim.x) {
-        int lo = 0, hi = tab.ntensors - 1; /* the last k with chunk_start[k] <= c */
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) / 2;
-            if (tab.chunk_start[mid] <= c) lo = mid;
-            else hi = mid - 1;
-        }
+        const int lo = tgk_item_owner(tab.chunk_start, tab.ntensors, c);
         const struct tgk_sumsq_tensor &t = tab.t[lo];
         const int64_t first = (int64_t)(c - tab.chunk_start[lo]) * SUMSQ_CHUNK;
         const int64_t last = first + SUMSQ_CHUNK < t.n ? first + SUMSQ_CHUNK : t.n;

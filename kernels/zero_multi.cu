@@ -21,12 +21,7 @@ static __global__ void __launch_bounds__(TGK_THREADS) zero_multi_kernel(const __
 {
     const int nitems = tab.item_start[tab.n];
     for (int c = (int)blockIdx.x; c < nitems; c += (int)gridDim.x) {
-        int lo = 0, hi = tab.n - 1; /* the last k with item_start[k] <= c */
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) / 2;
-            if (tab.item_start[mid] <= c) lo = mid;
-            else hi = mid - 1;
-        }
+        const int lo = tgk_item_owner(tab.item_start, tab.n, c);
         char *p = (char *)tab.t[lo].p;
         const int64_t first = (int64_t)(c - tab.item_start[lo]) * ZERO_CHUNK;
         const int64_t last = first + ZERO_CHUNK < tab.t[lo].bytes ? first + ZERO_CHUNK : tab.t[lo].bytes;
