@@ -17,14 +17,18 @@ static __device__ __forceinline__ void adamw_elem(float &p, float &m, float &v, 
 }
 
 /* A capturable step's lr and bias corrections from the device values, read when
- * the kernel runs (a replay sees those of its time); as the host computes them. */
-static __device__ __forceinline__ void adamw_sched(const float *lr_dev, const int32_t *step_dev, double b1, double b2,
+ * the kernel runs (a replay sees those of its time); as the host computes them.
+ * false for a count below 1 (never advanced): the step then changes nothing,
+ * where the bias correction 1 - b^0 = 0 would divide by zero. */
+static __device__ __forceinline__ bool adamw_sched(const float *lr_dev, const int32_t *step_dev, double b1, double b2,
                                                    double &lr, double &bc1, double &bc2)
 {
     lr = *lr_dev;
-    const double t = (double)*step_dev;
+    const int32_t step = *step_dev;
+    const double t = (double)step;
     bc1 = 1.0 - pow(b1, t);
     bc2 = 1.0 - pow(b2, t);
+    return step >= 1;
 }
 
 /* DEV: lr and step from lr_dev / step_dev (capturable), else the host's lr, bc1, bc2. */
@@ -33,7 +37,7 @@ static __global__ void adamw_kernel(float *p, float *m, float *v, uint16_t *p_lo
                                     int64_t n, double lr, double b1, double b2, double eps, double wd, double gs,
                                     double bc1, double bc2, const float *lr_dev, const int32_t *step_dev)
 {
-    if (DEV) adamw_sched(lr_dev, step_dev, b1, b2, lr, bc1, bc2);
+    if (DEV && !adamw_sched(lr_dev, step_dev, b1, b2, lr, bc1, bc2)) return; /* the same value in every thread */
     TGK_GRID_STRIDE(i, n)
     {
         float pi = p[i], mi = m[i], vi = v[i];
@@ -106,7 +110,7 @@ static __device__ __forceinline__ int aligned(const void *p, unsigned bytes)
 template <bool DEV> static __global__ void adamw_multi_kernel(const __grid_constant__ struct adamw_table tab)
 {
     double lr = tab.lr, bc1 = tab.bc1, bc2 = tab.bc2;
-    if (DEV) adamw_sched(tab.lr_dev, tab.step_dev, tab.b1, tab.b2, lr, bc1, bc2);
+    if (DEV && !adamw_sched(tab.lr_dev, tab.step_dev, tab.b1, tab.b2, lr, bc1, bc2)) return; /* uniform */
     double gs = tab.grad_scale;
     if (tab.clip_sumsq) { /* optim.clip_factor of sqrt(sumsq), decided here so the host never reads the norm */
         const double norm = sqrt((double)*tab.clip_sumsq);

@@ -297,7 +297,8 @@ static size_t ce_smem_limit(void)
  * threads launching it with different row sizes do not undo each other. */
 template <class K> static cudaError_t ce_allow_smem(K fn, size_t bytes)
 {
-    if (bytes <= 48 * 1024) return cudaSuccess;
+    /* the kernels' static shared memory counts against the 48 KB default too */
+    if (bytes + CE_STATIC_SMEM <= 48 * 1024) return cudaSuccess;
     return cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ce_smem_limit());
 }
 

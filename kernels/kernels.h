@@ -103,7 +103,8 @@ cudaError_t tg_cuda_bias_accumulate(void *out, tg_dtype out_dt, const void *part
                                     float accumulate, cudaStream_t st);
 
 /* Causal attention. bf16 with head dim 16/32/64/128 and 16-byte aligned
- * buffers runs on the tensor cores (mode 0: the v3 mma.sync kernels; mode 3:
+ * buffers runs on the tensor cores (mode 0: the v4 mma.sync kernels, whose
+ * forward is v3's; mode 4: the v3 backward (TG_CUDA_ATTENTION=v3); mode 3:
  * the v2 wmma kernels with scores in registers, when the device passes a
  * fragment-layout probe, TG_CUDA_ATTENTION=pipe adding cp.async double
  * buffering; mode 2: the shared-memory staged kernels); mode 1, f32 and

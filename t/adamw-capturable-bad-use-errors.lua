@@ -29,7 +29,7 @@ tap.is(opt:step_count(), 0, "... and a refused step did not count")
 tap.error_like(function() optim.AdamW(params(), { capturable = "yes" }) end, "AdamW: capturable must be a boolean",
   "capturable must be a boolean")
 tap.error_like(function() optim.AdamW(params(), { lr = "1e-3", capturable = true }) end,
-  "AdamW: lr must be a finite number", "the constructor's lr must be a number")
+  "AdamW: lr must be a finite number %(got string%)", "the constructor's lr must be a number, and says what it got")
 tap.error_like(function() optim.AdamW(params(), { lr = 1e-3 }):set_lr({}) end,
   "AdamW:set_lr: lr must be a finite number %(got table%)", "set_lr checks its value without capturable too")
 
@@ -48,6 +48,30 @@ tap.is(opt.lr, 2e-2, "... and step{lr=} outside a capture sets the lr")
 local pc = optim.AdamW(params(), { lr = 1e-2, capturable = true, foreach = false, max_norm = 1.0 })
 tap.error_like(function() tg.stream.capture(function() pc:step() end, { device = dev }) end, "capturing",
   "a per-tensor clipped capturable step cannot be captured (host norm) and says so")
+
+-- the device-clip step with sync_norm reads the norm on the host: captured, it is refused before anything is
+-- issued, saying to capture with sync_norm = false; with it the step captures
+local pn = params()
+local on = optim.AdamW(pn, { lr = 1e-2, capturable = true, max_norm = 1.0 })
+for _, q in ipairs(pn) do q.wgrad:copy_(tg.ones(q.shape, { dtype = "f32" })) end
+tap.error_like(function() tg.stream.capture(function() on:step() end, { device = dev }) end,
+  "AdamW:step: .* is capturing and sync_norm reads the gradient norm on the host; capture the step with sync_norm = false",
+  "a clipped step with sync_norm inside a capture is refused, saying what to do")
+tap.is(on:step_count(), 0, "... before its step count advanced")
+local graph
+tap.lives_ok(function() graph = tg.stream.capture(function() on:step { sync_norm = false } end, { device = dev }) end,
+  "with sync_norm = false the clipped capturable step captures")
+
+-- a device step count never advanced (0) leaves everything unchanged instead of dividing by 1 - b^0 = 0
+do
+  local q = tg.full({ 3 }, 0.5)
+  local ez = { p = q, g = tg.full({ 3 }, 1.0), m = tg.zeros({ 3 }), v = tg.zeros({ 3 }) }
+  ops.adamw_multi({ ez }, { lr = tg.full({ 1 }, 0.1), step = tg.zeros({ 1 }, { dtype = "i32" }) })
+  ops.adamw_step(q, nil, ez.g, ez.m, ez.v, { lr = tg.full({ 1 }, 0.1), step = tg.zeros({ 1 }, { dtype = "i32" }) })
+  local got = q:totable()
+  tap.ok(got[1] == 0.5 and got[2] == 0.5 and got[3] == 0.5 and ez.m:max_abs() == 0,
+    "a device step count of 0 changes no parameter or moment (no NaN)")
+end
 
 -- the ops under it
 local p = tg.zeros({ 3 })

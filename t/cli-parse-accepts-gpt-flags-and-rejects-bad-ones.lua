@@ -76,6 +76,10 @@ bad({ "--trace", "--steps", "3" }, "--trace needs a value", "a missing value bef
 bad({ "--steps", "x" }, "--steps needs a number (got 'x')", "a non-number")
 bad({ "--steps=" }, "--steps needs a number (got '')", "an empty number")
 bad({ "--vocab", "big" }, "--vocab needs a number (got 'big')", "a non-number for a nil default declared number")
+bad({ "--steps", "2.5" }, "--steps needs an integer (got '2.5')", "a fraction for an option whose default is an integer")
+bad({ "--steps", "1e999" }, "--steps needs a number (got '1e999')", "an infinite count")
+bad({ "--lr", "1e400" }, "--lr needs a number (got '1e400')", "an infinite float")
+bad({ "--lr", "nan" }, "--lr needs a number (got 'nan')", "NaN")
 bad({ "--quiet=maybe" }, "--quiet is a flag: give it alone or as --quiet=1|true|yes|0|false|no (got 'maybe')",
   "a flag with a value that is not a boolean")
 

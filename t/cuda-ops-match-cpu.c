@@ -453,7 +453,8 @@ static void test_gemm_epilogues(void)
                 epi_case(TG_EPI_BGRAD, ab, cd, cd, 40, 24, 77, 2, (float)acc, (float)acc, 0, 0, mode);
             }
             /* alpha != 1 scales the product, not the bias grad (a sum of dy); bias and bias grad as views at
-             * offsets (1 element: off 16 bytes, unfused; 8: aligned, cuBLASLt); A's rows padded, so the bias
+             * offsets (1 element: off 16 bytes, so the bias takes the unfused kernels and the bias grad
+             * cuBLASLt's scratch or the column sum; 8: aligned, cuBLASLt straight); A's rows padded, so the bias
              * grad's column sums step over NaN padding (vector path at +8, the element one at +3) */
             epi_case_x(TG_EPI_BGRAD, ab, cd, cd, 96, 64, 128, 1, 0.0f, 0.0f, 0, 0, mode, 0.5f, 0, 0);
             epi_case_x(TG_EPI_BGRAD, ab, cd, TG_F32, 768, 256, 1024, 1, 1.0f, 1.0f, 0, 0, mode, 2.0f, 0, 8);

@@ -11,7 +11,7 @@
 
 #define NB 300000         /* bf16 elements of the shared buffer */
 #define NSMALL 600        /* views of 3 elements, 5 apart: more than one launch's 512 */
-#define SMALL_AT 150000   /* where they start */
+#define SMALL_AT 210000   /* where they start */
 
 static tg_tensor *mk(tg_device dev, tg_dtype dt, int64_t n)
 {
@@ -46,9 +46,9 @@ static void run(tg_device dev, const char *name)
 {
     tg_tensor *buf = mk(dev, TG_BF16, NB), *f = mk(dev, TG_F32, 1), *ids = mk(dev, TG_I32, 33);
     char *want = calloc(NB, 1);
-    /* an unaligned 6-byte view, an 8- but not 16-byte aligned one, one of 262154 bytes (4 chunks of 64 KiB,
-     * unaligned end), and NSMALL tiny ones */
-    const int64_t at[3] = {3, 100, 8000}, len[3] = {5, 70001, 131077};
+    /* a 10-byte view at byte 6 (unaligned), one at byte 200 (8- but not 16-byte aligned), one of 262154 bytes
+     * (5 chunks of 64 KiB, unaligned end), and NSMALL tiny ones: none touching another */
+    const int64_t at[3] = {3, 100, 72000}, len[3] = {5, 70001, 131077};
     int nt = 3 + NSMALL + 2;
     tg_tensor **ts = malloc((size_t)nt * sizeof *ts);
     for (int k = 0; k < 3; k++) {

@@ -91,8 +91,16 @@ function M.try(defaults, argv)
       end
       if d.kind == "number" then
         local num = tonumber(val)
-        if not num then return nil, "--" .. name .. " needs a number (got '" .. val .. "')" end
-        o[name] = math.tointeger(num) or num -- "30" stays the integer 30, as loops and shapes need
+        if not num or num ~= num or num == math.huge or num == -math.huge then
+          return nil, "--" .. name .. " needs a number (got '" .. val .. "')"
+        end
+        -- "30" stays the integer 30, as loops and shapes need; an option whose default is an integer
+        -- (a count, a size) takes only integers
+        local int = math.tointeger(num)
+        if not int and math.type(d.default) == "integer" then
+          return nil, "--" .. name .. " needs an integer (got '" .. val .. "')"
+        end
+        o[name] = int or num
       else
         o[name] = val
       end

@@ -109,7 +109,8 @@ function optim.AdamW(params, o)
     error(string.format("AdamW: capturable must be a boolean (got %s)", type(o.capturable)), 2)
   end
   if self.capturable and (type(self.lr) ~= "number" or not finite(self.lr)) then -- it becomes a device value
-    error(string.format("AdamW: lr must be a finite number (got %s)", tostring(self.lr)), 2)
+    error(string.format("AdamW: lr must be a finite number (got %s%s)", type(self.lr),
+      type(self.lr) == "number" and (" " .. tostring(self.lr)) or ""), 2)
   end
   local no_decay = o.no_decay or default_no_decay
   local of = {}
@@ -188,6 +189,13 @@ function AdamW:step(o)
   local max_norm = o.max_norm or self.max_norm
   local sync_norm = self.sync_norm
   if o.sync_norm ~= nil then sync_norm = o.sync_norm end
+  -- the device-clip path reads the norm back when sync_norm: inside a capture that read would fail after
+  -- half the step was captured; say what to do before anything is issued
+  if sync_norm and max_norm and self.foreach and #self.groups == 1 and core.stream.capturing(self.groups[1].device) then
+    error(string.format("AdamW:step: %s is capturing and sync_norm reads the gradient norm on the host; capture " ..
+      "the step with sync_norm = false (AdamW{sync_norm = false} or step{sync_norm = false}) and read the norm " ..
+      "after a replay with opt:grad_norm()", tostring(self.groups[1].device)), 2)
+  end
   self.t = self.t + 1
   self.last_norm, self.last_sumsq = nil, nil
   local args = { lr = lr, step = self.t, beta1 = self.beta1, beta2 = self.beta2, eps = self.eps, grad_scale = 1.0 }

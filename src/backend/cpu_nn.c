@@ -651,6 +651,7 @@ static void adamw_run(const void *p)
     double lr;
     int64_t step;
     adamw_sched(a->lr_dev, a->step_dev, a->lr, a->step, &lr, &step);
+    if (step < 1) return; /* a device count never advanced: nothing changes (1 - b^0 would divide by 0) */
     const double bc1 = 1.0 - pow(b1, (double)step), bc2 = 1.0 - pow(b2, (double)step);
     adamw_tensor(a->p, a->m, a->v, a->p_lowp, a->g, a->g_dt, a->n, lr, b1, b2, a->eps, a->weight_decay,
                  a->grad_scale, bc1, bc2);
@@ -677,6 +678,7 @@ static void adamw_multi_run(const void *p)
     double lr;
     int64_t step;
     adamw_sched(a->lr_dev, a->step_dev, a->lr, a->step, &lr, &step);
+    if (step < 1) return; /* as adamw_run */
     const double bc1 = 1.0 - pow(b1, (double)step), bc2 = 1.0 - pow(b2, (double)step);
     double f = 1.0;
     if (a->clip_sumsq) {

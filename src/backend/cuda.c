@@ -511,7 +511,8 @@ static tg_status cuda_event_elapsed(tg_event *a, tg_event *b, double *ms)
     TG_TRY(use_device(a->dev.index));
     /* never recorded: said without asking CUDA (whose error a sanitizer would report as an API error) */
     if (!a->recorded || !b->recorded)
-        return tg_error(TG_ESTATE, "event elapsed time: an event was never recorded (or its graph never replayed)");
+        return tg_error(TG_ESTATE, "event elapsed time: the %s event was never recorded (or its graph never replayed)",
+                        !a->recorded ? "start" : "end");
     cudaError_t e = cudaEventElapsedTime(&f, (cudaEvent_t)a->impl, (cudaEvent_t)b->impl);
     /* the CPU backend's errors for the same misuse (not a device fault) */
     if (e == cudaErrorInvalidResourceHandle) {

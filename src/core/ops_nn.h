@@ -122,7 +122,9 @@ tg_status tg_adamw_multi(const struct tg_adamw_param *params, int n, double lr, 
  * device). The values are those the host variants would get from (float)lr
  * and step: the same bits on the CPU backend; on CUDA the bias corrections
  * come from the device's pow, which may differ from the host's in the last
- * bit. Call tg_adamw_count(step) once per optimizer step, before the updates. */
+ * bit. Call tg_adamw_count(step) once per optimizer step, before the updates;
+ * a count still below 1 when the kernel runs leaves everything unchanged (its
+ * bias correction would be 0). */
 tg_status tg_adamw_step_dev(tg_tensor *p, tg_tensor *p_lowp, const tg_tensor *g, tg_tensor *m, tg_tensor *v,
                             const tg_tensor *lr, const tg_tensor *step, double beta1, double beta2, double eps,
                             double weight_decay, double grad_scale);
@@ -138,7 +140,7 @@ tg_status tg_adamw_count(tg_tensor *step);
 tg_status tg_sumsq_multi(tg_tensor *out, const tg_tensor *const *ts, int n);
 
 /* Zeroes every element of ts[0..n-1] (any dtypes, one device) in one call
- * (CUDA: one launch per 512 tensors); capturable. */
+ * (CUDA: one launch per 512 tensors, 96 before CUDA 12.1); capturable. */
 tg_status tg_zero_multi(tg_tensor *const *ts, int n);
 
 /* Sum of squares of t into *out (host, blocking), for global-norm clipping. */
