@@ -80,7 +80,7 @@ local function finite(x) return x == x and x ~= math.huge and x ~= -math.huge en
 -- (1) i32 and a (1) f32 per device, read by the update kernels when they run;
 -- each step first advances the count there (one tiny kernel), and the bias
 -- corrections come from it on the device. So a captured step (with device-side
--- clipping: foreach, one device) replayed N times is N Adam steps, each with
+-- clipping: foreach, one device, sync_norm=false) replayed N times is N Adam steps, each with
 -- the lr of its replay: change it between replays with opt:set_lr(v), an
 -- ordinary device write on the stream (not a graph node), ordered before the
 -- next replay; inside a capture it is an error, as is step{lr=} (it would be
