@@ -635,24 +635,25 @@ static inline void adamw_tensor(float *P, float *M, float *V, uint16_t *PL, cons
     }
 }
 
-/* lr and step of the call: the device values when capturable (read now, at run
- * or replay time), else the host values it was issued with. */
-static void adamw_sched(const float *lr_dev, const int32_t *step_dev, float lr, int64_t step, double *lr_out,
-                        int64_t *step_out)
+/* lr and bias corrections of the call, from the device lr and step count when
+ * capturable (read now, at run or replay time), else the host values it was
+ * issued with. 0 for a count below 1 (a device count never advanced): the step
+ * then changes nothing, where 1 - b^0 = 0 would divide by zero. */
+static int adamw_sched(const float *lr_dev, const int32_t *step_dev, float lr, int64_t step, double b1, double b2,
+                       double *lr_out, double *bc1, double *bc2)
 {
+    const int64_t t = step_dev ? *step_dev : step;
     *lr_out = lr_dev ? *lr_dev : lr;
-    *step_out = step_dev ? *step_dev : step;
+    *bc1 = 1.0 - pow(b1, (double)t), *bc2 = 1.0 - pow(b2, (double)t);
+    return t >= 1;
 }
 
 static void adamw_run(const void *p)
 {
     const struct tg_adamw_args *a = p;
     const double b1 = a->beta1, b2 = a->beta2;
-    double lr;
-    int64_t step;
-    adamw_sched(a->lr_dev, a->step_dev, a->lr, a->step, &lr, &step);
-    if (step < 1) return; /* a device count never advanced: nothing changes (1 - b^0 would divide by 0) */
-    const double bc1 = 1.0 - pow(b1, (double)step), bc2 = 1.0 - pow(b2, (double)step);
+    double lr, bc1, bc2;
+    if (!adamw_sched(a->lr_dev, a->step_dev, a->lr, a->step, b1, b2, &lr, &bc1, &bc2)) return;
     adamw_tensor(a->p, a->m, a->v, a->p_lowp, a->g, a->g_dt, a->n, lr, b1, b2, a->eps, a->weight_decay,
                  a->grad_scale, bc1, bc2);
 }
@@ -675,11 +676,8 @@ static void adamw_multi_run(const void *p)
 {
     const struct tg_adamw_multi_args *a = p;
     const double b1 = a->beta1, b2 = a->beta2;
-    double lr;
-    int64_t step;
-    adamw_sched(a->lr_dev, a->step_dev, a->lr, a->step, &lr, &step);
-    if (step < 1) return; /* as adamw_run */
-    const double bc1 = 1.0 - pow(b1, (double)step), bc2 = 1.0 - pow(b2, (double)step);
+    double lr, bc1, bc2;
+    if (!adamw_sched(a->lr_dev, a->step_dev, a->lr, a->step, b1, b2, &lr, &bc1, &bc2)) return;
     double f = 1.0;
     if (a->clip_sumsq) {
         f = clip_factor(*a->clip_sumsq, a->max_norm);
