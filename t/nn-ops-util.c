@@ -55,6 +55,16 @@ double *nt_get(const tg_tensor *t)
     return x;
 }
 
+void nt_append(double **buf, size_t *n, const tg_tensor *t)
+{
+    size_t k = (size_t)tg_tensor_numel(t);
+    double *v = nt_get(t), *grown = realloc(*buf, (*n + k) * sizeof *grown);
+    if (!grown) bail_out("out of memory");
+    memcpy(grown + *n, v, k * sizeof *v);
+    *buf = grown, *n += k;
+    free(v);
+}
+
 void nt_set(tg_tensor *t, double v) { nt_check(tg_fill(t, v), "tg_fill"); }
 
 double nt_rel_max(const double *got, const double *want, size_t n, double floor)

@@ -24,6 +24,8 @@ tg_tensor *nt_new(tg_dtype dt, int ndim, const int64_t *shape, const double *val
 tg_tensor *nt_ids(int ndim, const int64_t *shape, const int32_t *ids);
 /* All elements as doubles into a new array (free it). */
 double *nt_get(const tg_tensor *t);
+/* Appends t's elements, as doubles, to the array *buf of *n (grown with realloc; free it). */
+void nt_append(double **buf, size_t *n, const tg_tensor *t);
 /* Sets every element to v. */
 void nt_set(tg_tensor *t, double v);
 /* Bails out with the message when st != TG_OK. */

@@ -22,15 +22,7 @@ struct run {
     size_t fcmds; /* commands of a captured forward */
 };
 
-static void append(struct run *r, const tg_tensor *t)
-{
-    size_t k = (size_t)tg_tensor_numel(t);
-    double *v = nt_get(t);
-    r->g = realloc(r->g, (r->n + k) * sizeof *r->g);
-    memcpy(r->g + r->n, v, k * sizeof *v);
-    r->n += k;
-    free(v);
-}
+static void append(struct run *r, const tg_tensor *t) { nt_append(&r->g, &r->n, t); }
 
 static tg_tensor *input(tg_dtype dt, double phase)
 {
