@@ -23,19 +23,7 @@ local function build(C, delay)
   return chunks
 end
 
-local function flatten(v, out)
-  out = out or {}
-  if type(v) == "table" then for _, x in ipairs(v) do flatten(x, out) end else out[#out + 1] = v end
-  return out
-end
-
-local function grads_of(chunks)
-  local g = {}
-  for _, c in ipairs(chunks) do
-    for _, p in ipairs(c:parameters()) do g[p.name] = flatten(p.grad:totable()) end
-  end
-  return g
-end
+local grads_of = require("grads").grads_of
 
 local function same(a, b)
   local n = 0

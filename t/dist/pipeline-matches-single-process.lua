@@ -8,6 +8,7 @@ local tg = require "tegraph"
 local S = require "tegraph.schedule"
 local plan_ = require "tegraph.schedule.plan"
 local t = require "dist_tap"
+local G = require "grads"
 
 if t.size ~= 2 then t.skip_all("needs exactly 2 ranks (got " .. t.size .. ")") end
 tg.hook_check(true)
@@ -39,18 +40,11 @@ local function mine(plan)
   return out
 end
 
-local function flatten(v, out)
-  out = out or {}
-  if type(v) == "table" then for _, x in ipairs(v) do flatten(x, out) end else out[#out + 1] = v end
-  return out
-end
-
+-- the gradients of chunks cs (indices into chunks)
 local function grads_of(chunks, cs)
-  local g = {}
-  for _, c in ipairs(cs) do
-    for _, p in ipairs(chunks[c]:parameters()) do g[p.name] = flatten(p.grad:totable()) end
-  end
-  return g
+  local sel = {}
+  for _, c in ipairs(cs) do sel[#sel + 1] = chunks[c] end
+  return G.grads_of(sel)
 end
 
 local function same(a, b)

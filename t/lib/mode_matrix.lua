@@ -5,7 +5,9 @@
 --   require("mode_matrix").run{ t = tap, build = fn(delay, fuse) -> {chunk1, chunk2}, xs = {...}, dys = {...},
 --                               sample = {x of chunk 1, x of chunk 2}, steps = 3 }
 local tg = require "tegraph"
+local G = require "grads"
 local MM = {}
+local grads_of, params_of = G.grads_of, G.params_of
 
 function MM.orders(M)
   local function default_order()
@@ -36,29 +38,8 @@ function MM.orders(M)
   return default_order(), one_f_one_b_order()
 end
 
-local function flatten(v, out)
-  out = out or {}
-  if type(v) == "table" then for _, x in ipairs(v) do flatten(x, out) end else out[#out + 1] = v end
-  return out
-end
 
-local function grads_of(chunks, fuse)
-  local g = {}
-  for _, c in ipairs(chunks) do
-    for _, p in ipairs(c:parameters()) do
-      g[p.name] = flatten((fuse and p.main_grad or p.grad):totable())
-    end
-  end
-  return g
-end
 
-local function params_of(chunks)
-  local g = {}
-  for _, c in ipairs(chunks) do
-    for _, p in ipairs(c:parameters()) do g[p.name] = flatten(p.data:totable()) end
-  end
-  return g
-end
 
 local function same(a, b)
   for k, v in pairs(a) do
