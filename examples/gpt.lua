@@ -228,7 +228,9 @@ for step = 1, opt.steps do
     model:backward(1.0 / M, mb) -- the step's loss is the mean over its microbatches
     loss_sum = loss_sum + nn.loss_value(loss)
   end
-  while model:need_backward_dw() do model:backward_dw() end -- delayed wgrads (no-op otherwise)
+  if model:need_backward_dw() then -- delayed wgrads, in B order (none when not delayed)
+    for mb = 1, M do model:backward_dw(mb) end
+  end
   tg.step_end()
   if ddp then ddp:finish() end
   local norm = adamw:step { lr = lr }

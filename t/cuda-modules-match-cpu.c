@@ -76,7 +76,7 @@ static void run(enum kind k, tg_module *m, const tg_tensor *x, const tg_tensor *
         CHECK(tg_module_backward(m, 1, dy, dx));
         tg_tensor_free(dy);
     }
-    while (tg_module_need_backward_dw(m)) CHECK(tg_module_backward_dw(m));
+    while (tg_module_need_backward_dw(m)) CHECK(tg_module_backward_dw(m, 1));
 }
 
 /* A copy of the CPU tensor t on dev. */
@@ -124,8 +124,8 @@ static void run_tied(tg_module *emb, tg_module *head, const tg_tensor *idx, cons
     CHECK(tg_lm_head_forward_loss(head, 1, x, targets, -1, loss));
     CHECK(tg_lm_head_backward_loss(head, 1, 0.5, dh));
     CHECK(tg_module_backward(emb, 1, *dh, &dx));
-    while (tg_module_need_backward_dw(head)) CHECK(tg_module_backward_dw(head));
-    while (tg_module_need_backward_dw(emb)) CHECK(tg_module_backward_dw(emb));
+    while (tg_module_need_backward_dw(head)) CHECK(tg_module_backward_dw(head, 1));
+    while (tg_module_need_backward_dw(emb)) CHECK(tg_module_backward_dw(emb, 1));
     tg_tensor_free(x);
     tg_tensor_free(dx);
 }

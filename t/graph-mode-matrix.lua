@@ -47,9 +47,9 @@ do
   for _, a in ipairs(order) do
     local c, m = a.chunk, a.mb
     if a.op == "F" then
-      local y = g[c]:forward(m, c == 1 and xs[m] or acts[m]); if c == 1 then acts[m] = y end
+      local y = g[c]:forward(c == 1 and xs[m] or acts[m], m); if c == 1 then acts[m] = y end
     elseif a.op == "B" then
-      local dx = g[c]:backward(m, c == 2 and dys[m] or dacts[m]); if c == 2 then dacts[m] = dx end
+      local dx = g[c]:backward(c == 2 and dys[m] or dacts[m], m); if c == 2 then dacts[m] = dx end
     else
       g[c]:backward_dw(m)
     end

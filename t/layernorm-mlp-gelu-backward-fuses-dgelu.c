@@ -99,7 +99,7 @@ static struct run run_model(const struct cfg *c)
     }
     for (int k = MB - 1; k >= 0; k--) CHECK(tg_module_backward_res(m, k + 1, dy[k], dres, &dx[k]));
     if (c->delay)
-        for (int k = 0; k < MB; k++) CHECK(tg_module_backward_dw(m));
+        for (int k = 0; k < MB; k++) CHECK(tg_module_backward_dw(m, MB - k)); /* B order */
     r.step_ok = tg_step_end() == TG_OK;
     if (!r.step_ok) diag("step end: %s", tg_last_error());
     for (int k = 0; k < MB; k++) append(&r, y[k]), append(&r, dx[k]);

@@ -13,7 +13,7 @@ local function copy_params(dst, src)
   for i = 1, #d do d[i].data:copy_(s[i].data) end
 end
 
--- A LayerNorm written in Lua with the ops bindings; wgrad in backward_dw.
+-- A LayerNorm written in Lua with the ops bindings; wgrad in backward_dw, overwriting or adding as the engine says.
 local function lua_layernorm(c, name)
   local g = nn.Parameter(name .. ".weight", tg.ones({ c }))
   local b = nn.Parameter(name .. ".bias", tg.zeros({ c }))
@@ -29,10 +29,10 @@ local function lua_layernorm(c, name)
     self.pending[mb] = { dy, s[1], s[2], s[3] }
     return ops.layernorm_backward(dy, s[1], g.data, s[2], s[3])
   end
-  function self:backward_dw(mb)
+  function self:backward_dw(mb, accumulate)
     local p = self.pending[mb]
     self.pending[mb] = nil
-    ops.layernorm_backward_dw(g.wgrad, b.wgrad, p[1], p[2], p[3], p[4], g:accumulate())
+    ops.layernorm_backward_dw(g.wgrad, b.wgrad, p[1], p[2], p[3], p[4], accumulate and 1 or 0)
   end
   return self
 end

@@ -74,15 +74,17 @@ local bl = nn.Linear { ["in"] = 2, out = 2, dtype = "bf16" }
 tap.ok(bl.dtype == "bf16" and bl:parameters()[1].master ~= nil, "bf16 modules have f32 master weights")
 tap.is(bl:forward(tg.ones({ 1, 2 }, { dtype = "bf16" })).dtype, "bf16", "and compute in bf16")
 
--- FIFO pairing when mb is omitted
+-- In a step, omitting mb pairs each backward with the oldest forward waiting for one
 do
   local m = nn.Linear { ["in"] = 3, out = 2, name = "fifo" }
   local x1, x2 = tg.randn({ 2, 3 }), tg.randn({ 2, 3 })
   local d1, d2 = tg.randn({ 2, 2 }), tg.randn({ 2, 2 })
+  tg.step_begin { microbatches = 2 }
   m:forward(x1)
   m:forward(x2)
   local dx1 = m:backward(d1)
   local dx2 = m:backward(d2)
+  tg.step_end()
   local g_fifo = m:parameters()[1].grad:clone()
   m:zero_grad()
   m:forward(x2, 7)

@@ -93,7 +93,7 @@ int main(void)
            "1 <= T <= 4");
     expect(tg_module_forward(emb, 1, x8, &y), TG_EINVAL, "Embedding: float activations instead of ids", "idx is [2,3,8] f32", "i32");
     expect(tg_module_forward(seq, 1, x7, &y), TG_EINVAL, "Sequential: the first child rejects x", "LayerNorm 'ln' forward", "[2,3,7]");
-    expect(tg_module_forward(fc, 0, x8, &y), TG_EINVAL, "microbatch 0 is refused", "microbatch 0", "count from 1");
+    expect(tg_module_forward(fc, -1, x8, &y), TG_EINVAL, "a negative microbatch is refused", "microbatch -1", "count from 1");
 
     /* ------------------------------------------------------------ backward misuse */
     expect(tg_module_backward(fc, 3, dy4, &dx), TG_ESTATE, "backward before forward names module and microbatch",
@@ -109,14 +109,14 @@ int main(void)
     expect(tg_module_backward(fc, 1, y, &dx), TG_ESTATE, "a second backward of the same microbatch", "before its forward (or after its backward)",
            NULL);
     tg_tensor_free(y), y = NULL;
-    ok(tg_module_backward_dw(fc) == TG_OK, "the queued wgrad pops");
-    expect(tg_module_backward_dw(fc), TG_ESTATE, "backward_dw with nothing queued names the module",
+    ok(tg_module_backward_dw(fc, 1) == TG_OK, "the queued wgrad pops");
+    expect(tg_module_backward_dw(fc, 1), TG_ESTATE, "backward_dw with nothing queued names the module",
            "backward_dw with nothing queued on Linear 'fc'", "delay_wgrad is on");
-    expect(tg_module_backward_dw(ln), TG_ESTATE, "backward_dw on a module that does not delay", "backward_dw with nothing queued on LayerNorm 'ln'",
+    expect(tg_module_backward_dw(ln, 1), TG_ESTATE, "backward_dw on a module that does not delay", "backward_dw with nothing queued on LayerNorm 'ln'",
            "delay_wgrad is off");
-    expect(tg_module_backward_dw(layer), TG_ESTATE, "backward_dw with nothing queued on a composite names it",
+    expect(tg_module_backward_dw(layer, 0), TG_ESTATE, "backward_dw with nothing queued on a composite names it",
            "backward_dw with nothing queued on TransformerLayer 'h.0'", NULL);
-    expect(tg_module_backward_dw(seq), TG_ESTATE, "and on a Sequential", "nothing queued on Sequential 'seq'", NULL);
+    expect(tg_module_backward_dw(seq, 0), TG_ESTATE, "and on a Sequential", "nothing queued on Sequential 'seq'", NULL);
     expect(tg_module_backward(layer, 2, x8, &dx), TG_ESTATE, "composite backward before forward names the first leaf to notice",
            "Linear 'h.0.mlp.fc2' backward (microbatch 2): backward of microbatch 2 before its forward", NULL);
 

@@ -185,10 +185,10 @@ int main(void)
             CHECK(bwd(&md, order_b[i]));
             if (delay) {
                 ok(nlog == before, "%s: backward of microbatch %d fired no hooks (wgrad queued)", mode, order_b[i]);
-                CHECK(tg_module_backward_dw(md.head));
-                CHECK(tg_module_backward_dw(md.layer));
+                CHECK(tg_module_backward_dw(md.head, order_b[i]));
+                CHECK(tg_module_backward_dw(md.layer, order_b[i]));
                 int half = count(md.p[0], order_b[i]);
-                CHECK(tg_module_backward_dw(md.emb));
+                CHECK(tg_module_backward_dw(md.emb, order_b[i]));
                 /* the tied table fires only once the embedding's half is in too */
                 ok(half == 0 && count(md.p[0], order_b[i]) == 1, "%s: tied %s fired after both of its contributions, not before",
                    mode, md.p[0]->name);
@@ -225,9 +225,9 @@ int main(void)
         for (int i = 0; i < M; i++) fwd(&md, order_f[i]);
         for (int i = 0; i < M; i++) {
             CHECK(bwd(&md, order_b[i]));
-            CHECK(tg_module_backward_dw(md.head));
-            if (i < M - 1) CHECK(tg_module_backward_dw(md.layer)); /* the last one is "forgotten" */
-            CHECK(tg_module_backward_dw(md.emb));
+            CHECK(tg_module_backward_dw(md.head, order_b[i]));
+            if (i < M - 1) CHECK(tg_module_backward_dw(md.layer, order_b[i])); /* the last one is "forgotten" */
+            CHECK(tg_module_backward_dw(md.emb, order_b[i]));
         }
         tg_status st = tg_step_end();
         if (pass == 0) {
@@ -243,7 +243,7 @@ int main(void)
         } else {
             ok(st == TG_OK, "with the hook check off the same step ends without error");
         }
-        while (tg_module_need_backward_dw(md.layer)) CHECK(tg_module_backward_dw(md.layer)); /* outside the step */
+        while (tg_module_need_backward_dw(md.layer)) CHECK(tg_module_backward_dw(md.layer, order_b[M - 1])); /* outside the step */
     }
     tg_hook_check_set(1);
 
@@ -255,9 +255,9 @@ int main(void)
     nlog = 0;
     fwd(&md, 1);
     CHECK(bwd(&md, 1));
-    CHECK(tg_module_backward_dw(md.head));
-    CHECK(tg_module_backward_dw(md.layer));
-    CHECK(tg_module_backward_dw(md.emb));
+    CHECK(tg_module_backward_dw(md.head, 1));
+    CHECK(tg_module_backward_dw(md.layer, 1));
+    CHECK(tg_module_backward_dw(md.emb, 1));
     int outside_ok = nlog == md.np;
     for (int i = 0; i < nlog; i++) outside_ok &= logv[i].info.step == 0 && logv[i].info.last == 1 && logv[i].info.microbatch == 1;
     ok(outside_ok, "outside steps hooks fire once with step 0 and last = 1");
@@ -267,7 +267,7 @@ int main(void)
     CHECK(tg_step_begin(2));
     fwd(&md, 2);
     CHECK(bwd(&md, 2));
-    tg_status st = tg_module_backward_dw(md.head);
+    tg_status st = tg_module_backward_dw(md.head, 2);
     is_int(st, TG_EINVAL, "a hook error is returned by backward_dw");
     like(tg_last_error(), "the test hook refuses microbatch 2", "with the hook's message");
     like(tg_last_error(), "wgrad hook 1 of head.norm.weight", "naming the parameter");

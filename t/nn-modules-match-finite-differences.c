@@ -191,8 +191,8 @@ static void run_case(struct fcase *c)
         ok(dx == NULL, "%s: token ids get no input gradient", c->name);
     }
     /* wgrad: backward_dw (head first, like backward) */
-    if (c->head) CHECK(tg_module_backward_dw(c->head));
-    CHECK(tg_module_backward_dw(c->m));
+    if (c->head) CHECK(tg_module_backward_dw(c->head, 1));
+    CHECK(tg_module_backward_dw(c->m, 1));
     ok(!tg_module_need_backward_dw(c->m), "%s: nothing left queued", c->name);
     for (int i = 0; i < c->np; i++) {
         double *a = read_all(c->p[i]->grad);

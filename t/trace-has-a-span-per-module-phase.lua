@@ -41,7 +41,7 @@ for _, delay in ipairs { false, true } do
     for m = 1, M do model:forward(x, m) end
     for m = M, 1, -1 do
       model:backward(dy, m)
-      if delay then model:backward_dw() end
+      if delay then model:backward_dw(m) end
     end
     tg.step_end()
   end

@@ -35,10 +35,10 @@ local function run(model, g, hooks)
   local function step()
     tg.step_begin{ microbatches = M }
     for mb = 1, M do
-      if g then g:forward(mb, x) else model:forward(x, mb) end
+      if g then g:forward(x, mb) else model:forward(x, mb) end
     end
     for mb = M, 1, -1 do
-      if g then g:backward(mb, dy); g:backward_dw(mb) else model:backward(dy, mb); model:backward_dw() end
+      if g then g:backward(dy, mb); g:backward_dw(mb) else model:backward(dy, mb); model:backward_dw(mb) end
     end
     tg.step_end()
   end

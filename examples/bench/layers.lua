@@ -77,8 +77,8 @@ local function bench(c, mode)
   local function step()
     tg.step_begin { microbatches = 1 }
     if g then
-      local y <close> = g:forward(1, x)
-      local dx <close> = g:backward(1, dy)
+      local y <close> = g:forward(x, 1)
+      local dx <close> = g:backward(dy, 1)
     else
       local y <close> = model:forward(x, 1)
       local dx <close> = model:backward(dy, 1)

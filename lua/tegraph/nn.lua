@@ -98,6 +98,10 @@ function GPT:num_parameters()
   return n
 end
 
+-- The modules' microbatch protocol, mb last and optional (omitted: the engine's
+-- next, as for modules): forward_loss(idx, targets, mb), backward(dloss, mb),
+-- backward_dw(mb).
+
 -- Forward of microbatch mb: idx, targets (B, T) i32 -> loss tensor [mean, count].
 function GPT:forward_loss(idx, targets, mb, ignore_index)
   local h = self.body:forward(idx, mb)
@@ -115,10 +119,12 @@ function GPT:need_backward_dw()
   return self.body:need_backward_dw() or self.head:need_backward_dw()
 end
 
--- Runs one queued wgrad of every module that has one (delay_wgrad).
-function GPT:backward_dw()
-  if self.head:need_backward_dw() then self.head:backward_dw() end
-  if self.body:need_backward_dw() then self.body:backward_dw() end
+-- Runs the queued wgrad of microbatch mb of every module that has one
+-- (delay_wgrad); W follows B order, so mb is the oldest delayed backward's
+-- (omitted: whatever that is).
+function GPT:backward_dw(mb)
+  if self.head:need_backward_dw() then self.head:backward_dw(mb) end
+  if self.body:need_backward_dw() then self.body:backward_dw(mb) end
 end
 
 function GPT:register_wgrad_hook(fn)
@@ -176,10 +182,15 @@ end
 ------------------------------------------------------------------------ a layer written in Lua
 -- nn.LuaLinear{in=, out=, bias=true, name=, dtype=, device=, delay_wgrad=,
 -- fuse_wgrad_accumulation=}: y = x W^T + b with tegraph.ops. An example of a
--- custom layer: a Lua table with forward / backward / backward_dw and a
--- params list, made a module with nn.Module. backward computes dgrad and
--- keeps (x, dy); the engine then calls backward_dw now or, with
--- delay_wgrad, when m:backward_dw() pops it, and fires the hooks after it.
+-- custom layer: a Lua table with forward(self, x, mb), backward(self, dy, mb)
+-- and backward_dw(self, mb, accumulate) and a params list, made a module with
+-- nn.Module. backward computes dgrad and keeps (x, dy); the engine then calls
+-- backward_dw now or, with delay_wgrad, when m:backward_dw(mb) pops it, and
+-- fires the hooks after it. accumulate is the engine's: false on the first
+-- wgrad of the step (overwrite the gradients), true after it (add to them);
+-- a layer must not decide that itself (one that always adds would carry the
+-- previous step's gradient). A table without backward_dw computes its wgrad
+-- in backward, which then gets the flag: backward(self, dy, mb, accumulate).
 function nn.LuaLinear(o)
   local nin, nout = o["in"], o.out
   local name = o.name or "lua_linear"
@@ -219,13 +230,14 @@ function nn.LuaLinear(o)
     return dx:view(shape_with_last(dy, nin))
   end
 
-  function self:backward_dw(mb)
+  function self:backward_dw(mb, accumulate)
     local p = self.pending[mb]
     self.pending[mb] = nil
     local x2, dy2 = p[1], p[2]
+    local beta = accumulate and 1.0 or 0.0
     -- wgrad (+=, or = on the step's first microbatch): dW (out, in) = dy^T @ x
-    ops.gemm(W.wgrad, dy2, true, x2, false, 1.0, W:accumulate())
-    if b then ops.bias_backward_dw(b.wgrad, dy2, b:accumulate()) end
+    ops.gemm(W.wgrad, dy2, true, x2, false, 1.0, beta)
+    if b then ops.bias_backward_dw(b.wgrad, dy2, beta) end
   end
 
   return nn.Module(self)

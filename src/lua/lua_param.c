@@ -160,7 +160,8 @@ static int p_zero_grad(lua_State *L)
 }
 
 /* p:accumulate() -> 0 when the next wgrad must overwrite p's target, else 1
- * (for wgrad ops of Lua-table modules). */
+ * (the engine's decision; Lua-table modules get it as backward_dw's
+ * accumulate argument). */
 static int p_accumulate(lua_State *L)
 {
     lua_pushnumber(L, tg_param_wgrad_accumulate(tgl_param_check(L, 1)));

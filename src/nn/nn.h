@@ -176,10 +176,28 @@ struct tg_module {
     struct tg_saved *saved;      /* forward contexts by microbatch */
     struct tg_saved *wq_head, *wq_tail; /* wgrad store (FIFO) */
     int64_t forward_step;        /* step of the last forward (for the hook check) */
+    /* microbatch bookkeeping for calls with mb = 0 (src/nn/module.c) */
+    int64_t mb_step;             /* step that fwd_last belongs to */
+    int fwd_last;                /* microbatch of m's last forward in that step */
+    int *open_mb;                /* microbatches forwarded and not yet backwarded, oldest first */
+    int nopen, open_cap;
     void *impl;                  /* module-specific state */
 };
 
-/* Generic module calls (all modules, composites included). */
+/* Generic module calls (all modules, composites included).
+ *
+ * The microbatch protocol: forward(x, mb) -> y, backward(dy, mb) -> dx,
+ * backward_dw(mb). Microbatches count from 1; mb = 0 (in Lua: mb omitted)
+ * asks the engine for the next one:
+ *   forward:     one past m's last forward in the open step (1 for the first);
+ *                outside steps always 1 (a forward again replaces the context
+ *                saved for it, so evaluation loops keep one);
+ *   backward:    the oldest microbatch m ran forward for and has not run
+ *                backward for ("backward with no forward waiting" otherwise);
+ *   backward_dw: the head of m's wgrad store (the oldest delayed backward).
+ * A failed backward leaves its microbatch waiting (a rejected dy can be given
+ * again). The engine keeps this per module (composites and their children
+ * alike); Lua and C callers pass mb through. */
 tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y);
 /* Forward with a residual: y = res + forward(x), for composites whose input
  * also bypasses m. res (NULL: plain forward) is only read. Modules with
@@ -205,14 +223,20 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
  * never fuse (forward or backward, then add), to compare against the fused
  * paths. Default off. */
 void tg_debug_unfused_residual(int on);
-/* Pops one queued wgrad (leaf: its own; composite: one of each child that has
- * one, children in reverse order like backward), computes it, then fires the
- * hooks of its parameters. Fails with TG_ESTATE "backward_dw with nothing
- * queued on <module>" when nothing is queued.
+/* Pops the queued wgrad of microbatch mb (leaf: its own; composite: one of
+ * each child that has one, children in reverse order like backward),
+ * computes it, then fires the hooks of its parameters. The wgrad store is a
+ * FIFO in backward order, so W must follow B order: when a store's head is
+ * another microbatch the call fails (TG_ESTATE) before anything is popped,
+ * naming both: "Linear 'h.0.fc' backward_dw (microbatch 2): the wgrad store's
+ * head is microbatch 1 (W must follow B order)"; a composite checks every
+ * child first. mb = 0 pops each head. Fails with TG_ESTATE "backward_dw with
+ * nothing queued on <module>" when nothing is queued. The check holds while
+ * a graphed set warms up and captures too (its order must keep B order).
  * Errors of these calls are prefixed once, by the innermost module that
  * failed: "Linear 'h.0.mlp.fc1' backward (microbatch 2): dy is ...".
  * The engine is single-threaded (one host thread drives the modules). */
-tg_status tg_module_backward_dw(tg_module *m);
+tg_status tg_module_backward_dw(tg_module *m, int mb);
 int tg_module_need_backward_dw(const tg_module *m);
 /* All parameters, own then children's in order, each once (caller frees the
  * array, not the params). A tied table is listed by its embedding only. */
@@ -226,7 +250,13 @@ tg_module *tg_module_retain(tg_module *m);
 /* Drops every saved forward context and queued wgrad item of m and its
  * children (after a failed capture: none of them may run later). */
 void tg_module_drop_state(tg_module *m);
+/* Drops the saved forward contexts of microbatch mb (0: all) of m and its
+ * children: an evaluation forward that no backward follows. */
+void tg_module_drop_saved(tg_module *m, int mb);
 void tg_module_release(tg_module *m);
+
+/* The microbatch a forward of m with mb = 0 runs (see the protocol above). */
+int tg_module_next_forward(const tg_module *m);
 
 /* Helpers for module implementations (src/nn/module.c). */
 /* A module of type vt with options o (NULL: defaults), refcount 1, exec_mode "eager". */
@@ -333,7 +363,8 @@ tg_param *tg_embedding_token_table(tg_module *m);
 tg_status tg_lm_head_new(int64_t c, int64_t vocab, tg_module *tied_embedding, const char *norm,
                          const tg_module_opts *o, tg_module **m);
 /* LM head with targets: loss (2) f32 = [mean loss, valid count] (device). Its
- * backward takes dy = NULL (dloss = 1) and returns dx. */
+ * backward takes dy = NULL (dloss = 1) and returns dx. mb = 0 picks the
+ * microbatch as tg_module_forward / tg_module_backward do. */
 tg_status tg_lm_head_forward_loss(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *targets, int ignore_index,
                                   tg_tensor **loss);
 /* Backward of a forward_loss with d(loss)/d(mean loss) = dloss (e.g. 1/M to
@@ -342,11 +373,18 @@ tg_status tg_lm_head_backward_loss(tg_module *m, int mb, double dloss, tg_tensor
 tg_status tg_sequential_new(tg_module **children, int n, const tg_module_opts *o, tg_module **m);
 
 /* A module implemented by callbacks (Lua tables, via src/lua): the engine
- * fires the hooks of `params` after backward (not delayed) or backward_dw. */
+ * fires the hooks of `params` after backward (not delayed) or backward_dw.
+ * The engine tells the callback computing the wgrad whether to overwrite
+ * (accumulate 0: the first wgrad of the module's parameters in the step) or
+ * to add to (1: later ones; always outside steps and while capturing) the
+ * parameters' wgrad targets, from tg_param_wgrad_accumulate of its params
+ * (which must agree: a parameter listed by two modules is refused there; a
+ * module without params gets 0). That is backward_dw, or backward itself
+ * when backward_dw is NULL (it gets -1 otherwise). */
 struct tg_callback_module_fns {
     tg_status (*forward)(void *ud, int mb, const tg_tensor *x, tg_tensor **y);
-    tg_status (*backward)(void *ud, int mb, const tg_tensor *dy, tg_tensor **dx);
-    tg_status (*backward_dw)(void *ud, int mb); /* may be NULL: wgrad done inside backward */
+    tg_status (*backward)(void *ud, int mb, const tg_tensor *dy, tg_tensor **dx, int accumulate);
+    tg_status (*backward_dw)(void *ud, int mb, int accumulate); /* may be NULL: wgrad done inside backward */
     void (*free_ud)(void *ud);
 };
 /* The module retains params (and becomes the owner of those without one);

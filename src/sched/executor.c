@@ -158,6 +158,41 @@ static tg_status check_action(const tg_sched_plan *p, int s, const struct tg_sch
     return TG_OK;
 }
 
+/* A chunk's wgrad store is a FIFO in B order: each W (and the W of a fused
+ * B+W) must take its head. Replays the plan's B and W per chunk (each chunk's
+ * actions are on its owner's list, in order); a W whose B has not run is left
+ * to the run's own "W before B". Structure is checked first. */
+static tg_status check_w_order(const tg_sched_plan *p)
+{
+    size_t C = (size_t)p->nchunks, M = (size_t)p->microbatches;
+    int *q = malloc(C * M * sizeof *q), *head = calloc(C, sizeof *head), *tail = calloc(C, sizeof *tail);
+    tg_status st = q && head && tail ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
+    char d[96];
+    for (int s = 1; s <= p->stages && st == TG_OK; s++)
+        for (int i = 0; i < p->nactions[s - 1] && st == TG_OK; i++) {
+            const struct tg_sched_action *a = &p->actions[s - 1][i];
+            if (a->op != TG_SCHED_B && a->op != TG_SCHED_W) continue;
+            size_t c = (size_t)a->chunk - 1;
+            int *cq = q + c * M;
+            if (a->op == TG_SCHED_B && tail[c] < (int)M) cq[tail[c]++] = a->mb;
+            if (a->op == TG_SCHED_B && !a->w) continue;
+            int queued = 0;
+            for (int k = head[c]; k < tail[c]; k++) queued |= cq[k] == a->mb;
+            if (!queued) continue;
+            if (cq[head[c]] == a->mb) {
+                head[c]++;
+                continue;
+            }
+            st = tg_error(TG_ESTATE, "stage %d action %d (%s): %sW of chunk %d must follow its B order; the wgrad store's head is mb %d",
+                          s, i + 1, tg_sched_action_str(a, d, sizeof d), a->op == TG_SCHED_B ? "the fused " : "", a->chunk,
+                          cq[head[c]]);
+        }
+    free(q);
+    free(head);
+    free(tail);
+    return st;
+}
+
 static tg_status check_plan(const tg_sched_plan *p, const tg_sched_opts *o)
 {
     if (p->stages < 1 || p->nchunks < 1 || p->microbatches < 1)
@@ -183,7 +218,7 @@ static tg_status check_plan(const tg_sched_plan *p, const tg_sched_opts *o)
                 return tg_error_prefix(st, "stage %d action %d (%s)", s, i + 1,
                                        (unsigned)a->op <= TG_SCHED_RECV_BWD ? tg_sched_action_str(a, d, sizeof d) : "?");
         }
-    return TG_OK;
+    return check_w_order(p);
 }
 
 /* ------------------------------------------------------------------ tracing */
@@ -297,7 +332,7 @@ static tg_status do_wgrad(struct run *r, const struct tg_sched_action *a, int *r
     }
     if (!tg_module_need_backward_dw(r->o->chunks[c - 1])) return TG_OK;
     *ran = 1;
-    return tg_module_backward_dw(r->o->chunks[c - 1]);
+    return tg_module_backward_dw(r->o->chunks[c - 1], a->mb);
 }
 
 static tg_status do_backward(struct run *r, int s, const struct tg_sched_action *a)

@@ -113,12 +113,16 @@ typedef struct tg_sched_opts {
  * naming each stuck stage's action. So the result does not depend on a
  * lucky global order.
  * F calls the chunk's forward (or graphed forward), B its backward (dgrad;
- * wgrad now unless delayed; a fused B also runs the queued wgrad), W its
- * backward_dw (or W-graph replay; nothing when the chunk queued none).
- * Hooks fire inside those calls per the hook contract. The plan's
- * structure (chunks on their owners, peers, ranges) is checked before
- * anything runs; errors name the stage and action:
- * "stage 2 action 3 (B chunk 2 mb 1): ...". Leaves steps to the caller. */
+ * wgrad now unless delayed; a fused B also runs its microbatch's queued
+ * wgrad), W its backward_dw of the action's microbatch (or W-graph replay;
+ * nothing when the chunk queued none). Hooks fire inside those calls per the
+ * hook contract. The plan's structure (chunks on their owners, peers,
+ * ranges) and each chunk's W order (a chunk's wgrad store is a FIFO in B
+ * order: every W, and the W of a fused B+W, must take its head) are checked
+ * before anything runs; errors name the stage and action: "stage 2 action 3
+ * (B chunk 2 mb 1): ...", "stage 1 action 7 (W chunk 1 mb 2): W of chunk 1
+ * must follow its B order; the wgrad store's head is mb 1". Leaves steps to
+ * the caller. */
 tg_status tg_sched_run(const tg_sched_plan *plan, const tg_sched_opts *o);
 
 /* The compute actions of all stages in the order tg_sched_run executes them
