@@ -12,7 +12,7 @@ local D, TOK = 4, 3
 local function build(C)
   tg.manual_seed(7)
   local chunks = {}
-  for c = 1, C do chunks[c] = tg.nn.Linear { ["in"] = D, out = D, name = "c" .. c, chunk = c } end
+  for c = 1, C do chunks[c] = tg.nn.Linear(D, D, { name = "c" .. c, chunk = c }) end
   return chunks
 end
 
