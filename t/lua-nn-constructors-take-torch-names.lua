@@ -111,6 +111,8 @@ tap.error_like(function() nn.Sequential { nn.Linear(2, 2), nmae = "s" } end, "nn
   "Sequential refuses a misspelt option")
 tap.error_like(function() nn.GPT { vocab_size = 7, max_position_embeddings = 5, hidden_size = 8, num_attention_heads = 2,
   num_layers = 1, num_layer = 2 } end, "nn%.GPT: unknown option 'num_layer' %(known: activation, ", "nn.GPT refuses a misspelt key")
+tap.error_like(function() nn.Parameter("p", tg.zeros({ 2 }), { fuse_wgrad_acumulation = true }) end,
+  "nn%.Parameter: unknown option 'fuse_wgrad_acumulation' %(known: fuse_wgrad_accumulation%)", "nn.Parameter refuses a misspelt key")
 tap.error_like(function() nn.LuaLinear(2, 2, { nmae = "x" }) end, "nn%.LuaLinear: unknown option 'nmae'",
   "nn.LuaLinear refuses a misspelt key")
 tap.error_like(function() nn.Linear(4, 3, { delay_wgard = true }) end,
