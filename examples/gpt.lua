@@ -154,12 +154,12 @@ if vocab_pad < 1 or math.type(vocab_pad) ~= "integer" then
   os.exit(2)
 end
 local model = nn.GPT {
-  vocab = vocab,
-  vocab_pad = vocab_pad,
-  context = T,
-  width = opt.width,
-  heads = opt.heads,
-  layers = opt.layers,
+  vocab_size = vocab,
+  make_vocab_size_divisible_by = vocab_pad,
+  max_position_embeddings = T,
+  hidden_size = opt.width,
+  num_attention_heads = opt.heads,
+  num_layers = opt.layers,
   dtype = opt.dtype,
   delay_wgrad = opt["delay-wgrad"],
   fuse_wgrad_accumulation = opt["fuse-wgrad"],

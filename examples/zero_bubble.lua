@@ -44,8 +44,8 @@ local function build(C, delay)
     local layers = {}
     for k = 1, per do
       local l = (c - 1) * per + k
-      layers[k] = tg.nn.TransformerLayer { dim = opt.width, heads = opt.heads, name = "layer" .. l, chunk = c,
-        delay_wgrad = delay }
+      layers[k] = tg.nn.TransformerLayer(opt.width, 4 * opt.width, opt.heads, { name = "layer" .. l, chunk = c,
+        delay_wgrad = delay })
     end
     layers.name, layers.chunk = "chunk" .. c, c
     chunks[c] = tg.nn.Sequential(layers)

@@ -35,14 +35,14 @@ static tg_module *make(enum kind k, tg_device dev, tg_dtype dt, int fused, int d
     case LINEAR: CHECK(tg_linear_new(C, 192, &o, &m)); break;
     case LAYERNORM: CHECK(tg_layernorm_new(C, &o, &m)); break;
     case RMSNORM: CHECK(tg_rmsnorm_new(C, &o, &m)); break;
-    case LNLINEAR: CHECK(tg_layernorm_linear_new(C, 192, "layernorm", &o, &m)); break;
-    case MLP_GELU: CHECK(tg_layernorm_mlp_new(C, H, "layernorm", "gelu", &o, &m)); break;
-    case MLP_SWIGLU: CHECK(tg_layernorm_mlp_new(C, H, "rmsnorm", "swiglu", &o, &m)); break;
+    case LNLINEAR: CHECK(tg_layernorm_linear_new(C, 192, "LayerNorm", &o, &m)); break;
+    case MLP_GELU: CHECK(tg_layernorm_mlp_new(C, H, "LayerNorm", "gelu", &o, &m)); break;
+    case MLP_SWIGLU: CHECK(tg_layernorm_mlp_new(C, H, "RMSNorm", "swiglu", &o, &m)); break;
     case ATTN: CHECK(tg_attention_new(C, NH, &o, &m)); break;
-    case LAYER: CHECK(tg_transformer_layer_new(C, NH, H, "layernorm", "gelu", &o, &m)); break;
-    case LAYER_RMS: CHECK(tg_transformer_layer_new(C, NH, H, "rmsnorm", "swiglu", &o, &m)); break;
+    case LAYER: CHECK(tg_transformer_layer_new(C, NH, H, "LayerNorm", "gelu", &o, &m)); break;
+    case LAYER_RMS: CHECK(tg_transformer_layer_new(C, NH, H, "RMSNorm", "swiglu", &o, &m)); break;
     case EMB: CHECK(tg_embedding_new(V, C, T, &o, &m)); break;
-    case HEAD: CHECK(tg_lm_head_new(C, V, NULL, "layernorm", &o, &m)); break;
+    case HEAD: CHECK(tg_lm_head_new(C, V, NULL, "LayerNorm", &o, &m)); break;
     }
     return m;
 }
@@ -97,7 +97,7 @@ static void make_tied(tg_device dev, tg_dtype dt, int variant, tg_module **emb, 
     o.name = "embed";
     CHECK(tg_embedding_new(V, C, T, &o, emb));
     o.name = "head";
-    CHECK(tg_lm_head_new(C, V, *emb, "layernorm", &o, head));
+    CHECK(tg_lm_head_new(C, V, *emb, "LayerNorm", &o, head));
 }
 
 /* The CPU module's weights on the GPU one. */

@@ -2,6 +2,7 @@
 # token files, and the main job examples/gpt.lua.
 GPT_LUA_TESTS = \
 	t/lua-nn-modules-from-lua.lua \
+	t/lua-nn-constructors-take-torch-names.lua \
 	t/lua-hooks-fire-once-per-microbatch.lua \
 	t/lua-custom-module-in-sequential.lua \
 	t/lua-microbatch-protocol.lua \

@@ -8,8 +8,8 @@ local D, TOK, M = 8, 4, 3
 local function chunk(delay, name)
   tg.manual_seed(7)
   return tg.nn.Sequential{
-    tg.nn.Linear{ ["in"] = D, out = D, delay_wgrad = delay, name = name .. ".a" },
-    tg.nn.LayerNormMLP{ dim = D, hidden = 2 * D, delay_wgrad = delay, name = name .. ".mlp" },
+    tg.nn.Linear(D, D, { delay_wgrad = delay, name = name .. ".a" }),
+    tg.nn.LayerNormMLP(D, 2 * D, { delay_wgrad = delay, name = name .. ".mlp" }),
     name = name }
 end
 

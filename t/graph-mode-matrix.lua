@@ -14,12 +14,12 @@ local function build(delay, fuse)
     return extra
   end
   local c1 = tg.nn.Sequential{
-    tg.nn.Linear(o{ ["in"] = D, out = H, name = "c1.fc" }),
-    tg.nn.LayerNormMLP(o{ dim = H, hidden = 2 * H, name = "c1.mlp" }),
+    tg.nn.Linear(D, H, o { name = "c1.fc" }),
+    tg.nn.LayerNormMLP(H, 2 * H, o { name = "c1.mlp" }),
     name = "c1", chunk = 1 }
   local c2 = tg.nn.Sequential{
-    tg.nn.LayerNormLinear(o{ ["in"] = H, out = D, name = "c2.lnl", chunk = 2 }),
-    tg.nn.Linear(o{ ["in"] = D, out = D, name = "c2.fc", chunk = 2 }),
+    tg.nn.LayerNormLinear(H, D, o { name = "c2.lnl", chunk = 2 }),
+    tg.nn.Linear(D, D, o { name = "c2.fc", chunk = 2 }),
     name = "c2", chunk = 2 }
   return { c1, c2 }
 end

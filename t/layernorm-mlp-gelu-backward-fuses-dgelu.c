@@ -62,14 +62,14 @@ static tg_module *build(const struct cfg *c, tg_module **parts)
     tg_module *m;
     if (!c->layers) {
         o.name = "mlp";
-        CHECK(tg_layernorm_mlp_new(C, H, "layernorm", c->act, &o, &m));
+        CHECK(tg_layernorm_mlp_new(C, H, "LayerNorm", c->act, &o, &m));
         return m;
     }
     char name[16];
     for (int i = 0; i < L; i++) {
         snprintf(name, sizeof name, "h.%d", i);
         o.name = name;
-        CHECK(tg_transformer_layer_new(C, NH, H, "layernorm", c->act, &o, &parts[i]));
+        CHECK(tg_transformer_layer_new(C, NH, H, "LayerNorm", c->act, &o, &parts[i]));
     }
     CHECK(tg_sequential_new(parts, L, NULL, &m));
     return m;

@@ -10,8 +10,8 @@ local M = 3
 -- A two-layer model; every hook call is logged with the phase it came in.
 local function build(delay, prefix)
   return nn.Sequential {
-    nn.Linear { ["in"] = 4, out = 5, name = prefix .. ".a", delay_wgrad = delay, chunk = 2 },
-    nn.Linear { ["in"] = 5, out = 3, name = prefix .. ".b", delay_wgrad = delay, chunk = 2 },
+    nn.Linear(4, 5, { name = prefix .. ".a", delay_wgrad = delay, chunk = 2 }),
+    nn.Linear(5, 3, { name = prefix .. ".b", delay_wgrad = delay, chunk = 2 }),
     name = prefix,
   }
 end
@@ -75,7 +75,7 @@ end
 for _, fused in ipairs { false, true } do
   for _, delay in ipairs { false, true } do
     local what = (fused and "main_grad" or "grad") .. (delay and ", delayed" or "")
-    local lin = nn.Linear { ["in"] = 3, out = 2, name = "g", fuse_wgrad_accumulation = fused, delay_wgrad = delay }
+    local lin = nn.Linear(3, 2, { name = "g", fuse_wgrad_accumulation = fused, delay_wgrad = delay })
     local W = lin:parameters()[1]
     local seen = {}
     W:register_hook(function(p, info) seen[info.microbatch] = p.wgrad:clone() end)
@@ -102,7 +102,7 @@ end
 
 -- Outside steps every firing is the last one, with step 0.
 do
-  local lin = nn.Linear { ["in"] = 2, out = 2, name = "o", bias = false }
+  local lin = nn.Linear(2, 2, { name = "o", bias = false })
   local infos = {}
   lin:register_wgrad_hook(function(_, info) infos[#infos + 1] = info end)
   lin:forward(tg.ones({ 1, 2 }))
@@ -113,14 +113,14 @@ end
 
 -- A failing hook aborts the backward; the error carries the hook's FILE:LINE.
 do
-  local lin = nn.Linear { ["in"] = 2, out = 2, name = "bad" }
+  local lin = nn.Linear(2, 2, { name = "bad" })
   lin:parameters()[2]:register_hook(function(p) error("boom from the hook of " .. p.name) end)
   lin:forward(tg.ones({ 1, 2 }))
   local err = tap.error_like(function() lin:backward(tg.ones({ 1, 2 })) end,
     "lua%-hooks%-fire%-once%-per%-microbatch%.lua:%d+: boom from the hook of bad%.bias",
     "a hook's error propagates with its file:line")
   tap.like(err or "", "bad%.bias", "... and names the parameter")
-  local lin2 = nn.Linear { ["in"] = 2, out = 2, name = "bad2" }
+  local lin2 = nn.Linear(2, 2, { name = "bad2" })
   lin2:register_wgrad_hook(function() error({}) end)
   lin2:forward(tg.ones({ 1, 2 }))
   tap.error_like(function() lin2:backward(tg.ones({ 1, 2 })) end, "error object is a table",

@@ -21,7 +21,7 @@ end
 
 local function linear(name, delay)
   tg.manual_seed(9)
-  return nn.Linear { ["in"] = D, out = D, name = name, delay_wgrad = delay }
+  return nn.Linear { in_features = D, out_features = D, name = name, delay_wgrad = delay }
 end
 
 -- ------------------------------------------------------------ the old order is refused clearly
@@ -41,7 +41,7 @@ do
   t.ok(m:backward(dy, 1) ~= nil, "after the refused calls the forward context is still there")
   m:backward_dw(1)
 
-  local head = nn.LMHead { dim = D, vocab = 5, name = "old_head" }
+  local head = nn.LMHead { hidden_size = D, vocab_size = 5, name = "old_head" }
   t.error_like(function() head:backward(1, dy) end, "bad argument #2 to 'backward' %(microbatch expected, got a tensor",
     "an LM head's backward(mb, dy) is an argument error too (its number is d(loss))")
 
@@ -192,7 +192,7 @@ end
 do
   local function build()
     tg.manual_seed(3)
-    return nn.LuaLinear { ["in"] = D, out = D, name = "ll", delay_wgrad = true }
+    return nn.LuaLinear { in_features = D, out_features = D, name = "ll", delay_wgrad = true }
   end
   local eager, gm = build(), build()
   local g = tg.graph.make_graphed(gm, { sample = xs[1][1], microbatches = M })

@@ -37,13 +37,13 @@ static void model_new(struct model *md, int delay, int fused)
     o.name = "emb";
     CHECK(tg_embedding_new(V, C, T, &o, &md->mods[0]));
     o.name = "h.0";
-    CHECK(tg_transformer_layer_new(C, NH, H, "layernorm", "gelu", &o, &md->mods[1]));
+    CHECK(tg_transformer_layer_new(C, NH, H, "LayerNorm", "gelu", &o, &md->mods[1]));
     o.name = "mix";
-    CHECK(tg_layernorm_linear_new(C, C, "layernorm", &o, &md->mods[2]));
+    CHECK(tg_layernorm_linear_new(C, C, "LayerNorm", &o, &md->mods[2]));
     o.name = "h.1";
-    CHECK(tg_transformer_layer_new(C, NH, H, "rmsnorm", "swiglu", &o, &md->mods[3]));
+    CHECK(tg_transformer_layer_new(C, NH, H, "RMSNorm", "swiglu", &o, &md->mods[3]));
     o.name = "head";
-    CHECK(tg_lm_head_new(C, V, md->mods[0], "layernorm", &o, &md->head));
+    CHECK(tg_lm_head_new(C, V, md->mods[0], "LayerNorm", &o, &md->head));
     tg_module *all[5] = {md->mods[0], md->mods[1], md->mods[2], md->mods[3], md->head};
     tg_module *seq;
     CHECK(tg_sequential_new(all, 5, NULL, &seq));

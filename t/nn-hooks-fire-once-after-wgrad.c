@@ -31,10 +31,10 @@ static void model_new(struct model *md, int delay)
     CHECK(tg_embedding_new(V, C, T, &o, &md->emb));
     o.name = "h.0";
     o.chunk = 2;
-    CHECK(tg_transformer_layer_new(C, NH, H, "layernorm", "gelu", &o, &md->layer));
+    CHECK(tg_transformer_layer_new(C, NH, H, "LayerNorm", "gelu", &o, &md->layer));
     o.name = "head";
     o.chunk = 1;
-    CHECK(tg_lm_head_new(C, V, md->emb, "layernorm", &o, &md->head));
+    CHECK(tg_lm_head_new(C, V, md->emb, "LayerNorm", &o, &md->head));
     tg_module *all[3] = {md->emb, md->layer, md->head}, *seq;
     CHECK(tg_sequential_new(all, 3, NULL, &seq));
     CHECK(tg_module_parameters(seq, &md->p, &md->np));

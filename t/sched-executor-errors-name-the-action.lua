@@ -12,7 +12,7 @@ local D, TOK = 4, 3
 local function build(C)
   tg.manual_seed(7)
   local chunks = {}
-  for c = 1, C do chunks[c] = tg.nn.Linear { ["in"] = D, out = D, name = "c" .. c, chunk = c } end
+  for c = 1, C do chunks[c] = tg.nn.Linear(D, D, { name = "c" .. c, chunk = c }) end
   return chunks
 end
 
@@ -70,7 +70,7 @@ end
 do -- W out of B order, run without validate: refused before anything runs
   local p = { stages = 1, chunks = 1, microbatches = 2, kind = "hand", owner = { 1 },
     { A("F", 1, 1), A("F", 1, 2), A("B", 1, 1), A("B", 1, 2), A("W", 1, 2), A("W", 1, 1) } }
-  local delayed = tg.nn.Linear { ["in"] = D, out = D, name = "c1", delay_wgrad = true }
+  local delayed = tg.nn.Linear { in_features = D, out_features = D, name = "c1", delay_wgrad = true }
   local ok, err = pcall(S.execute, p, { chunks = { delayed }, inputs = xs, loss_grad = dys })
   t.ok(not ok, "a plan with W out of B order fails")
   t.like(tostring(err), "stage 1 action 5 %(W chunk 1 mb 2%): W of chunk 1 must follow its B order; the wgrad store's head is mb 1",

@@ -18,8 +18,8 @@ tg.manual_seed(3)
 local chunks = {}
 for c = 1, 2 do
   chunks[c] = tg.nn.Sequential {
-    tg.nn.Linear { ["in"] = D, out = D, name = "c" .. c .. ".fc", chunk = c, delay_wgrad = true },
-    tg.nn.LayerNormMLP { dim = D, hidden = 2 * D, name = "c" .. c .. ".mlp", chunk = c, delay_wgrad = true },
+    tg.nn.Linear(D, D, { name = "c" .. c .. ".fc", chunk = c, delay_wgrad = true }),
+    tg.nn.LayerNormMLP(D, 2 * D, { name = "c" .. c .. ".mlp", chunk = c, delay_wgrad = true }),
     name = "c" .. c, chunk = c }
 end
 local nparams = 0

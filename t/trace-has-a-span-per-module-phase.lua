@@ -12,9 +12,9 @@ local function build(delay)
   tg.manual_seed(1234)
   local o = function(x) x.delay_wgrad, x.fuse_wgrad_accumulation = delay, true; return x end
   return tg.nn.Sequential {
-    tg.nn.Linear(o { ["in"] = D, out = H, name = "fc_in" }),
-    tg.nn.LayerNormMLP(o { dim = H, hidden = 2 * H, name = "mlp" }),
-    tg.nn.LayerNormLinear(o { ["in"] = H, out = D, name = "proj" }),
+    tg.nn.Linear(D, H, o { name = "fc_in" }),
+    tg.nn.LayerNormMLP(H, 2 * H, o { name = "mlp" }),
+    tg.nn.LayerNormLinear(H, D, o { name = "proj" }),
     name = "net",
   }
 end

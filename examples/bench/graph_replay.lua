@@ -17,8 +17,8 @@ local function build()
   tg.manual_seed(1)
   local layers = {}
   for l = 1, opt.layers do
-    layers[l] = tg.nn.TransformerLayer{ dim = opt.dim, heads = opt.heads, hidden = 4 * opt.dim, dtype = "bf16",
-      device = device, delay_wgrad = true, fuse_wgrad_accumulation = true, name = "h." .. (l - 1) }
+    layers[l] = tg.nn.TransformerLayer(opt.dim, 4 * opt.dim, opt.heads, { dtype = "bf16",
+      device = device, delay_wgrad = true, fuse_wgrad_accumulation = true, name = "h." .. (l - 1) })
   end
   layers.name = "chunk"
   return tg.nn.Sequential(layers)

@@ -55,10 +55,10 @@ local function build(c)
   tg.manual_seed(0)
   local layers = { name = "stack" }
   for l = 1, c.L do
-    layers[l] = tg.nn.TransformerLayer {
-      dim = c.h, heads = c.nh, hidden = 4 * c.h, dtype = "bf16", device = device,
+    layers[l] = tg.nn.TransformerLayer(c.h, 4 * c.h, c.nh, {
+      dtype = "bf16", device = device,
       fuse_wgrad_accumulation = opt.fused == 1, name = "h." .. (l - 1),
-    }
+    })
   end
   return tg.nn.Sequential(layers)
 end

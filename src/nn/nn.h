@@ -310,7 +310,7 @@ tg_status tg_nn_add_residual(const tg_tensor *dres, tg_tensor **dx);
 tg_status tg_chain_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y);
 /* Chain backward with dres handed to the first child (the last to run). */
 tg_status tg_chain_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
-/* LayerNorm or RMSNorm by name ("layernorm" (also NULL) | "rmsnorm"). */
+/* LayerNorm or RMSNorm by name ("LayerNorm" (also NULL) | "RMSNorm"). */
 tg_status tg_norm_new_by_name(const char *norm, int64_t c, const tg_module_opts *o, tg_module **m);
 /* Linear on an existing weight (LM head tied to an embedding): no bias; the
  * weight is retained but not listed among the module's own parameters. */
@@ -338,7 +338,7 @@ void tg_engine_unlink(tg_param *p);
 tg_status tg_linear_new(int64_t in, int64_t out, const tg_module_opts *o, tg_module **m);
 tg_status tg_layernorm_new(int64_t c, const tg_module_opts *o, tg_module **m);
 tg_status tg_rmsnorm_new(int64_t c, const tg_module_opts *o, tg_module **m);
-/* norm ("layernorm"|"rmsnorm") then Linear; TE LayerNormLinear. */
+/* norm ("LayerNorm"|"RMSNorm") then Linear; TE LayerNormLinear. */
 tg_status tg_layernorm_linear_new(int64_t in, int64_t out, const char *norm, const tg_module_opts *o, tg_module **m);
 /* norm, fc1 (to hidden, or 2*hidden for swiglu), activation ("gelu"|"swiglu"), fc2; TE LayerNormMLP. */
 tg_status tg_layernorm_mlp_new(int64_t c, int64_t hidden, const char *norm, const char *activation,

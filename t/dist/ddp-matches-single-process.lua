@@ -19,9 +19,9 @@ local function build(delay)
     return x
   end
   return tg.nn.Sequential {
-    tg.nn.Linear(o { ["in"] = D, out = H, name = "fc_in" }),
-    tg.nn.LayerNormMLP(o { dim = H, hidden = 2 * H, name = "mlp" }),
-    tg.nn.LayerNormLinear(o { ["in"] = H, out = D, name = "proj" }),
+    tg.nn.Linear(D, H, o { name = "fc_in" }),
+    tg.nn.LayerNormMLP(H, 2 * H, o { name = "mlp" }),
+    tg.nn.LayerNormLinear(H, D, o { name = "proj" }),
     name = "net",
   }
 end
