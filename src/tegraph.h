@@ -255,14 +255,18 @@ TG_API tg_status tg_event_sync(tg_event *e);
  * TG_ESTATE saying which. */
 TG_API tg_status tg_event_elapsed(tg_event *start, tg_event *end, double *ms);
 
-/* ------------------------------------------------------------------ device-timeline trace
- * While a trace runs, spans are timed by events recorded on the stream that
- * runs their work: each module's forward, backward (dgrad) and wgrad on the
- * compute stream, each collective on the communication stream (NCCL; with
- * MPI, from issue to the observed completion in host time), hook dispatches
- * on the host. Nothing is recorded while a CUDA stream captures (CUDA has
- * no timing inside graphs); on the CPU a span recorded during capture is
- * timed by the last replay of its graph. Off, a span costs one flag test. */
+/* ------------------------------------------------------------------ trace
+ * One process-wide trace. While it runs, spans are timed by events recorded
+ * on the stream that runs their work: each module's forward, backward
+ * (dgrad) and wgrad and each graph replay on the compute stream, each
+ * collective on the communication stream (NCCL; with MPI, from issue to the
+ * observed completion in host time). Hook dispatches (one span each), the
+ * schedule executor's actions (F, B, W, send, recv: one span each on the
+ * track "stage s", with the hook dispatches they cause) and its in-process
+ * transfers (async spans from send to recv) are timed on the host. Nothing is
+ * recorded while a CUDA stream captures (CUDA has no timing inside graphs);
+ * on the CPU a span recorded during capture is timed by the last replay of
+ * its graph. Off, a span costs one flag test. */
 typedef struct tg_trace_summary {
     int nspans;            /* spans written */
     double comm_busy_ms;   /* union of comm spans */
@@ -284,8 +288,9 @@ TG_API int tg_trace_span_begin(tg_stream *s, const char *track, const char *name
 /* Ends span id (ignored when id < 0) on the same stream (or NULL). */
 TG_API void tg_trace_span_end(int id, tg_stream *s);
 /* Stops the trace: synchronises the devices, converts spans to microseconds
- * from the start, writes Chrome trace JSON to path (pid = rank, one tid per
- * track; path NULL: written nowhere) and fills *sum when sum is non-NULL.
+ * from the start, writes Chrome trace JSON to path (pid = rank, or the
+ * executor's pid option; tid 1 compute, 2 comm, 3 host, 10 + s stage s;
+ * path NULL: written nowhere) and fills *sum when sum is non-NULL.
  * TG_EIO naming the path when it cannot be written; TG_ESTATE when no trace
  * runs. */
 TG_API tg_status tg_trace_end(const char *path, tg_trace_summary *sum);
