@@ -7,7 +7,8 @@
  *   trace.active()                             -> whether a trace runs
  *   trace.events()                             -> the spans so far: {name, cat, ph = "X"|"async", ts, dur (us),
  *                                                 pid, tid, track [, op, stage, chunk, mb, index, step, args]}
- *   trace.name_process(pid, name)              names a process of the written trace (default "rank <pid>")
+ *   trace.name_process(pid, name)              names a process of the running trace in the file stop writes
+ *                                                 (default "rank <pid>")
  *   trace.span(name, stream_or_nil, fn [, track]) -> fn's results: fn runs inside a span on the stream
  *                                                 (track "compute") or on the host (nil: track "host")
  *   trace.begin_span(name, stream_or_nil [, track]) -> id      trace.end_span(id, stream_or_nil)
