@@ -87,7 +87,7 @@ static struct run run_model(const struct cfg *c)
     if (np > MAXP) bail_out("too many parameters");
     static int counts[MAXP][MB + 1];
     memset(counts, 0, sizeof counts);
-    for (int i = 0; i < np; i++) CHECK(tg_param_add_hook(p[i], count_hook, counts[i], NULL));
+    for (int i = 0; i < np; i++) CHECK(tg_param_add_hook(p[i], count_hook, counts[i], NULL, NULL));
 
     /* one step of two microbatches, interleaved: F1 F2 B2 B1 (then W2 W1 when delayed) */
     tg_tensor *x[MB], *dy[MB], *y[MB], *dx[MB];

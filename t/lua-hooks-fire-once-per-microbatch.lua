@@ -1,5 +1,6 @@
 -- Lua wgrad hooks fire once per parameter per microbatch, after the wgrad (eager and delayed), with correct info;
--- a failing hook stops the backward with its FILE:LINE; the step check names a parameter whose hook was skipped.
+-- a failing hook stops the backward with its FILE:LINE; the step check names a parameter whose hook was skipped;
+-- a hook removed by the id register_hook gave stops firing, and removing an unknown id is refused naming the parameter.
 local tg = require "tegraph"
 local nn = require "tegraph.nn"
 local tap = require "tap"
@@ -147,6 +148,29 @@ do
   tap.lives_ok(function() tg.step_end() end, "with hook_check(false) the same step ends quietly")
   tg.hook_check(true)
   m:drop_saved()
+end
+
+-- Removal: register_hook returns the parameter and the hook's id; remove_hook(id) stops that hook only.
+do
+  local lin = nn.Linear { ["in"] = 3, out = 2, name = "rm" }
+  local W = lin:parameters()[1]
+  local a, b = 0, 0
+  local same, id = W:register_hook(function() a = a + 1 end)
+  local _, id2 = W:register_hook(function() b = b + 1 end)
+  tap.ok(rawequal(same, W) and math.type(id) == "integer" and id2 ~= id, "register_hook returns the parameter and a new id")
+  local function one_step()
+    tg.step_begin { microbatches = 1 }
+    lin:forward(tg.randn({ 2, 3 }), 1)
+    lin:backward(tg.randn({ 2, 2 }), 1)
+    tg.step_end()
+  end
+  one_step()
+  W:remove_hook(id)
+  tap.is(W.nhooks, 1, "remove_hook leaves the other hook")
+  one_step()
+  tap.ok(a == 1 and b == 2, string.format("the removed hook fired only before its removal (%d), the other in both steps (%d)", a, b))
+  tap.error_like(function() W:remove_hook(id) end, "rm%.weight: no hook with id " .. id, "removing it again names the parameter")
+  tap.error_like(function() W:remove_hook(0) end, "rm%.weight has no hook with id 0", "so does an id never given")
 end
 
 tap.done_testing()

@@ -174,7 +174,7 @@ int main(void)
         const char *mode = delay ? "eager, delayed wgrad" : "eager, immediate wgrad";
         model_new(&md, delay);
         cur = &md;
-        for (int i = 0; i < md.np; i++) CHECK(tg_param_add_hook(md.p[i], hook, NULL, NULL));
+        for (int i = 0; i < md.np; i++) CHECK(tg_param_add_hook(md.p[i], hook, NULL, NULL, NULL));
         nlog = 0;
         int64_t step = 0;
         CHECK(tg_step_begin(M));
@@ -217,7 +217,7 @@ int main(void)
 
     /* the step check: skip one delayed wgrad of h.0 */
     cur = &md;
-    for (int i = 0; i < md.np; i++) CHECK(tg_param_add_hook(md.p[i], hook, NULL, NULL));
+    for (int i = 0; i < md.np; i++) CHECK(tg_param_add_hook(md.p[i], hook, NULL, NULL, NULL));
     for (int pass = 0; pass < 2; pass++) {
         nlog = 0;
         tg_hook_check_set(pass == 0);
@@ -290,7 +290,7 @@ int main(void)
         CHECK(tg_module_parameters(lin, &lp, &nlp));
         struct model one = {.p = lp, .np = nlp};
         cur = &one;
-        for (int i = 0; i < nlp; i++) CHECK(tg_param_add_hook(lp[i], hook, NULL, NULL));
+        for (int i = 0; i < nlp; i++) CHECK(tg_param_add_hook(lp[i], hook, NULL, NULL, NULL));
         tg_tensor *x, *y, *dx;
         CHECK(tg_tensor_new(TG_F32, 2, (int64_t[]){4, C}, o.device, &x));
         CHECK(tg_fill(x, 0.5));

@@ -1,6 +1,6 @@
 /* graphed.c — graphed callables: warm-up, capture per (chunk, microbatch) in replay order, checked replay, hooks after wgrad replays. */
 #include "core/ops_nn.h"
-#include "core/span.h"
+#include "trace/trace.h"
 #include "graph/graphed.h"
 
 #include <string.h>
@@ -484,15 +484,15 @@ static tg_status replay(tg_graphed *g, tg_graph *graph, char op, int chunk, int 
 {
     tg_stream *s = replay_stream(g);
     int sp = -1;
-    if (tg_span_on) {
-        char name[48], args[128];
+    if (tg_trace_on) {
+        char name[48], args[32];
         snprintf(name, sizeof name, "graph %c chunk %d", op, chunk);
-        snprintf(args, sizeof args, "\"phase\":\"graph %c\",\"chunk\":%d,\"mb\":%d,\"step\":%lld", op, chunk, mb,
-                 (long long)tg_step_index());
-        sp = tg_span_begin(s, TG_TRACK_COMPUTE, name, args);
+        snprintf(args, sizeof args, "\"phase\":\"graph %c\"", op);
+        struct tg_trace_about a = {.chunk = chunk, .mb = mb, .step = tg_step_index(), .args = args};
+        sp = tg_trace_open(s, TG_TRACK_COMPUTE, name, &a);
     }
     tg_status st = tg_graph_replay(graph, s);
-    tg_span_end(sp, s);
+    tg_trace_close(sp, s);
     return st;
 }
 

@@ -68,8 +68,8 @@ int tgl_field_bool(lua_State *L, int t, const char *k);
 /* Parameters and hooks (lua_param.c) */
 struct tg_param *tgl_param_check(lua_State *L, int idx);
 void tgl_param_push(lua_State *L, struct tg_param *p);
-/* Adds the Lua function at fnidx as a wgrad hook of p. */
-void tgl_hook_add(lua_State *L, struct tg_param *p, int fnidx);
+/* Adds the Lua function at fnidx as a wgrad hook of p; returns its id (tg_param_remove_hook). */
+int tgl_hook_add(lua_State *L, struct tg_param *p, int fnidx);
 /* Pushes a new tensor handle on t's storage (nil for NULL). */
 void tgl_push_tensor_ref(lua_State *L, const tg_tensor *t);
 int tgl_nn_parameter(lua_State *L); /* tg.nn.Parameter */

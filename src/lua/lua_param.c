@@ -15,6 +15,8 @@ tg_param *tgl_param_check(lua_State *L, int idx)
     return u->p;
 }
 
+tg_param *tg_lua_checkparam(lua_State *L, int idx) { return tgl_param_check(L, idx); }
+
 /* Pushes an empty Parameter box; the caller acquires into the slot. */
 static tg_param **param_newbox(lua_State *L)
 {
@@ -133,24 +135,38 @@ static tg_status hook_trampoline(void *ud, tg_param *p, const tg_hook_info *info
     return tgl_protected_call(fn, hook_body, &c, "a Lua wgrad hook");
 }
 
-void tgl_hook_add(lua_State *L, tg_param *p, int fnidx)
+int tgl_hook_add(lua_State *L, tg_param *p, int fnidx)
 {
     struct tgl_ref *r = tgl_ref_new(L, fnidx);
-    tg_status st = tg_param_add_hook(p, hook_trampoline, r, tgl_ref_free);
+    int id = 0;
+    tg_status st = tg_param_add_hook(p, hook_trampoline, r, tgl_ref_free, &id);
     if (st != TG_OK) {
         tgl_ref_free(r);
         tgl_check(L, st);
     }
+    return id;
 }
 
-/* p:register_hook(fn): fn(param, info) after each of p's wgrads. */
+/* p:register_hook(fn) -> p, id: fn(param, info) after each of p's wgrads;
+ * id is the handle for p:remove_hook(id). */
 static int p_register_hook(lua_State *L)
 {
     tg_param *p = tgl_param_check(L, 1);
     luaL_checktype(L, 2, LUA_TFUNCTION);
-    tgl_hook_add(L, p, 2);
+    int id = tgl_hook_add(L, p, 2);
     lua_settop(L, 1);
-    return 1;
+    lua_pushinteger(L, id);
+    return 2;
+}
+
+/* p:remove_hook(id): removes the hook register_hook gave id (an error naming p when p has none). */
+static int p_remove_hook(lua_State *L)
+{
+    tg_param *p = tgl_param_check(L, 1);
+    lua_Integer id = luaL_checkinteger(L, 2);
+    if (id < 1 || id > INT32_MAX) luaL_argerror(L, 2, lua_pushfstring(L, "%s has no hook with id %I", p->name, id));
+    tgl_check(L, tg_param_remove_hook(p, (int)id));
+    return 0;
 }
 
 static int p_zero_grad(lua_State *L)
@@ -212,6 +228,7 @@ int tgl_nn_parameter(lua_State *L)
 
 static const luaL_Reg p_methods[] = {
     {"register_hook", p_register_hook},
+    {"remove_hook", p_remove_hook},
     {"zero_grad", p_zero_grad},
     {"accumulate", p_accumulate},
     {"set_main_grad", p_set_main_grad},

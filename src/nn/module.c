@@ -1,5 +1,5 @@
 /* module.c — generic module calls, saved contexts, the wgrad store (FIFO) and helpers for module code. */
-#include "core/span.h"
+#include "trace/trace.h"
 #include "nn/nn.h"
 
 #include <string.h>
@@ -88,20 +88,20 @@ static int span_begin(const tg_module *m, const char *phase, int mb)
     for (char *c = mname; *c; c++)
         if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '_'; /* JSON-safe */
     snprintf(name, sizeof name, "%s %s", mname, phase);
-    snprintf(args, sizeof args, "\"module\":\"%s\",\"type\":\"%s\",\"phase\":\"%s\",\"mb\":%d,\"step\":%lld", mname,
-             m->vt->type, phase, mb, (long long)tg_step_index());
-    return tg_span_begin(tg_stream_current(m->opts.device), TG_TRACK_COMPUTE, name, args);
+    snprintf(args, sizeof args, "\"module\":\"%s\",\"type\":\"%s\",\"phase\":\"%s\"", mname, m->vt->type, phase);
+    struct tg_trace_about a = {.mb = mb, .step = tg_step_index(), .args = args};
+    return tg_trace_open(tg_stream_current(m->opts.device), TG_TRACK_COMPUTE, name, &a);
 }
 
 static void span_end(const tg_module *m, int id)
 {
-    if (id >= 0) tg_span_end(id, tg_stream_current(m->opts.device));
+    if (id >= 0) tg_trace_close(id, tg_stream_current(m->opts.device));
 }
 
 /* The leaf wgrad of one saved item, in a span when tracing. */
 static tg_status run_wgrad(tg_module *m, struct tg_saved *item)
 {
-    int sp = tg_span_on ? span_begin(m, "wgrad", item->mb) : -1;
+    int sp = tg_trace_on ? span_begin(m, "wgrad", item->mb) : -1;
     tg_status st = m->vt->wgrad(m, item);
     span_end(m, sp);
     return st;
@@ -145,7 +145,7 @@ tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const 
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
     else if (!x) st = tg_error(TG_EINVAL, "no input tensor");
     else {
-        int sp = tg_span_on ? span_begin(m, "forward", mb) : -1;
+        int sp = tg_trace_on ? span_begin(m, "forward", mb) : -1;
         if (!res) {
             st = m->vt->forward(m, mb, x, y);
         } else if (m->vt->forward_res && !unfused_residual) {
@@ -188,7 +188,7 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
     }
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
     else {
-        int sp = tg_span_on ? span_begin(m, "backward", mb) : -1;
+        int sp = tg_trace_on ? span_begin(m, "backward", mb) : -1;
         if (!dres) {
             st = m->vt->backward(m, mb, dy, dx);
         } else if (m->vt->backward_res && !unfused_residual) {

@@ -6,28 +6,15 @@
 #include "core/ops_nn.h"
 
 typedef struct tg_module tg_module;
-typedef struct tg_param tg_param;
 
 /* ------------------------------------------------------------------ hooks
- * The hook contract (DESIGN.md): for every parameter p, every step, every
- * microbatch m, p's wgrad hooks fire exactly once, after p's wgrad for m is in
- * p's gradient buffer (issued on the stream), never before, and never as real
- * hooks while the device captures. */
-typedef struct tg_hook_info {
-    int microbatch; /* 1-based microbatch index of the wgrad that just finished */
-    int last;       /* 1 when this is p's last wgrad of the step (count == microbatches); 1 outside steps */
-    int chunk;      /* pipeline chunk of the module (module option, default 1) */
-    int64_t step;   /* 1-based step index (0 outside steps) */
-} tg_hook_info;
-
-/* A hook returns TG_OK or an error (message set), which aborts the backward
- * that fired it and is returned to its caller. */
-typedef tg_status (*tg_hook_fn)(void *ud, tg_param *p, const tg_hook_info *info);
-
+ * The hook contract, the info a hook gets and the hook API (add, remove) are
+ * public: see "parameters and wgrad hooks" in tegraph.h. */
 struct tg_hook {
     tg_hook_fn fn;
     void *ud;
-    void (*free_ud)(void *ud); /* called when the parameter goes; may be NULL */
+    void (*free_ud)(void *ud); /* called when the hook is removed or the parameter goes; may be NULL */
+    int id;                    /* the handle tg_param_add_hook gave (> 0) */
 };
 
 struct tg_param {
@@ -41,6 +28,8 @@ struct tg_param {
                              (hooks fire when all contributions of a microbatch are in) */
     struct tg_hook *hooks;
     int nhooks;
+    int last_hook_id;     /* ids handed out so far */
+    int dispatching;      /* the engine is running p's hooks (they cannot be removed meanwhile) */
     int refcount;
     tg_module *owner;     /* not a reference; NULL once the owning module is gone */
     /* engine bookkeeping (src/nn/engine.c) */
@@ -60,7 +49,6 @@ struct tg_param {
 tg_status tg_param_new(const char *name, tg_tensor *data, int fuse_wgrad_accumulation, tg_param **out);
 tg_param *tg_param_retain(tg_param *p);
 void tg_param_release(tg_param *p);
-tg_status tg_param_add_hook(tg_param *p, tg_hook_fn fn, void *ud, void (*free_ud)(void *));
 /* The buffer the wgrad of p goes to (main_grad when fused, else grad). */
 tg_tensor *tg_param_wgrad_target(tg_param *p);
 /* 0 when p's next wgrad must overwrite its target (first wgrad contribution of
@@ -100,10 +88,6 @@ void tg_engine_set_capture_observer(tg_capture_observer fn, void *ud);
 /* Graph warm-up: while quiet, wgrads are neither recorded nor fired and
  * always accumulate (the graph layer restores the gradients afterwards). */
 void tg_engine_set_quiet(int on);
-/* Tracing (src/sched): told before (phase 0) and after (phase 1) every
- * dispatch of a parameter's hooks (parameters with hooks only). NULL: none. */
-typedef void (*tg_hook_observer)(void *ud, const tg_param *p, const tg_hook_info *info, int phase);
-void tg_engine_set_hook_observer(tg_hook_observer fn, void *ud);
 
 /* Records that one wgrad contribution of p for microbatch mb is issued; when
  * all p->contributors contributions of mb are in, fires p's hooks. While the

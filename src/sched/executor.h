@@ -1,10 +1,9 @@
-/* executor.h — runs pipeline schedules (per-stage action lists) on modules or graphed callables, with pluggable transfers and a trace. */
+/* executor.h — runs pipeline schedules (per-stage action lists) on modules or graphed callables, with pluggable transfers. */
 #ifndef TG_EXECUTOR_H
 #define TG_EXECUTOR_H
 
 #include "graph/graphed.h"
 #include "nn/nn.h"
-#include "sched/trace.h"
 
 /* ------------------------------------------------------------------ plans
  * The C form of a lua/tegraph/schedule plan. Chunks are global model chunks
@@ -98,9 +97,11 @@ typedef struct tg_sched_opts {
     const int *local;
     /* NULL: the in-process mailbox. Not freed by the executor. */
     struct tg_sched_transport *transport;
-    /* Records every action, hook dispatch and transfer (NULL: none). */
-    tg_trace *trace;
-    int trace_pid;             /* pid of the events (the rank) */
+    /* While a trace runs (tg_trace_begin), every action is a span on its
+     * stage's track, hook dispatches inside it land there too, and each
+     * in-process transfer is an async span from send to recv. trace_pid: the
+     * trace process of the run's spans (< 0: the rank). */
+    int trace_pid;
     /* Synchronise the device after each compute action, so the trace shows
      * device time rather than launch time (no effect on the CPU). */
     int sync;
