@@ -87,7 +87,7 @@ int main(void)
     /* ------------------------------------------------------------ a leaf */
     tg_module *fc = linear("h.0.fc", 3, 4);
     tg_param *w = fc->params[0];
-    CHECK(tg_param_add_hook(w, count_hook, NULL, NULL));
+    CHECK(tg_param_add_hook(w, count_hook, NULL, NULL, NULL));
     CHECK(tg_step_begin(2));
     for (int mb = 1; mb <= 2; mb++) {
         CHECK(tg_module_forward(fc, mb, x[mb], &y));
