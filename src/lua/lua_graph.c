@@ -1,4 +1,5 @@
 /* lua_graph.c — tegraph.graph: make_graphed callables, capturing(), the test-only hook-skip switch. */
+#include "lua/lua_graph.h"
 #include "lua/lua_nn.h"
 #include "graph/graphed.h"
 
