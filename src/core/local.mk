@@ -10,6 +10,9 @@ libtegraph_la_SOURCES += \
 	%D%/event.c \
 	%D%/span.h %D%/span.c \
 	%D%/ops.c \
+	%D%/ops_check.h \
 	%D%/ops_nn.h \
 	%D%/ops_nn.c \
+	%D%/ops_optim.h \
+	%D%/ops_optim.c \
 	%D%/rng.c

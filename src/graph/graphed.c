@@ -1,5 +1,5 @@
 /* graphed.c — graphed callables: warm-up, capture per (chunk, microbatch) in replay order, checked replay, hooks after wgrad replays. */
-#include "core/ops_nn.h"
+#include "core/ops_optim.h"
 #include "core/span.h"
 #include "graph/graphed.h"
 

@@ -1,6 +1,7 @@
 /* lua_ops.c — tegraph.ops: thin bindings of the transformer ops for layers written in Lua, plus token decoding. */
 #include "lua/lua_nn.h"
 #include "core/ops_nn.h"
+#include "core/ops_optim.h"
 
 #include <string.h>
 
