@@ -1,4 +1,4 @@
-# src/core: tensors, storage and pools, streams and graphs, ops, errors, RNG.
+# src/core: tensors, storage and pools, streams and graphs, ops, errors, RNG, token-file decoding.
 libtegraph_la_SOURCES += \
 	%D%/core.h \
 	%D%/error.c \
@@ -15,4 +15,5 @@ libtegraph_la_SOURCES += \
 	%D%/ops_nn.c \
 	%D%/ops_optim.h \
 	%D%/ops_optim.c \
-	%D%/rng.c
+	%D%/rng.c \
+	%D%/data.h %D%/data.c
