@@ -2,7 +2,6 @@
 #include "config.h"
 #include "tegraph.h"
 #include "cli/launch.h"
-#include "dist/comm.h"
 
 #ifdef TG_HAVE_MPI
 #include <mpi.h> /* OPEN_MPI: which mpirun flags exist */
@@ -119,7 +118,7 @@ void tg_cli_rank_end(int failed)
         fprintf(stderr, "tegraph: rank %d failed; stopping the job\n", rank);
         fflush(stderr);
     }
-    tg_comm_abort_world(1); /* under MPI this ends every rank (and does not return) */
+    tg_world_abort(1); /* under MPI this ends every rank (and does not return) */
 }
 
 /* ------------------------------------------------------------------ the launcher */
@@ -256,7 +255,7 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
                                 2);
         }
         /* the parent holds the id's bootstrap root until the ranks have joined */
-        if (tg_comm_nccl_unique_id(id, sizeof id) != TG_OK) return launch_error("%s", tg_last_error(), 1);
+        if (tg_world_nccl_id(id, sizeof id) != TG_OK) return launch_error("%s", tg_last_error(), 1);
         nccl_id = id;
     }
     pid_t *pids = calloc((size_t)n, sizeof *pids);

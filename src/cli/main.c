@@ -2,7 +2,6 @@
 #include "config.h"
 #include "tegraph.h"
 #include "cli/launch.h"
-#include "dist/comm.h"
 
 #include <lua.h>
 
@@ -96,7 +95,7 @@ static int run(const char *path, const char *code, int argc, char **argv)
         fflush(stdout);
         fprintf(stderr, "%s\n", tg_runtime_error(rt));
     }
-    if (st == TG_OK && tg_comm_drain_world() != TG_OK) { /* a collective failed after the script moved on */
+    if (st == TG_OK && tg_world_drain() != TG_OK) { /* a collective failed after the script moved on */
         fprintf(stderr, "tegraph: %s\n", tg_last_error());
         st = TG_EDEVICE;
     }

@@ -66,8 +66,4 @@ void tgl_open_trace(lua_State *L);
  * step_open and hook_check on the table at the top of the stack. */
 void tgl_open_step(lua_State *L);
 
-/* The body of luaopen_tegraph_core (lua_core.c); the C module's
- * luaopen_tegraph_core calls it, so the two copies do not clash. */
-TG_API int tg_lua_open_core(lua_State *L);
-
 #endif
