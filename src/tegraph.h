@@ -245,8 +245,9 @@ TG_API tg_status tg_stream_end_capture(tg_stream *s, tg_graph **out);
 TG_API tg_status tg_graph_replay(tg_graph *g, tg_stream *s);
 /* Number of commands captured (CUDA: graph nodes). */
 TG_API size_t tg_graph_size(const tg_graph *g);
-/* Keeps pool alive as long as the graph (graph memory). */
-TG_API void tg_graph_keep_pool(tg_graph *g, tg_pool *pool);
+/* Keeps pool alive as long as the graph (graph memory); keeping it twice is
+ * keeping it once. A graph keeps at most 8 pools: another one is TG_EINVAL. */
+TG_API tg_status tg_graph_keep_pool(tg_graph *g, tg_pool *pool);
 TG_API void tg_graph_free(tg_graph *g);
 
 /* Events mark a point of a stream's work, to order streams and to time them.

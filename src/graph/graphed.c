@@ -345,7 +345,7 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples)
         struct entry *e = &g->e[i];
         tg_graph *gs[3] = {e->f, e->b, e->w};
         for (int j = 0; j < 3; j++)
-            if (gs[j]) tg_graph_keep_pool(gs[j], g->pool);
+            if (gs[j] && st == TG_OK) st = tg_graph_keep_pool(gs[j], g->pool);
     }
     return st;
 }
