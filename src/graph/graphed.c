@@ -355,6 +355,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     *out = NULL;
     if (nchunks < 1) return tg_error(TG_EINVAL, "make_graphed: no chunks");
     if (o->microbatches < 1) return tg_error(TG_EINVAL, "make_graphed: microbatches must be >= 1 (got %d)", o->microbatches);
+    if (o->warmup < 0) return tg_error(TG_EINVAL, "make_graphed: warmup must be >= 1 (got %d)", o->warmup);
     if (!o->samples) return tg_error(TG_EINVAL, "make_graphed: no sample inputs");
     if (tg_graph_capturing()) return tg_error(TG_ESTATE, "make_graphed: already capturing another graphed set");
     if (tg_step_open()) return tg_error(TG_ESTATE, "make_graphed: call it outside a step (step %lld is open)", (long long)tg_step_index());
@@ -395,7 +396,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     }
 
     /* Warm up on a side stream, hooks silenced and gradients restored after. */
-    int warmup = o->warmup > 0 ? o->warmup : 1;
+    int warmup = o->warmup > 0 ? o->warmup : TG_GRAPHED_WARMUP;
     tg_stream *side = NULL, *prev = NULL;
     struct grad_backup bk;
     capturing_depth++;
