@@ -342,6 +342,12 @@ TG_API void tg_runtime_free(tg_runtime *rt);
 TG_API tg_status tg_runtime_dofile(tg_runtime *rt, const char *path, int argc, char **argv);
 /* Runs a chunk of Lua code; chunkname as in lua_load (e.g. "=(command line)"). */
 TG_API tg_status tg_runtime_dostring(tg_runtime *rt, const char *code, const char *chunkname);
+/* Calls require(module)[func](argv[0], ..., argv[argc-1]), the arguments as
+ * Lua strings. When result is not NULL and the function's first result is an
+ * integer, *result is set to it (else it is left as it was). Errors as in
+ * tg_runtime_dofile (a missing module or function too). */
+TG_API tg_status tg_runtime_call(tg_runtime *rt, const char *module, const char *func, int argc, char **argv,
+                                 int *result);
 /* The last error of this runtime ("" if none). */
 TG_API const char *tg_runtime_error(const tg_runtime *rt);
 /* The Lua state, for hosts that want the full Lua C API. */

@@ -11,4 +11,9 @@ LUA_SH_TESTS = \
 	t/embed-host-example.sh \
 	t/examples-hello-runs.sh
 TESTS += $(LUA_TESTS) $(LUA_SH_TESTS)
+
+check_PROGRAMS += t/runtime-call-passes-arguments.t
+TESTS += t/runtime-call-passes-arguments.t
+t_runtime_call_passes_arguments_t_SOURCES = t/runtime-call-passes-arguments.c
+t_runtime_call_passes_arguments_t_LDADD = $(TG_TEST_LIBS)
 EXTRA_DIST += $(LUA_TESTS) $(LUA_SH_TESTS)

@@ -3,8 +3,6 @@
 #include "tegraph.h"
 #include "cli/launch.h"
 
-#include <lua.h>
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,8 +104,8 @@ static int run(const char *path, const char *code, int argc, char **argv)
 }
 
 /* `tegraph schedule NAME --stages P --microbatches M [--svg FILE]`: the schedule
- * library's cli() prints the table and the simulated bubble; its return value
- * is the exit status. */
+ * library's cli(...), called with the arguments after "schedule", prints the
+ * table and the simulated bubble; its return value is the exit status. */
 static int cmd_schedule(int argc, char **argv)
 {
     tg_runtime *rt = tg_runtime_new();
@@ -115,23 +113,11 @@ static int cmd_schedule(int argc, char **argv)
         fprintf(stderr, "tegraph: %s\n", tg_last_error());
         return EXIT_SCRIPT;
     }
-    lua_State *L = tg_runtime_lua(rt);
-    lua_createtable(L, argc, 0); /* +1: the arguments after "schedule" */
-    for (int k = 0; k < argc; k++) {
-        lua_pushstring(L, argv[k]);
-        lua_rawseti(L, -2, k + 1);
-    }
-    lua_setglobal(L, "TG_SCHEDULE_ARGS");
-    tg_status st = tg_runtime_dostring(rt, "TG_SCHEDULE_STATUS = require('tegraph.schedule').cli(TG_SCHEDULE_ARGS)",
-                                       "=(tegraph schedule)");
     int status = EXIT_SCRIPT;
-    if (st != TG_OK) {
+    if (tg_runtime_call(rt, "tegraph.schedule", "cli", argc, argv, &status) != TG_OK) {
         fflush(stdout);
         fprintf(stderr, "%s\n", tg_runtime_error(rt));
-    } else {
-        lua_getglobal(L, "TG_SCHEDULE_STATUS"); /* +1 */
-        status = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : EXIT_SCRIPT;
-        lua_pop(L, 1);
+        status = EXIT_SCRIPT;
     }
     tg_runtime_free(rt);
     fflush(stdout);
