@@ -7,6 +7,8 @@ LUA_TESTS = \
 	t/cli-parse-accepts-gpt-flags-and-rejects-bad-ones.lua
 LUA_SH_TESTS = \
 	t/cli-exit-codes.sh \
+	t/cli-run-help-and-e-on-ranks.sh \
+	t/cli-progress-on-ranks-without-a-terminal-is-plain-lines.sh \
 	t/require-from-stock-lua.sh \
 	t/embed-host-example.sh \
 	t/examples-hello-runs.sh

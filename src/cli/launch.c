@@ -431,9 +431,18 @@ int tg_cli_launch(int argc, char **argv)
     char *end;
     long n = strtol(argv[1], &end, 10);
     if (*end || n < 1 || n > 4096) return launch_error("bad number of ranks '%s' (1 to 4096)", argv[1], 2);
-    if (argc < 3) return launch_error("%s", "no script: tegraph run -n N FILE.lua [ARGS...]", 2);
+    if (argc < 3) return launch_error("%s", "no script: tegraph run -n N FILE.lua [ARGS...] (or -e CODE)", 2);
+    if (strcmp(argv[2], "-e") == 0) { /* the ranks run `exe run -e CODE` */
+        if (argc < 4) return launch_error("%s", "-e needs a chunk of Lua code", 2);
+        if (argc > 4) return launch_error("-e takes one argument (unexpected '%s')", argv[4], 2);
+    } else if (argv[2][0] == '-' && argv[2][1] != '\0') {
+        return launch_error("unknown option '%s' (tegraph run -n N FILE.lua [ARGS...] or -e CODE)", argv[2], 2);
+    }
+    /* whether the launcher's stdout is a terminal: the ranks' may be a pseudo-terminal of mpirun's
+     * when it is not (tg.isatty and the progress display ask this) */
+    setenv("TG_STDOUT_TTY", isatty(1) ? "1" : "0", 1);
     const char *exe = self_exe(argv[0]);
-    /* the ranks run `exe run FILE ARGS...` */
+    /* the ranks run `exe run FILE ARGS...` (or `exe run -e CODE`) */
     int nchild = argc - 2 + 2;
     char **child_argv = calloc((size_t)nchild + 1, sizeof *child_argv);
     if (!child_argv) return launch_error("%s", "out of memory", 1);

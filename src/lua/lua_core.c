@@ -6,6 +6,7 @@
 #include "lua/lua_comm.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -294,7 +295,10 @@ static int l_time(lua_State *L)
     return 1;
 }
 
-/* tg.isatty([file or fd]): whether it is a terminal (default io.stdout). */
+/* tg.isatty([file or fd]): whether it is a terminal (default io.stdout). In a
+ * rank of a multi-rank job the standard output counts as one only when
+ * TG_STDOUT_TTY is 1 (`tegraph run -n` sets it from its own stdout): mpirun
+ * gives the ranks a pseudo-terminal even when its output goes to a file. */
 static int l_isatty(lua_State *L)
 {
     int fd = 1;
@@ -305,7 +309,12 @@ static int l_isatty(lua_State *L)
         if (s->closef == NULL || s->f == NULL) return luaL_argerror(L, 1, "file is closed");
         fd = fileno(s->f);
     }
-    lua_pushboolean(L, isatty(fd));
+    int tty = isatty(fd);
+    if (tty && fd == 1 && tg_launch_env(TG_ENV_WORLD_SIZE, 1) > 1) {
+        const char *launcher = getenv("TG_STDOUT_TTY");
+        tty = launcher && strcmp(launcher, "1") == 0;
+    }
+    lua_pushboolean(L, tty);
     return 1;
 }
 
