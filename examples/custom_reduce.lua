@@ -73,8 +73,8 @@ local D, H, TOK, M, STEPS, K = 16, 32, 8, 2, 16, 4
 local function build()
   tg.manual_seed(7) -- the same initial parameters on every rank
   return tg.nn.Sequential {
-    tg.nn.Linear { ["in"] = D, out = H, name = "fc1" },
-    tg.nn.LayerNormLinear { ["in"] = H, out = D, name = "fc2" },
+    tg.nn.Linear(D, H, { name = "fc1" }),
+    tg.nn.LayerNormLinear(H, D, { name = "fc2" }),
     name = "net",
   }
 end

@@ -154,12 +154,12 @@ if vocab_pad < 1 or math.type(vocab_pad) ~= "integer" then
   os.exit(2)
 end
 local model = nn.GPT {
-  vocab = vocab,
-  vocab_pad = vocab_pad,
-  context = T,
-  width = opt.width,
-  heads = opt.heads,
-  layers = opt.layers,
+  vocab_size = vocab,
+  make_vocab_size_divisible_by = vocab_pad,
+  max_position_embeddings = T,
+  hidden_size = opt.width,
+  num_attention_heads = opt.heads,
+  num_layers = opt.layers,
   dtype = opt.dtype,
   delay_wgrad = opt["delay-wgrad"],
   fuse_wgrad_accumulation = opt["fuse-wgrad"],
@@ -228,7 +228,9 @@ for step = 1, opt.steps do
     model:backward(1.0 / M, mb) -- the step's loss is the mean over its microbatches
     loss_sum = loss_sum + nn.loss_value(loss)
   end
-  while model:need_backward_dw() do model:backward_dw() end -- delayed wgrads (no-op otherwise)
+  if model:need_backward_dw() then -- delayed wgrads, in B order (none when not delayed)
+    for mb = 1, M do model:backward_dw(mb) end
+  end
   tg.step_end()
   if ddp then ddp:finish() end
   local norm = adamw:step { lr = lr }

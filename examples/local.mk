@@ -8,7 +8,7 @@ EXTRA_DIST += examples/hello.lua examples/gpt.lua examples/zero_bubble.lua examp
 check_PROGRAMS += examples/embed/host
 examples_embed_host_SOURCES = examples/embed/host.c
 examples_embed_host_CPPFLAGS = $(AM_CPPFLAGS)
-examples_embed_host_LDADD = libtegraph.la $(LUA_LIBS)
+examples_embed_host_LDADD = libtegraph.la $(LUA_LIBS) -lm
 
 # A CPU GEMM benchmark (not run by make check): examples/bench/gemm [SIZES...]
 noinst_PROGRAMS += examples/bench/gemm

@@ -44,8 +44,8 @@ local function build(C, delay)
     local layers = {}
     for k = 1, per do
       local l = (c - 1) * per + k
-      layers[k] = tg.nn.TransformerLayer { dim = opt.width, heads = opt.heads, name = "layer" .. l, chunk = c,
-        delay_wgrad = delay }
+      layers[k] = tg.nn.TransformerLayer(opt.width, 4 * opt.width, opt.heads, { name = "layer" .. l, chunk = c,
+        delay_wgrad = delay })
     end
     layers.name, layers.chunk = "chunk" .. c, c
     chunks[c] = tg.nn.Sequential(layers)
@@ -66,16 +66,17 @@ local schedules = {
   { "ZB-V", S.zb_v { stages = P, microbatches = M }, delay = true },
 }
 
-local trace = S.trace()
 local grads = {}
 io.write(string.format("%d stages, %d microbatches, %d transformer layers (width %d, %d tokens x %d sequences), %s\n\n",
   P, M, L, opt.width, opt.tokens, opt.batch, opt.graphed and "graphed" or "eager"))
 
-for pid, sch in ipairs(schedules) do
-  local name, plan = sch[1], sch[2]
+-- Every schedule's model, graphed callables and warm-up step first; then one trace holds the measured
+-- steps, each schedule's spans in its own process (pid 1, 2, 3).
+local hooks = 0
+for _, sch in ipairs(schedules) do
+  local plan = sch[2]
   local C = plan.stages * (plan.chunks or 1)
   local chunks = build(C, sch.delay)
-  local hooks = 0
   for _, c in ipairs(chunks) do c:register_wgrad_hook(function() hooks = hooks + 1 end) end
   local graphed
   if opt.graphed then
@@ -83,10 +84,15 @@ for pid, sch in ipairs(schedules) do
     for c = 1, C do samples[c] = xs[1] end
     graphed = S.make_graphed(plan, chunks, { samples = samples, warmup = 1 })
   end
-  local run = { chunks = chunks, graphed = graphed, inputs = xs, loss_grad = dys }
-  S.execute(plan, run) -- warm-up step (untraced)
-  run.trace, run.pid = trace, pid
-  trace:name_track(pid, -1, name)
+  sch.chunks, sch.run = chunks, { chunks = chunks, graphed = graphed, inputs = xs, loss_grad = dys }
+  S.execute(plan, sch.run) -- warm-up step (untraced)
+end
+
+tg.trace.start()
+for pid, sch in ipairs(schedules) do
+  local name, plan, chunks, run = sch[1], sch[2], sch.chunks, sch.run
+  run.pid = pid
+  tg.trace.name_process(pid, name)
   local t0 = tg.time()
   hooks = 0
   for _ = 1, opt.steps do S.execute(plan, run) end
@@ -103,7 +109,7 @@ for pid, sch in ipairs(schedules) do
   grads[#grads + 1] = g
 
   local unit = S.simulate(plan) -- F = B = W = 1, transfers free
-  local meas = S.measure(plan, trace, { pid = pid })
+  local meas = S.measure(plan, tg.trace.events(), { pid = pid })
   local sim = meas.simulated
   io.write(string.format("%s: step %.1f ms on one device (all stages in turn); hooks %d = %d params x %d microbatches x %d steps\n",
     name, wall * 1e3, hooks, nparams, M, opt.steps))
@@ -133,8 +139,8 @@ local same = true
 for i = 2, #grads do same = same and equal(grads[1], grads[i]) and equal(grads[i], grads[1]) end
 io.write(string.format("gradients of %s bit-identical: %s\n", "1F1B, ZB-H1 and ZB-V", same and "yes" or "NO"))
 
+local sum = tg.trace.stop(opt.trace, { quiet = true })
 if opt.trace then
-  assert(trace:write(opt.trace))
-  io.write(string.format("wrote %s (%d events; open it in https://ui.perfetto.dev)\n", opt.trace, trace:count()))
+  io.write(string.format("wrote %s (%d spans; open it in https://ui.perfetto.dev)\n", opt.trace, sum.nspans))
 end
 if not same then os.exit(1) end

@@ -37,6 +37,13 @@ typedef enum tg_status {
 TG_API const char *tg_last_error(void);
 /* A short name of a status ("invalid argument", ...). */
 TG_API const char *tg_status_name(tg_status st);
+/* Sets this thread's error message (printf-style) and returns st: for host
+ * code that fails, e.g. a wgrad hook (return tg_error(TG_EINVAL, "...")). */
+TG_API tg_status tg_error(tg_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /* Library version ("0.1.0") and the build options configure found. */
 TG_API const char *tg_version(void);
@@ -276,14 +283,18 @@ TG_API tg_status tg_event_sync(tg_event *e);
  * TG_ESTATE saying which. */
 TG_API tg_status tg_event_elapsed(tg_event *start, tg_event *end, double *ms);
 
-/* ------------------------------------------------------------------ device-timeline trace
- * While a trace runs, spans are timed by events recorded on the stream that
- * runs their work: each module's forward, backward (dgrad) and wgrad on the
- * compute stream, each collective on the communication stream (NCCL; with
- * MPI, from issue to the observed completion in host time), hook dispatches
- * on the host. Nothing is recorded while a CUDA stream captures (CUDA has
- * no timing inside graphs); on the CPU a span recorded during capture is
- * timed by the last replay of its graph. Off, a span costs one flag test. */
+/* ------------------------------------------------------------------ trace
+ * One process-wide trace. While it runs, spans are timed by events recorded
+ * on the stream that runs their work: each module's forward, backward
+ * (dgrad) and wgrad and each graph replay on the compute stream, each
+ * collective on the communication stream (NCCL; with MPI, from issue to the
+ * observed completion in host time). Hook dispatches (one span each), the
+ * schedule executor's actions (F, B, W, send, recv: one span each on the
+ * track "stage s", with the hook dispatches they cause) and its in-process
+ * transfers (async spans from send to recv) are timed on the host. Nothing is
+ * recorded while a CUDA stream captures (CUDA has no timing inside graphs);
+ * on the CPU a span recorded during capture is timed by the last replay of
+ * its graph. Off, a span costs one flag test. */
 typedef struct tg_trace_summary {
     int nspans;            /* spans written */
     double comm_busy_ms;   /* union of comm spans */
@@ -305,8 +316,9 @@ TG_API int tg_trace_span_begin(tg_stream *s, const char *track, const char *name
 /* Ends span id (ignored when id < 0) on the same stream (or NULL). */
 TG_API void tg_trace_span_end(int id, tg_stream *s);
 /* Stops the trace: synchronises the devices, converts spans to microseconds
- * from the start, writes Chrome trace JSON to path (pid = rank, one tid per
- * track; path NULL: written nowhere) and fills *sum when sum is non-NULL.
+ * from the start, writes Chrome trace JSON to path (pid = rank, or the
+ * executor's pid option; tid 1 compute, 2 comm, 3 host, 10 + s stage s;
+ * path NULL: written nowhere) and fills *sum when sum is non-NULL.
  * TG_EIO naming the path when it cannot be written; TG_ESTATE when no trace
  * runs. */
 TG_API tg_status tg_trace_end(const char *path, tg_trace_summary *sum);
@@ -325,6 +337,55 @@ TG_API void tg_pool_stats(const tg_pool *p, size_t *used, size_t *peak, size_t *
  * per-thread stack). */
 TG_API tg_status tg_pool_push(tg_pool *p);
 TG_API void tg_pool_pop(tg_pool *p);
+
+/* ------------------------------------------------------------------ parameters and wgrad hooks
+ * A parameter holds a module's weight (data), the gradient its wgrad writes
+ * (grad, in data's dtype, or the f32 main_grad when the module fuses wgrad
+ * accumulation) and its wgrad hooks. Parameters belong to their modules
+ * (built from Lua, see tg_lua_checkparam); the accessors lend tensors owned
+ * by the parameter: do not free them, and do not keep main_grad across a
+ * rebinding of it to a gradient buffer (data parallelism does that once,
+ * when it is set up).
+ *
+ * The hook contract: for every parameter p, every step and every microbatch
+ * m, p's wgrad hooks fire exactly once, after p's wgrad for m has been issued
+ * into p's gradient (on the stream: a hook that reads it sees it, in stream
+ * order), never before, and never while the device captures a graph: with
+ * delayed wgrad they fire after backward_dw, and for graphed callables after
+ * the replay of the W (or fused B) graph. Hooks of a parameter run in the
+ * order they were added, on the thread that runs the backward. */
+typedef struct tg_param tg_param;
+
+typedef struct tg_hook_info {
+    int microbatch; /* 1-based microbatch of the wgrad that just finished */
+    int last;       /* 1 on p's last wgrad of the step (the microbatches-th); always 1 outside steps */
+    int chunk;      /* pipeline chunk of p's module (module option chunk, default 1) */
+    int64_t step;   /* 1-based index of the open step (0 outside steps) */
+} tg_hook_info;
+
+/* A wgrad hook: ud as given to tg_param_add_hook. It returns TG_OK, or an
+ * error status with a message set (tg_error): the error aborts the backward
+ * (or backward_dw, or replay) that fired it and is returned to its caller,
+ * prefixed "wgrad hook N of NAME (microbatch M)" (from Lua: raised there). */
+typedef tg_status (*tg_hook_fn)(void *ud, tg_param *p, const tg_hook_info *info);
+
+/* Adds fn as a wgrad hook of p; *id (when id is non-NULL) gets its handle
+ * for tg_param_remove_hook (> 0, unique per parameter). free_ud (may be
+ * NULL) is called with ud when the hook is removed or p goes. */
+TG_API tg_status tg_param_add_hook(tg_param *p, tg_hook_fn fn, void *ud, void (*free_ud)(void *ud), int *id);
+/* Removes the hook with handle id from p (calling its free_ud). TG_EINVAL
+ * naming p when p has no such hook; TG_ESTATE while p's hooks are running. */
+TG_API tg_status tg_param_remove_hook(tg_param *p, int id);
+/* The number of hooks p has. */
+TG_API int tg_param_hook_count(const tg_param *p);
+/* The parameter's name ("h.0.attn.qkv.weight"). */
+TG_API const char *tg_param_name(const tg_param *p);
+/* Its weight, in the module's compute dtype. */
+TG_API tg_tensor *tg_param_data(const tg_param *p);
+/* Its gradient in data's dtype (the wgrad target unless fused). */
+TG_API tg_tensor *tg_param_grad(const tg_param *p);
+/* Its f32 gradient when the module fuses wgrad accumulation, else NULL. */
+TG_API tg_tensor *tg_param_main_grad(const tg_param *p);
 
 /* ------------------------------------------------------------------ runtime (embedding)
  * A runtime is a Lua 5.4 state with the tegraph library loaded
@@ -371,6 +432,10 @@ TG_API int tg_lua_open_core(struct lua_State *L);
 TG_API tg_tensor *tg_lua_checktensor(struct lua_State *L, int idx);
 /* Like tg_lua_checktensor, but returns NULL when the value is not a tensor. */
 TG_API tg_tensor *tg_lua_totensor(struct lua_State *L, int idx);
+/* The parameter at stack index idx (a tegraph.Parameter: an element of
+ * module:parameters()). Raises a Lua error when it is not one. The parameter
+ * lives at least as long as its Lua value or its module. */
+TG_API tg_param *tg_lua_checkparam(struct lua_State *L, int idx);
 /* Pushes a new, empty Lua tensor and returns its handle slot (NULL inside).
  * Acquire the tensor straight into the slot (tg_tensor_new(..., slot)) so
  * Lua owns it from the start and a later error cannot leak it. */

@@ -35,14 +35,14 @@ static tg_module *make(enum kind k, tg_device dev, tg_dtype dt, int fused, int d
     case LINEAR: CHECK(tg_linear_new(C, 192, &o, &m)); break;
     case LAYERNORM: CHECK(tg_layernorm_new(C, &o, &m)); break;
     case RMSNORM: CHECK(tg_rmsnorm_new(C, &o, &m)); break;
-    case LNLINEAR: CHECK(tg_layernorm_linear_new(C, 192, "layernorm", &o, &m)); break;
-    case MLP_GELU: CHECK(tg_layernorm_mlp_new(C, H, "layernorm", "gelu", &o, &m)); break;
-    case MLP_SWIGLU: CHECK(tg_layernorm_mlp_new(C, H, "rmsnorm", "swiglu", &o, &m)); break;
+    case LNLINEAR: CHECK(tg_layernorm_linear_new(C, 192, "LayerNorm", &o, &m)); break;
+    case MLP_GELU: CHECK(tg_layernorm_mlp_new(C, H, "LayerNorm", "gelu", &o, &m)); break;
+    case MLP_SWIGLU: CHECK(tg_layernorm_mlp_new(C, H, "RMSNorm", "swiglu", &o, &m)); break;
     case ATTN: CHECK(tg_attention_new(C, NH, &o, &m)); break;
-    case LAYER: CHECK(tg_transformer_layer_new(C, NH, H, "layernorm", "gelu", &o, &m)); break;
-    case LAYER_RMS: CHECK(tg_transformer_layer_new(C, NH, H, "rmsnorm", "swiglu", &o, &m)); break;
+    case LAYER: CHECK(tg_transformer_layer_new(C, NH, H, "LayerNorm", "gelu", &o, &m)); break;
+    case LAYER_RMS: CHECK(tg_transformer_layer_new(C, NH, H, "RMSNorm", "swiglu", &o, &m)); break;
     case EMB: CHECK(tg_embedding_new(V, C, T, &o, &m)); break;
-    case HEAD: CHECK(tg_lm_head_new(C, V, NULL, "layernorm", &o, &m)); break;
+    case HEAD: CHECK(tg_lm_head_new(C, V, NULL, "LayerNorm", &o, &m)); break;
     }
     return m;
 }
@@ -76,7 +76,7 @@ static void run(enum kind k, tg_module *m, const tg_tensor *x, const tg_tensor *
         CHECK(tg_module_backward(m, 1, dy, dx));
         tg_tensor_free(dy);
     }
-    while (tg_module_need_backward_dw(m)) CHECK(tg_module_backward_dw(m));
+    while (tg_module_need_backward_dw(m)) CHECK(tg_module_backward_dw(m, 1));
 }
 
 /* A copy of the CPU tensor t on dev. */
@@ -97,7 +97,7 @@ static void make_tied(tg_device dev, tg_dtype dt, int variant, tg_module **emb, 
     o.name = "embed";
     CHECK(tg_embedding_new(V, C, T, &o, emb));
     o.name = "head";
-    CHECK(tg_lm_head_new(C, V, *emb, "layernorm", &o, head));
+    CHECK(tg_lm_head_new(C, V, *emb, "LayerNorm", &o, head));
 }
 
 /* The CPU module's weights on the GPU one. */
@@ -124,8 +124,8 @@ static void run_tied(tg_module *emb, tg_module *head, const tg_tensor *idx, cons
     CHECK(tg_lm_head_forward_loss(head, 1, x, targets, -1, loss));
     CHECK(tg_lm_head_backward_loss(head, 1, 0.5, dh));
     CHECK(tg_module_backward(emb, 1, *dh, &dx));
-    while (tg_module_need_backward_dw(head)) CHECK(tg_module_backward_dw(head));
-    while (tg_module_need_backward_dw(emb)) CHECK(tg_module_backward_dw(emb));
+    while (tg_module_need_backward_dw(head)) CHECK(tg_module_backward_dw(head, 1));
+    while (tg_module_need_backward_dw(emb)) CHECK(tg_module_backward_dw(emb, 1));
     tg_tensor_free(x);
     tg_tensor_free(dx);
 }

@@ -10,9 +10,9 @@ local D, H, TOK = 8, 12, 5
 local function build(fuse)
   tg.manual_seed(55)
   return tg.nn.Sequential {
-    tg.nn.Linear { ["in"] = D, out = H, name = "fc_in", fuse_wgrad_accumulation = fuse },
-    tg.nn.LayerNormMLP { dim = H, hidden = 2 * H, name = "mlp", fuse_wgrad_accumulation = fuse },
-    tg.nn.Linear { ["in"] = H, out = D, name = "fc_out", fuse_wgrad_accumulation = fuse },
+    tg.nn.Linear(D, H, { name = "fc_in", fuse_wgrad_accumulation = fuse }),
+    tg.nn.LayerNormMLP(H, 2 * H, { name = "mlp", fuse_wgrad_accumulation = fuse }),
+    tg.nn.Linear(H, D, { name = "fc_out", fuse_wgrad_accumulation = fuse }),
     name = "net",
   }
 end

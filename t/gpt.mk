@@ -1,9 +1,11 @@
-# t/gpt.mk — tests of the gpt area: tegraph.nn from Lua (modules, hooks, Lua layers), the optimizer,
+# t/gpt.mk — tests of the gpt area: tegraph.nn from Lua (modules, hooks, Lua layers, the microbatch protocol), the optimizer,
 # token files, and the main job examples/gpt.lua.
 GPT_LUA_TESTS = \
 	t/lua-nn-modules-from-lua.lua \
+	t/lua-nn-constructors-take-torch-names.lua \
 	t/lua-hooks-fire-once-per-microbatch.lua \
 	t/lua-custom-module-in-sequential.lua \
+	t/lua-microbatch-protocol.lua \
 	t/adamw-matches-hand-computed-step.lua \
 	t/adamw-foreach-matches-per-tensor.lua \
 	t/adamw-capturable-replay-equals-eager-steps.lua \

@@ -8,8 +8,8 @@ local D, TOK, M = 8, 4, 3
 local function chunk(delay, name)
   tg.manual_seed(7)
   return tg.nn.Sequential{
-    tg.nn.Linear{ ["in"] = D, out = D, delay_wgrad = delay, name = name .. ".a" },
-    tg.nn.LayerNormMLP{ dim = D, hidden = 2 * D, delay_wgrad = delay, name = name .. ".mlp" },
+    tg.nn.Linear(D, D, { delay_wgrad = delay, name = name .. ".a" }),
+    tg.nn.LayerNormMLP(D, 2 * D, { delay_wgrad = delay, name = name .. ".mlp" }),
     name = name }
 end
 
@@ -33,8 +33,8 @@ do
   t.ok(seen_capturing, "tg.graph.capturing() is true while warming up / capturing")
   t.ok(not tg.graph.capturing(), "and false afterwards")
   tg.step_begin{ microbatches = M }
-  for mb = 1, M do g:forward(mb, x) end
-  for mb = M, 1, -1 do g:backward(mb, dy) end
+  for mb = 1, M do g:forward(x, mb) end
+  for mb = M, 1, -1 do g:backward(dy, mb) end
   tg.step_end()
   t.is(fired, M * #m:parameters(), "after replays every parameter fired once per microbatch")
 end
@@ -43,23 +43,23 @@ end
 do
   local m = chunk(true, "ord")
   local g = tg.graph.make_graphed(m, { sample = x, microbatches = M })
-  t.error_like(function() g:backward(1, dy) end, "out of order: expected F chunk 1 mb 1 .*got B chunk 1 mb 1",
+  t.error_like(function() g:backward(dy, 1) end, "out of order: expected F chunk 1 mb 1 .*got B chunk 1 mb 1",
     "a B before any F names expected and actual actions")
-  g:forward(1, x)
-  t.error_like(function() g:forward(3, x) end, "expected F chunk 1 mb 2 .*got F chunk 1 mb 3",
+  g:forward(x, 1)
+  t.error_like(function() g:forward(x, 3) end, "expected F chunk 1 mb 2 .*got F chunk 1 mb 3",
     "skipping a microbatch is refused")
-  t.error_like(function() g:forward(2, tg.randn({ TOK + 1, D })) end, "input: got %[5,8%] f32, captured with %[4,8%] f32",
+  t.error_like(function() g:forward(tg.randn({ TOK + 1, D }), 2) end, "input: got %[5,8%] f32, captured with %[4,8%] f32",
     "a wrong input shape names both shapes")
-  t.error_like(function() g:forward(2, tg.randn({ TOK, D }, { dtype = "bf16" })) end, "got %[4,8%] bf16, captured with %[4,8%] f32",
+  t.error_like(function() g:forward(tg.randn({ TOK, D }, { dtype = "bf16" }), 2) end, "got %[4,8%] bf16, captured with %[4,8%] f32",
     "a wrong input dtype names both dtypes")
-  t.error_like(function() g:forward(9, x) end, "microbatch 9 of 3", "a microbatch out of range is refused")
+  t.error_like(function() g:forward(x, 9) end, "microbatch 9 of 3", "a microbatch out of range is refused")
   -- the failed calls changed nothing: the order goes on where it was
   t.lives_ok(function()
-    g:forward(2, x); g:forward(3, x)
-    for mb = M, 1, -1 do g:backward(mb, dy); g:backward_dw(mb) end
+    g:forward(x, 2); g:forward(x, 3)
+    for mb = M, 1, -1 do g:backward(dy, mb); g:backward_dw(mb) end
   end, "after refused calls the captured order still replays to the end")
   g:reset()
-  t.lives_ok(function() g:forward(1, x) end, "reset starts the order again")
+  t.lives_ok(function() g:forward(x, 1) end, "reset starts the order again")
 end
 
 -- backward_dw on a chunk without W graph.
@@ -67,7 +67,7 @@ do
   local m = chunk(false, "now")
   local g = tg.graph.make_graphed(m, { sample = x, microbatches = 1 })
   t.ok(not g:has_w(), "a chunk without delayed wgrad has no W graph")
-  g:forward(1, x); g:backward(1, dy)
+  g:forward(x, 1); g:backward(dy, 1)
   t.error_like(function() g:backward_dw(1) end, "chunk 1 has no W graph", "backward_dw on it is refused clearly")
 end
 
@@ -133,8 +133,8 @@ do
   local ga = tg.graph.make_graphed(a, { sample = x, microbatches = 1, pool = pool })
   local gb = tg.graph.make_graphed(b, { sample = x, microbatches = 1, pool = pool })
   tg.step_begin{ microbatches = 1 }
-  local ya = ga:forward(1, x):clone(); ga:backward(1, dy)
-  local yb = gb:forward(1, x):clone(); gb:backward(1, dy)
+  local ya = ga:forward(x, 1):clone(); ga:backward(dy, 1)
+  local yb = gb:forward(x, 1):clone(); gb:backward(dy, 1)
   tg.step_end()
   t.is(ya:max_abs_diff(yb), 0, "sets sharing a pool: same outputs")
   local same = true
@@ -152,9 +152,9 @@ do
   }
   local g = tg.graph.make_graphed(lua_mod, { sample = x, microbatches = 1, warmup = 1 })
   collectgarbage(); collectgarbage()
-  local y = g:forward(1, x)
+  local y = g:forward(x, 1)
   t.is(y:max_abs_diff(x), 0, "a single Lua-table module is graphed as one chunk and replays")
-  g:backward(1, dy)
+  g:backward(dy, 1)
 end
 
 -- Warm-up runs the order 3 times unless told otherwise (the engine's default, for C and Lua

@@ -16,11 +16,11 @@ local function build(delay, fuse)
     return extra
   end
   local c1 = tg.nn.Sequential{
-    tg.nn.TransformerLayer(o{ dim = D, heads = 2, hidden = 16, name = "c1.l0", chunk = 1 }),
-    tg.nn.TransformerLayer(o{ dim = D, heads = 2, hidden = 16, norm = "rmsnorm", activation = "swiglu", name = "c1.l1", chunk = 1 }),
+    tg.nn.TransformerLayer(D, 16, 2, o { name = "c1.l0", chunk = 1 }),
+    tg.nn.TransformerLayer(D, 16, 2, o { normalization = "RMSNorm", activation = "swiglu", name = "c1.l1", chunk = 1 }),
     name = "c1", chunk = 1 }
   local c2 = tg.nn.Sequential{
-    tg.nn.TransformerLayer(o{ dim = D, heads = 2, hidden = 16, name = "c2.l0", chunk = 2 }),
+    tg.nn.TransformerLayer(D, 16, 2, o { name = "c2.l0", chunk = 2 }),
     name = "c2", chunk = 2 }
   return { c1, c2 }
 end

@@ -14,12 +14,12 @@ local function build(delay, fuse)
     return extra
   end
   local c1 = tg.nn.Sequential{
-    tg.nn.Linear(o{ ["in"] = D, out = H, name = "c1.fc" }),
-    tg.nn.LayerNormMLP(o{ dim = H, hidden = 2 * H, name = "c1.mlp" }),
+    tg.nn.Linear(D, H, o { name = "c1.fc" }),
+    tg.nn.LayerNormMLP(H, 2 * H, o { name = "c1.mlp" }),
     name = "c1", chunk = 1 }
   local c2 = tg.nn.Sequential{
-    tg.nn.LayerNormLinear(o{ ["in"] = H, out = D, name = "c2.lnl", chunk = 2 }),
-    tg.nn.Linear(o{ ["in"] = D, out = D, name = "c2.fc", chunk = 2 }),
+    tg.nn.LayerNormLinear(H, D, o { name = "c2.lnl", chunk = 2 }),
+    tg.nn.Linear(D, D, o { name = "c2.fc", chunk = 2 }),
     name = "c2", chunk = 2 }
   return { c1, c2 }
 end
@@ -47,9 +47,9 @@ do
   for _, a in ipairs(order) do
     local c, m = a.chunk, a.mb
     if a.op == "F" then
-      local y = g[c]:forward(m, c == 1 and xs[m] or acts[m]); if c == 1 then acts[m] = y end
+      local y = g[c]:forward(c == 1 and xs[m] or acts[m], m); if c == 1 then acts[m] = y end
     elseif a.op == "B" then
-      local dx = g[c]:backward(m, c == 2 and dys[m] or dacts[m]); if c == 2 then dacts[m] = dx end
+      local dx = g[c]:backward(c == 2 and dys[m] or dacts[m], m); if c == 2 then dacts[m] = dx end
     else
       g[c]:backward_dw(m)
     end

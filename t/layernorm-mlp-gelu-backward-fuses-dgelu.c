@@ -62,14 +62,14 @@ static tg_module *build(const struct cfg *c, tg_module **parts)
     tg_module *m;
     if (!c->layers) {
         o.name = "mlp";
-        CHECK(tg_layernorm_mlp_new(C, H, "layernorm", c->act, &o, &m));
+        CHECK(tg_layernorm_mlp_new(C, H, "LayerNorm", c->act, &o, &m));
         return m;
     }
     char name[16];
     for (int i = 0; i < L; i++) {
         snprintf(name, sizeof name, "h.%d", i);
         o.name = name;
-        CHECK(tg_transformer_layer_new(C, NH, H, "layernorm", c->act, &o, &parts[i]));
+        CHECK(tg_transformer_layer_new(C, NH, H, "LayerNorm", c->act, &o, &parts[i]));
     }
     CHECK(tg_sequential_new(parts, L, NULL, &m));
     return m;
@@ -87,7 +87,7 @@ static struct run run_model(const struct cfg *c)
     if (np > MAXP) bail_out("too many parameters");
     static int counts[MAXP][MB + 1];
     memset(counts, 0, sizeof counts);
-    for (int i = 0; i < np; i++) CHECK(tg_param_add_hook(p[i], count_hook, counts[i], NULL));
+    for (int i = 0; i < np; i++) CHECK(tg_param_add_hook(p[i], count_hook, counts[i], NULL, NULL));
 
     /* one step of two microbatches, interleaved: F1 F2 B2 B1 (then W2 W1 when delayed) */
     tg_tensor *x[MB], *dy[MB], *y[MB], *dx[MB];
@@ -99,7 +99,7 @@ static struct run run_model(const struct cfg *c)
     }
     for (int k = MB - 1; k >= 0; k--) CHECK(tg_module_backward_res(m, k + 1, dy[k], dres, &dx[k]));
     if (c->delay)
-        for (int k = 0; k < MB; k++) CHECK(tg_module_backward_dw(m));
+        for (int k = 0; k < MB; k++) CHECK(tg_module_backward_dw(m, MB - k)); /* B order */
     r.step_ok = tg_step_end() == TG_OK;
     if (!r.step_ok) diag("step end: %s", tg_last_error());
     for (int k = 0; k < MB; k++) append(&r, y[k]), append(&r, dx[k]);

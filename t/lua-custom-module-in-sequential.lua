@@ -13,7 +13,7 @@ local function copy_params(dst, src)
   for i = 1, #d do d[i].data:copy_(s[i].data) end
 end
 
--- A LayerNorm written in Lua with the ops bindings; wgrad in backward_dw.
+-- A LayerNorm written in Lua with the ops bindings; wgrad in backward_dw, overwriting or adding as the engine says.
 local function lua_layernorm(c, name)
   local g = nn.Parameter(name .. ".weight", tg.ones({ c }))
   local b = nn.Parameter(name .. ".bias", tg.zeros({ c }))
@@ -29,10 +29,10 @@ local function lua_layernorm(c, name)
     self.pending[mb] = { dy, s[1], s[2], s[3] }
     return ops.layernorm_backward(dy, s[1], g.data, s[2], s[3])
   end
-  function self:backward_dw(mb)
+  function self:backward_dw(mb, accumulate)
     local p = self.pending[mb]
     self.pending[mb] = nil
-    ops.layernorm_backward_dw(g.wgrad, b.wgrad, p[1], p[2], p[3], p[4], g:accumulate())
+    ops.layernorm_backward_dw(g.wgrad, b.wgrad, p[1], p[2], p[3], p[4], accumulate and 1 or 0)
   end
   return self
 end
@@ -46,14 +46,14 @@ local Double = {
 local function build(lua, delay)
   local a, ln, b
   if lua then
-    a = nn.LuaLinear { ["in"] = 6, out = 8, name = "a", delay_wgrad = delay }
+    a = nn.LuaLinear(6, 8, { name = "a", delay_wgrad = delay })
     ln = lua_layernorm(8, "ln")
     ln.delay_wgrad = delay
   else
-    a = nn.Linear { ["in"] = 6, out = 8, name = "a" }
-    ln = nn.LayerNorm { dim = 8, name = "ln" }
+    a = nn.Linear(6, 8, { name = "a" })
+    ln = nn.LayerNorm(8, { name = "ln" })
   end
-  b = nn.Linear { ["in"] = 8, out = 4, name = "b" }
+  b = nn.Linear(8, 4, { name = "b" })
   return nn.Sequential { a, Double, ln, b, name = lua and "lua" or "c" }
 end
 
@@ -144,7 +144,7 @@ do
     forward = function(_, x) error("broken forward on " .. x:dim(1) .. " rows") end,
     backward = function(_, dy) return dy end,
   }
-  local m = nn.Sequential { nn.Linear { ["in"] = 2, out = 2 }, Broken }
+  local m = nn.Sequential { nn.Linear(2, 2), Broken }
   tap.error_like(function() m:forward(tg.ones({ 3, 2 })) end,
     "lua%-custom%-module%-in%-sequential%.lua:%d+: broken forward on 3 rows", "a Lua layer's error carries its file:line")
   local Wrong = { forward = function() return "nope" end, backward = function(_, dy) return dy end }

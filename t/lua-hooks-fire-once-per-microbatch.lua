@@ -1,5 +1,6 @@
 -- Lua wgrad hooks fire once per parameter per microbatch, after the wgrad (eager and delayed), with correct info;
--- a failing hook stops the backward with its FILE:LINE; the step check names a parameter whose hook was skipped.
+-- a failing hook stops the backward with its FILE:LINE; the step check names a parameter whose hook was skipped;
+-- a hook removed by the id register_hook gave stops firing, and removing an unknown id is refused naming the parameter.
 local tg = require "tegraph"
 local nn = require "tegraph.nn"
 local tap = require "tap"
@@ -10,8 +11,8 @@ local M = 3
 -- A two-layer model; every hook call is logged with the phase it came in.
 local function build(delay, prefix)
   return nn.Sequential {
-    nn.Linear { ["in"] = 4, out = 5, name = prefix .. ".a", delay_wgrad = delay, chunk = 2 },
-    nn.Linear { ["in"] = 5, out = 3, name = prefix .. ".b", delay_wgrad = delay, chunk = 2 },
+    nn.Linear(4, 5, { name = prefix .. ".a", delay_wgrad = delay, chunk = 2 }),
+    nn.Linear(5, 3, { name = prefix .. ".b", delay_wgrad = delay, chunk = 2 }),
     name = prefix,
   }
 end
@@ -75,7 +76,7 @@ end
 for _, fused in ipairs { false, true } do
   for _, delay in ipairs { false, true } do
     local what = (fused and "main_grad" or "grad") .. (delay and ", delayed" or "")
-    local lin = nn.Linear { ["in"] = 3, out = 2, name = "g", fuse_wgrad_accumulation = fused, delay_wgrad = delay }
+    local lin = nn.Linear(3, 2, { name = "g", fuse_wgrad_accumulation = fused, delay_wgrad = delay })
     local W = lin:parameters()[1]
     local seen = {}
     W:register_hook(function(p, info) seen[info.microbatch] = p.wgrad:clone() end)
@@ -102,7 +103,7 @@ end
 
 -- Outside steps every firing is the last one, with step 0.
 do
-  local lin = nn.Linear { ["in"] = 2, out = 2, name = "o", bias = false }
+  local lin = nn.Linear(2, 2, { name = "o", bias = false })
   local infos = {}
   lin:register_wgrad_hook(function(_, info) infos[#infos + 1] = info end)
   lin:forward(tg.ones({ 1, 2 }))
@@ -113,14 +114,14 @@ end
 
 -- A failing hook aborts the backward; the error carries the hook's FILE:LINE.
 do
-  local lin = nn.Linear { ["in"] = 2, out = 2, name = "bad" }
+  local lin = nn.Linear(2, 2, { name = "bad" })
   lin:parameters()[2]:register_hook(function(p) error("boom from the hook of " .. p.name) end)
   lin:forward(tg.ones({ 1, 2 }))
   local err = tap.error_like(function() lin:backward(tg.ones({ 1, 2 })) end,
     "lua%-hooks%-fire%-once%-per%-microbatch%.lua:%d+: boom from the hook of bad%.bias",
     "a hook's error propagates with its file:line")
   tap.like(err or "", "bad%.bias", "... and names the parameter")
-  local lin2 = nn.Linear { ["in"] = 2, out = 2, name = "bad2" }
+  local lin2 = nn.Linear(2, 2, { name = "bad2" })
   lin2:register_wgrad_hook(function() error({}) end)
   lin2:forward(tg.ones({ 1, 2 }))
   tap.error_like(function() lin2:backward(tg.ones({ 1, 2 })) end, "error object is a table",
@@ -147,6 +148,29 @@ do
   tap.lives_ok(function() tg.step_end() end, "with hook_check(false) the same step ends quietly")
   tg.hook_check(true)
   m:drop_saved()
+end
+
+-- Removal: register_hook returns the parameter and the hook's id; remove_hook(id) stops that hook only.
+do
+  local lin = nn.Linear { in_features = 3, out_features = 2, name = "rm" }
+  local W = lin:parameters()[1]
+  local a, b = 0, 0
+  local same, id = W:register_hook(function() a = a + 1 end)
+  local _, id2 = W:register_hook(function() b = b + 1 end)
+  tap.ok(rawequal(same, W) and math.type(id) == "integer" and id2 ~= id, "register_hook returns the parameter and a new id")
+  local function one_step()
+    tg.step_begin { microbatches = 1 }
+    lin:forward(tg.randn({ 2, 3 }), 1)
+    lin:backward(tg.randn({ 2, 2 }), 1)
+    tg.step_end()
+  end
+  one_step()
+  W:remove_hook(id)
+  tap.is(W.nhooks, 1, "remove_hook leaves the other hook")
+  one_step()
+  tap.ok(a == 1 and b == 2, string.format("the removed hook fired only before its removal (%d), the other in both steps (%d)", a, b))
+  tap.error_like(function() W:remove_hook(id) end, "rm%.weight: no hook with id " .. id, "removing it again names the parameter")
+  tap.error_like(function() W:remove_hook(0) end, "rm%.weight has no hook with id 0", "so does an id never given")
 end
 
 tap.done_testing()

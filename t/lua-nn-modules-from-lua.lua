@@ -14,16 +14,16 @@ local function names(m)
 end
 
 -- constructors and parameter names / shapes
-local lin = nn.Linear { ["in"] = 4, out = 3, name = "lin" }
+local lin = nn.Linear(4, 3, { name = "lin" })
 tap.is(names(lin), "lin.weight lin.bias", "Linear has weight and bias")
 tap.is_deeply(lin:parameters()[1].shape, { 3, 4 }, "Linear weight is (out, in)")
-tap.is(names(nn.Linear { ["in"] = 4, out = 3, name = "nb", bias = false }), "nb.weight", "bias = false drops the bias")
-tap.is(names(nn.RMSNorm { dim = 4, name = "r" }), "r.weight", "RMSNorm has a gain only")
-tap.is(#nn.LayerNorm({ dim = 4 }):parameters(), 2, "LayerNorm has gain and bias")
-tap.ok(#nn.LayerNormMLP({ dim = 8, activation = "swiglu", norm = "rmsnorm" }):parameters() >= 3, "LayerNormMLP (swiglu, rmsnorm) builds")
-tap.ok(#nn.TransformerLayer({ dim = 8, heads = 2 }):parameters() >= 8, "TransformerLayer builds")
-tap.ok(#nn.CausalSelfAttention({ dim = 8, heads = 2 }):parameters() >= 2, "CausalSelfAttention builds")
-tap.ok(#nn.LayerNormLinear({ ["in"] = 8, out = 4 }):parameters() >= 3, "LayerNormLinear builds")
+tap.is(names(nn.Linear(4, 3, { name = "nb", bias = false })), "nb.weight", "bias = false drops the bias")
+tap.is(names(nn.RMSNorm(4, { name = "r" })), "r.weight", "RMSNorm has a gain only")
+tap.is(#nn.LayerNorm(4):parameters(), 2, "LayerNorm has gain and bias")
+tap.ok(#nn.LayerNormMLP { hidden_size = 8, activation = "swiglu", normalization = "RMSNorm" }:parameters() >= 3, "LayerNormMLP (swiglu, RMSNorm) builds")
+tap.ok(#nn.TransformerLayer({ hidden_size = 8, num_attention_heads = 2 }):parameters() >= 8, "TransformerLayer builds")
+tap.ok(#nn.CausalSelfAttention(8, 2):parameters() >= 2, "CausalSelfAttention builds")
+tap.ok(#nn.LayerNormLinear(8, 4):parameters() >= 3, "LayerNormLinear builds")
 tap.is(lin.type, "Linear", "m.type")
 tap.is(lin.name, "lin", "m.name")
 tap.is(lin.exec_mode, "eager", "m.exec_mode")
@@ -32,17 +32,19 @@ tap.is(lin.chunk, 1, "m.chunk defaults to 1")
 tap.like(tostring(lin), "tegraph.Module Linear 'lin'", "tostring names type and name")
 tap.is(lin:num_parameters(), 15, "num_parameters counts elements")
 
-tap.error_like(function() nn.Linear { ["in"] = 4, out = 3, delay_wgard = true } end, "Linear: unknown option 'delay_wgard'",
+tap.error_like(function() nn.Linear(4, 3, { delay_wgard = true }) end, "nn%.Linear: unknown option 'delay_wgard'",
   "a misspelt option is refused, named")
-tap.error_like(function() nn.Linear { ["in"] = 4 } end, "Linear: option 'out' %(an integer%) is required", "a missing size is named")
-tap.error_like(function() nn.Linear { ["in"] = 4, out = 0 } end, "'out' must be a positive integer", "a zero size is refused")
-tap.error_like(function() nn.Linear { ["in"] = 4, out = 3, dtype = "f64" } end, "unknown dtype 'f64'", "a bad dtype is named")
-tap.error_like(function() nn.LMHead { dim = 4, vocab = 5, tied = lin } end, "tied", "LMHead tied to a non-Embedding is refused")
+tap.error_like(function() nn.Linear { in_features = 4 } end, "nn%.Linear: option 'out_features' %(an integer%) is required",
+  "a missing size is named")
+tap.error_like(function() nn.Linear { in_features = 4, out_features = 0 } end, "'out_features' must be a positive integer, got 0",
+  "a zero size is refused")
+tap.error_like(function() nn.Linear(4, 3, { dtype = "f64" }) end, "unknown dtype 'f64'", "a bad dtype is named")
+tap.error_like(function() nn.LMHead { hidden_size = 4, vocab_size = 5, tied = lin } end, "tied", "LMHead tied to a non-Embedding is refused")
 tap.error_like(function() nn.Sequential {} end, "at least one module", "an empty Sequential is refused")
 do -- a second head on one token table would leave its hooks waiting for a third contribution
-  local emb = nn.Embedding { vocab = 5, dim = 4, context = 3, name = "twice" }
-  local head1 = nn.LMHead { dim = 4, vocab = 5, tied = emb }
-  tap.error_like(function() nn.LMHead { dim = 4, vocab = 5, tied = emb } end, "already tied to another LMHead",
+  local emb = nn.Embedding(5, 4, { max_position_embeddings = 3, name = "twice" })
+  local head1 = nn.LMHead { hidden_size = 4, vocab_size = 5, tied = emb }
+  tap.error_like(function() nn.LMHead { hidden_size = 4, vocab_size = 5, tied = emb } end, "already tied to another LMHead",
     "tying a second LMHead to the same token table is refused")
 end
 
@@ -61,7 +63,7 @@ tap.is(W.main_grad, nil, "no main_grad without fuse_wgrad_accumulation")
 tap.ok(W.wgrad:same_memory(W.grad), "p.wgrad is grad when not fused")
 W:zero_grad()
 tap.is(W.grad:sum(), 0, "p:zero_grad() zeroes the gradient")
-local fz = nn.Linear { ["in"] = 2, out = 2, fuse_wgrad_accumulation = true }
+local fz = nn.Linear(2, 2, { fuse_wgrad_accumulation = true })
 local fp = fz:parameters()[1]
 tap.ok(fp.main_grad ~= nil and fp.main_grad.dtype == "f32" and fp.wgrad:same_memory(fp.main_grad),
   "fused: p.wgrad is the f32 main_grad")
@@ -70,19 +72,21 @@ fp:set_main_grad(buf:narrow(1, 4))
 fz:forward(tg.ones({ 1, 2 }))
 fz:backward(tg.ones({ 1, 2 }))
 tap.is(buf:sum(), 4.0, "set_main_grad: the wgrad lands in the given buffer")
-local bl = nn.Linear { ["in"] = 2, out = 2, dtype = "bf16" }
+local bl = nn.Linear(2, 2, { dtype = "bf16" })
 tap.ok(bl.dtype == "bf16" and bl:parameters()[1].master ~= nil, "bf16 modules have f32 master weights")
 tap.is(bl:forward(tg.ones({ 1, 2 }, { dtype = "bf16" })).dtype, "bf16", "and compute in bf16")
 
--- FIFO pairing when mb is omitted
+-- In a step, omitting mb pairs each backward with the oldest forward waiting for one
 do
-  local m = nn.Linear { ["in"] = 3, out = 2, name = "fifo" }
+  local m = nn.Linear(3, 2, { name = "fifo" })
   local x1, x2 = tg.randn({ 2, 3 }), tg.randn({ 2, 3 })
   local d1, d2 = tg.randn({ 2, 2 }), tg.randn({ 2, 2 })
+  tg.step_begin { microbatches = 2 }
   m:forward(x1)
   m:forward(x2)
   local dx1 = m:backward(d1)
   local dx2 = m:backward(d2)
+  tg.step_end()
   local g_fifo = m:parameters()[1].grad:clone()
   m:zero_grad()
   m:forward(x2, 7)
@@ -96,7 +100,7 @@ do
   tap.ok(ok1 and tg.allclose(dx2, m:backward(d2, 3), 1e-6, 1e-7), "... and each dx is that of its own forward")
 end
 do
-  local m = nn.Linear { ["in"] = 3, out = 2, name = "early" }
+  local m = nn.Linear(3, 2, { name = "early" })
   tap.error_like(function() m:backward(tg.ones({ 1, 2 }), 4) end, "backward of microbatch 4 before its forward",
     "backward before forward is refused")
   tap.error_like(function() m:backward_dw() end, "backward_dw with nothing queued", "backward_dw with nothing queued is refused")
@@ -106,7 +110,7 @@ end
 
 -- Sequential returns the same Module objects as children
 do
-  local a, b = nn.Linear { ["in"] = 2, out = 2 }, nn.Linear { ["in"] = 2, out = 2 }
+  local a, b = nn.Linear(2, 2), nn.Linear(2, 2)
   local s = nn.Sequential { a, b, name = "s" }
   local kids = s:children()
   tap.ok(rawequal(kids[1], a) and rawequal(kids[2], b), "m:children() gives back the same Module objects")
@@ -114,7 +118,7 @@ end
 
 -- LM head: the loss is the mean cross-entropy; backward(dloss) scales dx
 do
-  local head = nn.LMHead { dim = 4, vocab = 5, name = "head" }
+  local head = nn.LMHead { hidden_size = 4, vocab_size = 5, name = "head" }
   local h = tg.randn({ 2, 3, 4 })
   local targets = tg.tensor({ { 1, 4, -1 }, { 0, 2, 3 } }, { dtype = "i32" })
   local loss = head:loss(h, targets)
@@ -133,7 +137,7 @@ end
 
 -- GPT: the tied token table is listed once and its hooks fire once per microbatch
 do
-  local g = nn.GPT { vocab = 7, context = 5, width = 8, heads = 2, layers = 1 }
+  local g = nn.GPT { vocab_size = 7, max_position_embeddings = 5, hidden_size = 8, num_attention_heads = 2, num_layers = 1 }
   local params = g:parameters()
   local seen, wte = {}, nil
   for _, p in ipairs(params) do
@@ -155,9 +159,10 @@ do
   tap.ok(#out == 2 and #out[1] == 3 and math.type(out[1][1]) == "integer", "generate returns n new tokens per prompt")
 end
 
--- GPT with vocab_pad: the token table and logits are rounded up, generation never picks a padded id
+-- GPT with make_vocab_size_divisible_by: the token table and logits are rounded up, generation never picks a padded id
 do
-  local g = nn.GPT { vocab = 10, vocab_pad = 8, context = 4, width = 8, heads = 2, layers = 1 }
+  local g = nn.GPT { vocab_size = 10, make_vocab_size_divisible_by = 8, max_position_embeddings = 4, hidden_size = 8,
+    num_attention_heads = 2, num_layers = 1 }
   local wte
   for _, p in ipairs(g:parameters()) do if p.name:match("wte") then wte = p end end
   tap.is(wte.shape[1], 16, "vocab 10 padded to a multiple of 8: a 16-row token table")
@@ -177,8 +182,10 @@ do
   tap.ok(nn.argmax(l2) > 10, string.format("(set-up: a padded id has the largest logit, id %d)", nn.argmax(l2) - 1))
   local out = g:generate({ { 1, 2 } }, 2)
   tap.ok(out[1][1] < 10 and out[1][2] < 10, string.format("generate picks ids below the real vocab (%d, %d)", out[1][1], out[1][2]))
-  tap.error_like(function() nn.GPT { vocab = 10, vocab_pad = 0, context = 4, width = 8, heads = 2, layers = 1 } end,
-    "vocab_pad must be a positive integer", "a bad vocab_pad is named")
+  tap.error_like(function()
+    nn.GPT { vocab_size = 10, make_vocab_size_divisible_by = 0, max_position_embeddings = 4, hidden_size = 8,
+      num_attention_heads = 2, num_layers = 1 }
+  end, "make_vocab_size_divisible_by must be a positive integer", "a bad make_vocab_size_divisible_by is named")
 end
 
 -- tegraph.ops against values computed by hand

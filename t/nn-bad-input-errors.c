@@ -52,17 +52,17 @@ int main(void)
     o = opts("rms", 0);
     CHECK(tg_rmsnorm_new(8, &o, &rms));
     o = opts("lnl", 0);
-    CHECK(tg_layernorm_linear_new(8, 4, "layernorm", &o, &lnl));
+    CHECK(tg_layernorm_linear_new(8, 4, "LayerNorm", &o, &lnl));
     o = opts("mlp", 0);
-    CHECK(tg_layernorm_mlp_new(8, 16, "rmsnorm", "swiglu", &o, &mlp));
+    CHECK(tg_layernorm_mlp_new(8, 16, "RMSNorm", "swiglu", &o, &mlp));
     o = opts("attn", 0);
     CHECK(tg_attention_new(8, 2, &o, &attn));
     o = opts("h.0", 1);
-    CHECK(tg_transformer_layer_new(8, 2, 16, "layernorm", "gelu", &o, &layer));
+    CHECK(tg_transformer_layer_new(8, 2, 16, "LayerNorm", "gelu", &o, &layer));
     o = opts("emb", 0);
     CHECK(tg_embedding_new(11, 8, 4, &o, &emb));
     o = opts("head", 0);
-    CHECK(tg_lm_head_new(8, 11, emb, "layernorm", &o, &head));
+    CHECK(tg_lm_head_new(8, 11, emb, "LayerNorm", &o, &head));
     tg_module *kids[2] = {ln, fc};
     o = opts("seq", 1);
     CHECK(tg_sequential_new(kids, 2, &o, &seq));
@@ -93,7 +93,7 @@ int main(void)
            "1 <= T <= 4");
     expect(tg_module_forward(emb, 1, x8, &y), TG_EINVAL, "Embedding: float activations instead of ids", "idx is [2,3,8] f32", "i32");
     expect(tg_module_forward(seq, 1, x7, &y), TG_EINVAL, "Sequential: the first child rejects x", "LayerNorm 'ln' forward", "[2,3,7]");
-    expect(tg_module_forward(fc, 0, x8, &y), TG_EINVAL, "microbatch 0 is refused", "microbatch 0", "count from 1");
+    expect(tg_module_forward(fc, -1, x8, &y), TG_EINVAL, "a negative microbatch is refused", "microbatch -1", "count from 1");
 
     /* ------------------------------------------------------------ backward misuse */
     expect(tg_module_backward(fc, 3, dy4, &dx), TG_ESTATE, "backward before forward names module and microbatch",
@@ -109,14 +109,14 @@ int main(void)
     expect(tg_module_backward(fc, 1, y, &dx), TG_ESTATE, "a second backward of the same microbatch", "before its forward (or after its backward)",
            NULL);
     tg_tensor_free(y), y = NULL;
-    ok(tg_module_backward_dw(fc) == TG_OK, "the queued wgrad pops");
-    expect(tg_module_backward_dw(fc), TG_ESTATE, "backward_dw with nothing queued names the module",
+    ok(tg_module_backward_dw(fc, 1) == TG_OK, "the queued wgrad pops");
+    expect(tg_module_backward_dw(fc, 1), TG_ESTATE, "backward_dw with nothing queued names the module",
            "backward_dw with nothing queued on Linear 'fc'", "delay_wgrad is on");
-    expect(tg_module_backward_dw(ln), TG_ESTATE, "backward_dw on a module that does not delay", "backward_dw with nothing queued on LayerNorm 'ln'",
+    expect(tg_module_backward_dw(ln, 1), TG_ESTATE, "backward_dw on a module that does not delay", "backward_dw with nothing queued on LayerNorm 'ln'",
            "delay_wgrad is off");
-    expect(tg_module_backward_dw(layer), TG_ESTATE, "backward_dw with nothing queued on a composite names it",
+    expect(tg_module_backward_dw(layer, 0), TG_ESTATE, "backward_dw with nothing queued on a composite names it",
            "backward_dw with nothing queued on TransformerLayer 'h.0'", NULL);
-    expect(tg_module_backward_dw(seq), TG_ESTATE, "and on a Sequential", "nothing queued on Sequential 'seq'", NULL);
+    expect(tg_module_backward_dw(seq, 0), TG_ESTATE, "and on a Sequential", "nothing queued on Sequential 'seq'", NULL);
     expect(tg_module_backward(layer, 2, x8, &dx), TG_ESTATE, "composite backward before forward names the first leaf to notice",
            "Linear 'h.0.mlp.fc2' backward (microbatch 2): backward of microbatch 2 before its forward", NULL);
 
@@ -151,13 +151,14 @@ int main(void)
     /* ------------------------------------------------------------ constructors */
     tg_module *bad = NULL;
     o = opts("bad", 0);
-    expect(tg_layernorm_mlp_new(8, 16, "layernorm", "relu", &o, &bad), TG_EINVAL, "unknown activation", "unknown activation 'relu'",
+    expect(tg_layernorm_mlp_new(8, 16, "LayerNorm", "relu", &o, &bad), TG_EINVAL, "unknown activation", "unknown activation 'relu'",
            "\"gelu\" or \"swiglu\"");
-    expect(tg_layernorm_linear_new(8, 4, "batchnorm", &o, &bad), TG_EINVAL, "unknown norm", "unknown norm 'batchnorm'", NULL);
+    expect(tg_layernorm_linear_new(8, 4, "batchnorm", &o, &bad), TG_EINVAL, "unknown normalization", "unknown normalization 'batchnorm'",
+           "\"LayerNorm\" or \"RMSNorm\"");
     expect(tg_attention_new(8, 3, &o, &bad), TG_EINVAL, "width not a multiple of the heads", "width 8 must be a positive multiple of n_head 3",
            NULL);
-    expect(tg_lm_head_new(8, 11, fc, "layernorm", &o, &bad), TG_EINVAL, "tying to a non-embedding", "can only be tied to an Embedding", NULL);
-    expect(tg_lm_head_new(8, 12, emb, "layernorm", &o, &bad), TG_EINVAL, "tying to a table of another size", "emb.wte is [11,8]",
+    expect(tg_lm_head_new(8, 11, fc, "LayerNorm", &o, &bad), TG_EINVAL, "tying to a non-embedding", "can only be tied to an Embedding", NULL);
+    expect(tg_lm_head_new(8, 12, emb, "LayerNorm", &o, &bad), TG_EINVAL, "tying to a table of another size", "emb.wte is [11,8]",
            "expected [12,8]");
     o.dtype = TG_I32;
     expect(tg_linear_new(8, 4, &o, &bad), TG_EINVAL, "an integer compute dtype", "dtype i32", NULL);

@@ -36,13 +36,13 @@ static tg_module *make(enum kind k, tg_dtype dt, int fused)
     case LINEAR: CHECK(tg_linear_new(C, 24, &o, &m)); break;
     case LAYERNORM: CHECK(tg_layernorm_new(C, &o, &m)); break;
     case RMSNORM: CHECK(tg_rmsnorm_new(C, &o, &m)); break;
-    case LNLINEAR: CHECK(tg_layernorm_linear_new(C, 24, "layernorm", &o, &m)); break;
-    case MLP_GELU: CHECK(tg_layernorm_mlp_new(C, H, "layernorm", "gelu", &o, &m)); break;
-    case MLP_SWIGLU: CHECK(tg_layernorm_mlp_new(C, H, "rmsnorm", "swiglu", &o, &m)); break;
+    case LNLINEAR: CHECK(tg_layernorm_linear_new(C, 24, "LayerNorm", &o, &m)); break;
+    case MLP_GELU: CHECK(tg_layernorm_mlp_new(C, H, "LayerNorm", "gelu", &o, &m)); break;
+    case MLP_SWIGLU: CHECK(tg_layernorm_mlp_new(C, H, "RMSNorm", "swiglu", &o, &m)); break;
     case ATTN: CHECK(tg_attention_new(C, NH, &o, &m)); break;
-    case LAYER: CHECK(tg_transformer_layer_new(C, NH, H, "layernorm", "gelu", &o, &m)); break;
+    case LAYER: CHECK(tg_transformer_layer_new(C, NH, H, "LayerNorm", "gelu", &o, &m)); break;
     case EMB: CHECK(tg_embedding_new(V, C, T, &o, &m)); break;
-    case HEAD: CHECK(tg_lm_head_new(C, V, NULL, "layernorm", &o, &m)); break;
+    case HEAD: CHECK(tg_lm_head_new(C, V, NULL, "LayerNorm", &o, &m)); break;
     }
     return m;
 }

@@ -37,13 +37,13 @@ static void model_new(struct model *md, int delay, int fused)
     o.name = "emb";
     CHECK(tg_embedding_new(V, C, T, &o, &md->mods[0]));
     o.name = "h.0";
-    CHECK(tg_transformer_layer_new(C, NH, H, "layernorm", "gelu", &o, &md->mods[1]));
+    CHECK(tg_transformer_layer_new(C, NH, H, "LayerNorm", "gelu", &o, &md->mods[1]));
     o.name = "mix";
-    CHECK(tg_layernorm_linear_new(C, C, "layernorm", &o, &md->mods[2]));
+    CHECK(tg_layernorm_linear_new(C, C, "LayerNorm", &o, &md->mods[2]));
     o.name = "h.1";
-    CHECK(tg_transformer_layer_new(C, NH, H, "rmsnorm", "swiglu", &o, &md->mods[3]));
+    CHECK(tg_transformer_layer_new(C, NH, H, "RMSNorm", "swiglu", &o, &md->mods[3]));
     o.name = "head";
-    CHECK(tg_lm_head_new(C, V, md->mods[0], "layernorm", &o, &md->head));
+    CHECK(tg_lm_head_new(C, V, md->mods[0], "LayerNorm", &o, &md->head));
     tg_module *all[5] = {md->mods[0], md->mods[1], md->mods[2], md->mods[3], md->head};
     tg_module *seq;
     CHECK(tg_sequential_new(all, 5, NULL, &seq));
@@ -92,20 +92,20 @@ static void backward(struct model *md, int mb)
     if (d) bail_out("the embedding returned an input gradient");
 }
 
-static void backward_dw(struct model *md)
+static void backward_dw(struct model *md, int mb)
 {
-    CHECK(tg_module_backward_dw(md->head));
-    for (int i = 3; i >= 0; i--) CHECK(tg_module_backward_dw(md->mods[i]));
+    CHECK(tg_module_backward_dw(md->head, mb));
+    for (int i = 3; i >= 0; i--) CHECK(tg_module_backward_dw(md->mods[i], mb));
 }
 
-/* Runs one step of `sched` ("F1 F2 B1 W ..."; W pops one queued wgrad per module, skipped when not delayed). */
+/* Runs one step of `sched` ("F1 F2 B1 W1 ..."; W pops each module's queued wgrad of its microbatch, skipped when not delayed). */
 static void run_step(struct model *md, const char *sched, int delay)
 {
     CHECK(tg_step_begin(M));
     for (const char *s = sched; *s; s++) {
         if (*s == 'F') forward(md, s[1] - '0');
         else if (*s == 'B') backward(md, s[1] - '0');
-        else if (*s == 'W' && delay) backward_dw(md);
+        else if (*s == 'W' && delay) backward_dw(md, s[1] - '0');
     }
     CHECK(tg_step_end());
 }
@@ -127,9 +127,9 @@ static unsigned char *grads(struct model *md, size_t *n)
 }
 
 /* 1F1B-like: F1 F2 B1 F3 B2 F4 B3 B4; W's right after each B, or all at the end (deferred). */
-static const char *SCHED_EAGER = "F1 F2 B1 W F3 B2 W F4 B3 W B4 W";
-static const char *SCHED_DEFERRED = "F1 F2 B1 F3 B2 F4 B3 B4 W W W W";
-static const char *SCHED_INTERLEAVED = "F1 F2 B1 F3 B2 W F4 B3 W B4 W W";
+static const char *SCHED_EAGER = "F1 F2 B1 W1 F3 B2 W2 F4 B3 W3 B4 W4";
+static const char *SCHED_DEFERRED = "F1 F2 B1 F3 B2 F4 B3 B4 W1 W2 W3 W4";
+static const char *SCHED_INTERLEAVED = "F1 F2 B1 F3 B2 W1 F4 B3 W2 B4 W3 W4";
 
 int main(void)
 {

@@ -31,10 +31,10 @@ static void model_new(struct model *md, int delay)
     CHECK(tg_embedding_new(V, C, T, &o, &md->emb));
     o.name = "h.0";
     o.chunk = 2;
-    CHECK(tg_transformer_layer_new(C, NH, H, "layernorm", "gelu", &o, &md->layer));
+    CHECK(tg_transformer_layer_new(C, NH, H, "LayerNorm", "gelu", &o, &md->layer));
     o.name = "head";
     o.chunk = 1;
-    CHECK(tg_lm_head_new(C, V, md->emb, "layernorm", &o, &md->head));
+    CHECK(tg_lm_head_new(C, V, md->emb, "LayerNorm", &o, &md->head));
     tg_module *all[3] = {md->emb, md->layer, md->head}, *seq;
     CHECK(tg_sequential_new(all, 3, NULL, &seq));
     CHECK(tg_module_parameters(seq, &md->p, &md->np));
@@ -174,7 +174,7 @@ int main(void)
         const char *mode = delay ? "eager, delayed wgrad" : "eager, immediate wgrad";
         model_new(&md, delay);
         cur = &md;
-        for (int i = 0; i < md.np; i++) CHECK(tg_param_add_hook(md.p[i], hook, NULL, NULL));
+        for (int i = 0; i < md.np; i++) CHECK(tg_param_add_hook(md.p[i], hook, NULL, NULL, NULL));
         nlog = 0;
         int64_t step = 0;
         CHECK(tg_step_begin(M));
@@ -185,10 +185,10 @@ int main(void)
             CHECK(bwd(&md, order_b[i]));
             if (delay) {
                 ok(nlog == before, "%s: backward of microbatch %d fired no hooks (wgrad queued)", mode, order_b[i]);
-                CHECK(tg_module_backward_dw(md.head));
-                CHECK(tg_module_backward_dw(md.layer));
+                CHECK(tg_module_backward_dw(md.head, order_b[i]));
+                CHECK(tg_module_backward_dw(md.layer, order_b[i]));
                 int half = count(md.p[0], order_b[i]);
-                CHECK(tg_module_backward_dw(md.emb));
+                CHECK(tg_module_backward_dw(md.emb, order_b[i]));
                 /* the tied table fires only once the embedding's half is in too */
                 ok(half == 0 && count(md.p[0], order_b[i]) == 1, "%s: tied %s fired after both of its contributions, not before",
                    mode, md.p[0]->name);
@@ -217,7 +217,7 @@ int main(void)
 
     /* the step check: skip one delayed wgrad of h.0 */
     cur = &md;
-    for (int i = 0; i < md.np; i++) CHECK(tg_param_add_hook(md.p[i], hook, NULL, NULL));
+    for (int i = 0; i < md.np; i++) CHECK(tg_param_add_hook(md.p[i], hook, NULL, NULL, NULL));
     for (int pass = 0; pass < 2; pass++) {
         nlog = 0;
         tg_hook_check_set(pass == 0);
@@ -225,9 +225,9 @@ int main(void)
         for (int i = 0; i < M; i++) fwd(&md, order_f[i]);
         for (int i = 0; i < M; i++) {
             CHECK(bwd(&md, order_b[i]));
-            CHECK(tg_module_backward_dw(md.head));
-            if (i < M - 1) CHECK(tg_module_backward_dw(md.layer)); /* the last one is "forgotten" */
-            CHECK(tg_module_backward_dw(md.emb));
+            CHECK(tg_module_backward_dw(md.head, order_b[i]));
+            if (i < M - 1) CHECK(tg_module_backward_dw(md.layer, order_b[i])); /* the last one is "forgotten" */
+            CHECK(tg_module_backward_dw(md.emb, order_b[i]));
         }
         tg_status st = tg_step_end();
         if (pass == 0) {
@@ -243,7 +243,7 @@ int main(void)
         } else {
             ok(st == TG_OK, "with the hook check off the same step ends without error");
         }
-        while (tg_module_need_backward_dw(md.layer)) CHECK(tg_module_backward_dw(md.layer)); /* outside the step */
+        while (tg_module_need_backward_dw(md.layer)) CHECK(tg_module_backward_dw(md.layer, order_b[M - 1])); /* outside the step */
     }
     tg_hook_check_set(1);
 
@@ -255,9 +255,9 @@ int main(void)
     nlog = 0;
     fwd(&md, 1);
     CHECK(bwd(&md, 1));
-    CHECK(tg_module_backward_dw(md.head));
-    CHECK(tg_module_backward_dw(md.layer));
-    CHECK(tg_module_backward_dw(md.emb));
+    CHECK(tg_module_backward_dw(md.head, 1));
+    CHECK(tg_module_backward_dw(md.layer, 1));
+    CHECK(tg_module_backward_dw(md.emb, 1));
     int outside_ok = nlog == md.np;
     for (int i = 0; i < nlog; i++) outside_ok &= logv[i].info.step == 0 && logv[i].info.last == 1 && logv[i].info.microbatch == 1;
     ok(outside_ok, "outside steps hooks fire once with step 0 and last = 1");
@@ -267,7 +267,7 @@ int main(void)
     CHECK(tg_step_begin(2));
     fwd(&md, 2);
     CHECK(bwd(&md, 2));
-    tg_status st = tg_module_backward_dw(md.head);
+    tg_status st = tg_module_backward_dw(md.head, 2);
     is_int(st, TG_EINVAL, "a hook error is returned by backward_dw");
     like(tg_last_error(), "the test hook refuses microbatch 2", "with the hook's message");
     like(tg_last_error(), "wgrad hook 1 of head.norm.weight", "naming the parameter");
@@ -290,7 +290,7 @@ int main(void)
         CHECK(tg_module_parameters(lin, &lp, &nlp));
         struct model one = {.p = lp, .np = nlp};
         cur = &one;
-        for (int i = 0; i < nlp; i++) CHECK(tg_param_add_hook(lp[i], hook, NULL, NULL));
+        for (int i = 0; i < nlp; i++) CHECK(tg_param_add_hook(lp[i], hook, NULL, NULL, NULL));
         tg_tensor *x, *y, *dx;
         CHECK(tg_tensor_new(TG_F32, 2, (int64_t[]){4, C}, o.device, &x));
         CHECK(tg_fill(x, 0.5));

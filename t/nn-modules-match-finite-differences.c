@@ -191,8 +191,8 @@ static void run_case(struct fcase *c)
         ok(dx == NULL, "%s: token ids get no input gradient", c->name);
     }
     /* wgrad: backward_dw (head first, like backward) */
-    if (c->head) CHECK(tg_module_backward_dw(c->head));
-    CHECK(tg_module_backward_dw(c->m));
+    if (c->head) CHECK(tg_module_backward_dw(c->head, 1));
+    CHECK(tg_module_backward_dw(c->m, 1));
     ok(!tg_module_need_backward_dw(c->m), "%s: nothing left queued", c->name);
     for (int i = 0; i < c->np; i++) {
         double *a = read_all(c->p[i]->grad);
@@ -232,20 +232,20 @@ int main(void)
     NEW(LINEAR, "Linear", tg_linear_new(C, OUT, &o, &c.m));
     NEW(LAYERNORM, "LayerNorm", tg_layernorm_new(C, &o, &c.m));
     NEW(RMSNORM, "RMSNorm", tg_rmsnorm_new(C, &o, &c.m));
-    NEW(LNLINEAR, "LayerNormLinear", tg_layernorm_linear_new(C, OUT, "layernorm", &o, &c.m));
-    NEW(MLP_GELU, "LayerNormMLP(gelu)", tg_layernorm_mlp_new(C, H, "layernorm", "gelu", &o, &c.m));
-    NEW(MLP_SWIGLU_RMS, "LayerNormMLP(rmsnorm,swiglu)", tg_layernorm_mlp_new(C, H, "rmsnorm", "swiglu", &o, &c.m));
+    NEW(LNLINEAR, "LayerNormLinear", tg_layernorm_linear_new(C, OUT, "LayerNorm", &o, &c.m));
+    NEW(MLP_GELU, "LayerNormMLP(gelu)", tg_layernorm_mlp_new(C, H, "LayerNorm", "gelu", &o, &c.m));
+    NEW(MLP_SWIGLU_RMS, "LayerNormMLP(rmsnorm,swiglu)", tg_layernorm_mlp_new(C, H, "RMSNorm", "swiglu", &o, &c.m));
     NEW(ATTN, "CausalSelfAttention", tg_attention_new(C, NH, &o, &c.m));
-    NEW(LAYER, "TransformerLayer", tg_transformer_layer_new(C, NH, H, "layernorm", "gelu", &o, &c.m));
-    NEW(LAYER_RMS_SWIGLU, "TransformerLayer(rmsnorm,swiglu)", tg_transformer_layer_new(C, NH, H, "rmsnorm", "swiglu", &o, &c.m));
+    NEW(LAYER, "TransformerLayer", tg_transformer_layer_new(C, NH, H, "LayerNorm", "gelu", &o, &c.m));
+    NEW(LAYER_RMS_SWIGLU, "TransformerLayer(rmsnorm,swiglu)", tg_transformer_layer_new(C, NH, H, "RMSNorm", "swiglu", &o, &c.m));
     NEW(EMB, "Embedding", tg_embedding_new(V, C, MAXT, &o, &c.m));
-    NEW(HEAD, "LMHead(untied)", tg_lm_head_new(C, V, NULL, "layernorm", &o, &c.m));
+    NEW(HEAD, "LMHead(untied)", tg_lm_head_new(C, V, NULL, "LayerNorm", &o, &c.m));
     memset(&c, 0, sizeof c);
     c.kind = TIED, c.name = "Embedding+LMHead(tied)";
     o.name = "emb";
     CHECK(tg_embedding_new(V, C, MAXT, &o, &c.m));
     o.name = "head";
-    CHECK(tg_lm_head_new(C, V, c.m, "layernorm", &o, &c.head));
+    CHECK(tg_lm_head_new(C, V, c.m, "LayerNorm", &o, &c.head));
     run_case(&c);
     return done_testing();
 }

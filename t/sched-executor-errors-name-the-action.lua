@@ -1,5 +1,5 @@
 -- sched-executor-errors-name-the-action.lua — the executor fails clearly on plans it cannot run:
--- a cyclic wait or a missing send is a deadlock naming each stuck stage's action; W before B,
+-- a cyclic wait or a missing send is a deadlock naming each stuck stage's action; W before B, W out of B order,
 -- a chunk on the wrong stage, a missing input, a failing hook or input function, and a graphed
 -- set captured for another plan all name the stage and action. A failed run leaves no step open.
 local tg = require "tegraph"
@@ -12,7 +12,7 @@ local D, TOK = 4, 3
 local function build(C)
   tg.manual_seed(7)
   local chunks = {}
-  for c = 1, C do chunks[c] = tg.nn.Linear { ["in"] = D, out = D, name = "c" .. c, chunk = c } end
+  for c = 1, C do chunks[c] = tg.nn.Linear(D, D, { name = "c" .. c, chunk = c }) end
   return chunks
 end
 
@@ -65,6 +65,22 @@ do
   local ok, err = run(p)
   t.ok(not ok, "W before B fails")
   t.like(tostring(err), "stage 1 action 3 %(W chunk 1 mb 1%): W before B", "the error names the W")
+end
+
+do -- W out of B order, run without validate: refused before anything runs
+  local p = { stages = 1, chunks = 1, microbatches = 2, kind = "hand", owner = { 1 },
+    { A("F", 1, 1), A("F", 1, 2), A("B", 1, 1), A("B", 1, 2), A("W", 1, 2), A("W", 1, 1) } }
+  local delayed = tg.nn.Linear { in_features = D, out_features = D, name = "c1", delay_wgrad = true }
+  local ok, err = pcall(S.execute, p, { chunks = { delayed }, inputs = xs, loss_grad = dys })
+  t.ok(not ok, "a plan with W out of B order fails")
+  t.like(tostring(err), "stage 1 action 5 %(W chunk 1 mb 2%): W of chunk 1 must follow its B order; the wgrad store's head is mb 1",
+    "the error names the W and the store's head")
+  t.ok(delayed:parameters()[1].grad:max_abs() == 0 and not delayed:need_backward_dw() and not tg.step_open(),
+    "nothing ran: no gradient, nothing queued, no step left open")
+  p[1][5], p[1][6] = A("W", 1, 1), A("W", 1, 2)
+  local ok2, err2 = pcall(S.execute, p, { chunks = { delayed }, inputs = xs, loss_grad = dys })
+  t.ok(ok2, "with W in B order it runs")
+  if not ok2 then t.diag(err2) end
 end
 
 do

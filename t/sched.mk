@@ -1,5 +1,5 @@
 # t/sched.mk — the schedule executor (src/sched, tegraph.schedule.execute): plans on modules and
-# graphed callables, errors naming the action, Chrome traces, the zero-bubble example.
+# graphed callables, errors naming the action, its spans in the trace, the zero-bubble example.
 SCHED_TESTS = \
 	t/sched-executor-matches-sequential.lua \
 	t/sched-executor-errors-name-the-action.lua \

@@ -1,5 +1,6 @@
--- schedule-validate-names-the-offender.lua — broken plans (W before B, missing recv, cyclic wait,
--- send/send deadlock, wrong peer, missing W, ...) fail validate with the first offending action named.
+-- schedule-validate-names-the-offender.lua — broken plans (W before B, W out of B order, missing recv,
+-- cyclic wait, send/send deadlock, wrong peer, missing W, ...) fail validate with the first offending
+-- action named.
 local tap = require "tap"
 local S = require "tegraph.schedule"
 
@@ -112,6 +113,25 @@ rejects(p, string.format("stage 1 action %d (send_fwd chunk 1 mb 1 to stage 3): 
 p = copy(zh)
 table.remove(p[1], find(p[1], "W", 1, 2))
 rejects(p, "stage 1: chunk 1 mb 2 has no W", "missing W")
+
+-- W out of B order: a chunk's wgrad store is a FIFO in B order, so W2 before W1 (after B1, B2)
+-- would compute mb 1's wgrad under mb 2's name.
+p = copy(S.zb_h1 { stages = 2, microbatches = 2 })
+local w1, w2 = find(p[2], "W", 2, 1), find(p[2], "W", 2, 2)
+local b1, b2 = find(p[2], "B", 2, 1), find(p[2], "B", 2, 2)
+tap.ok(b1 < b2 and b2 < w1 and w1 < w2, "zb_h1's last stage runs B1, B2, then W1, W2")
+p[2][w1], p[2][w2] = p[2][w2], p[2][w1]
+where = rejects(p, string.format("stage 2 action %d (W chunk 2 mb 2): W of chunk 2 must follow its B order; "
+  .. "the wgrad store's head is mb 1", w1), "W out of B order")
+tap.is_deeply({ where.stage, where.index }, { 2, w1 }, "W out of B order: the third result locates it")
+p = copy(S.one_f_one_b { stages = 1, microbatches = 2 })
+p[1] = { { op = "F", chunk = 1, mb = 1 }, { op = "F", chunk = 1, mb = 2 }, { op = "B", chunk = 1, mb = 1 },
+  { op = "B", chunk = 1, mb = 2, w = true }, { op = "W", chunk = 1, mb = 1 } }
+rejects(p, "stage 1 action 4 (B+W chunk 1 mb 2): the fused W of chunk 1 must follow its B order; the wgrad store's head is mb 1",
+  "a fused B+W while an earlier B's W is queued")
+p[1] = { { op = "F", chunk = 1, mb = 1 }, { op = "F", chunk = 1, mb = 2 }, { op = "B", chunk = 1, mb = 1 },
+  { op = "W", chunk = 1, mb = 1 }, { op = "B", chunk = 1, mb = 2, w = true } }
+tap.ok(S.validate(p), "the same with W1 before the fused B+W2 passes")
 
 -- A W after a fused B+W.
 p = copy(S.one_f_one_b { stages = 1, microbatches = 1 })

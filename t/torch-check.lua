@@ -46,19 +46,19 @@ local function json(v)
 end
 
 local specs = {
-  { kind = "Linear", make = function(o) o["in"], o.out = C, 96; return tg.nn.Linear(o) end },
-  { kind = "LayerNorm", make = function(o) o.dim = C; return tg.nn.LayerNorm(o) end },
-  { kind = "RMSNorm", make = function(o) o.dim = C; return tg.nn.RMSNorm(o) end },
-  { kind = "LayerNormLinear", make = function(o) o["in"], o.out, o.norm = C, 96, "layernorm"; return tg.nn.LayerNormLinear(o) end },
+  { kind = "Linear", make = function(o) return tg.nn.Linear(C, 96, o) end },
+  { kind = "LayerNorm", make = function(o) return tg.nn.LayerNorm(C, o) end },
+  { kind = "RMSNorm", make = function(o) return tg.nn.RMSNorm(C, o) end },
+  { kind = "LayerNormLinear", make = function(o) o.normalization = "LayerNorm"; return tg.nn.LayerNormLinear(C, 96, o) end },
   { kind = "LayerNormMLP", norm = "layernorm", activation = "gelu",
-    make = function(o) o.dim, o.hidden, o.norm, o.activation = C, H, "layernorm", "gelu"; return tg.nn.LayerNormMLP(o) end },
+    make = function(o) o.normalization, o.activation = "LayerNorm", "gelu"; return tg.nn.LayerNormMLP(C, H, o) end },
   { kind = "LayerNormMLP", norm = "rmsnorm", activation = "swiglu",
-    make = function(o) o.dim, o.hidden, o.norm, o.activation = C, H, "rmsnorm", "swiglu"; return tg.nn.LayerNormMLP(o) end },
-  { kind = "CausalSelfAttention", make = function(o) o.dim, o.heads = C, NH; return tg.nn.CausalSelfAttention(o) end },
+    make = function(o) o.normalization, o.activation = "RMSNorm", "swiglu"; return tg.nn.LayerNormMLP(C, H, o) end },
+  { kind = "CausalSelfAttention", make = function(o) return tg.nn.CausalSelfAttention(C, NH, o) end },
   { kind = "TransformerLayer", norm = "layernorm", activation = "gelu",
-    make = function(o) o.dim, o.heads, o.hidden = C, NH, H; return tg.nn.TransformerLayer(o) end },
-  { kind = "Embedding", make = function(o) o.vocab, o.dim, o.context = V, C, T; return tg.nn.Embedding(o) end },
-  { kind = "LMHead", make = function(o) o.dim, o.vocab, o.norm = C, V, "layernorm"; return tg.nn.LMHead(o) end },
+    make = function(o) return tg.nn.TransformerLayer(C, H, NH, o) end },
+  { kind = "Embedding", make = function(o) o.max_position_embeddings = T; return tg.nn.Embedding(V, C, o) end },
+  { kind = "LMHead", make = function(o) o.hidden_size, o.vocab_size, o.normalization = C, V, "LayerNorm"; return tg.nn.LMHead(o) end },
 }
 
 local ids, tgt = {}, {}

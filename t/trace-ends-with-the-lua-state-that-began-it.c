@@ -8,7 +8,7 @@
 #include <string.h>
 
 static const char *const train_and_fail =
-    "local m = tg.nn.Linear{['in'] = 8, out = 8, device = 'cpu'}\n"
+    "local m = tg.nn.Linear(8, 8, {device = 'cpu'})\n"
     "local x = tg.randn({4, 8}, {device = 'cpu'})\n"
     "tg.trace.start()\n"
     "for i = 1, 3 do tg.step_begin{microbatches = 1}; m:forward(x, 1); m:backward(x, 1); tg.step_end() end\n"

@@ -1,5 +1,5 @@
 -- trace-has-a-span-per-module-phase.lua — tg.trace in one process: valid Chrome trace JSON with a compute span per module
--- forward, backward and wgrad per microbatch (eager and delayed wgrad), host spans for hook dispatches, no comm
+-- forward, backward and wgrad per microbatch (eager and delayed wgrad), one host-track span per hook dispatch, no comm
 -- without ranks, non-negative durations, a summary that adds up; misuse is named.
 local tg = require "tegraph"
 local t = require "tap"
@@ -12,9 +12,9 @@ local function build(delay)
   tg.manual_seed(1234)
   local o = function(x) x.delay_wgrad, x.fuse_wgrad_accumulation = delay, true; return x end
   return tg.nn.Sequential {
-    tg.nn.Linear(o { ["in"] = D, out = H, name = "fc_in" }),
-    tg.nn.LayerNormMLP(o { dim = H, hidden = 2 * H, name = "mlp" }),
-    tg.nn.LayerNormLinear(o { ["in"] = H, out = D, name = "proj" }),
+    tg.nn.Linear(D, H, o { name = "fc_in" }),
+    tg.nn.LayerNormMLP(H, 2 * H, o { name = "mlp" }),
+    tg.nn.LayerNormLinear(H, D, o { name = "proj" }),
     name = "net",
   }
 end
@@ -41,7 +41,7 @@ for _, delay in ipairs { false, true } do
     for m = 1, M do model:forward(x, m) end
     for m = M, 1, -1 do
       model:backward(dy, m)
-      if delay then model:backward_dw() end
+      if delay then model:backward_dw(m) end
     end
     tg.step_end()
   end
@@ -60,9 +60,10 @@ for _, delay in ipairs { false, true } do
       if e.cat == "compute" then
         local k = string.format("%s/%s %s %d %d", e.args.module, e.args.type, e.args.phase, e.args.step, e.args.mb)
         count[k] = (count[k] or 0) + 1
+      elseif e.cat == "hook" then
+        if e.tid == 3 and e.name:match("^hooks ") then hooks = hooks + 1 end
       elseif e.cat == "host" then
         host = host + 1
-        if e.name:match("^hooks ") then hooks = hooks + 1 end
       end
     end
   end
@@ -87,7 +88,8 @@ for _, delay in ipairs { false, true } do
   local composite = 0
   for k, v in pairs(count) do if k:match("^net/Sequential backward") then composite = composite + v end end
   t.is(composite, STEPS * M, label .. ": the composite's backward spans too")
-  t.is(hooks, hooked * M * STEPS, label .. ": one host span per hooked parameter per microbatch")
+  t.is(hooks, hooked * M * STEPS, label .. ": one hook span (host track) per hooked parameter per microbatch")
+  t.is(host, 1, label .. ": and the one host span trace.span made")
   t.ok(sum.comm_busy_ms == 0 and sum.overlapped_ms == 0 and sum.exposed_pct == 0, label .. ": no comm in one process")
   t.ok(sum.compute_ms > 0 and sum.nspans == #doc.traceEvents - 4, label .. ": the summary counts the spans written")
   t.ok(sum.line:match("^trace: %d+ spans"), label .. ": the summary line")

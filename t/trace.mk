@@ -1,4 +1,4 @@
-# t/trace.mk — backend events and the device-timeline trace (tg.trace): CPU, one process, 2 MPI ranks, GPU.
+# t/trace.mk — backend events and the trace (tg.trace): CPU, one process, 2 MPI ranks, GPU.
 check_PROGRAMS += \
 	t/event-times-stream-work-and-captured-replays.t \
 	t/cuda-events-and-trace-time-device-work.t \

@@ -128,7 +128,7 @@ static void fallback_adds(void)
 int main(void)
 {
     plan(NO_PLAN);
-    const char *norms[] = {"layernorm", "rmsnorm"};
+    const char *norms[] = {"LayerNorm", "RMSNorm"};
     for (int k = 0; k < 2; k++)
         for (int d = 0; d < 2; d++) {
             tg_dtype dt = d ? TG_BF16 : TG_F32;

@@ -17,8 +17,8 @@ local function build()
   tg.manual_seed(1)
   local layers = {}
   for l = 1, opt.layers do
-    layers[l] = tg.nn.TransformerLayer{ dim = opt.dim, heads = opt.heads, hidden = 4 * opt.dim, dtype = "bf16",
-      device = device, delay_wgrad = true, fuse_wgrad_accumulation = true, name = "h." .. (l - 1) }
+    layers[l] = tg.nn.TransformerLayer(opt.dim, 4 * opt.dim, opt.heads, { dtype = "bf16",
+      device = device, delay_wgrad = true, fuse_wgrad_accumulation = true, name = "h." .. (l - 1) })
   end
   layers.name = "chunk"
   return tg.nn.Sequential(layers)
@@ -35,10 +35,10 @@ local function run(model, g, hooks)
   local function step()
     tg.step_begin{ microbatches = M }
     for mb = 1, M do
-      if g then g:forward(mb, x) else model:forward(x, mb) end
+      if g then g:forward(x, mb) else model:forward(x, mb) end
     end
     for mb = M, 1, -1 do
-      if g then g:backward(mb, dy); g:backward_dw(mb) else model:backward(dy, mb); model:backward_dw() end
+      if g then g:backward(dy, mb); g:backward_dw(mb) else model:backward(dy, mb); model:backward_dw(mb) end
     end
     tg.step_end()
   end

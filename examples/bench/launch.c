@@ -193,7 +193,7 @@ int main(int argc, char **argv)
         char name[16];
         snprintf(name, sizeof name, "h.%d", l);
         o.name = name;
-        if (tg_transformer_layer_new(width, (int)(width / 64), 4 * width, "layernorm", "gelu", &o, &k.layer[l])) die("layer");
+        if (tg_transformer_layer_new(width, (int)(width / 64), 4 * width, "LayerNorm", "gelu", &o, &k.layer[l])) die("layer");
     }
     if (tg_tensor_new(TG_BF16, 3, xs, dev, &k.x) || tg_tensor_new(TG_BF16, 3, xs, dev, &k.dy) ||
         tg_randn(k.x, 0, 1) || tg_randn(k.dy, 0, 1))

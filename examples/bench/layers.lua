@@ -55,10 +55,10 @@ local function build(c)
   tg.manual_seed(0)
   local layers = { name = "stack" }
   for l = 1, c.L do
-    layers[l] = tg.nn.TransformerLayer {
-      dim = c.h, heads = c.nh, hidden = 4 * c.h, dtype = "bf16", device = device,
+    layers[l] = tg.nn.TransformerLayer(c.h, 4 * c.h, c.nh, {
+      dtype = "bf16", device = device,
       fuse_wgrad_accumulation = opt.fused == 1, name = "h." .. (l - 1),
-    }
+    })
   end
   return tg.nn.Sequential(layers)
 end
@@ -77,8 +77,8 @@ local function bench(c, mode)
   local function step()
     tg.step_begin { microbatches = 1 }
     if g then
-      local y <close> = g:forward(1, x)
-      local dx <close> = g:backward(1, dy)
+      local y <close> = g:forward(x, 1)
+      local dx <close> = g:backward(dy, 1)
     else
       local y <close> = model:forward(x, 1)
       local dx <close> = model:backward(dy, 1)

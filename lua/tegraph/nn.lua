@@ -19,34 +19,66 @@ function nn.argmax(t)
 end
 
 ------------------------------------------------------------------------ GPT
--- A GPT: token + position embedding, `layers` pre-norm transformer layers, a
--- final norm and an LM head tied to the embedding, trained with a fused
--- softmax cross-entropy.
---   cfg = {vocab=, context=, width=, heads=, layers=, hidden=4*width,
---          dtype="f32", delay_wgrad=false, fuse_wgrad_accumulation=false,
---          activation="gelu", norm="layernorm", init_std=0.02, device=,
---          vocab_pad=1}
--- vocab_pad = P rounds the token table and the logits up to a multiple of P
--- (as nanoGPT's 50304 for GPT-2's 50257): with an odd vocabulary the logits'
--- rows are not 16-byte aligned and cuBLASLt falls back to slow GEMMs (on an
--- H200 the LM head of GPT-2-124M took half of a training step). The extra ids never
--- occur in the data; the softmax includes them and training drives their
--- logits down; generate() picks among the real vocab only.
+-- A GPT: token + position embedding, `num_layers` pre-norm transformer layers,
+-- a final norm and an LM head tied to the embedding, trained with a fused
+-- softmax cross-entropy. The keys are Megatron's and TransformerEngine's:
+--   cfg = {vocab_size=, max_position_embeddings=, hidden_size=,
+--          num_attention_heads=, num_layers=, ffn_hidden_size=4*hidden_size,
+--          normalization="LayerNorm", activation="gelu", dtype="f32",
+--          delay_wgrad=false, fuse_wgrad_accumulation=false, init_std=0.02,
+--          device=, make_vocab_size_divisible_by=1}
+-- make_vocab_size_divisible_by = P rounds the token table and the logits up to
+-- a multiple of P (as nanoGPT's 50304 for GPT-2's 50257): with an odd
+-- vocabulary the logits' rows are not 16-byte aligned and cuBLASLt falls back
+-- to slow GEMMs (on an H200 the LM head of GPT-2-124M took half of a training
+-- step). The extra ids never occur in the data; the softmax includes them and
+-- training drives their logits down; generate() picks among the real vocab only.
 local GPT = {}
 GPT.__index = GPT
 
+local GPT_KEYS = {
+  vocab_size = true, max_position_embeddings = true, hidden_size = true, num_attention_heads = true,
+  num_layers = true, ffn_hidden_size = true, normalization = true, activation = true, dtype = true,
+  delay_wgrad = true, fuse_wgrad_accumulation = true, init_std = true, device = true,
+  make_vocab_size_divisible_by = true,
+}
+local GPT_RENAMED = {
+  vocab = "vocab_size", context = "max_position_embeddings", width = "hidden_size", heads = "num_attention_heads",
+  layers = "num_layers", hidden = "ffn_hidden_size", norm = "normalization", vocab_pad = "make_vocab_size_divisible_by",
+}
+
+-- Refuses a key of options table o that is not in known (set of names), naming
+-- the new name of a renamed one (renamed: old -> new).
+local function check_keys(what, o, known, renamed)
+  for k in pairs(o) do
+    if not known[k] then
+      if renamed[k] then error(string.format("%s: unknown option '%s' (use %s)", what, tostring(k), renamed[k]), 3) end
+      local names = {}
+      for n in pairs(known) do names[#names + 1] = n end
+      table.sort(names)
+      error(string.format("%s: unknown option '%s' (known: %s)", what, tostring(k), table.concat(names, ", ")), 3)
+    end
+  end
+end
+
 function nn.GPT(cfg)
-  for _, k in ipairs { "vocab", "context", "width", "heads", "layers" } do
-    if type(cfg[k]) ~= "number" then error("nn.GPT: cfg." .. k .. " (a number) is required", 2) end
+  if type(cfg) ~= "table" then error("nn.GPT: expected a table of options, got " .. type(cfg), 2) end
+  check_keys("nn.GPT", cfg, GPT_KEYS, GPT_RENAMED)
+  for _, k in ipairs { "vocab_size", "max_position_embeddings", "hidden_size", "num_attention_heads", "num_layers" } do
+    if math.type(cfg[k]) ~= "integer" or cfg[k] < 1 then
+      error("nn.GPT: cfg." .. k .. " (a positive integer) is required, got " .. tostring(cfg[k]), 2)
+    end
   end
-  if cfg.width % cfg.heads ~= 0 then
-    error(string.format("nn.GPT: width %d is not a multiple of heads %d", cfg.width, cfg.heads), 2)
+  if cfg.hidden_size % cfg.num_attention_heads ~= 0 then
+    error(string.format("nn.GPT: hidden_size %d is not a multiple of num_attention_heads %d", cfg.hidden_size,
+      cfg.num_attention_heads), 2)
   end
-  local pad = cfg.vocab_pad or 1
-  if type(pad) ~= "number" or pad < 1 or pad % 1 ~= 0 then
-    error("nn.GPT: cfg.vocab_pad must be a positive integer, got " .. tostring(cfg.vocab_pad), 2)
+  local pad = cfg.make_vocab_size_divisible_by or 1
+  if math.type(pad) ~= "integer" or pad < 1 then
+    error("nn.GPT: cfg.make_vocab_size_divisible_by must be a positive integer, got " ..
+      tostring(cfg.make_vocab_size_divisible_by), 2)
   end
-  local table_vocab = math.tointeger((cfg.vocab + pad - 1) // pad * pad)
+  local table_vocab = (cfg.vocab_size + pad - 1) // pad * pad
   local common = {
     dtype = cfg.dtype,
     device = cfg.device,
@@ -60,21 +92,23 @@ function nn.GPT(cfg)
     end
     return t
   end
-  local embed = nn.Embedding(opts { vocab = table_vocab, dim = cfg.width, context = cfg.context, name = "embed" })
+  local embed = nn.Embedding(table_vocab, cfg.hidden_size,
+    opts { max_position_embeddings = cfg.max_position_embeddings, name = "embed" })
   local blocks = { embed, name = "gpt" }
-  for i = 1, cfg.layers do
-    blocks[#blocks + 1] = nn.TransformerLayer(opts {
-      dim = cfg.width,
-      heads = cfg.heads,
-      hidden = cfg.hidden or 4 * cfg.width,
-      norm = cfg.norm,
-      activation = cfg.activation,
-      name = "h." .. (i - 1),
-    })
+  for i = 1, cfg.num_layers do
+    blocks[#blocks + 1] = nn.TransformerLayer(cfg.hidden_size, cfg.ffn_hidden_size or 4 * cfg.hidden_size,
+      cfg.num_attention_heads, opts {
+        normalization = cfg.normalization,
+        activation = cfg.activation,
+        name = "h." .. (i - 1),
+      })
   end
   if cfg.device then blocks.device = cfg.device end
   local body = nn.Sequential(blocks)
-  local head = nn.LMHead(opts { dim = cfg.width, vocab = table_vocab, tied = embed, norm = cfg.norm, name = "lm_head" })
+  local head = nn.LMHead(opts {
+    hidden_size = cfg.hidden_size, vocab_size = table_vocab, tied = embed, normalization = cfg.normalization,
+    name = "lm_head",
+  })
   return setmetatable({ cfg = cfg, embed = embed, body = body, head = head }, GPT)
 end
 
@@ -98,6 +132,10 @@ function GPT:num_parameters()
   return n
 end
 
+-- The modules' microbatch protocol, mb last and optional (omitted: the engine's
+-- next, as for modules): forward_loss(idx, targets, mb), backward(dloss, mb),
+-- backward_dw(mb).
+
 -- Forward of microbatch mb: idx, targets (B, T) i32 -> loss tensor [mean, count].
 function GPT:forward_loss(idx, targets, mb, ignore_index)
   local h = self.body:forward(idx, mb)
@@ -115,10 +153,12 @@ function GPT:need_backward_dw()
   return self.body:need_backward_dw() or self.head:need_backward_dw()
 end
 
--- Runs one queued wgrad of every module that has one (delay_wgrad).
-function GPT:backward_dw()
-  if self.head:need_backward_dw() then self.head:backward_dw() end
-  if self.body:need_backward_dw() then self.body:backward_dw() end
+-- Runs the queued wgrad of microbatch mb of every module that has one
+-- (delay_wgrad); W follows B order, so mb is the oldest delayed backward's
+-- (omitted: whatever that is).
+function GPT:backward_dw(mb)
+  if self.head:need_backward_dw() then self.head:backward_dw(mb) end
+  if self.body:need_backward_dw() then self.body:backward_dw(mb) end
 end
 
 function GPT:register_wgrad_hook(fn)
@@ -141,7 +181,7 @@ end
 -- Returns the list of generated token lists.
 function GPT:generate(prompts, n, opts)
   opts = opts or {}
-  local T = self.cfg.context
+  local T = self.cfg.max_position_embeddings
   local B = #prompts
   local seqs, outs = {}, {}
   for b = 1, B do
@@ -164,7 +204,7 @@ function GPT:generate(prompts, n, opts)
     local flat = logits:view(B * T, V)
     for b = 1, B do
       local row = flat:narrow((b - 1) * T + len, 1):totable()[1]
-      for i = self.cfg.vocab + 1, V do row[i] = nil end -- padded ids are never generated
+      for i = self.cfg.vocab_size + 1, V do row[i] = nil end -- padded ids are never generated
       local tok = nn.argmax(row) - 1
       seqs[b][len + 1] = tok
       outs[b][#outs[b] + 1] = tok
@@ -174,14 +214,60 @@ function GPT:generate(prompts, n, opts)
 end
 
 ------------------------------------------------------------------------ a layer written in Lua
--- nn.LuaLinear{in=, out=, bias=true, name=, dtype=, device=, delay_wgrad=,
--- fuse_wgrad_accumulation=}: y = x W^T + b with tegraph.ops. An example of a
--- custom layer: a Lua table with forward / backward / backward_dw and a
--- params list, made a module with nn.Module. backward computes dgrad and
--- keeps (x, dy); the engine then calls backward_dw now or, with
--- delay_wgrad, when m:backward_dw() pops it, and fires the hooks after it.
-function nn.LuaLinear(o)
-  local nin, nout = o["in"], o.out
+-- nn.LuaLinear(in_features, out_features [, opts]) or nn.LuaLinear{in_features=,
+-- out_features=, ...}, opts {bias=true, name=, dtype=, device=, init_std=,
+-- delay_wgrad=, fuse_wgrad_accumulation=}: y = x W^T + b with tegraph.ops. An example of a
+-- custom layer: a Lua table with forward(self, x, mb), backward(self, dy, mb)
+-- and backward_dw(self, mb, accumulate) and a params list, made a module with
+-- nn.Module. backward computes dgrad and keeps (x, dy); the engine then calls
+-- backward_dw now or, with delay_wgrad, when m:backward_dw(mb) pops it, and
+-- fires the hooks after it. accumulate is the engine's: false on the first
+-- wgrad of the step (overwrite the gradients), true after it (add to them);
+-- a layer must not decide that itself (one that always adds would carry the
+-- previous step's gradient). A table without backward_dw computes its wgrad
+-- in backward, which then gets the flag: backward(self, dy, mb, accumulate).
+local LUA_LINEAR_KEYS = {
+  in_features = true, out_features = true, bias = true, name = true, dtype = true, device = true, init_std = true,
+  delay_wgrad = true, fuse_wgrad_accumulation = true,
+}
+
+-- The positional form (in_features, out_features [, opts]) as one options table.
+local function lua_linear_args(nin, nout, opts)
+  local args = { nin, nout }
+  for i = 1, 2 do
+    local v = args[i]
+    if math.type(v) ~= "integer" or v < 1 then
+      error(string.format("nn.LuaLinear: argument #%d (%s) must be a positive integer, got %s", i,
+        i == 1 and "in_features" or "out_features",
+        v == nil and "no value" or type(v) == "number" and tostring(v) or "a " .. type(v)), 3)
+    end
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("nn.LuaLinear: argument #3 (options) must be a table, got a " .. type(opts), 3)
+  end
+  local o = { in_features = nin, out_features = nout }
+  for k, v in pairs(opts or {}) do
+    if k == "in_features" or k == "out_features" then
+      error("nn.LuaLinear: " .. k .. " is given as an argument and again in the options", 3)
+    end
+    o[k] = v
+  end
+  return o
+end
+
+function nn.LuaLinear(o, out_features, opts)
+  if type(o) ~= "table" then
+    o = lua_linear_args(o, out_features, opts)
+  elseif out_features ~= nil or opts ~= nil then
+    error("nn.LuaLinear: takes (in_features, out_features [, options]) or one options table, not a table then more arguments", 2)
+  end
+  check_keys("nn.LuaLinear", o, LUA_LINEAR_KEYS, { ["in"] = "in_features", out = "out_features" })
+  local nin, nout = o.in_features, o.out_features
+  for _, k in ipairs { "in_features", "out_features" } do
+    if math.type(o[k]) ~= "integer" or o[k] < 1 then
+      error(string.format("nn.LuaLinear: option '%s' must be a positive integer, got %s", k, tostring(o[k])), 2)
+    end
+  end
   local name = o.name or "lua_linear"
   local topts = { dtype = o.dtype or "f32", device = o.device }
   local w = core.empty({ nout, nin }, topts)
@@ -219,13 +305,14 @@ function nn.LuaLinear(o)
     return dx:view(shape_with_last(dy, nin))
   end
 
-  function self:backward_dw(mb)
+  function self:backward_dw(mb, accumulate)
     local p = self.pending[mb]
     self.pending[mb] = nil
     local x2, dy2 = p[1], p[2]
+    local beta = accumulate and 1.0 or 0.0
     -- wgrad (+=, or = on the step's first microbatch): dW (out, in) = dy^T @ x
-    ops.gemm(W.wgrad, dy2, true, x2, false, 1.0, W:accumulate())
-    if b then ops.bias_backward_dw(b.wgrad, dy2, b:accumulate()) end
+    ops.gemm(W.wgrad, dy2, true, x2, false, 1.0, beta)
+    if b then ops.bias_backward_dw(b.wgrad, dy2, beta) end
   end
 
   return nn.Module(self)

@@ -19,8 +19,7 @@ struct tg_backend;
     } while (0)
 _Noreturn void tg_assert_fail(const char *file, int line, const char *expr);
 
-/* Sets this thread's error message and returns st (printf-style). */
-tg_status tg_error(tg_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* tg_error (tegraph.h) with a va_list. */
 tg_status tg_verror(tg_status st, const char *fmt, va_list ap);
 /* Prefixes the current message with "what: " and returns st (for context). */
 tg_status tg_error_prefix(tg_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

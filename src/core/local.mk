@@ -8,7 +8,6 @@ libtegraph_la_SOURCES += \
 	%D%/tensor.c \
 	%D%/stream.c \
 	%D%/event.c \
-	%D%/span.h %D%/span.c \
 	%D%/ops.c \
 	%D%/ops_check.h \
 	%D%/ops_nn.h \

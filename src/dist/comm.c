@@ -1,5 +1,5 @@
 /* comm.c — communicators: world setup from the launcher's environment, argument checks, dispatch to MPI / NCCL, requests. */
-#include "core/span.h"
+#include "trace/trace.h"
 #include "dist/comm_impl.h"
 #include "nn/nn.h"
 
@@ -420,7 +420,7 @@ static void span_describe(tg_comm_req *r, const char *what, const tg_tensor *in)
 {
     char label[64];
     r->span = -1;
-    if (!tg_span_on) {
+    if (!tg_trace_on) {
         next_label[0] = '\0';
         return;
     }
@@ -433,10 +433,17 @@ static void span_describe(tg_comm_req *r, const char *what, const tg_tensor *in)
              what, in ? tg_tensor_bytes(in) : (size_t)0, label, (long long)tg_step_index());
 }
 
+int tg_comm_span_open(tg_comm_req *r, tg_stream *s)
+{
+    if (!tg_trace_on || !r->span_name[0]) return -1;
+    struct tg_trace_about a = {.args = r->span_args};
+    return tg_trace_open(s, TG_TRACK_COMM, r->span_name, &a);
+}
+
 /* Host-timed transports (MPI): the span ends when completion is first observed. */
 static void span_done(tg_comm_req *r)
 {
-    if (r->span >= 0 && r->tr && !r->tr->stream_spans) tg_span_end(r->span, NULL);
+    if (r->span >= 0 && r->tr && !r->tr->stream_spans) tg_trace_close(r->span, NULL);
     r->span = -1;
 }
 
@@ -529,8 +536,7 @@ static tg_status finish_issue(tg_comm_req *r, tg_status st, tg_comm_req **out)
         tg_comm_req_free(r);
         return st;
     }
-    if (r->tr && !r->tr->stream_spans && r->span_name[0] && tg_span_on) /* issued: in flight from now */
-        r->span = tg_span_begin(NULL, TG_TRACK_COMM, r->span_name, r->span_args);
+    if (r->tr && !r->tr->stream_spans) r->span = tg_comm_span_open(r, NULL); /* issued: in flight from now */
     if (out) {
         *out = r;
         return TG_OK;

@@ -67,6 +67,9 @@ struct tg_comm_req {
     char span_args[224];                     /* JSON members: op, bytes, label, step */
 };
 
+/* Opens r's trace span on s (NULL: host time) when it has one; returns its id or -1. */
+int tg_comm_span_open(tg_comm_req *r, tg_stream *s);
+
 
 #ifdef TG_HAVE_MPI
 extern const struct tg_comm_transport tg_comm_mpi;

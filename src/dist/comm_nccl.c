@@ -3,7 +3,7 @@
 
 #ifdef TG_HAVE_NCCL
 #include "backend/cuda_impl.h"
-#include "core/span.h"
+#include "trace/trace.h"
 
 #include <nccl.h>
 #include <pthread.h>
@@ -314,14 +314,14 @@ static tg_status begin(struct nccl_group *g, struct tg_comm_req *r)
     if (!s) return tg_error(TG_EDEVICE, "%s: no stream on cuda:%d", r->desc, g->dev);
     TG_TRY(tg_event_record(g->ready, s));
     TG_TRY(tg_stream_wait_event(g->ts, g->ready));
-    if (tg_span_on && r->span_name[0]) r->span = tg_span_begin(g->ts, TG_TRACK_COMM, r->span_name, r->span_args);
+    r->span = tg_comm_span_open(r, g->ts);
     return TG_OK;
 }
 
 /* The op's completion event, recorded on the comm stream after it (and the end of its span). */
 static tg_status record_done(struct nccl_group *g, struct nccl_req *q)
 {
-    tg_span_end(q->span, g->ts);
+    tg_trace_close(q->span, g->ts);
     q->span = -1;
     TG_TRY(tg_event_new((tg_device){TG_CUDA, g->dev}, 0, &q->done));
     tg_status st = tg_event_record(q->done, g->ts);

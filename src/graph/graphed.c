@@ -1,6 +1,6 @@
 /* graphed.c — graphed callables: warm-up, capture per (chunk, microbatch) in replay order, checked replay, hooks after wgrad replays. */
 #include "core/ops_optim.h"
-#include "core/span.h"
+#include "trace/trace.h"
 #include "graph/graphed.h"
 
 #include <string.h>
@@ -100,11 +100,19 @@ static void mark_forward(tg_module *m)
 
 static const char *op_name(char op) { return op == 'F' ? "F" : op == 'B' ? "B" : "W"; }
 
-static tg_status check_order(tg_graphed *g, char op, int chunk, int mb)
+/* *mb = 0 takes the microbatch of the next action when it is op of chunk. */
+static tg_status check_order(tg_graphed *g, char op, int chunk, int *mbp)
 {
     if (chunk < 1 || chunk > g->nchunks) return tg_error(TG_EINVAL, "graphed %s: chunk %d of %d", op_name(op), chunk, g->nchunks);
-    if (mb < 1 || mb > g->mbs) return tg_error(TG_EINVAL, "graphed %s: microbatch %d of %d", op_name(op), mb, g->mbs);
     const struct tg_graph_action *a = &g->order[g->pos];
+    if (*mbp == 0 && a->op == op && a->chunk == chunk) *mbp = a->mb;
+    int mb = *mbp;
+    if (mb < 1 || mb > g->mbs) {
+        if (mb == 0)
+            return tg_error(TG_ESTATE, "graphed replay out of order: expected %s chunk %d mb %d (action %d of %d), got %s chunk %d",
+                            op_name(a->op), a->chunk, a->mb, g->pos + 1, g->norder, op_name(op), chunk);
+        return tg_error(TG_EINVAL, "graphed %s: microbatch %d of %d", op_name(op), mb, g->mbs);
+    }
     if (a->op != op || a->chunk != chunk || a->mb != mb)
         return tg_error(TG_ESTATE, "graphed replay out of order: expected %s chunk %d mb %d (action %d of %d), got %s chunk %d mb %d",
                         op_name(a->op), a->chunk, a->mb, g->pos + 1, g->norder, op_name(op), chunk, mb);
@@ -289,7 +297,7 @@ static tg_status warm_up(tg_graphed *g, const tg_tensor *const *samples, int ite
                 tg_tensor_free(dy);
                 tg_tensor_free(dx);
             } else if (tg_module_need_backward_dw(m)) {
-                st = tg_module_backward_dw(m);
+                st = tg_module_backward_dw(m, a->mb);
             }
         }
     }
@@ -334,7 +342,7 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples)
             st = tg_stream_begin_capture(s);
             if (st != TG_OK) { tg_error_prefix(st, "capturing W chunk %d mb %d", a->chunk, a->mb); break; }
             tg_engine_set_capture_observer(observe, &e->wset);
-            st = tg_module_backward_dw(m);
+            st = tg_module_backward_dw(m, a->mb);
             tg_engine_set_capture_observer(NULL, NULL);
             tg_status end = tg_stream_end_capture(s, &e->w);
             if (st == TG_OK) st = end;
@@ -477,22 +485,22 @@ static tg_status replay(tg_graphed *g, tg_graph *graph, char op, int chunk, int 
 {
     tg_stream *s = replay_stream(g);
     int sp = -1;
-    if (tg_span_on) {
-        char name[48], args[128];
+    if (tg_trace_on) {
+        char name[48], args[32];
         snprintf(name, sizeof name, "graph %c chunk %d", op, chunk);
-        snprintf(args, sizeof args, "\"phase\":\"graph %c\",\"chunk\":%d,\"mb\":%d,\"step\":%lld", op, chunk, mb,
-                 (long long)tg_step_index());
-        sp = tg_span_begin(s, TG_TRACK_COMPUTE, name, args);
+        snprintf(args, sizeof args, "\"phase\":\"graph %c\"", op);
+        struct tg_trace_about a = {.chunk = chunk, .mb = mb, .step = tg_step_index(), .args = args};
+        sp = tg_trace_open(s, TG_TRACK_COMPUTE, name, &a);
     }
     tg_status st = tg_graph_replay(graph, s);
-    tg_span_end(sp, s);
+    tg_trace_close(sp, s);
     return st;
 }
 
 tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
 {
     *y = NULL;
-    TG_TRY(check_order(g, 'F', chunk, mb));
+    TG_TRY(check_order(g, 'F', chunk, &mb));
     struct entry *e = entry_of(g, chunk, mb);
     char what[64];
     snprintf(what, sizeof what, "graphed forward chunk %d mb %d input", chunk, mb);
@@ -507,7 +515,7 @@ tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *
 tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
 {
     *dx = NULL;
-    TG_TRY(check_order(g, 'B', chunk, mb));
+    TG_TRY(check_order(g, 'B', chunk, &mb));
     struct entry *e = entry_of(g, chunk, mb);
     char what[64];
     snprintf(what, sizeof what, "graphed backward chunk %d mb %d gradient", chunk, mb);
@@ -526,7 +534,7 @@ tg_status tg_graphed_backward_dw(tg_graphed *g, int chunk, int mb)
 {
     if (chunk >= 1 && chunk <= g->nchunks && !g->has_w[chunk - 1])
         return tg_error(TG_ESTATE, "graphed backward_dw: chunk %d has no W graph (none of its modules delays wgrad)", chunk);
-    TG_TRY(check_order(g, 'W', chunk, mb));
+    TG_TRY(check_order(g, 'W', chunk, &mb));
     struct entry *e = entry_of(g, chunk, mb);
     TG_TRY(zero_first_targets(&e->wset));
     TG_TRY(replay(g, e->w, 'W', chunk, mb));

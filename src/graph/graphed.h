@@ -32,8 +32,10 @@ typedef struct tg_graphed_opts {
 tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts *o, tg_graphed **out);
 void tg_graphed_free(tg_graphed *g);
 
-/* Replays. Each call must be the next action of the captured order (checked:
- * "graphed replay out of order: expected B chunk 2 mb 1, got F chunk 1 mb 3").
+/* Replays, with the modules' protocol: forward(x, mb), backward(dy, mb),
+ * backward_dw(mb). Each call must be the next action of the captured order
+ * (checked: "graphed replay out of order: expected B chunk 2 mb 1, got F
+ * chunk 1 mb 3"); mb = 0 takes the next action's microbatch.
  * forward copies x into the static input unless x is that buffer and returns a
  * new handle on the static output (valid until that F graph replays again).
  * backward copies dy into the static output-gradient buffer and returns the

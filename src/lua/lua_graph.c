@@ -36,12 +36,15 @@ static tg_graphed *graphed_check(lua_State *L, int idx, int *chunk)
     return u->g;
 }
 
+/* g:forward(x [, mb]) -> y; g:backward(dy [, mb]) -> dx; g:backward_dw([mb]): the
+ * modules' protocol, each the next action of the captured order (mb omitted:
+ * that action's microbatch). */
 static int g_forward(lua_State *L)
 {
     int chunk;
     tg_graphed *g = graphed_check(L, 1, &chunk);
-    int mb = (int)luaL_checkinteger(L, 2);
-    tg_tensor *x = tgl_tensor_check(L, 3);
+    tg_tensor *x = tgl_protocol_tensor(L, 2, "forward(x, mb)");
+    int mb = tgl_mb_arg(L, 3);
     tg_tensor **slot = tgl_tensor_push(L);
     lua_State *prev = tgl_nn_enter(L); /* Lua-table modules never run at replay, but keep one rule */
     tg_status st = tg_graphed_forward(g, chunk, mb, x, slot);
@@ -54,8 +57,8 @@ static int g_backward(lua_State *L)
 {
     int chunk;
     tg_graphed *g = graphed_check(L, 1, &chunk);
-    int mb = (int)luaL_checkinteger(L, 2);
-    tg_tensor *dy = lua_isnoneornil(L, 3) ? NULL : tgl_tensor_check(L, 3);
+    tg_tensor *dy = lua_isnoneornil(L, 2) ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)");
+    int mb = tgl_mb_arg(L, 3);
     tg_tensor **slot = tgl_tensor_push(L);
     lua_State *prev = tgl_nn_enter(L);
     tg_status st = tg_graphed_backward(g, chunk, mb, dy, slot);
@@ -69,7 +72,7 @@ static int g_backward_dw(lua_State *L)
 {
     int chunk;
     tg_graphed *g = graphed_check(L, 1, &chunk);
-    int mb = (int)luaL_checkinteger(L, 2);
+    int mb = tgl_mb_arg(L, 2);
     lua_State *prev = tgl_nn_enter(L);
     tg_status st = tg_graphed_backward_dw(g, chunk, mb);
     tgl_nn_leave(prev);

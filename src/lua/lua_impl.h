@@ -60,7 +60,7 @@ void tgl_open_tensor(lua_State *L);
 /* Streams, graphs, pools (lua_stream.c): sets core.stream and core.pool on
  * the table at the top of the stack. */
 void tgl_open_stream(lua_State *L);
-/* The device-timeline trace (lua_trace.c): sets core.trace. */
+/* The trace (lua_trace.c): sets core.trace. */
 void tgl_open_trace(lua_State *L);
 /* The step API (lua_step.c): sets core.step_begin, step_end, step_index,
  * step_open and hook_check on the table at the top of the stack. */

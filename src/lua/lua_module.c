@@ -110,40 +110,42 @@ static int m_newindex(lua_State *L)
     return 0;
 }
 
-/* The microbatch of a call: the explicit argument, or the module's FIFO
- * counter (reset at each step) so forward/backward pair up in order. */
-static int mb_arg(lua_State *L, int idx, struct tgl_module *u, int **counter)
+/* The microbatch argument at idx: an integer >= 1, or 0 when omitted (the
+ * engine picks: src/nn/nn.h). */
+int tgl_mb_arg(lua_State *L, int idx)
 {
-    *counter = NULL;
-    if (!lua_isnoneornil(L, idx)) {
-        lua_Integer mb = luaL_checkinteger(L, idx);
-        luaL_argcheck(L, mb >= 1 && mb <= 1 << 30, idx, "microbatch must be >= 1");
-        return (int)mb;
-    }
-    int64_t key = tg_step_open() ? tg_step_index() : 0;
-    if (key != u->fifo_key) {
-        u->fifo_key = key;
-        u->fwd_mb = u->bwd_mb = 0;
-    }
-    return 0;
+    if (lua_isnoneornil(L, idx)) return 0;
+    if (tgl_tensor_test(L, idx))
+        return luaL_argerror(L, idx, "microbatch expected, got a tensor (the tensor comes first: forward(x, mb), backward(dy, mb))");
+    lua_Integer mb = luaL_checkinteger(L, idx);
+    luaL_argcheck(L, mb >= 1 && mb <= 1 << 30, idx, "microbatch must be >= 1");
+    return (int)mb;
+}
+
+/* The tensor argument at idx of a protocol call; a number there is the
+ * microbatch given first. */
+tg_tensor *tgl_protocol_tensor(lua_State *L, int idx, const char *call)
+{
+    if (lua_type(L, idx) == LUA_TNUMBER)
+        luaL_argerror(L, idx, lua_pushfstring(L, "tegraph.Tensor expected, got number (the microbatch comes last: %s)", call));
+    return tgl_tensor_check(L, idx);
 }
 
 /* m:forward(x [, mb]) -> y */
 static int m_forward(lua_State *L)
 {
     struct tgl_module *u = tgl_module_box(L, 1);
-    tg_tensor *x = tgl_tensor_check(L, 2);
-    int *ctr;
-    int mb = mb_arg(L, 3, u, &ctr);
-    if (mb == 0) mb = u->fwd_mb + 1, ctr = &u->fwd_mb;
+    tg_tensor *x = tgl_protocol_tensor(L, 2, "forward(x, mb)");
+    int mb = tgl_mb_arg(L, 3);
     tg_tensor **slot = tgl_tensor_push(L);
     lua_State *prev = tgl_nn_enter(L);
     tg_status st = tg_module_forward(u->m, mb, x, slot);
     tgl_nn_leave(prev);
     tgl_check(L, st);
-    if (ctr) *ctr = mb;
     return 1;
 }
+
+static int is_lm_head(const tg_module *m) { return strcmp(m->vt->type, "LMHead") == 0; }
 
 /* m:backward(dy [, mb]) -> dx (nil for a first module such as Embedding).
  * For the LM head after m:loss, dy is nil or a number: d(total)/d(mean loss),
@@ -151,18 +153,15 @@ static int m_forward(lua_State *L)
 static int m_backward(lua_State *L)
 {
     struct tgl_module *u = tgl_module_box(L, 1);
-    int is_dloss = lua_type(L, 2) == LUA_TNUMBER;
+    int is_dloss = lua_type(L, 2) == LUA_TNUMBER && is_lm_head(u->m);
     double dloss = is_dloss ? (double)lua_tonumber(L, 2) : 1.0;
-    tg_tensor *dy = lua_isnoneornil(L, 2) || is_dloss ? NULL : tgl_tensor_check(L, 2);
-    int *ctr;
-    int mb = mb_arg(L, 3, u, &ctr);
-    if (mb == 0) mb = u->bwd_mb + 1, ctr = &u->bwd_mb;
+    tg_tensor *dy = lua_isnoneornil(L, 2) || is_dloss ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)");
+    int mb = tgl_mb_arg(L, 3);
     tg_tensor **slot = tgl_tensor_push(L);
     lua_State *prev = tgl_nn_enter(L);
     tg_status st = is_dloss ? tg_lm_head_backward_loss(u->m, mb, dloss, slot) : tg_module_backward(u->m, mb, dy, slot);
     tgl_nn_leave(prev);
     tgl_check(L, st);
-    if (ctr) *ctr = mb;
     if (*slot == NULL) lua_pushnil(L);
     return 1;
 }
@@ -171,25 +170,24 @@ static int m_backward(lua_State *L)
 static int m_loss(lua_State *L)
 {
     struct tgl_module *u = tgl_module_box(L, 1);
-    tg_tensor *x = tgl_tensor_check(L, 2), *targets = tgl_tensor_check(L, 3);
-    int *ctr;
-    int mb = mb_arg(L, 4, u, &ctr);
-    if (mb == 0) mb = u->fwd_mb + 1, ctr = &u->fwd_mb;
+    tg_tensor *x = tgl_protocol_tensor(L, 2, "loss(x, targets, mb)"), *targets = tgl_tensor_check(L, 3);
+    int mb = tgl_mb_arg(L, 4);
     int ignore = (int)luaL_optinteger(L, 5, -1);
     tg_tensor **slot = tgl_tensor_push(L);
     lua_State *prev = tgl_nn_enter(L);
     tg_status st = tg_lm_head_forward_loss(u->m, mb, x, targets, ignore, slot);
     tgl_nn_leave(prev);
     tgl_check(L, st);
-    if (ctr) *ctr = mb;
     return 1;
 }
 
+/* m:backward_dw([mb]): the queued wgrad of mb, which must be the store's head (omitted: the head). */
 static int m_backward_dw(lua_State *L)
 {
     struct tgl_module *u = tgl_module_box(L, 1);
+    int mb = tgl_mb_arg(L, 2);
     lua_State *prev = tgl_nn_enter(L);
-    tg_status st = tg_module_backward_dw(u->m);
+    tg_status st = tg_module_backward_dw(u->m, mb);
     tgl_nn_leave(prev);
     tgl_check(L, st);
     return 0;
@@ -277,30 +275,12 @@ static int m_children(lua_State *L)
     return 1;
 }
 
-/* Drops saved forward contexts (an evaluation forward that no backward
- * follows): of microbatch mb, or all when mb is omitted; children too. */
-static void drop_saved(tg_module *m, int mb)
-{
-    struct tg_saved **pp = &m->saved;
-    while (*pp) {
-        struct tg_saved *s = *pp;
-        if (mb == 0 || s->mb == mb) {
-            *pp = s->next;
-            s->next = NULL;
-            tg_saved_free(s);
-        } else {
-            pp = &s->next;
-        }
-    }
-    for (int i = 0; i < m->nchildren; i++) drop_saved(m->children[i], mb);
-}
-
+/* m:drop_saved([mb]): drops saved forward contexts (an evaluation forward
+ * that no backward follows): of microbatch mb, or all when mb is omitted; children too. */
 static int m_drop_saved(lua_State *L)
 {
     struct tgl_module *u = tgl_module_box(L, 1);
-    int mb = (int)luaL_optinteger(L, 2, 0);
-    drop_saved(u->m, mb);
-    if (mb == 0) u->fwd_mb = u->bwd_mb = 0;
+    tg_module_drop_saved(u->m, tgl_mb_arg(L, 2));
     return 0;
 }
 
@@ -321,15 +301,20 @@ static const luaL_Reg m_methods[] = {
 
 /* ------------------------------------------------------------------ Lua-table modules
  * A table with forward(self, x, mb) -> y, backward(self, dy, mb) -> dx and
- * optionally backward_dw(self, mb), plus `params` (a list of Parameters) or
- * a parameters(self) method: the engine fires those parameters' hooks after
- * backward (or after backward_dw when the table sets delay_wgrad). */
+ * optionally backward_dw(self, mb, accumulate), plus `params` (a list of
+ * Parameters) or a parameters(self) method: the engine fires those
+ * parameters' hooks after backward (or after backward_dw when the table sets
+ * delay_wgrad). accumulate (a boolean) says whether this wgrad adds to the
+ * parameters' gradients (true) or overwrites them (false: the first of the
+ * step); a table without backward_dw computes its wgrad in backward, which
+ * then gets it as a fourth argument: backward(self, dy, mb, accumulate). */
 struct cb_call {
     struct tgl_ref *mod;
     const char *method;
     int mb;
-    int nargs;           /* 1 (backward_dw) or 2 (a tensor argument) */
+    int tensor_arg;      /* 1: in is passed before mb (forward, backward) */
     const tg_tensor *in; /* x or dy; NULL pushes nil */
+    int acc;             /* accumulate passed after mb: 0 or 1; -1: not passed */
     tg_tensor **out;     /* y or dx; NULL for backward_dw */
     int out_required;
 };
@@ -341,14 +326,15 @@ static int cb_body(lua_State *L)
     if (lua_getfield(L, -1, c->method) != LUA_TFUNCTION) /* +1 */
         return luaL_error(L, "the module table has no %s function", c->method);
     lua_pushvalue(L, -2);
-    if (c->nargs == 2) {
+    if (c->tensor_arg) {
         if (c->in)
             tgl_push_tensor_ref(L, c->in);
         else
             lua_pushnil(L);
     }
     lua_pushinteger(L, c->mb);
-    lua_call(L, c->nargs + 1, 1);
+    if (c->acc >= 0) lua_pushboolean(L, c->acc);
+    lua_call(L, 2 + c->tensor_arg + (c->acc >= 0), 1);
     if (c->out == NULL) return 0;
     tg_tensor *t = tgl_tensor_test(L, -1);
     if (t == NULL) {
@@ -366,19 +352,19 @@ static tg_status cb_run(struct cb_call *c)
 
 static tg_status cb_forward(void *ud, int mb, const tg_tensor *x, tg_tensor **y)
 {
-    struct cb_call c = {ud, "forward", mb, 2, x, y, 1};
+    struct cb_call c = {ud, "forward", mb, 1, x, -1, y, 1};
     return cb_run(&c);
 }
 
-static tg_status cb_backward(void *ud, int mb, const tg_tensor *dy, tg_tensor **dx)
+static tg_status cb_backward(void *ud, int mb, const tg_tensor *dy, tg_tensor **dx, int accumulate)
 {
-    struct cb_call c = {ud, "backward", mb, 2, dy, dx, 0};
+    struct cb_call c = {ud, "backward", mb, 1, dy, accumulate, dx, 0};
     return cb_run(&c);
 }
 
-static tg_status cb_backward_dw(void *ud, int mb)
+static tg_status cb_backward_dw(void *ud, int mb, int accumulate)
 {
-    struct cb_call c = {ud, "backward_dw", mb, 1, NULL, NULL, 0};
+    struct cb_call c = {ud, "backward_dw", mb, 0, NULL, accumulate, NULL, 0};
     return cb_run(&c);
 }
 

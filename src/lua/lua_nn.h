@@ -26,8 +26,8 @@ struct tg_module *tgl_module_check(lua_State *L, int idx);
 /* Parameters and hooks (lua_param.c) */
 struct tg_param *tgl_param_check(lua_State *L, int idx);
 void tgl_param_push(lua_State *L, struct tg_param *p);
-/* Adds the Lua function at fnidx as a wgrad hook of p. */
-void tgl_hook_add(lua_State *L, struct tg_param *p, int fnidx);
+/* Adds the Lua function at fnidx as a wgrad hook of p; returns its id (tg_param_remove_hook). */
+int tgl_hook_add(lua_State *L, struct tg_param *p, int fnidx);
 /* Pushes a new tensor handle on t's storage (nil for NULL). */
 void tgl_push_tensor_ref(lua_State *L, const tg_tensor *t);
 int tgl_nn_parameter(lua_State *L); /* tg.nn.Parameter */
@@ -37,9 +37,6 @@ void tgl_open_param(lua_State *L);
  * own table); 2: values kept alive with the module (children, tied). */
 struct tgl_module {
     struct tg_module *m;
-    int64_t fifo_key; /* step the counters below belong to (0: outside steps) */
-    int fwd_mb;       /* last microbatch forward handed out when mb is omitted */
-    int bwd_mb;       /* same for backward */
 };
 struct tgl_module *tgl_module_box(lua_State *L, int idx);
 /* Pushes an empty Module box (fields: a table index, or 0 for a new table). */
@@ -47,6 +44,14 @@ struct tg_module **tgl_module_newbox(lua_State *L, int fields);
 /* Keeps the value at idx alive as long as the module at midx. */
 void tgl_module_keep(lua_State *L, int midx, int idx);
 int tgl_nn_module(lua_State *L); /* tg.nn.Module */
+/* The microbatch protocol's arguments (modules and graphed callables):
+ * forward(x, mb), backward(dy, mb), backward_dw(mb). tgl_mb_arg: an integer
+ * >= 1, or 0 when omitted (the engine picks); a tensor there is an argument
+ * error saying the tensor comes first. tgl_protocol_tensor: the tensor of
+ * `call` (e.g. "forward(x, mb)"); a number there is an argument error saying
+ * the microbatch comes last. */
+int tgl_mb_arg(lua_State *L, int idx);
+tg_tensor *tgl_protocol_tensor(lua_State *L, int idx, const char *call);
 void tgl_open_module(lua_State *L);
 
 /* Constructors (lua_nn_new.c): sets them into the table at the top. */

@@ -15,6 +15,8 @@ tg_param *tgl_param_check(lua_State *L, int idx)
     return u->p;
 }
 
+tg_param *tg_lua_checkparam(lua_State *L, int idx) { return tgl_param_check(L, idx); }
+
 /* Pushes an empty Parameter box; the caller acquires into the slot. */
 static tg_param **param_newbox(lua_State *L)
 {
@@ -133,24 +135,38 @@ static tg_status hook_trampoline(void *ud, tg_param *p, const tg_hook_info *info
     return tgl_protected_call(fn, hook_body, &c, "a Lua wgrad hook");
 }
 
-void tgl_hook_add(lua_State *L, tg_param *p, int fnidx)
+int tgl_hook_add(lua_State *L, tg_param *p, int fnidx)
 {
     struct tgl_ref *r = tgl_ref_new(L, fnidx);
-    tg_status st = tg_param_add_hook(p, hook_trampoline, r, tgl_ref_free);
+    int id = 0;
+    tg_status st = tg_param_add_hook(p, hook_trampoline, r, tgl_ref_free, &id);
     if (st != TG_OK) {
         tgl_ref_free(r);
         tgl_check(L, st);
     }
+    return id;
 }
 
-/* p:register_hook(fn): fn(param, info) after each of p's wgrads. */
+/* p:register_hook(fn) -> p, id: fn(param, info) after each of p's wgrads;
+ * id is the handle for p:remove_hook(id). */
 static int p_register_hook(lua_State *L)
 {
     tg_param *p = tgl_param_check(L, 1);
     luaL_checktype(L, 2, LUA_TFUNCTION);
-    tgl_hook_add(L, p, 2);
+    int id = tgl_hook_add(L, p, 2);
     lua_settop(L, 1);
-    return 1;
+    lua_pushinteger(L, id);
+    return 2;
+}
+
+/* p:remove_hook(id): removes the hook register_hook gave id (an error naming p when p has none). */
+static int p_remove_hook(lua_State *L)
+{
+    tg_param *p = tgl_param_check(L, 1);
+    lua_Integer id = luaL_checkinteger(L, 2);
+    if (id < 1 || id > INT32_MAX) luaL_argerror(L, 2, lua_pushfstring(L, "%s has no hook with id %I", p->name, id));
+    tgl_check(L, tg_param_remove_hook(p, (int)id));
+    return 0;
 }
 
 static int p_zero_grad(lua_State *L)
@@ -160,7 +176,8 @@ static int p_zero_grad(lua_State *L)
 }
 
 /* p:accumulate() -> 0 when the next wgrad must overwrite p's target, else 1
- * (for wgrad ops of Lua-table modules). */
+ * (the engine's decision; Lua-table modules get it as backward_dw's
+ * accumulate argument). */
 static int p_accumulate(lua_State *L)
 {
     lua_pushnumber(L, tg_param_wgrad_accumulate(tgl_param_check(L, 1)));
@@ -190,6 +207,12 @@ int tgl_nn_parameter(lua_State *L)
     int fused = 0;
     if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
+        lua_pushnil(L);
+        while (lua_next(L, 3)) { /* the one option there is: anything else is a mistake */
+            if (lua_type(L, -2) != LUA_TSTRING || strcmp(lua_tostring(L, -2), "fuse_wgrad_accumulation") != 0)
+                luaL_error(L, "nn.Parameter: unknown option '%s' (known: fuse_wgrad_accumulation)", luaL_tolstring(L, -2, NULL));
+            lua_pop(L, 1);
+        }
         lua_getfield(L, 3, "fuse_wgrad_accumulation");
         fused = lua_toboolean(L, -1);
         lua_pop(L, 1);
@@ -205,6 +228,7 @@ int tgl_nn_parameter(lua_State *L)
 
 static const luaL_Reg p_methods[] = {
     {"register_hook", p_register_hook},
+    {"remove_hook", p_remove_hook},
     {"zero_grad", p_zero_grad},
     {"accumulate", p_accumulate},
     {"set_main_grad", p_set_main_grad},

@@ -1,4 +1,4 @@
-/* lua_sched.c — tegraph.sched: run a schedule plan on modules or graphed callables, its replay order, and traces. */
+/* lua_sched.c — tegraph.sched: run a schedule plan on modules or graphed callables, and its replay order. */
 #include "lua/lua_sched.h"
 #include "lua/lua_comm.h"
 #include "lua/lua_graph.h"
@@ -8,118 +8,6 @@
 
 #include <string.h>
 
-#define TGL_TRACE "tegraph.Trace"
-
-/* ------------------------------------------------------------------ traces */
-struct tgl_trace {
-    tg_trace *t;
-};
-
-static tg_trace *trace_check(lua_State *L, int idx)
-{
-    struct tgl_trace *u = luaL_checkudata(L, idx, TGL_TRACE);
-    if (!u->t) luaL_argerror(L, idx, "trace used after close");
-    return u->t;
-}
-
-/* tg.sched.trace() -> a new, empty trace. */
-static int l_trace(lua_State *L)
-{
-    struct tgl_trace *u = lua_newuserdatauv(L, sizeof *u, 0); /* +1, empty until the trace exists */
-    u->t = NULL;
-    luaL_setmetatable(L, TGL_TRACE);
-    tgl_check(L, tg_trace_new(&u->t));
-    return 1;
-}
-
-static int tr_gc(lua_State *L)
-{
-    struct tgl_trace *u = luaL_checkudata(L, 1, TGL_TRACE);
-    tg_trace_free(u->t);
-    u->t = NULL;
-    return 0;
-}
-
-/* tr:write(path) -> true, or nil, message (I/O failures are environmental). */
-static int tr_write(lua_State *L)
-{
-    tg_trace *t = trace_check(L, 1);
-    const char *path = luaL_checkstring(L, 2);
-    if (tg_trace_write(t, path) != TG_OK) {
-        lua_pushnil(L);
-        lua_pushstring(L, tg_last_error());
-        return 2;
-    }
-    lua_pushboolean(L, 1);
-    return 1;
-}
-
-static int tr_count(lua_State *L)
-{
-    lua_pushinteger(L, tg_trace_count(trace_check(L, 1)));
-    return 1;
-}
-
-static int tr_clear(lua_State *L)
-{
-    tg_trace_clear(trace_check(L, 1));
-    return 0;
-}
-
-/* tr:now() -> microseconds since the trace was created. */
-static int tr_now(lua_State *L)
-{
-    lua_pushnumber(L, tg_trace_now(trace_check(L, 1)));
-    return 1;
-}
-
-static void set_int(lua_State *L, const char *k, int v)
-{
-    if (!v) return;
-    lua_pushinteger(L, v);
-    lua_setfield(L, -2, k);
-}
-
-/* tr:events() -> list of {ph = "X"|"async"|"M", name, cat, ts, dur, pid, tid [, op, stage, chunk, mb, index, args]}. */
-static int tr_events(lua_State *L)
-{
-    tg_trace *t = trace_check(L, 1);
-    int n = tg_trace_count(t);
-    lua_createtable(L, n, 0); /* +1 */
-    for (int i = 0; i < n; i++) {
-        const struct tg_trace_event *e = tg_trace_event(t, i);
-        lua_createtable(L, 0, 12); /* +1 */
-        lua_pushstring(L, e->ph == 'X' ? "X" : e->ph == 'A' ? "async" : "M");
-        lua_setfield(L, -2, "ph");
-        lua_pushstring(L, e->name);
-        lua_setfield(L, -2, "name");
-        lua_pushstring(L, e->cat);
-        lua_setfield(L, -2, "cat");
-        lua_pushnumber(L, e->ts);
-        lua_setfield(L, -2, "ts");
-        lua_pushnumber(L, e->dur);
-        lua_setfield(L, -2, "dur");
-        lua_pushinteger(L, e->pid);
-        lua_setfield(L, -2, "pid");
-        lua_pushinteger(L, e->tid);
-        lua_setfield(L, -2, "tid");
-        if (e->op[0]) {
-            lua_pushstring(L, e->op);
-            lua_setfield(L, -2, "op");
-        }
-        set_int(L, "stage", e->stage);
-        set_int(L, "chunk", e->chunk);
-        set_int(L, "mb", e->mb);
-        set_int(L, "index", e->index);
-        if (e->args) {
-            lua_pushstring(L, e->args);
-            lua_setfield(L, -2, "args");
-        }
-        lua_rawseti(L, -2, i + 1);
-    }
-    return 1;
-}
-
 static int opt_int(lua_State *L, int t, const char *k, int def)
 {
     lua_getfield(L, t, k);
@@ -127,49 +15,6 @@ static int opt_int(lua_State *L, int t, const char *k, int def)
     lua_pop(L, 1);
     return v;
 }
-
-/* tr:add{name=, cat=, ts=(now), dur=0, pid=0, tid=0, args=(JSON members text)}: a complete ("X") event. */
-static int tr_add(lua_State *L)
-{
-    tg_trace *t = trace_check(L, 1);
-    luaL_checktype(L, 2, LUA_TTABLE);
-    struct tg_trace_event e = {.ph = 'X'};
-    lua_getfield(L, 2, "name"); /* +1 each: kept until return */
-    e.name = (char *)luaL_checkstring(L, -1);
-    lua_getfield(L, 2, "cat");
-    e.cat = (char *)luaL_optstring(L, -1, "lua");
-    lua_getfield(L, 2, "args");
-    e.args = (char *)luaL_optstring(L, -1, NULL);
-    lua_getfield(L, 2, "ts");
-    e.ts = lua_isnil(L, -1) ? tg_trace_now(t) : luaL_checknumber(L, -1);
-    lua_getfield(L, 2, "dur");
-    e.dur = luaL_optnumber(L, -1, 0);
-    e.pid = opt_int(L, 2, "pid", 0);
-    e.tid = opt_int(L, 2, "tid", 0);
-    tgl_check(L, tg_trace_add(t, &e));
-    return 0;
-}
-
-/* tr:name_track(pid, tid, name) */
-static int tr_name_track(lua_State *L)
-{
-    tg_trace *t = trace_check(L, 1);
-    tgl_check(L, tg_trace_name_track(t, (int)luaL_checkinteger(L, 2), (int)luaL_checkinteger(L, 3), luaL_checkstring(L, 4)));
-    return 0;
-}
-
-static int tr_tostring(lua_State *L)
-{
-    struct tgl_trace *u = luaL_checkudata(L, 1, TGL_TRACE);
-    if (!u->t) lua_pushstring(L, "tegraph.Trace (closed)");
-    else lua_pushfstring(L, "tegraph.Trace (%d events)", tg_trace_count(u->t));
-    return 1;
-}
-
-static const luaL_Reg trace_methods[] = {
-    {"write", tr_write}, {"events", tr_events}, {"count", tr_count}, {"clear", tr_clear},
-    {"now", tr_now},     {"add", tr_add},       {"name_track", tr_name_track}, {NULL, NULL},
-};
 
 /* ------------------------------------------------------------------ plans */
 /* Reads the Lua plan at idx into p; its arrays are userdata collected with the
@@ -334,7 +179,7 @@ static void pipe_check_local(lua_State *L, const tg_sched_plan *p, tg_comm *comm
 }
 
 /* tg.sched.run(plan, {chunks = {modules}, graphed = {callables or false}, input = fn(mb) -> x,
- * loss_grad = fn(mb, y) -> dy or nil, trace = tr, sync = bool, stages = {local stages}, pid = n,
+ * loss_grad = fn(mb, y) -> dy or nil, sync = bool, stages = {local stages}, pid = n (trace process; default the rank),
  * comm = pipeline Comm (stage s on its rank s-1; this process runs stage rank+1; transfers over it)}) */
 static int l_run(lua_State *L)
 {
@@ -392,7 +237,6 @@ static int l_run(lua_State *L)
     else if (!lua_isnil(L, -1)) return luaL_error(L, "schedule.run: opts.input must be a function(mb) -> tensor");
     if (lua_getfield(L, 2, "loss_grad") == LUA_TFUNCTION) io.loss_grad = lua_gettop(L); /* +1, kept */
     else if (!lua_isnil(L, -1)) return luaL_error(L, "schedule.run: opts.loss_grad must be a function(mb, y) -> dy");
-    if (lua_getfield(L, 2, "trace") != LUA_TNIL) o.trace = trace_check(L, lua_gettop(L)); /* +1, kept */
     o.chunks = chunks;
     o.graphed = any_graphed ? graphed : NULL;
     o.graphed_chunk = gchunk;
@@ -401,7 +245,7 @@ static int l_run(lua_State *L)
     o.loss_grad = io.loss_grad ? io_loss_grad : NULL;
     o.ud = &io;
     o.sync = tgl_field_bool(L, 2, "sync");
-    o.trace_pid = opt_int(L, 2, "pid", 0);
+    o.trace_pid = opt_int(L, 2, "pid", -1);
     struct tg_sched_transport tr = {0};
     if (comm) { /* last, so that no Lua error can leak it */
         tgl_check(L, tg_sched_transport_comm(comm, &p, &tr));
@@ -418,22 +262,11 @@ static int l_run(lua_State *L)
 static const luaL_Reg sched_funcs[] = {
     {"run", l_run},
     {"order", l_order},
-    {"trace", l_trace},
     {NULL, NULL},
 };
 
 void tgl_open_sched(lua_State *L)
 {
-    luaL_newmetatable(L, TGL_TRACE); /* +1 */
-    luaL_newlib(L, trace_methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, tr_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, tr_gc);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, tr_tostring);
-    lua_setfield(L, -2, "__tostring");
-    lua_pop(L, 1);
     luaL_newlib(L, sched_funcs); /* +1 */
     lua_setfield(L, -2, "sched");
 }

@@ -4,7 +4,7 @@
 
 #include "lua/lua_impl.h"
 
-/* Sets core.sched (the schedule executor and traces) on the table at the top of the stack. */
+/* Sets core.sched (the schedule executor) on the table at the top of the stack. */
 void tgl_open_sched(lua_State *L);
 
 #endif

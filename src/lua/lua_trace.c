@@ -1,15 +1,20 @@
-/* lua_trace.c — tegraph.trace: the device-timeline trace (spans timed by events on the streams that run the work). */
+/* lua_trace.c — tegraph.trace: the trace (spans timed by events on the streams that run the work, or on the host). */
 /*
  *   trace.start()                              begins a trace (error if one runs)
  *   trace.stop([path [, {quiet=false}]])       -> summary {nspans, compute_ms, comm_busy_ms, overlapped_ms,
  *                                                 exposed_ms, exposed_pct, line}; writes Chrome trace JSON to
  *                                                 path (when given) and prints the line unless quiet
  *   trace.active()                             -> whether a trace runs
+ *   trace.events()                             -> the spans so far: {name, cat, ph = "X"|"async", ts, dur (us),
+ *                                                 pid, tid, track [, op, stage, chunk, mb, index, step, args]}
+ *   trace.name_process(pid, name)              names a process of the running trace in the file stop writes
+ *                                                 (default "rank <pid>")
  *   trace.span(name, stream_or_nil, fn [, track]) -> fn's results: fn runs inside a span on the stream
  *                                                 (track "compute") or on the host (nil: track "host")
  *   trace.begin_span(name, stream_or_nil [, track]) -> id      trace.end_span(id, stream_or_nil)
  */
 #include "lua/lua_impl.h"
+#include "trace/trace.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -147,7 +152,80 @@ static int l_span(lua_State *L)
     return lua_gettop(L) - base;
 }
 
+static void set_int(lua_State *L, const char *k, lua_Integer v)
+{
+    if (!v) return;
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_str(lua_State *L, const char *k, const char *v)
+{
+    if (!v) return;
+    lua_pushstring(L, v);
+    lua_setfield(L, -2, k);
+}
+
+/* Fills the list at the top of the stack with ev (runs protected: a memory error frees ev in the caller). */
+static int events_fill(lua_State *L)
+{
+    const struct tg_trace_event *ev = lua_touserdata(L, 1);
+    int n = (int)lua_tointeger(L, 2);
+    char track[32];
+    lua_createtable(L, n, 0); /* +1 */
+    for (int i = 0; i < n; i++) {
+        const struct tg_trace_event *e = &ev[i];
+        lua_createtable(L, 0, 16); /* +1 */
+        set_str(L, "name", e->name);
+        set_str(L, "cat", e->cat);
+        set_str(L, "ph", e->async ? "async" : "X");
+        set_num(L, "ts", e->ts);
+        set_num(L, "dur", e->dur);
+        lua_pushinteger(L, e->pid);
+        lua_setfield(L, -2, "pid");
+        lua_pushinteger(L, e->track);
+        lua_setfield(L, -2, "tid");
+        set_str(L, "track", tg_trace_track_name(e->track, track, sizeof track));
+        set_str(L, "op", e->op);
+        set_int(L, "stage", e->stage);
+        set_int(L, "chunk", e->chunk);
+        set_int(L, "mb", e->mb);
+        set_int(L, "index", e->index);
+        set_int(L, "step", (lua_Integer)e->step);
+        set_str(L, "args", e->args);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+static int l_events(lua_State *L)
+{
+    if (!tg_trace_active()) return luaL_error(L, "trace.events: no trace is running (trace.start() first)");
+    struct tg_trace_event *ev = NULL;
+    int n = 0;
+    tgl_check(L, tg_trace_events(&ev, &n));
+    lua_pushcfunction(L, events_fill);
+    lua_pushlightuserdata(L, ev);
+    lua_pushinteger(L, n);
+    int rc = lua_pcall(L, 2, 1, 0);
+    free(ev);
+    if (rc != LUA_OK) return lua_error(L);
+    return 1;
+}
+
+static int l_name_process(lua_State *L)
+{
+    lua_Integer pid = luaL_checkinteger(L, 1);
+    const char *name = luaL_checkstring(L, 2);
+    luaL_argcheck(L, pid >= 0 && pid <= INT32_MAX, 1, "a process id is a non-negative integer");
+    if (!tg_trace_active()) return luaL_error(L, "trace.name_process: no trace is running (trace.start() first)");
+    tgl_check(L, tg_trace_name_process((int)pid, name));
+    return 0;
+}
+
 static const luaL_Reg trace_funcs[] = {
+    {"events", l_events},
+    {"name_process", l_name_process},
     {"start", l_start},
     {"stop", l_stop},
     {"active", l_active},

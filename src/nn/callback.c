@@ -16,10 +16,29 @@ static tg_status cb_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor 
     return TG_OK;
 }
 
+/* Whether the wgrad about to run adds to (1) or overwrites (0) the targets of
+ * m's parameters: tg_param_wgrad_accumulate of each, which must agree. */
+static tg_status accumulate_of(tg_module *m, int *acc)
+{
+    char label[160];
+    *acc = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        int a = tg_param_wgrad_accumulate(m->params[i]) != 0.0;
+        if (i == 0) *acc = a;
+        else if (a != *acc)
+            return tg_error(TG_ESTATE, "%s: its parameters disagree on whether this wgrad overwrites or adds: %s would %s, %s would %s "
+                            "(is a parameter listed by two modules?)", tg_module_label(m, label, sizeof label), m->params[0]->name,
+                            *acc ? "add" : "overwrite", m->params[i]->name, a ? "add" : "overwrite");
+    }
+    return TG_OK;
+}
+
 static tg_status cb_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
 {
     struct callback *C = m->impl;
-    TG_TRY(C->fns.backward(C->ud, mb, dy, dx));
+    int acc = -1; /* backward_dw computes the wgrad */
+    if (!C->fns.backward_dw) TG_TRY(accumulate_of(m, &acc));
+    TG_TRY(C->fns.backward(C->ud, mb, dy, dx, acc));
     if (!C->fns.backward_dw) return tg_module_wgrad_done_all(m, mb); /* wgrad ran inside backward */
     struct tg_saved *item = calloc(1, sizeof *item);
     if (!item) return tg_error(TG_ENOMEM, "out of host memory");
@@ -30,7 +49,9 @@ static tg_status cb_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tenso
 static tg_status cb_wgrad(tg_module *m, struct tg_saved *item)
 {
     struct callback *C = m->impl;
-    TG_TRY(C->fns.backward_dw(C->ud, item->mb));
+    int acc;
+    TG_TRY(accumulate_of(m, &acc));
+    TG_TRY(C->fns.backward_dw(C->ud, item->mb, acc));
     return tg_module_wgrad_done_all(m, item->mb);
 }
 

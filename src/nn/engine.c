@@ -1,5 +1,5 @@
 /* engine.c — steps, per-parameter wgrad bookkeeping, hook dispatch and the end-of-step hook check. */
-#include "core/span.h"
+#include "trace/trace.h"
 #include "nn/nn.h"
 
 #include <string.h>
@@ -15,8 +15,6 @@ static struct {
     int quiet;           /* graph warm-up: wgrads neither recorded nor fired */
     tg_capture_observer observer; /* told of wgrads issued while capturing */
     void *observer_ud;
-    tg_hook_observer hook_observer; /* tracing of hook dispatches */
-    void *hook_observer_ud;
     tg_param *live;      /* every parameter not yet freed, oldest first */
     tg_param *live_tail;
 } eng = {.check = 1};
@@ -108,12 +106,6 @@ void tg_engine_set_capture_observer(tg_capture_observer fn, void *ud)
 
 void tg_engine_set_quiet(int on) { eng.quiet = on != 0; }
 
-void tg_engine_set_hook_observer(tg_hook_observer fn, void *ud)
-{
-    eng.hook_observer = fn;
-    eng.hook_observer_ud = ud;
-}
-
 tg_status tg_param_wgrad_done(tg_param *p, int mb)
 {
     if (eng.quiet) return TG_OK;
@@ -134,22 +126,21 @@ tg_status tg_param_wgrad_done(tg_param *p, int mb)
                          .last = eng.open ? p->fired == eng.microbatches : 1,
                          .chunk = p->owner ? p->owner->opts.chunk : 1,
                          .step = tg_step_index()};
-    tg_hook_observer obs = p->nhooks ? eng.hook_observer : NULL;
-    if (obs) obs(eng.hook_observer_ud, p, &info, 0);
     tg_status st = TG_OK;
     int sp = -1;
-    if (tg_span_on && p->nhooks) {
-        char name[160], args[64];
+    if (tg_trace_on && p->nhooks) { /* one host span per dispatch (on the stage's track inside the executor) */
+        char name[160];
         snprintf(name, sizeof name, "hooks %s", p->name);
-        snprintf(args, sizeof args, "\"mb\":%d,\"step\":%lld", mb, (long long)info.step);
-        sp = tg_span_begin(NULL, TG_TRACK_HOST, name, args);
+        struct tg_trace_about a = {.cat = "hook", .chunk = info.chunk, .mb = mb, .step = info.step};
+        sp = tg_trace_open(NULL, TG_TRACK_HOST, name, &a);
     }
+    p->dispatching++;
     for (int i = 0; i < p->nhooks && st == TG_OK; i++) {
         st = p->hooks[i].fn(p->hooks[i].ud, p, &info);
         if (st != TG_OK) tg_error_prefix(st, "wgrad hook %d of %s (microbatch %d)", i + 1, p->name, mb);
     }
-    tg_span_end(sp, NULL);
-    if (obs) obs(eng.hook_observer_ud, p, &info, 1);
+    p->dispatching--;
+    tg_trace_close(sp, NULL);
     return st;
 }
 

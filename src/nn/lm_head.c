@@ -122,6 +122,7 @@ tg_status tg_lm_head_forward_loss(tg_module *m, int mb, const tg_tensor *x, cons
     char label[160], a[64];
     *loss = NULL;
     if (!m || m->vt != &lm_head_vt) return tg_error(TG_EINVAL, "forward_loss: not an LMHead");
+    if (mb == 0) mb = tg_module_next_forward(m);
     /* rows of x by its own last dimension: a wrong width is the forward's to report */
     int64_t last = x && x->ndim >= 1 ? x->shape[x->ndim - 1] : 0, n = last ? tg_tensor_numel(x) / last : 0;
     if (!targets || targets->dtype != TG_I32 || tg_tensor_numel(targets) != n)

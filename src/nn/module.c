@@ -1,5 +1,5 @@
 /* module.c — generic module calls, saved contexts, the wgrad store (FIFO) and helpers for module code. */
-#include "core/span.h"
+#include "trace/trace.h"
 #include "nn/nn.h"
 
 #include <string.h>
@@ -43,6 +43,42 @@ void tg_module_opts_default(tg_module_opts *o)
 
 static int is_composite(const tg_module *m) { return !m->vt->wgrad && m->nchildren > 0; }
 
+/* ------------------------------------------------------------------ microbatch bookkeeping */
+static void open_remove(tg_module *m, int mb)
+{
+    for (int i = 0; i < m->nopen; i++)
+        if (m->open_mb[i] == mb) {
+            memmove(m->open_mb + i, m->open_mb + i + 1, (size_t)(m->nopen - i - 1) * sizeof *m->open_mb);
+            m->nopen--;
+            return;
+        }
+}
+
+/* After a forward of mb: mb is m's newest forward waiting for its backward. */
+static tg_status note_forward(tg_module *m, int mb)
+{
+    int64_t key = tg_step_index();
+    m->mb_step = key;
+    m->fwd_last = mb;
+    open_remove(m, mb);
+    if (m->nopen == m->open_cap) {
+        int cap = m->open_cap ? 2 * m->open_cap : 4;
+        int *a = realloc(m->open_mb, (size_t)cap * sizeof *a);
+        if (!a) return tg_error(TG_ENOMEM, "out of host memory");
+        m->open_mb = a;
+        m->open_cap = cap;
+    }
+    m->open_mb[m->nopen++] = mb;
+    return TG_OK;
+}
+
+int tg_module_next_forward(const tg_module *m)
+{
+    int64_t key = tg_step_index();
+    if (key == 0 || m->mb_step != key) return 1;
+    return m->fwd_last + 1;
+}
+
 /* While tracing: a compute span of m's phase for microbatch mb (0: unknown)
  * on the current stream of m's device; -1 otherwise. */
 static int span_begin(const tg_module *m, const char *phase, int mb)
@@ -52,20 +88,20 @@ static int span_begin(const tg_module *m, const char *phase, int mb)
     for (char *c = mname; *c; c++)
         if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '_'; /* JSON-safe */
     snprintf(name, sizeof name, "%s %s", mname, phase);
-    snprintf(args, sizeof args, "\"module\":\"%s\",\"type\":\"%s\",\"phase\":\"%s\",\"mb\":%d,\"step\":%lld", mname,
-             m->vt->type, phase, mb, (long long)tg_step_index());
-    return tg_span_begin(tg_stream_current(m->opts.device), TG_TRACK_COMPUTE, name, args);
+    snprintf(args, sizeof args, "\"module\":\"%s\",\"type\":\"%s\",\"phase\":\"%s\"", mname, m->vt->type, phase);
+    struct tg_trace_about a = {.mb = mb, .step = tg_step_index(), .args = args};
+    return tg_trace_open(tg_stream_current(m->opts.device), TG_TRACK_COMPUTE, name, &a);
 }
 
 static void span_end(const tg_module *m, int id)
 {
-    if (id >= 0) tg_span_end(id, tg_stream_current(m->opts.device));
+    if (id >= 0) tg_trace_close(id, tg_stream_current(m->opts.device));
 }
 
 /* The leaf wgrad of one saved item, in a span when tracing. */
 static tg_status run_wgrad(tg_module *m, struct tg_saved *item)
 {
-    int sp = tg_span_on ? span_begin(m, "wgrad", item->mb) : -1;
+    int sp = tg_trace_on ? span_begin(m, "wgrad", item->mb) : -1;
     tg_status st = m->vt->wgrad(m, item);
     span_end(m, sp);
     return st;
@@ -105,10 +141,11 @@ tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const 
     *y = NULL;
     call_enter();
     tg_status st = TG_OK;
+    if (mb == 0) mb = tg_module_next_forward(m);
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
     else if (!x) st = tg_error(TG_EINVAL, "no input tensor");
     else {
-        int sp = tg_span_on ? span_begin(m, "forward", mb) : -1;
+        int sp = tg_trace_on ? span_begin(m, "forward", mb) : -1;
         if (!res) {
             st = m->vt->forward(m, mb, x, y);
         } else if (m->vt->forward_res && !unfused_residual) {
@@ -119,6 +156,7 @@ tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const 
         }
         span_end(m, sp);
     }
+    if (st == TG_OK) st = note_forward(m, mb);
     if (st != TG_OK && *y) {
         tg_tensor_free(*y);
         *y = NULL;
@@ -137,9 +175,20 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
     *dx = NULL;
     call_enter();
     tg_status st = TG_OK;
+    if (mb == 0) {
+        if (m->nopen) {
+            mb = m->open_mb[0];
+        } else {
+            char label[160];
+            error_named = 1;
+            call_depth--;
+            return tg_error(TG_ESTATE, "%s backward: no forward is waiting for its backward (give the microbatch, or run forward first)",
+                            tg_module_label(m, label, sizeof label));
+        }
+    }
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
     else {
-        int sp = tg_span_on ? span_begin(m, "backward", mb) : -1;
+        int sp = tg_trace_on ? span_begin(m, "backward", mb) : -1;
         if (!dres) {
             st = m->vt->backward(m, mb, dy, dx);
         } else if (m->vt->backward_res && !unfused_residual) {
@@ -150,6 +199,7 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
         }
         span_end(m, sp);
     }
+    if (st == TG_OK) open_remove(m, mb);
     if (st != TG_OK && *dx) { /* a failed backward (e.g. a failing hook) hands out no dx */
         tg_tensor_free(*dx);
         *dx = NULL;
@@ -157,34 +207,58 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
     return call_leave(m, "backward", mb, st);
 }
 
-tg_status tg_module_backward_dw(tg_module *m)
+/* W must follow B order: the first leaf under m (children in backward order)
+ * whose store holds work with another microbatch than mb at its head; NULL
+ * when there is none (checked before anything is popped). */
+static tg_module *wrong_head(tg_module *m, int mb)
 {
-    char label[160];
-    call_enter();
-    tg_status st = TG_OK;
-    if (is_composite(m)) {
-        /* reverse order, like backward: a parameter shared by two children
-         * (tied embedding) then gets its contributions in the same order */
-        int any = 0;
-        for (int i = m->nchildren - 1; i >= 0 && st == TG_OK; i--)
-            if (tg_module_need_backward_dw(m->children[i])) {
-                any = 1;
-                st = tg_module_backward_dw(m->children[i]);
-            }
-        if (!any) goto empty;
-    } else {
+    if (!is_composite(m)) return m->wq_head && m->wq_head->mb != mb ? m : NULL;
+    for (int i = m->nchildren - 1; i >= 0; i--) {
+        tg_module *bad = wrong_head(m->children[i], mb);
+        if (bad) return bad;
+    }
+    return NULL;
+}
+
+/* Pops and computes the head of m's store (leaf) or of each child's that has one. */
+static tg_status pop_wgrad(tg_module *m)
+{
+    if (!is_composite(m)) {
         struct tg_saved *item = m->wq_head;
-        if (!item || !m->vt->wgrad) goto empty;
         m->wq_head = item->next;
         if (!m->wq_head) m->wq_tail = NULL;
         item->next = NULL;
-        st = run_wgrad(m, item);
+        call_enter();
+        int mb = item->mb;
+        tg_status st = run_wgrad(m, item);
         tg_saved_free(item);
+        return call_leave(m, "backward_dw", mb, st);
     }
-    return call_leave(m, "backward_dw", 0, st);
+    /* reverse order, like backward: a parameter shared by two children
+     * (tied embedding) then gets its contributions in the same order */
+    tg_status st = TG_OK;
+    for (int i = m->nchildren - 1; i >= 0 && st == TG_OK; i--)
+        if (tg_module_need_backward_dw(m->children[i])) st = pop_wgrad(m->children[i]);
+    return st;
+}
+
+tg_status tg_module_backward_dw(tg_module *m, int mb)
+{
+    char label[160], other[160];
+    if (mb < 0)
+        return tg_error(TG_EINVAL, "%s backward_dw: microbatch %d (microbatches count from 1)",
+                        tg_module_label(m, label, sizeof label), mb);
+    if (!tg_module_need_backward_dw(m)) goto empty;
+    tg_module *bad = mb ? wrong_head(m, mb) : NULL;
+    if (bad == m)
+        return tg_error(TG_ESTATE, "%s backward_dw (microbatch %d): the wgrad store's head is microbatch %d (W must follow B order)",
+                        tg_module_label(m, label, sizeof label), mb, m->wq_head->mb);
+    if (bad)
+        return tg_error(TG_ESTATE, "%s backward_dw (microbatch %d): the wgrad store of %s has microbatch %d at its head (W must follow B order)",
+                        tg_module_label(m, label, sizeof label), mb, tg_module_label(bad, other, sizeof other), bad->wq_head->mb);
+    call_enter();
+    return call_leave(m, "backward_dw", mb, pop_wgrad(m));
 empty:
-    error_named = 1;
-    call_depth--;
     return tg_error(TG_ESTATE, "backward_dw with nothing queued on %s (delay_wgrad is %s: each backward %s)",
                     tg_module_label(m, label, sizeof label), m->opts.delay_wgrad ? "on" : "off",
                     m->opts.delay_wgrad ? "queues one wgrad" : "computes its wgrad itself");
@@ -260,7 +334,27 @@ void tg_module_drop_state(tg_module *m)
     m->saved = NULL;
     saved_list_free(m->wq_head);
     m->wq_head = m->wq_tail = NULL;
+    m->nopen = 0;
+    m->fwd_last = 0;
     for (int i = 0; i < m->nchildren; i++) tg_module_drop_state(m->children[i]);
+}
+
+void tg_module_drop_saved(tg_module *m, int mb)
+{
+    struct tg_saved **pp = &m->saved;
+    while (*pp) {
+        struct tg_saved *s = *pp;
+        if (mb == 0 || s->mb == mb) {
+            *pp = s->next;
+            s->next = NULL;
+            tg_saved_free(s);
+        } else {
+            pp = &s->next;
+        }
+    }
+    if (mb == 0) m->nopen = 0, m->fwd_last = 0;
+    else open_remove(m, mb);
+    for (int i = 0; i < m->nchildren; i++) tg_module_drop_saved(m->children[i], mb);
 }
 
 void tg_module_release(tg_module *m)
@@ -269,6 +363,7 @@ void tg_module_release(tg_module *m)
     if (m->vt->destroy) m->vt->destroy(m);
     saved_list_free(m->saved);
     saved_list_free(m->wq_head);
+    free(m->open_mb);
     for (int i = 0; i < m->nparams; i++) {
         if (m->params[i]->owner == m) m->params[i]->owner = NULL;
         tg_param_release(m->params[i]);

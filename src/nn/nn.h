@@ -6,28 +6,15 @@
 #include "core/ops_nn.h"
 
 typedef struct tg_module tg_module;
-typedef struct tg_param tg_param;
 
 /* ------------------------------------------------------------------ hooks
- * The hook contract (DESIGN.md): for every parameter p, every step, every
- * microbatch m, p's wgrad hooks fire exactly once, after p's wgrad for m is in
- * p's gradient buffer (issued on the stream), never before, and never as real
- * hooks while the device captures. */
-typedef struct tg_hook_info {
-    int microbatch; /* 1-based microbatch index of the wgrad that just finished */
-    int last;       /* 1 when this is p's last wgrad of the step (count == microbatches); 1 outside steps */
-    int chunk;      /* pipeline chunk of the module (module option, default 1) */
-    int64_t step;   /* 1-based step index (0 outside steps) */
-} tg_hook_info;
-
-/* A hook returns TG_OK or an error (message set), which aborts the backward
- * that fired it and is returned to its caller. */
-typedef tg_status (*tg_hook_fn)(void *ud, tg_param *p, const tg_hook_info *info);
-
+ * The hook contract, the info a hook gets and the hook API (add, remove) are
+ * public: see "parameters and wgrad hooks" in tegraph.h. */
 struct tg_hook {
     tg_hook_fn fn;
     void *ud;
-    void (*free_ud)(void *ud); /* called when the parameter goes; may be NULL */
+    void (*free_ud)(void *ud); /* called when the hook is removed or the parameter goes; may be NULL */
+    int id;                    /* the handle tg_param_add_hook gave (> 0) */
 };
 
 struct tg_param {
@@ -41,6 +28,8 @@ struct tg_param {
                              (hooks fire when all contributions of a microbatch are in) */
     struct tg_hook *hooks;
     int nhooks;
+    int last_hook_id;     /* ids handed out so far */
+    int dispatching;      /* the engine is running p's hooks (they cannot be removed meanwhile) */
     int refcount;
     tg_module *owner;     /* not a reference; NULL once the owning module is gone */
     /* engine bookkeeping (src/nn/engine.c) */
@@ -60,7 +49,6 @@ struct tg_param {
 tg_status tg_param_new(const char *name, tg_tensor *data, int fuse_wgrad_accumulation, tg_param **out);
 tg_param *tg_param_retain(tg_param *p);
 void tg_param_release(tg_param *p);
-tg_status tg_param_add_hook(tg_param *p, tg_hook_fn fn, void *ud, void (*free_ud)(void *));
 /* The buffer the wgrad of p goes to (main_grad when fused, else grad). */
 tg_tensor *tg_param_wgrad_target(tg_param *p);
 /* 0 when p's next wgrad must overwrite its target (first wgrad contribution of
@@ -100,10 +88,6 @@ void tg_engine_set_capture_observer(tg_capture_observer fn, void *ud);
 /* Graph warm-up: while quiet, wgrads are neither recorded nor fired and
  * always accumulate (the graph layer restores the gradients afterwards). */
 void tg_engine_set_quiet(int on);
-/* Tracing (src/sched): told before (phase 0) and after (phase 1) every
- * dispatch of a parameter's hooks (parameters with hooks only). NULL: none. */
-typedef void (*tg_hook_observer)(void *ud, const tg_param *p, const tg_hook_info *info, int phase);
-void tg_engine_set_hook_observer(tg_hook_observer fn, void *ud);
 
 /* Records that one wgrad contribution of p for microbatch mb is issued; when
  * all p->contributors contributions of mb are in, fires p's hooks. While the
@@ -176,10 +160,28 @@ struct tg_module {
     struct tg_saved *saved;      /* forward contexts by microbatch */
     struct tg_saved *wq_head, *wq_tail; /* wgrad store (FIFO) */
     int64_t forward_step;        /* step of the last forward (for the hook check) */
+    /* microbatch bookkeeping for calls with mb = 0 (src/nn/module.c) */
+    int64_t mb_step;             /* step that fwd_last belongs to */
+    int fwd_last;                /* microbatch of m's last forward in that step */
+    int *open_mb;                /* microbatches forwarded and not yet backwarded, oldest first */
+    int nopen, open_cap;
     void *impl;                  /* module-specific state */
 };
 
-/* Generic module calls (all modules, composites included). */
+/* Generic module calls (all modules, composites included).
+ *
+ * The microbatch protocol: forward(x, mb) -> y, backward(dy, mb) -> dx,
+ * backward_dw(mb). Microbatches count from 1; mb = 0 (in Lua: mb omitted)
+ * asks the engine for the next one:
+ *   forward:     one past m's last forward in the open step (1 for the first);
+ *                outside steps always 1 (a forward again replaces the context
+ *                saved for it, so evaluation loops keep one);
+ *   backward:    the oldest microbatch m ran forward for and has not run
+ *                backward for ("backward with no forward waiting" otherwise);
+ *   backward_dw: the head of m's wgrad store (the oldest delayed backward).
+ * A failed backward leaves its microbatch waiting (a rejected dy can be given
+ * again). The engine keeps this per module (composites and their children
+ * alike); Lua and C callers pass mb through. */
 tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y);
 /* Forward with a residual: y = res + forward(x), for composites whose input
  * also bypasses m. res (NULL: plain forward) is only read. Modules with
@@ -205,14 +207,20 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
  * never fuse (forward or backward, then add), to compare against the fused
  * paths. Default off. */
 void tg_debug_unfused_residual(int on);
-/* Pops one queued wgrad (leaf: its own; composite: one of each child that has
- * one, children in reverse order like backward), computes it, then fires the
- * hooks of its parameters. Fails with TG_ESTATE "backward_dw with nothing
- * queued on <module>" when nothing is queued.
+/* Pops the queued wgrad of microbatch mb (leaf: its own; composite: one of
+ * each child that has one, children in reverse order like backward),
+ * computes it, then fires the hooks of its parameters. The wgrad store is a
+ * FIFO in backward order, so W must follow B order: when a store's head is
+ * another microbatch the call fails (TG_ESTATE) before anything is popped,
+ * naming both: "Linear 'h.0.fc' backward_dw (microbatch 2): the wgrad store's
+ * head is microbatch 1 (W must follow B order)"; a composite checks every
+ * child first. mb = 0 pops each head. Fails with TG_ESTATE "backward_dw with
+ * nothing queued on <module>" when nothing is queued. The check holds while
+ * a graphed set warms up and captures too (its order must keep B order).
  * Errors of these calls are prefixed once, by the innermost module that
  * failed: "Linear 'h.0.mlp.fc1' backward (microbatch 2): dy is ...".
  * The engine is single-threaded (one host thread drives the modules). */
-tg_status tg_module_backward_dw(tg_module *m);
+tg_status tg_module_backward_dw(tg_module *m, int mb);
 int tg_module_need_backward_dw(const tg_module *m);
 /* All parameters, own then children's in order, each once (caller frees the
  * array, not the params). A tied table is listed by its embedding only. */
@@ -226,7 +234,13 @@ tg_module *tg_module_retain(tg_module *m);
 /* Drops every saved forward context and queued wgrad item of m and its
  * children (after a failed capture: none of them may run later). */
 void tg_module_drop_state(tg_module *m);
+/* Drops the saved forward contexts of microbatch mb (0: all) of m and its
+ * children: an evaluation forward that no backward follows. */
+void tg_module_drop_saved(tg_module *m, int mb);
 void tg_module_release(tg_module *m);
+
+/* The microbatch a forward of m with mb = 0 runs (see the protocol above). */
+int tg_module_next_forward(const tg_module *m);
 
 /* Helpers for module implementations (src/nn/module.c). */
 /* A module of type vt with options o (NULL: defaults), refcount 1, exec_mode "eager". */
@@ -280,7 +294,7 @@ tg_status tg_nn_add_residual(const tg_tensor *dres, tg_tensor **dx);
 tg_status tg_chain_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y);
 /* Chain backward with dres handed to the first child (the last to run). */
 tg_status tg_chain_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
-/* LayerNorm or RMSNorm by name ("layernorm" (also NULL) | "rmsnorm"). */
+/* LayerNorm or RMSNorm by name ("LayerNorm" (also NULL) | "RMSNorm"). */
 tg_status tg_norm_new_by_name(const char *norm, int64_t c, const tg_module_opts *o, tg_module **m);
 /* Linear on an existing weight (LM head tied to an embedding): no bias; the
  * weight is retained but not listed among the module's own parameters. */
@@ -308,7 +322,7 @@ void tg_engine_unlink(tg_param *p);
 tg_status tg_linear_new(int64_t in, int64_t out, const tg_module_opts *o, tg_module **m);
 tg_status tg_layernorm_new(int64_t c, const tg_module_opts *o, tg_module **m);
 tg_status tg_rmsnorm_new(int64_t c, const tg_module_opts *o, tg_module **m);
-/* norm ("layernorm"|"rmsnorm") then Linear; TE LayerNormLinear. */
+/* norm ("LayerNorm"|"RMSNorm") then Linear; TE LayerNormLinear. */
 tg_status tg_layernorm_linear_new(int64_t in, int64_t out, const char *norm, const tg_module_opts *o, tg_module **m);
 /* norm, fc1 (to hidden, or 2*hidden for swiglu), activation ("gelu"|"swiglu"), fc2; TE LayerNormMLP. */
 tg_status tg_layernorm_mlp_new(int64_t c, int64_t hidden, const char *norm, const char *activation,
@@ -333,7 +347,8 @@ tg_param *tg_embedding_token_table(tg_module *m);
 tg_status tg_lm_head_new(int64_t c, int64_t vocab, tg_module *tied_embedding, const char *norm,
                          const tg_module_opts *o, tg_module **m);
 /* LM head with targets: loss (2) f32 = [mean loss, valid count] (device). Its
- * backward takes dy = NULL (dloss = 1) and returns dx. */
+ * backward takes dy = NULL (dloss = 1) and returns dx. mb = 0 picks the
+ * microbatch as tg_module_forward / tg_module_backward do. */
 tg_status tg_lm_head_forward_loss(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *targets, int ignore_index,
                                   tg_tensor **loss);
 /* Backward of a forward_loss with d(loss)/d(mean loss) = dloss (e.g. 1/M to
@@ -342,11 +357,18 @@ tg_status tg_lm_head_backward_loss(tg_module *m, int mb, double dloss, tg_tensor
 tg_status tg_sequential_new(tg_module **children, int n, const tg_module_opts *o, tg_module **m);
 
 /* A module implemented by callbacks (Lua tables, via src/lua): the engine
- * fires the hooks of `params` after backward (not delayed) or backward_dw. */
+ * fires the hooks of `params` after backward (not delayed) or backward_dw.
+ * The engine tells the callback computing the wgrad whether to overwrite
+ * (accumulate 0: the first wgrad of the module's parameters in the step) or
+ * to add to (1: later ones; always outside steps and while capturing) the
+ * parameters' wgrad targets, from tg_param_wgrad_accumulate of its params
+ * (which must agree: a parameter listed by two modules is refused there; a
+ * module without params gets 0). That is backward_dw, or backward itself
+ * when backward_dw is NULL (it gets -1 otherwise). */
 struct tg_callback_module_fns {
     tg_status (*forward)(void *ud, int mb, const tg_tensor *x, tg_tensor **y);
-    tg_status (*backward)(void *ud, int mb, const tg_tensor *dy, tg_tensor **dx);
-    tg_status (*backward_dw)(void *ud, int mb); /* may be NULL: wgrad done inside backward */
+    tg_status (*backward)(void *ud, int mb, const tg_tensor *dy, tg_tensor **dx, int accumulate);
+    tg_status (*backward_dw)(void *ud, int mb, int accumulate); /* may be NULL: wgrad done inside backward */
     void (*free_ud)(void *ud);
 };
 /* The module retains params (and becomes the owner of those without one);

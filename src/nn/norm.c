@@ -129,11 +129,11 @@ static tg_status norm_new(int64_t c, int rms, const tg_module_opts *o, tg_module
 tg_status tg_layernorm_new(int64_t c, const tg_module_opts *o, tg_module **m) { return norm_new(c, 0, o, m); }
 tg_status tg_rmsnorm_new(int64_t c, const tg_module_opts *o, tg_module **m) { return norm_new(c, 1, o, m); }
 
-/* Shared by the composites: "layernorm" or "rmsnorm" (NULL: layernorm). */
+/* Shared by the composites: normalization "LayerNorm" or "RMSNorm" (NULL: LayerNorm), as TE spells them. */
 tg_status tg_norm_new_by_name(const char *norm, int64_t c, const tg_module_opts *o, tg_module **m)
 {
     *m = NULL;
-    if (!norm || !strcmp(norm, "layernorm")) return tg_layernorm_new(c, o, m);
-    if (!strcmp(norm, "rmsnorm")) return tg_rmsnorm_new(c, o, m);
-    return tg_error(TG_EINVAL, "unknown norm '%s' (expected \"layernorm\" or \"rmsnorm\")", norm);
+    if (!norm || !strcmp(norm, "LayerNorm")) return tg_layernorm_new(c, o, m);
+    if (!strcmp(norm, "RMSNorm")) return tg_rmsnorm_new(c, o, m);
+    return tg_error(TG_EINVAL, "unknown normalization '%s' (expected \"LayerNorm\" or \"RMSNorm\")", norm);
 }

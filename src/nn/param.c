@@ -73,15 +73,39 @@ void tg_param_release(tg_param *p)
     free(p);
 }
 
-tg_status tg_param_add_hook(tg_param *p, tg_hook_fn fn, void *ud, void (*free_ud)(void *))
+tg_status tg_param_add_hook(tg_param *p, tg_hook_fn fn, void *ud, void (*free_ud)(void *), int *id)
 {
+    if (id) *id = 0;
+    if (!p) return tg_error(TG_EINVAL, "add_hook: no parameter");
     if (!fn) return tg_error(TG_EINVAL, "add_hook on %s: no function", p->name);
     struct tg_hook *h = realloc(p->hooks, (size_t)(p->nhooks + 1) * sizeof *h);
     if (!h) return tg_error(TG_ENOMEM, "out of host memory");
     p->hooks = h;
-    p->hooks[p->nhooks++] = (struct tg_hook){.fn = fn, .ud = ud, .free_ud = free_ud};
+    p->hooks[p->nhooks++] = (struct tg_hook){.fn = fn, .ud = ud, .free_ud = free_ud, .id = ++p->last_hook_id};
+    if (id) *id = p->last_hook_id;
     return TG_OK;
 }
+
+tg_status tg_param_remove_hook(tg_param *p, int id)
+{
+    if (!p) return tg_error(TG_EINVAL, "remove_hook: no parameter");
+    if (p->dispatching) return tg_error(TG_ESTATE, "remove_hook on %s: its hooks are running (remove it after)", p->name);
+    for (int i = 0; i < p->nhooks; i++) {
+        if (p->hooks[i].id != id) continue;
+        struct tg_hook h = p->hooks[i];
+        memmove(&p->hooks[i], &p->hooks[i + 1], (size_t)(p->nhooks - i - 1) * sizeof *p->hooks);
+        p->nhooks--;
+        if (h.free_ud) h.free_ud(h.ud);
+        return TG_OK;
+    }
+    return tg_error(TG_EINVAL, "remove_hook on %s: no hook with id %d", p->name, id);
+}
+
+int tg_param_hook_count(const tg_param *p) { return p ? p->nhooks : 0; }
+const char *tg_param_name(const tg_param *p) { return p->name; }
+tg_tensor *tg_param_data(const tg_param *p) { return p->data; }
+tg_tensor *tg_param_grad(const tg_param *p) { return p->grad; }
+tg_tensor *tg_param_main_grad(const tg_param *p) { return p->main_grad; }
 
 tg_tensor *tg_param_wgrad_target(tg_param *p) { return p->fuse_wgrad_accumulation ? p->main_grad : p->grad; }
 

@@ -1,5 +1,6 @@
 /* executor.c — runs every local stage's action list, interleaving stages until each blocks on a recv; F/B/W on modules or graphed callables. */
 #include "sched/executor.h"
+#include "trace/trace.h"
 
 #include <string.h>
 
@@ -116,8 +117,7 @@ struct run {
     tg_tensor **y_out;  /* output of chunk c waiting for send_fwd (or, for the last chunk, the loss) */
     tg_tensor **dx_out; /* input gradient of chunk c waiting for send_bwd */
     char *state;        /* (C, M) ST_* */
-    double *sent_at;    /* (2, C, M) trace time of each send (in-process transfers) */
-    int stage;          /* the stage running now (hook events' track) */
+    int *xfer_span;     /* (2, C, M) trace span of each transfer, open from its send to its recv (-1: none) */
     /* dry run (tg_sched_order): no work, only the interleaving */
     int dry;
     char *posted;       /* (2, C, M) */
@@ -158,6 +158,41 @@ static tg_status check_action(const tg_sched_plan *p, int s, const struct tg_sch
     return TG_OK;
 }
 
+/* A chunk's wgrad store is a FIFO in B order: each W (and the W of a fused
+ * B+W) must take its head. Replays the plan's B and W per chunk (each chunk's
+ * actions are on its owner's list, in order); a W whose B has not run is left
+ * to the run's own "W before B". Structure is checked first. */
+static tg_status check_w_order(const tg_sched_plan *p)
+{
+    size_t C = (size_t)p->nchunks, M = (size_t)p->microbatches;
+    int *q = malloc(C * M * sizeof *q), *head = calloc(C, sizeof *head), *tail = calloc(C, sizeof *tail);
+    tg_status st = q && head && tail ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
+    char d[96];
+    for (int s = 1; s <= p->stages && st == TG_OK; s++)
+        for (int i = 0; i < p->nactions[s - 1] && st == TG_OK; i++) {
+            const struct tg_sched_action *a = &p->actions[s - 1][i];
+            if (a->op != TG_SCHED_B && a->op != TG_SCHED_W) continue;
+            size_t c = (size_t)a->chunk - 1;
+            int *cq = q + c * M;
+            if (a->op == TG_SCHED_B && tail[c] < (int)M) cq[tail[c]++] = a->mb;
+            if (a->op == TG_SCHED_B && !a->w) continue;
+            int queued = 0;
+            for (int k = head[c]; k < tail[c]; k++) queued |= cq[k] == a->mb;
+            if (!queued) continue;
+            if (cq[head[c]] == a->mb) {
+                head[c]++;
+                continue;
+            }
+            st = tg_error(TG_ESTATE, "stage %d action %d (%s): %sW of chunk %d must follow its B order; the wgrad store's head is mb %d",
+                          s, i + 1, tg_sched_action_str(a, d, sizeof d), a->op == TG_SCHED_B ? "the fused " : "", a->chunk,
+                          cq[head[c]]);
+        }
+    free(q);
+    free(head);
+    free(tail);
+    return st;
+}
+
 static tg_status check_plan(const tg_sched_plan *p, const tg_sched_opts *o)
 {
     if (p->stages < 1 || p->nchunks < 1 || p->microbatches < 1)
@@ -183,64 +218,31 @@ static tg_status check_plan(const tg_sched_plan *p, const tg_sched_opts *o)
                 return tg_error_prefix(st, "stage %d action %d (%s)", s, i + 1,
                                        (unsigned)a->op <= TG_SCHED_RECV_BWD ? tg_sched_action_str(a, d, sizeof d) : "?");
         }
-    return TG_OK;
+    return check_w_order(p);
 }
 
-/* ------------------------------------------------------------------ tracing */
-static void ev_about(struct tg_trace_event *e, const struct run *r, int s, int idx, const struct tg_sched_action *a)
-{
-    snprintf(e->op, sizeof e->op, "%s", a->op == TG_SCHED_B && a->w ? "B+W" : tg_sched_op_name(a->op));
-    e->stage = s;
-    e->chunk = a->chunk;
-    e->mb = a->mb;
-    e->index = idx;
-    e->pid = r->o->trace_pid;
-    e->tid = s;
-}
-
-static tg_status trace_action(struct run *r, int s, int idx, const struct tg_sched_action *a, double t0, const char *args)
+/* ------------------------------------------------------------------ tracing
+ * While a trace runs, each action is a host span on its stage's track
+ * (dur: host time, device time too with opts.sync), hook dispatches inside it
+ * land on the same track, and each in-process transfer is an async span from
+ * its send to its recv. */
+static int trace_action(const struct tg_sched_action *a, int s, int idx, const char *args)
 {
     char name[96];
-    struct tg_trace_event e = {.ph = 'X', .name = name, .cat = "action", .ts = t0, .args = (char *)args};
-    e.dur = tg_trace_now(r->o->trace) - t0;
-    ev_about(&e, r, s, idx, a);
-    tg_sched_action_str(a, name, sizeof name);
-    return tg_trace_add(r->o->trace, &e);
+    struct tg_trace_about about = {.cat = "action", .op = a->op == TG_SCHED_B && a->w ? "B+W" : tg_sched_op_name(a->op),
+                                   .stage = s, .chunk = a->chunk, .mb = a->mb, .index = idx, .step = tg_step_index(),
+                                   .args = args};
+    return tg_trace_open(NULL, TG_TRACK_STAGE(s), tg_sched_action_str(a, name, sizeof name), &about);
 }
 
-static tg_status trace_transfer(struct run *r, int s, int idx, const struct tg_sched_action *a, const struct tg_sched_xfer *x)
+static int trace_transfer(const struct tg_sched_xfer *x)
 {
-    double sent = r->sent_at[(size_t)x->bwd * r->C * r->M + ix(r, x->chunk, x->mb)];
-    if (sent < 0) return TG_OK; /* sent by another process */
     char name[64], args[48];
     snprintf(name, sizeof name, "%s chunk %d mb %d", x->bwd ? "grad" : "act", x->chunk, x->mb);
     snprintf(args, sizeof args, "\"from\":%d,\"to\":%d", x->from, x->to);
-    struct tg_trace_event e = {.ph = 'A', .name = name, .cat = "transfer", .ts = sent, .args = args};
-    e.dur = tg_trace_now(r->o->trace) - sent;
-    ev_about(&e, r, s, idx, a);
-    e.op[0] = 0;
-    e.tid = x->from;
-    return tg_trace_add(r->o->trace, &e);
-}
-
-/* Engine callback: a hook dispatch of p (phase 0 before, 1 after). */
-static struct run *hook_run;
-static double hook_t0;
-static void on_hook(void *ud, const tg_param *p, const tg_hook_info *info, int phase)
-{
-    struct run *r = ud;
-    if (phase == 0) {
-        hook_t0 = tg_trace_now(r->o->trace);
-        return;
-    }
-    char name[160];
-    snprintf(name, sizeof name, "hook %s", p->name ? p->name : "?");
-    struct tg_trace_event e = {.ph = 'X', .name = name, .cat = "hook", .ts = hook_t0, .pid = r->o->trace_pid, .tid = r->stage};
-    e.dur = tg_trace_now(r->o->trace) - hook_t0;
-    e.stage = r->stage;
-    e.chunk = info->chunk;
-    e.mb = info->microbatch;
-    (void)tg_trace_add(r->o->trace, &e); /* out of memory only loses an event */
+    struct tg_trace_about about = {.cat = "transfer", .stage = x->from, .chunk = x->chunk, .mb = x->mb,
+                                   .step = tg_step_index(), .args = args, .async = 1};
+    return tg_trace_open(NULL, TG_TRACK_STAGE(x->from), name, &about);
 }
 
 /* ------------------------------------------------------------------ actions */
@@ -284,20 +286,22 @@ static tg_status do_forward(struct run *r, int s, const struct tg_sched_action *
     return TG_OK;
 }
 
-/* W of chunk c for mb, when the chunk has wgrad work queued (else nothing); *ran tells which. */
-static tg_status do_wgrad(struct run *r, const struct tg_sched_action *a, int *ran)
+/* Whether the W of a's chunk has work: a W graph, or wgrad queued on the module. */
+static int w_pending(const struct run *r, const struct tg_sched_action *a)
 {
     int c = a->chunk;
     tg_graphed *g = r->o->graphed ? r->o->graphed[c - 1] : NULL;
-    *ran = 0;
-    if (g) {
-        if (!tg_graphed_has_w(g, r->o->graphed_chunk[c - 1])) return TG_OK;
-        *ran = 1;
-        return tg_graphed_backward_dw(g, r->o->graphed_chunk[c - 1], a->mb);
-    }
-    if (!tg_module_need_backward_dw(r->o->chunks[c - 1])) return TG_OK;
-    *ran = 1;
-    return tg_module_backward_dw(r->o->chunks[c - 1]);
+    return g ? tg_graphed_has_w(g, r->o->graphed_chunk[c - 1]) : tg_module_need_backward_dw(r->o->chunks[c - 1]);
+}
+
+/* W of chunk c for mb, when it has work (else nothing). */
+static tg_status do_wgrad(struct run *r, const struct tg_sched_action *a)
+{
+    int c = a->chunk;
+    tg_graphed *g = r->o->graphed ? r->o->graphed[c - 1] : NULL;
+    if (!w_pending(r, a)) return TG_OK;
+    if (g) return tg_graphed_backward_dw(g, r->o->graphed_chunk[c - 1], a->mb);
+    return tg_module_backward_dw(r->o->chunks[c - 1], a->mb);
 }
 
 static tg_status do_backward(struct run *r, int s, const struct tg_sched_action *a)
@@ -335,8 +339,7 @@ static tg_status do_backward(struct run *r, int s, const struct tg_sched_action 
         tg_tensor_free(r->dx_out[ix(r, c, mb)]);
         r->dx_out[ix(r, c, mb)] = dx;
     }
-    int ran;
-    return a->w ? do_wgrad(r, a, &ran) : TG_OK;
+    return a->w ? do_wgrad(r, a) : TG_OK;
 }
 
 /* Order of F before B before W per (chunk, mb), and no repeats. */
@@ -372,12 +375,9 @@ static tg_status push_order(struct run *r, char op, int c, int mb)
     return TG_OK;
 }
 
-/* Runs action idx (1-based) of stage s; *blocked when it is a recv whose data has not come. */
-static tg_status step(struct run *r, int s, int idx, int *blocked)
+/* Runs action a of stage s; *blocked when it is a recv whose data has not come. */
+static tg_status run_action(struct run *r, int s, const struct tg_sched_action *a, int *blocked)
 {
-    const struct tg_sched_action *a = &r->p->actions[s - 1][idx - 1];
-    *blocked = 0;
-    r->stage = s;
     if (!is_comm(a->op)) TG_TRY(check_state(r, a));
     if (r->dry) {
         if (!is_comm(a->op)) {
@@ -395,8 +395,6 @@ static tg_status step(struct run *r, int s, int idx, int *blocked)
         return TG_OK;
     }
 
-    double t0 = r->o->trace ? tg_trace_now(r->o->trace) : 0;
-    const char *args = NULL;
     if (a->op == TG_SCHED_F) {
         TG_TRY(do_forward(r, s, a));
         TG_TRY(sync_chunk(r, a->chunk));
@@ -404,10 +402,8 @@ static tg_status step(struct run *r, int s, int idx, int *blocked)
         TG_TRY(do_backward(r, s, a));
         TG_TRY(sync_chunk(r, a->chunk));
     } else if (a->op == TG_SCHED_W) {
-        int ran;
-        TG_TRY(do_wgrad(r, a, &ran));
+        TG_TRY(do_wgrad(r, a));
         TG_TRY(sync_chunk(r, a->chunk));
-        if (!ran) args = "\"noop\":true"; /* wgrad was not delayed: B computed it */
     } else {
         struct tg_sched_xfer x;
         xfer_of(a, s, &x);
@@ -419,7 +415,7 @@ static tg_status step(struct run *r, int s, int idx, int *blocked)
             TG_TRY(r->tr->send(r->tr->ud, &x, *held));
             tg_tensor_free(*held);
             *held = NULL;
-            if (r->o->trace) r->sent_at[(size_t)x.bwd * r->C * r->M + ix(r, a->chunk, a->mb)] = tg_trace_now(r->o->trace);
+            if (tg_trace_on) r->xfer_span[(size_t)x.bwd * r->C * r->M + ix(r, a->chunk, a->mb)] = trace_transfer(&x);
         } else {
             tg_tensor *t = NULL;
             TG_TRY(r->tr->recv(r->tr->ud, &x, &t));
@@ -434,11 +430,30 @@ static tg_status step(struct run *r, int s, int idx, int *blocked)
                 return tg_error(TG_ESTATE, "received twice");
             }
             *dst = t;
-            if (r->o->trace) TG_TRY(trace_transfer(r, s, idx, a, &x));
+            int *xs = &r->xfer_span[(size_t)x.bwd * r->C * r->M + ix(r, a->chunk, a->mb)];
+            tg_trace_close(*xs, NULL);
+            *xs = -1;
         }
     }
     if (!is_comm(a->op)) set_state(r, a);
-    return r->o->trace ? trace_action(r, s, idx, a, t0, args) : TG_OK;
+    return TG_OK;
+}
+
+/* Runs action idx (1-based) of stage s, in a span while tracing. */
+static tg_status step(struct run *r, int s, int idx, int *blocked)
+{
+    const struct tg_sched_action *a = &r->p->actions[s - 1][idx - 1];
+    *blocked = 0;
+    if (r->dry || !tg_trace_on) return run_action(r, s, a, blocked);
+    /* a W without work: the wgrad was not delayed, B computed it */
+    int noop = a->op == TG_SCHED_W && !w_pending(r, a);
+    tg_trace_set_stage(s);
+    int sp = trace_action(a, s, idx, noop ? "\"noop\":true" : NULL);
+    tg_status st = run_action(r, s, a, blocked);
+    if (st == TG_OK && !*blocked) tg_trace_close(sp, NULL);
+    else tg_trace_drop(sp);
+    tg_trace_set_stage(0);
+    return st;
 }
 
 /* "stage 2 action 1 (recv_fwd chunk 1 mb 1 from stage 1) waits for a send stage 1 never made (it has finished)" ... */
@@ -508,11 +523,11 @@ static tg_status run_alloc(struct run *r, const tg_sched_plan *p)
     r->y_out = calloc(n, sizeof *r->y_out);
     r->dx_out = calloc(n, sizeof *r->dx_out);
     r->state = calloc(n, 1);
-    r->sent_at = malloc(2 * n * sizeof *r->sent_at);
+    r->xfer_span = malloc(2 * n * sizeof *r->xfer_span);
     r->posted = calloc(2 * n, 1);
-    if (!r->x_in || !r->dy_in || !r->y_out || !r->dx_out || !r->state || !r->sent_at || !r->posted)
+    if (!r->x_in || !r->dy_in || !r->y_out || !r->dx_out || !r->state || !r->xfer_span || !r->posted)
         return tg_error(TG_ENOMEM, "out of host memory");
-    for (size_t i = 0; i < 2 * n; i++) r->sent_at[i] = -1;
+    for (size_t i = 0; i < 2 * n; i++) r->xfer_span[i] = -1;
     return TG_OK;
 }
 
@@ -530,14 +545,16 @@ static void run_release(struct run *r)
     free(r->y_out);
     free(r->dx_out);
     free(r->state);
-    free(r->sent_at);
+    free(r->xfer_span);
     free(r->posted);
 }
+
+static int running; /* a tg_sched_run is in progress */
 
 tg_status tg_sched_run(const tg_sched_plan *p, const tg_sched_opts *o)
 {
     TG_TRY(check_plan(p, o));
-    if (hook_run) return tg_error(TG_ESTATE, "schedule: another schedule is running (executors do not nest)");
+    if (running) return tg_error(TG_ESTATE, "schedule: another schedule is running (executors do not nest)");
     struct run r = {.o = o};
     struct tg_sched_transport local = {0};
     tg_status st = run_alloc(&r, p);
@@ -546,20 +563,12 @@ tg_status tg_sched_run(const tg_sched_plan *p, const tg_sched_opts *o)
     /* graphed sets replay from the start of their order */
     for (int c = 0; st == TG_OK && o->graphed && c < p->nchunks; c++)
         if (o->graphed[c]) tg_graphed_reset(o->graphed[c]);
-    if (st == TG_OK && o->trace) {
-        char name[32];
-        for (int s = 1; s <= p->stages && st == TG_OK; s++) {
-            if (o->local && !o->local[s - 1]) continue;
-            snprintf(name, sizeof name, "stage %d", s);
-            st = tg_trace_name_track(o->trace, o->trace_pid, s, name);
-        }
-    }
     if (st == TG_OK) {
-        hook_run = &r;
-        if (o->trace) tg_engine_set_hook_observer(on_hook, &r);
+        running = 1;
+        tg_trace_set_pid(o->trace_pid);
         st = run_all(&r);
-        if (o->trace) tg_engine_set_hook_observer(NULL, NULL);
-        hook_run = NULL;
+        tg_trace_set_pid(-1);
+        running = 0;
     }
     if (st == TG_OK && r.tr->finish) st = r.tr->finish(r.tr->ud);
     if (local.free) local.free(local.ud);

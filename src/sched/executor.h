@@ -1,10 +1,9 @@
-/* executor.h — runs pipeline schedules (per-stage action lists) on modules or graphed callables, with pluggable transfers and a trace. */
+/* executor.h — runs pipeline schedules (per-stage action lists) on modules or graphed callables, with pluggable transfers. */
 #ifndef TG_EXECUTOR_H
 #define TG_EXECUTOR_H
 
 #include "graph/graphed.h"
 #include "nn/nn.h"
-#include "sched/trace.h"
 
 /* ------------------------------------------------------------------ plans
  * The C form of a lua/tegraph/schedule plan. Chunks are global model chunks
@@ -98,9 +97,11 @@ typedef struct tg_sched_opts {
     const int *local;
     /* NULL: the in-process mailbox. Not freed by the executor. */
     struct tg_sched_transport *transport;
-    /* Records every action, hook dispatch and transfer (NULL: none). */
-    tg_trace *trace;
-    int trace_pid;             /* pid of the events (the rank) */
+    /* While a trace runs (tg_trace_begin), every action is a span on its
+     * stage's track, hook dispatches inside it land there too, and each
+     * in-process transfer is an async span from send to recv. trace_pid: the
+     * trace process of the run's spans (< 0: the rank). */
+    int trace_pid;
     /* Synchronise the device after each compute action, so the trace shows
      * device time rather than launch time (no effect on the CPU). */
     int sync;
@@ -113,12 +114,16 @@ typedef struct tg_sched_opts {
  * naming each stuck stage's action. So the result does not depend on a
  * lucky global order.
  * F calls the chunk's forward (or graphed forward), B its backward (dgrad;
- * wgrad now unless delayed; a fused B also runs the queued wgrad), W its
- * backward_dw (or W-graph replay; nothing when the chunk queued none).
- * Hooks fire inside those calls per the hook contract. The plan's
- * structure (chunks on their owners, peers, ranges) is checked before
- * anything runs; errors name the stage and action:
- * "stage 2 action 3 (B chunk 2 mb 1): ...". Leaves steps to the caller. */
+ * wgrad now unless delayed; a fused B also runs its microbatch's queued
+ * wgrad), W its backward_dw of the action's microbatch (or W-graph replay;
+ * nothing when the chunk queued none). Hooks fire inside those calls per the
+ * hook contract. The plan's structure (chunks on their owners, peers,
+ * ranges) and each chunk's W order (a chunk's wgrad store is a FIFO in B
+ * order: every W, and the W of a fused B+W, must take its head) are checked
+ * before anything runs; errors name the stage and action: "stage 2 action 3
+ * (B chunk 2 mb 1): ...", "stage 1 action 7 (W chunk 1 mb 2): W of chunk 1
+ * must follow its B order; the wgrad store's head is mb 1". Leaves steps to
+ * the caller. */
 tg_status tg_sched_run(const tg_sched_plan *plan, const tg_sched_opts *o);
 
 /* The compute actions of all stages in the order tg_sched_run executes them

@@ -1,8 +1,5 @@
-# src/sched: the schedule executor (per-stage action lists on modules or graphed callables), transports, traces.
+# src/sched: the schedule executor (per-stage action lists on modules or graphed callables) and its transports.
 libtegraph_la_SOURCES += \
 	%D%/executor.h \
-	%D%/executor.c \
-	%D%/trace.h \
-	%D%/trace.c \
-	%D%/devtrace.c
+	%D%/executor.c
 libtegraph_la_SOURCES += %D%/transport_comm.h %D%/transport_comm.c

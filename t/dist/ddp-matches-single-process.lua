@@ -19,9 +19,9 @@ local function build(delay)
     return x
   end
   return tg.nn.Sequential {
-    tg.nn.Linear(o { ["in"] = D, out = H, name = "fc_in" }),
-    tg.nn.LayerNormMLP(o { dim = H, hidden = 2 * H, name = "mlp" }),
-    tg.nn.LayerNormLinear(o { ["in"] = H, out = D, name = "proj" }),
+    tg.nn.Linear(D, H, o { name = "fc_in" }),
+    tg.nn.LayerNormMLP(H, 2 * H, o { name = "mlp" }),
+    tg.nn.LayerNormLinear(H, D, o { name = "proj" }),
     name = "net",
   }
 end
@@ -42,16 +42,16 @@ end
 local function step(model, g, xs, dys, mbs, delay, scale)
   tg.step_begin { microbatches = #mbs }
   for m, gi in ipairs(mbs) do
-    if g then g[1]:forward(m, xs[gi]) else model:forward(xs[gi], m) end
+    if g then g[1]:forward(xs[gi], m) else model:forward(xs[gi], m) end
   end
   for m = #mbs, 1, -1 do
     local dy = dys[mbs[m]]:mul(scale)
     if g then
-      g[1]:backward(m, dy)
+      g[1]:backward(dy, m)
       if delay then g[1]:backward_dw(m) end
     else
       model:backward(dy, m)
-      if delay then model:backward_dw() end
+      if delay then model:backward_dw(m) end
     end
   end
   tg.step_end()

@@ -24,8 +24,8 @@ local function build(C, delay)
   for c = 1, C do
     local pre = "c" .. c
     chunks[c] = tg.nn.Sequential {
-      tg.nn.Linear { ["in"] = D, out = D, name = pre .. ".fc", chunk = c, delay_wgrad = delay },
-      tg.nn.LayerNormMLP { dim = D, hidden = 2 * D, name = pre .. ".mlp", chunk = c, delay_wgrad = delay },
+      tg.nn.Linear(D, D, { name = pre .. ".fc", chunk = c, delay_wgrad = delay }),
+      tg.nn.LayerNormMLP(D, 2 * D, { name = pre .. ".mlp", chunk = c, delay_wgrad = delay }),
       name = pre, chunk = c }
   end
   return chunks

@@ -10,7 +10,7 @@ local stage = pp:rank() + 1
 local D, TOK, M = 8, 4, 4
 tg.manual_seed(1234)
 local chunks = {}
-for c = 1, 2 do chunks[c] = tg.nn.Linear { ["in"] = D, out = D, name = "c" .. c, chunk = c } end
+for c = 1, 2 do chunks[c] = tg.nn.Linear(D, D, { name = "c" .. c, chunk = c }) end
 tg.manual_seed(99)
 local xs, dys = {}, {}
 for m = 1, M do

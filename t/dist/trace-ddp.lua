@@ -11,9 +11,9 @@ local BUCKET = 200 -- elements: several buckets
 
 tg.manual_seed(1234)
 local model = tg.nn.Sequential {
-  tg.nn.Linear { ["in"] = D, out = H, name = "fc_in", fuse_wgrad_accumulation = true },
-  tg.nn.LayerNormMLP { dim = H, hidden = 2 * H, name = "mlp", fuse_wgrad_accumulation = true },
-  tg.nn.LayerNormLinear { ["in"] = H, out = D, name = "proj", fuse_wgrad_accumulation = true },
+  tg.nn.Linear(D, H, { name = "fc_in", fuse_wgrad_accumulation = true }),
+  tg.nn.LayerNormMLP(H, 2 * H, { name = "mlp", fuse_wgrad_accumulation = true }),
+  tg.nn.LayerNormLinear(H, D, { name = "proj", fuse_wgrad_accumulation = true }),
   name = "net",
 }
 local ddp = reduce.ddp { params = model:parameters(), bucket_numel = BUCKET, op = "avg" }

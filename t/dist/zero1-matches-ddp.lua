@@ -16,9 +16,9 @@ local function build(dtype)
     return x
   end
   return tg.nn.Sequential {
-    tg.nn.Linear(o { ["in"] = D, out = H, name = "fc_in" }),
-    tg.nn.LayerNormMLP(o { dim = H, hidden = 2 * H, name = "mlp" }),
-    tg.nn.Linear(o { ["in"] = H, out = D, name = "fc_out" }),
+    tg.nn.Linear(D, H, o { name = "fc_in" }),
+    tg.nn.LayerNormMLP(H, 2 * H, o { name = "mlp" }),
+    tg.nn.Linear(H, D, o { name = "fc_out" }),
     name = "net",
   }
 end

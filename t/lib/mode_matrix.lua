@@ -84,14 +84,14 @@ function MM.run(cfg)
         local c, m = a.chunk, a.mb
         if a.op == "F" then
           local x = c == 1 and xs[m] or acts[m]
-          local y = g and g[c]:forward(m, x) or chunks[c]:forward(x, m)
+          local y = g and g[c]:forward(x, m) or chunks[c]:forward(x, m)
           if c == 1 then acts[m] = y end
         elseif a.op == "B" then
           local dy = c == 2 and dys[m] or dacts[m]
-          local dx = g and g[c]:backward(m, dy) or chunks[c]:backward(dy, m)
+          local dx = g and g[c]:backward(dy, m) or chunks[c]:backward(dy, m)
           if c == 2 then dacts[m] = dx end
         elseif delay then
-          if g then g[c]:backward_dw(m) else chunks[c]:backward_dw() end
+          if g then g[c]:backward_dw(m) else chunks[c]:backward_dw(m) end
         end
       end
       tg.step_end()

@@ -1,6 +1,6 @@
 -- execute.lua — runs plans on real modules through the C executor (tegraph.core.sched): eager or
 -- graphed, in one process or one stage per rank over a pipeline communicator (opts.comm); graphed
--- sets captured in the executed order; traces and measured idle.
+-- sets captured in the executed order; measured idle from the trace.
 -- Needs the C core, loaded on first use (the rest of tegraph.schedule stays plain Lua).
 local plan_ = require "tegraph.schedule.plan"
 local simulate = require "tegraph.schedule.simulate"
@@ -27,11 +27,6 @@ local function per_mb(v, what)
     end
   end
   error("schedule.execute: " .. what .. " must be a function(mb) or a list of tensors", 3)
-end
-
--- A new trace (tegraph.Trace): pass it as opts.trace, then trace:write("trace.json") for Perfetto.
-function M.trace()
-  return core().sched.trace()
 end
 
 -- The compute actions in the order execute runs them (stages interleaved until each blocks on a
@@ -121,8 +116,9 @@ end
 --   inputs    = function(mb) -> chunk 1's input, or a list of tensors
 --   loss_grad = function(mb, y) -> d(loss)/dy of the last chunk's output y, or a list of tensors
 --               (returning nil runs the last chunk's backward with dy = nil: a loss chunk)
---   trace     = a trace from M.trace(): every action, hook dispatch and transfer with host times
---   pid       = the trace's process id for this run's events (default 0; one per rank or per run)
+--   pid       = the trace process of this run's spans (default: the rank). While a trace runs
+--               (tg.trace.start()), every action is a span on its stage's track ("stage s"), with
+--               the hook dispatches inside it, and each in-process transfer an async span
 --   sync      = true: synchronise the device after each compute action (device time in the trace)
 --   stages    = {stage numbers this process runs} (default all; with comm: its own stage)
 --   comm      = a pipeline communicator (tg.comm.split{pp = P}.pp, or the world when every rank
@@ -138,13 +134,17 @@ end
 function M.execute(plan, opts)
   local tg = core()
   opts = opts or {}
+  if opts.trace ~= nil then
+    error("schedule.execute: there is no opts.trace: a run records its actions into the running trace " ..
+      "(tg.trace.start() ... tg.trace.stop(path))", 2)
+  end
   plan.owner = plan_.owners(plan)
   if opts.validate then
     local ok, err = validate(plan, { sends = opts.comm and "blocking" or "buffered" })
     if not ok then error("schedule.execute: " .. err, 2) end
   end
   local run_opts = {
-    chunks = opts.chunks, graphed = opts.graphed, trace = opts.trace, sync = opts.sync, pid = opts.pid,
+    chunks = opts.chunks, graphed = opts.graphed, sync = opts.sync, pid = opts.pid,
     stages = opts.stages, comm = opts.comm,
     input = per_mb(opts.inputs or opts.input, "inputs"),
     loss_grad = per_mb(opts.loss_grad, "loss_grad"),
@@ -162,17 +162,20 @@ function M.execute(plan, opts)
   if not ok then error(err, 2) end
 end
 
--- measure(plan, trace [, {pid = 0}]) -> {cost = function(action, stage), busy[s], simulated, unit,
--- relative}: per-action host durations in seconds from the trace (averaged over every run it
--- recorded), each stage's busy time (sum of its compute actions), unit = the mean F duration and
+-- measure(plan, events [, {pid = 0}]) -> {cost = function(action, stage), busy[s], simulated, unit,
+-- relative}: per-action host durations in seconds from the action spans of process pid in events
+-- (tg.trace.events(); averaged over every run they hold), each stage's busy time (sum of its compute actions), unit = the mean F duration and
 -- relative(action, stage) = cost / unit (for svg), and simulate(plan, measured costs): what the schedule's
 -- makespan and per-stage idle time are when the stages run concurrently with those costs.
 -- On one device the stages take turns, so wall-clock gaps in the trace are not pipeline bubbles;
 -- replaying measured costs through the simulator is how "measured" idle time is obtained.
-function M.measure(plan, trace, opts)
+function M.measure(plan, events, opts)
+  if type(events) ~= "table" then
+    error("schedule.measure: events must be the list tg.trace.events() returns (got " .. type(events) .. ")", 2)
+  end
   local pid = opts and opts.pid or 0
   local sum, count = {}, {}
-  for _, e in ipairs(trace:events()) do
+  for _, e in ipairs(events) do
     if e.cat == "action" and e.ph == "X" and e.pid == pid then
       local op = e.op == "B+W" and "B" or e.op
       local k = e.stage .. ":" .. op .. ":" .. e.chunk .. ":" .. e.mb

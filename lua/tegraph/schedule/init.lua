@@ -20,10 +20,10 @@ local M = {
 }
 
 -- Running plans on modules (needs the C core, loaded on first call): execute, make_graphed,
--- exec_order (the executed compute order), trace, measure.
+-- exec_order (the executed compute order), measure (per-action costs from tg.trace.events()).
 local exec = require "tegraph.schedule.execute"
 M.execute, M.make_graphed, M.exec_order = exec.execute, exec.make_graphed, exec.order
-M.trace, M.measure = exec.trace, exec.measure
+M.measure = exec.measure
 
 -- Generators by the names the CLI accepts, in the order it lists them.
 M.generators = {

@@ -1,6 +1,7 @@
 -- validate.lua — checks a plan before anything runs it: well-formed actions, F before B before W
--- per (chunk, microbatch), inputs and gradients present (locally or received), sends matched by
--- receives, every (chunk, mb) complete, and no deadlock (by running the lists against each other).
+-- per (chunk, microbatch), each chunk's W in its B order (the wgrad store is a FIFO), inputs and
+-- gradients present (locally or received), sends matched by receives, every (chunk, mb) complete,
+-- and no deadlock (by running the lists against each other).
 local plan_ = require "tegraph.schedule.plan"
 local engine = require "tegraph.schedule.engine"
 
@@ -36,7 +37,9 @@ local function check_fields(a, s, P, C, Mb)
 end
 
 -- validate(plan [, {sends = "blocking"|"buffered"}]) -> true, or nil, message, {stage, index}.
--- The message names the first offending action: "stage 2 action 5 (W chunk 2 mb 1): W before B".
+-- The message names the first offending action: "stage 2 action 5 (W chunk 2 mb 1): W before B",
+-- "stage 1 action 7 (W chunk 1 mb 2): W of chunk 1 must follow its B order; the wgrad store's
+-- head is mb 1".
 -- Deadlock is checked with blocking sends (a send waits for its receive) unless sends = "buffered".
 return function(plan, opts)
   local herr = check_header(plan)
@@ -62,6 +65,15 @@ return function(plan, opts)
 
   local done = {} -- "s:op:c:m" -> true once that action ran on stage s
   local fused = {} -- "c:m" -> true when its B carried w = true
+  local store = {} -- chunk -> {mb...}: its delayed wgrads in B order (the engine's FIFO)
+  -- The W of (c, m), plain or fused, takes the head of c's store; an error message otherwise.
+  local function pop_w(c, m, what)
+    local q = store[c]
+    if q[1] ~= m then
+      return fmt("%s of chunk %d must follow its B order; the wgrad store's head is mb %d", what, c, q[1])
+    end
+    table.remove(q, 1)
+  end
   local function did(s, op, c, m) return done[s .. ":" .. op .. ":" .. c .. ":" .. m] end
 
   for s = 1, P do
@@ -98,12 +110,18 @@ return function(plan, opts)
             return fail(fmt("B before its output gradient is received (recv_bwd chunk %d mb %d)", c + 1, m))
           end
         end
+        store[c] = store[c] or {}
+        table.insert(store[c], m)
         if a.w then
+          local werr = pop_w(c, m, "the fused W")
+          if werr then return fail(werr) end
           done[s .. ":W:" .. c .. ":" .. m] = true
           fused[c .. ":" .. m] = true
         end
       elseif op == "W" then
         if not did(s, "B", c, m) then return fail("W before B") end
+        local werr = pop_w(c, m, "W")
+        if werr then return fail(werr) end
       else
         local sending = op:sub(1, 4) == "send"
         local fwd = op:sub(6) == "fwd"
