@@ -91,6 +91,33 @@ TG_API tg_device tg_default_device(void);
 typedef enum tg_launch_var { TG_ENV_RANK = 0, TG_ENV_WORLD_SIZE, TG_ENV_LOCAL_RANK, TG_ENV_LOCAL_SIZE } tg_launch_var;
 TG_API int tg_launch_env(tg_launch_var what, int def);
 
+/* ------------------------------------------------------------------ the world of a multi-rank job
+ * Scripts reach the other ranks through the world communicator
+ * (tegraph.comm.world()), set up from the launcher's environment at its first
+ * use: MPI under mpirun (CPU tensors; plus NCCL for CUDA tensors), NCCL under
+ * `tegraph run -n N` on GPUs (TG_RANK, TG_WORLD_SIZE, TG_NCCL_ID), a single
+ * rank otherwise. A host that runs scripts on the ranks of a job calls these
+ * around them, as the `tegraph` program does. */
+
+/* A fresh NCCL unique id, written as 2 * 128 hex digits and a NUL into hex
+ * (n >= 257): the TG_NCCL_ID a host gives the ranks it starts itself (with
+ * TG_RANK and TG_WORLD_SIZE). The process that made it must stay alive until
+ * the ranks have joined. TG_ENOTSUP without NCCL. */
+TG_API tg_status tg_world_nccl_id(char *hex, size_t n);
+/* Waits for the device-side operations of every communicator of this
+ * process; fails (TG_EDEVICE) if one failed, timed out or was aborted. Call
+ * it after a rank's last script, before reporting success: a collective can
+ * fail after the script has moved on. */
+TG_API tg_status tg_world_drain(void);
+/* Stops the whole job after a fatal error on this rank: NCCL communicators
+ * are aborted, and under MPI every rank ends (MPI_Abort with code; it does
+ * not return). Does nothing without a multi-rank world. */
+TG_API void tg_world_abort(int code);
+/* Tears the world down (NCCL communicators destroyed, MPI finalised);
+ * communicators cannot be used afterwards. Runs at exit by itself;
+ * idempotent. */
+TG_API void tg_world_finalize(void);
+
 /* ------------------------------------------------------------------ tensors
  * A tensor is a handle on refcounted storage: contiguous, row-major, up to 4
  * dimensions, with an element offset into its storage (views share storage).
@@ -225,8 +252,9 @@ TG_API tg_status tg_stream_end_capture(tg_stream *s, tg_graph **out);
 TG_API tg_status tg_graph_replay(tg_graph *g, tg_stream *s);
 /* Number of commands captured (CUDA: graph nodes). */
 TG_API size_t tg_graph_size(const tg_graph *g);
-/* Keeps pool alive as long as the graph (graph memory). */
-TG_API void tg_graph_keep_pool(tg_graph *g, tg_pool *pool);
+/* Keeps pool alive as long as the graph (graph memory); keeping it twice is
+ * keeping it once. A graph keeps at most 8 pools: another one is TG_EINVAL. */
+TG_API tg_status tg_graph_keep_pool(tg_graph *g, tg_pool *pool);
 TG_API void tg_graph_free(tg_graph *g);
 
 /* Events mark a point of a stream's work, to order streams and to time them.
@@ -375,6 +403,12 @@ TG_API void tg_runtime_free(tg_runtime *rt);
 TG_API tg_status tg_runtime_dofile(tg_runtime *rt, const char *path, int argc, char **argv);
 /* Runs a chunk of Lua code; chunkname as in lua_load (e.g. "=(command line)"). */
 TG_API tg_status tg_runtime_dostring(tg_runtime *rt, const char *code, const char *chunkname);
+/* Calls require(module)[func](argv[0], ..., argv[argc-1]), the arguments as
+ * Lua strings. When result is not NULL and the function's first result is an
+ * integer, *result is set to it (else it is left as it was). Errors as in
+ * tg_runtime_dofile (a missing module or function too). */
+TG_API tg_status tg_runtime_call(tg_runtime *rt, const char *module, const char *func, int argc, char **argv,
+                                 int *result);
 /* The last error of this runtime ("" if none). */
 TG_API const char *tg_runtime_error(const tg_runtime *rt);
 /* The Lua state, for hosts that want the full Lua C API. */
@@ -387,6 +421,10 @@ TG_API tg_status tg_runtime_register(tg_runtime *rt, const char *name, tg_lua_cf
 /* Opens the `tegraph.core` module (what `require "tegraph.core"` calls);
  * pushes the core table. A runtime preloads it already. */
 TG_API int luaopen_tegraph_core(struct lua_State *L);
+/* The same under another name: for a Lua C module that is itself loaded as
+ * `tegraph.core` (as lua/tegraph.so is), whose own luaopen_tegraph_core would
+ * otherwise call itself. */
+TG_API int tg_lua_open_core(struct lua_State *L);
 
 /* The tensor at stack index idx. Raises a Lua error when the value is not a
  * tegraph tensor or the tensor was closed. The handle stays owned by Lua:

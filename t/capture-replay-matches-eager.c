@@ -169,7 +169,7 @@ int main(void)
     ok(pooled && tg_fill(pooled, 7) == TG_OK, "ops on the pool tensor are captured");
     g2 = NULL;
     ok(tg_stream_end_capture(s, &g2) == TG_OK && g2, "end capture");
-    if (g2) tg_graph_keep_pool(g2, pool);
+    ok(g2 && tg_graph_keep_pool(g2, pool) == TG_OK, "the graph keeps the pool");
     tg_pool_release(pool); /* the graph keeps it */
     ok(pooled && !all_equal(pooled, 7), "the pool tensor is not filled before replay");
     ok(g2 && tg_graph_replay(g2, s) == TG_OK && all_equal(pooled, 7), "the pool tensor is filled at replay");

@@ -139,8 +139,7 @@ int main(void)
     st = tg_stream_end_capture(s, &g);
     ok(st == TG_OK && g, "end capture returns a graph (%s)", st == TG_OK ? "ok" : tg_last_error());
     if (!g) bail_out("no graph");
-    tg_graph_keep_pool(g, pool);
-    tg_graph_keep_pool(g, late);
+    ok(tg_graph_keep_pool(g, pool) == TG_OK && tg_graph_keep_pool(g, late) == TG_OK, "the graph keeps both pools");
     ok(tg_graph_size(g) >= 5, "the graph has a node per captured op at least (%zu nodes)", tg_graph_size(g));
     is_int((long long)count_nan(y), M * N, "capture did not run the work (y still poisoned)");
 

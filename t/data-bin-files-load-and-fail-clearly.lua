@@ -97,5 +97,20 @@ tap.error_like(function() ld:batch(1, 100) end, "too few for windows of 100", "w
 tap.error_like(function() data.write(tmp("bad.bin"), { 1, 70000 }) end, "token 2 is 70000, expected an integer in 0%.%.65535",
   "write refuses ids beyond uint16")
 
+-- the decoding under the loader: windows out of the file name the window; u16_scan
+local ops = require("tegraph.core").ops
+local bytes = u16s { 10, 20, 30, 40, 50 }
+local wx, wy = ops.token_windows(bytes, 0, { 0, 2 }, 2, "cpu")
+tap.is_deeply({ wx:totable(), wy:totable() }, { { { 10, 20 }, { 30, 40 } }, { { 20, 30 }, { 40, 50 } } },
+  "token_windows decodes little-endian uint16 windows and their shift")
+tap.error_like(function() ops.token_windows(bytes, 0, { 0, 3 }, 2, "cpu") end,
+  "window 2 starts at 3; it needs tokens up to 6 but there are 5", "a window past the last token is named")
+tap.error_like(function() ops.token_windows(bytes, 0, { 0.5 }, 2, "cpu") end, "window 1: its start is not an integer",
+  "a start that is not an integer is named")
+tap.error_like(function() ops.u16_scan(bytes, 2, 5) end, "token bytes %[2, 12%) outside the 10 bytes given",
+  "u16_scan refuses a span past the bytes")
+local mx, at = ops.u16_scan(u16s { 7, 300, 2, 300 }, 0, 4)
+tap.is_deeply({ mx, at }, { 300, 1 }, "u16_scan: the largest id and its first position")
+
 for _, p in ipairs(files) do os.remove(p) end
 tap.done_testing()

@@ -12,6 +12,11 @@ DIST_SH_TESTS = \
 	t/dist-pipeline-matches-single-process.sh \
 	t/dist-pipeline-peer-stops-the-run.sh
 TESTS += $(DIST_LUA_TESTS) $(DIST_SH_TESTS)
+
+check_PROGRAMS += t/dist-world-calls-outside-a-job.t
+TESTS += t/dist-world-calls-outside-a-job.t
+t_dist_world_calls_outside_a_job_t_SOURCES = t/dist-world-calls-outside-a-job.c
+t_dist_world_calls_outside_a_job_t_LDADD = $(TG_TEST_LIBS)
 EXTRA_DIST += $(DIST_LUA_TESTS) $(DIST_SH_TESTS) \
 	t/dist/comm-ops.lua \
 	t/dist/ddp-matches-single-process.lua \

@@ -54,10 +54,10 @@ do
     "a wrong input dtype names both dtypes")
   t.error_like(function() g:forward(x, 9) end, "microbatch 9 of 3", "a microbatch out of range is refused")
   -- the failed calls changed nothing: the order goes on where it was
-  g:forward(x, 2); g:forward(x, 3)
-  for mb = M, 1, -1 do g:backward(dy, mb); g:backward_dw(mb) end
-  t.pass = t.pass or function(msg) t.ok(true, msg) end
-  t.ok(true, "after refused calls the captured order still replays to the end")
+  t.lives_ok(function()
+    g:forward(x, 2); g:forward(x, 3)
+    for mb = M, 1, -1 do g:backward(dy, mb); g:backward_dw(mb) end
+  end, "after refused calls the captured order still replays to the end")
   g:reset()
   t.lives_ok(function() g:forward(x, 1) end, "reset starts the order again")
 end
@@ -155,6 +155,23 @@ do
   local y = g:forward(x, 1)
   t.is(y:max_abs_diff(x), 0, "a single Lua-table module is graphed as one chunk and replays")
   g:backward(dy, 1)
+end
+
+-- Warm-up runs the order 3 times unless told otherwise (the engine's default, for C and Lua
+-- alike), then each F is captured once; a negative count is refused.
+do
+  local calls = 0
+  local counter = {
+    forward = function(self, xx, mb) calls = calls + 1; return xx:clone() end,
+    backward = function(self, d, mb) return d:clone() end,
+  }
+  tg.graph.make_graphed(counter, { sample = x, microbatches = 2 })
+  t.is(calls, 3 * 2 + 2, "by default warm-up runs 3 iterations of 2 microbatches, then 2 captured forwards")
+  calls = 0
+  tg.graph.make_graphed(counter, { sample = x, microbatches = 2, warmup = 1 })
+  t.is(calls, 1 * 2 + 2, "warmup = 1: one iteration")
+  t.error_like(function() tg.graph.make_graphed(counter, { sample = x, microbatches = 1, warmup = -1 }) end,
+    "make_graphed: warmup must be >= 1 %(got %-1%)", "a negative warmup is refused")
 end
 
 -- Gradients before make_graphed survive its warm-up.

@@ -66,6 +66,19 @@ x:copy_({ 2, 2, 2 })
 g2:replay()
 tap.is_deeply(out:totable(), { 6, 6, 6 }, "and again with new inputs")
 
+-- a graph keeps at most 8 pools: its own and 7 more; the ninth is an error, not an abort
+local kept = {}
+for i = 1, 7 do
+  kept[i] = tg.pool("cpu")
+  g2:keep_pool(kept[i])
+end
+tap.lives_ok(function() g2:keep_pool(kept[3]) end, "keeping a kept pool again is fine")
+tap.error_like(function() g2:keep_pool(tg.pool("cpu")) end, "lua%-capture%-replay%.lua:%d+: keep_pool: a graph keeps at most 8 pools alive",
+  "a ninth kept pool fails with a message naming the limit and the caller's line")
+tap.error_like(function() g2:keep_pool(x) end, "bad argument #1 to 'keep_pool' %(a pool", "keep_pool of a non-pool is refused")
+g2:replay()
+tap.is_deeply(out:totable(), { 6, 6, 6 }, "the graph still replays after the refused pool")
+
 -- a stream of our own
 local s = tg.stream.new("side", "cpu")
 tap.is(s:name(), "side", "a new stream has its name")

@@ -152,7 +152,7 @@ end
 
 -- Removal: register_hook returns the parameter and the hook's id; remove_hook(id) stops that hook only.
 do
-  local lin = nn.Linear { ["in"] = 3, out = 2, name = "rm" }
+  local lin = nn.Linear { in_features = 3, out_features = 2, name = "rm" }
   local W = lin:parameters()[1]
   local a, b = 0, 0
   local same, id = W:register_hook(function() a = a + 1 end)

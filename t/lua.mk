@@ -7,8 +7,15 @@ LUA_TESTS = \
 	t/cli-parse-accepts-gpt-flags-and-rejects-bad-ones.lua
 LUA_SH_TESTS = \
 	t/cli-exit-codes.sh \
+	t/cli-run-help-and-e-on-ranks.sh \
+	t/cli-progress-on-ranks-without-a-terminal-is-plain-lines.sh \
 	t/require-from-stock-lua.sh \
 	t/embed-host-example.sh \
 	t/examples-hello-runs.sh
 TESTS += $(LUA_TESTS) $(LUA_SH_TESTS)
+
+check_PROGRAMS += t/runtime-call-passes-arguments.t
+TESTS += t/runtime-call-passes-arguments.t
+t_runtime_call_passes_arguments_t_SOURCES = t/runtime-call-passes-arguments.c
+t_runtime_call_passes_arguments_t_LDADD = $(TG_TEST_LIBS)
 EXTRA_DIST += $(LUA_TESTS) $(LUA_SH_TESTS)

@@ -4,6 +4,7 @@
 
 #include "core/core.h"
 #include "core/ops_nn.h"
+#include "core/ops_optim.h"
 
 #include <stddef.h>
 

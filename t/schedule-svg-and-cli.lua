@@ -97,7 +97,7 @@ local function run_cli(args)
   local real_out, real_err = io.stdout, io.stderr
   io.stdout = { write = function(self, ...) for _, v in ipairs({ ... }) do out[#out + 1] = tostring(v) end return self end }
   io.stderr = { write = function(self, ...) for _, v in ipairs({ ... }) do err[#err + 1] = tostring(v) end return self end }
-  local okc, status = pcall(S.cli, args)
+  local okc, status = pcall(S.cli, table.unpack(args))
   io.stdout, io.stderr = real_out, real_err
   if not okc then error(status) end
   return status, table.concat(out), table.concat(err)

@@ -3,7 +3,7 @@
  * larger than a work chunk, more tensors than one CUDA launch takes — and no byte around them; it captures and
  * replays, and rejects bad lists. On the CPU always, and on CUDA when there is a device. */
 #include "core/core.h"
-#include "core/ops_nn.h"
+#include "core/ops_optim.h"
 #include "tap.h"
 
 #include <stdlib.h>

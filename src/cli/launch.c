@@ -2,7 +2,6 @@
 #include "config.h"
 #include "tegraph.h"
 #include "cli/launch.h"
-#include "dist/comm.h"
 
 #ifdef TG_HAVE_MPI
 #include <mpi.h> /* OPEN_MPI: which mpirun flags exist */
@@ -119,7 +118,7 @@ void tg_cli_rank_end(int failed)
         fprintf(stderr, "tegraph: rank %d failed; stopping the job\n", rank);
         fflush(stderr);
     }
-    tg_comm_abort_world(1); /* under MPI this ends every rank (and does not return) */
+    tg_world_abort(1); /* under MPI this ends every rank (and does not return) */
 }
 
 /* ------------------------------------------------------------------ the launcher */
@@ -256,7 +255,7 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
                                 2);
         }
         /* the parent holds the id's bootstrap root until the ranks have joined */
-        if (tg_comm_nccl_unique_id(id, sizeof id) != TG_OK) return launch_error("%s", tg_last_error(), 1);
+        if (tg_world_nccl_id(id, sizeof id) != TG_OK) return launch_error("%s", tg_last_error(), 1);
         nccl_id = id;
     }
     pid_t *pids = calloc((size_t)n, sizeof *pids);
@@ -432,9 +431,18 @@ int tg_cli_launch(int argc, char **argv)
     char *end;
     long n = strtol(argv[1], &end, 10);
     if (*end || n < 1 || n > 4096) return launch_error("bad number of ranks '%s' (1 to 4096)", argv[1], 2);
-    if (argc < 3) return launch_error("%s", "no script: tegraph run -n N FILE.lua [ARGS...]", 2);
+    if (argc < 3) return launch_error("%s", "no script: tegraph run -n N FILE.lua [ARGS...] (or -e CODE)", 2);
+    if (strcmp(argv[2], "-e") == 0) { /* the ranks run `exe run -e CODE` */
+        if (argc < 4) return launch_error("%s", "-e needs a chunk of Lua code", 2);
+        if (argc > 4) return launch_error("-e takes one argument (unexpected '%s')", argv[4], 2);
+    } else if (argv[2][0] == '-' && argv[2][1] != '\0') {
+        return launch_error("unknown option '%s' (tegraph run -n N FILE.lua [ARGS...] or -e CODE)", argv[2], 2);
+    }
+    /* whether the launcher's stdout is a terminal: the ranks' may be a pseudo-terminal of mpirun's
+     * when it is not (tg.isatty and the progress display ask this) */
+    setenv("TG_STDOUT_TTY", isatty(1) ? "1" : "0", 1);
     const char *exe = self_exe(argv[0]);
-    /* the ranks run `exe run FILE ARGS...` */
+    /* the ranks run `exe run FILE ARGS...` (or `exe run -e CODE`) */
     int nchild = argc - 2 + 2;
     char **child_argv = calloc((size_t)nchild + 1, sizeof *child_argv);
     if (!child_argv) return launch_error("%s", "out of memory", 1);

@@ -2,9 +2,10 @@
 #ifndef TG_CLI_LAUNCH_H
 #define TG_CLI_LAUNCH_H
 
-/* `tegraph run -n N FILE.lua [ARGS...]`, argv[0] = "-n": starts N ranks of
- * `tegraph run FILE.lua ARGS...` and returns the exit status (2: usage
- * error). On GPUs (NCCL built, a CUDA device visible, TG_DEVICE not "cpu")
+/* `tegraph run -n N FILE.lua [ARGS...]` or `tegraph run -n N -e CODE`,
+ * argv[0] = "-n": starts N ranks of `tegraph run FILE.lua ARGS...` (`tegraph
+ * run -e CODE`) and returns the exit status (2: usage error). The ranks get
+ * TG_STDOUT_TTY=1 when the launcher's stdout is a terminal, else 0. On GPUs (NCCL built, a CUDA device visible, TG_DEVICE not "cpu")
  * the ranks are forked here, one GPU each, with TG_RANK, TG_WORLD_SIZE,
  * TG_LOCAL_RANK, TG_LOCAL_WORLD_SIZE and an NCCL unique id (TG_NCCL_ID); when
  * one fails the others are stopped (SIGTERM, then SIGKILL after 5 s) and the

@@ -2,9 +2,6 @@
 #include "config.h"
 #include "tegraph.h"
 #include "cli/launch.h"
-#include "dist/comm.h"
-
-#include <lua.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +18,10 @@ static void usage(FILE *f)
           "commands:\n"
           "  run FILE.lua [ARGS...]   run a Lua script (arg[0] = FILE.lua, arg[1..] = ARGS)\n"
           "  run -n N FILE.lua ...    run it as N local ranks (GPUs: one each, NCCL; CPU: via mpirun)\n"
-          "  FILE.lua [ARGS...]       the same as run\n"
-          "  -e CODE                  run a chunk of Lua code\n"
+          "  run [-n N] -e CODE       run a chunk of Lua code (on N ranks)\n"
+          "  run --help               the options of run\n"
+          "  FILE.lua [ARGS...]       the same as run FILE.lua\n"
+          "  -e CODE                  the same as run -e CODE\n"
           "  schedule NAME -p P -m M [--svg FILE]\n"
           "                           print a pipeline schedule (gpipe, 1f1b, interleaved, zb_h1, zb_v, all)\n"
           "                           and its simulated bubble fraction\n"
@@ -34,6 +33,22 @@ static void usage(FILE *f)
           "  --device DEV             cpu, cuda or cuda:N: the default device (sets TG_DEVICE)\n"
           "\n"
           "exit status: 0 success, 1 script error, 2 usage error\n",
+          f);
+}
+
+static void run_usage(FILE *f)
+{
+    fputs("usage: tegraph run [-n N] FILE.lua [ARGS...]\n"
+          "       tegraph run [-n N] -e CODE\n"
+          "\n"
+          "  FILE.lua [ARGS...]  run a Lua script: arg[0] = FILE.lua, arg[1..] = ARGS (also the script's ...)\n"
+          "  -e CODE             run a chunk of Lua code instead\n"
+          "  -n N                run it as N local ranks: on GPUs one each, forked here and joined by NCCL;\n"
+          "                      on CPUs through mpirun (TG_MPIRUN names it). TG_LAUNCHER=fork|mpirun\n"
+          "                      forces a way; stderr lines get \"[rank R] \" (TG_RANK_PREFIX=0: not)\n"
+          "  -h, --help          this message\n"
+          "\n"
+          "exit status: 0 success, 1 script error (or the first failing rank's status), 2 usage error\n",
           f);
 }
 
@@ -96,7 +111,7 @@ static int run(const char *path, const char *code, int argc, char **argv)
         fflush(stdout);
         fprintf(stderr, "%s\n", tg_runtime_error(rt));
     }
-    if (st == TG_OK && tg_comm_drain_world() != TG_OK) { /* a collective failed after the script moved on */
+    if (st == TG_OK && tg_world_drain() != TG_OK) { /* a collective failed after the script moved on */
         fprintf(stderr, "tegraph: %s\n", tg_last_error());
         st = TG_EDEVICE;
     }
@@ -106,9 +121,36 @@ static int run(const char *path, const char *code, int argc, char **argv)
     return st == TG_OK ? EXIT_OK : EXIT_SCRIPT;
 }
 
+/* `tegraph -e CODE`, `tegraph run -e CODE`: one argument, the chunk. */
+static int run_code(int argc, char **argv)
+{
+    if (argc < 2) return usage_error("%s", "-e needs a chunk of Lua code");
+    if (argc > 2) return usage_error("-e takes one argument (unexpected '%s')", argv[2]);
+    return run(NULL, argv[1], 0, NULL);
+}
+
+/* `tegraph run ...`, argv[0] = "run". */
+static int cmd_run(int argc, char **argv)
+{
+    if (argc < 2) return usage_error("%s", "run needs a script: tegraph run FILE.lua [ARGS...] (or -e CODE)");
+    const char *a = argv[1];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        run_usage(stdout);
+        return EXIT_OK;
+    }
+    if (strcmp(a, "-n") == 0) return tg_cli_launch(argc - 1, argv + 1); /* launch.c: N ranks */
+    if (strcmp(a, "-e") == 0) return run_code(argc - 1, argv + 1);
+    if (a[0] == '-' && a[1] != '\0') {
+        fprintf(stderr, "tegraph run: unknown option '%s'\n\n", a);
+        run_usage(stderr);
+        return EXIT_USAGE;
+    }
+    return run(a, NULL, argc - 2, argv + 2);
+}
+
 /* `tegraph schedule NAME --stages P --microbatches M [--svg FILE]`: the schedule
- * library's cli() prints the table and the simulated bubble; its return value
- * is the exit status. */
+ * library's cli(...), called with the arguments after "schedule", prints the
+ * table and the simulated bubble; its return value is the exit status. */
 static int cmd_schedule(int argc, char **argv)
 {
     tg_runtime *rt = tg_runtime_new();
@@ -116,23 +158,11 @@ static int cmd_schedule(int argc, char **argv)
         fprintf(stderr, "tegraph: %s\n", tg_last_error());
         return EXIT_SCRIPT;
     }
-    lua_State *L = tg_runtime_lua(rt);
-    lua_createtable(L, argc, 0); /* +1: the arguments after "schedule" */
-    for (int k = 0; k < argc; k++) {
-        lua_pushstring(L, argv[k]);
-        lua_rawseti(L, -2, k + 1);
-    }
-    lua_setglobal(L, "TG_SCHEDULE_ARGS");
-    tg_status st = tg_runtime_dostring(rt, "TG_SCHEDULE_STATUS = require('tegraph.schedule').cli(TG_SCHEDULE_ARGS)",
-                                       "=(tegraph schedule)");
     int status = EXIT_SCRIPT;
-    if (st != TG_OK) {
+    if (tg_runtime_call(rt, "tegraph.schedule", "cli", argc, argv, &status) != TG_OK) {
         fflush(stdout);
         fprintf(stderr, "%s\n", tg_runtime_error(rt));
-    } else {
-        lua_getglobal(L, "TG_SCHEDULE_STATUS"); /* +1 */
-        status = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : EXIT_SCRIPT;
-        lua_pop(L, 1);
+        status = EXIT_SCRIPT;
     }
     tg_runtime_free(rt);
     fflush(stdout);
@@ -186,17 +216,9 @@ int main(int argc, char **argv)
         if (i + 1 < argc) return usage_error("info takes no arguments (got '%s')", argv[i + 1]);
         return cmd_info();
     }
-    if (strcmp(cmd, "-e") == 0) {
-        if (i + 1 >= argc) return usage_error("%s", "-e needs a chunk of Lua code");
-        if (i + 2 < argc) return usage_error("-e takes one argument (unexpected '%s')", argv[i + 2]);
-        return run(NULL, argv[i + 1], 0, NULL);
-    }
+    if (strcmp(cmd, "-e") == 0) return run_code(argc - i, argv + i);
     if (strcmp(cmd, "schedule") == 0) return cmd_schedule(argc - i - 1, argv + i + 1);
-    if (strcmp(cmd, "run") == 0) {
-        if (i + 1 >= argc) return usage_error("%s", "run needs a script: tegraph run FILE.lua [ARGS...]");
-        if (strcmp(argv[i + 1], "-n") == 0) return tg_cli_launch(argc - i - 1, argv + i + 1); /* launch.c: N ranks */
-        return run(argv[i + 1], NULL, argc - i - 2, argv + i + 2);
-    }
+    if (strcmp(cmd, "run") == 0) return cmd_run(argc - i, argv + i);
     size_t n = strlen(cmd);
     if (n > 4 && strcmp(cmd + n - 4, ".lua") == 0) return run(cmd, NULL, argc - i - 1, argv + i + 1);
     return usage_error("unknown command '%s'", cmd);

@@ -1,4 +1,4 @@
-# src/core: tensors, storage and pools, streams and graphs, ops, errors, RNG.
+# src/core: tensors, storage and pools, streams and graphs, ops, errors, RNG, token-file decoding.
 libtegraph_la_SOURCES += \
 	%D%/core.h \
 	%D%/error.c \
@@ -9,6 +9,10 @@ libtegraph_la_SOURCES += \
 	%D%/stream.c \
 	%D%/event.c \
 	%D%/ops.c \
+	%D%/ops_check.h \
 	%D%/ops_nn.h \
 	%D%/ops_nn.c \
-	%D%/rng.c
+	%D%/ops_optim.h \
+	%D%/ops_optim.c \
+	%D%/rng.c \
+	%D%/data.h %D%/data.c

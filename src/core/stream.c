@@ -103,12 +103,17 @@ tg_status tg_graph_replay(tg_graph *g, tg_stream *s)
 
 size_t tg_graph_size(const tg_graph *g) { return g ? g->ncmds : 0; }
 
-void tg_graph_keep_pool(tg_graph *g, tg_pool *pool)
+tg_status tg_graph_keep_pool(tg_graph *g, tg_pool *pool)
 {
+    const int max = (int)(sizeof g->pools / sizeof g->pools[0]);
+    if (!g || !pool) return tg_error(TG_EINVAL, "keep_pool: %s is NULL", g ? "the pool" : "the graph");
     for (int i = 0; i < g->npools; i++)
-        if (g->pools[i] == pool) return;
-    TG_ASSERT(g->npools < (int)(sizeof g->pools / sizeof g->pools[0]));
+        if (g->pools[i] == pool) return TG_OK;
+    if (g->npools == max)
+        return tg_error(TG_EINVAL, "keep_pool: a graph keeps at most %d pools alive, and this one keeps %d already", max,
+                        g->npools);
     g->pools[g->npools++] = tg_pool_retain(pool);
+    return TG_OK;
 }
 
 void tg_graph_free(tg_graph *g)

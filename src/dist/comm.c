@@ -144,7 +144,7 @@ static tg_status world_nccl(tg_comm *c)
 }
 #endif
 
-static void finalize_at_exit(void) { tg_comm_finalize(); }
+static void finalize_at_exit(void) { tg_world_finalize(); }
 
 int tg_comm_world_ready(void) { return world != NULL; }
 
@@ -704,7 +704,7 @@ tg_status tg_comm_group_end(tg_comm *c)
 }
 
 /* ------------------------------------------------------------------ process level */
-tg_status tg_comm_nccl_unique_id(char *hex, size_t n)
+tg_status tg_world_nccl_id(char *hex, size_t n)
 {
 #ifdef TG_HAVE_NCCL
     unsigned char id[TG_NCCL_ID_BYTES];
@@ -719,7 +719,7 @@ tg_status tg_comm_nccl_unique_id(char *hex, size_t n)
 #endif
 }
 
-void tg_comm_abort_world(int code)
+void tg_world_abort(int code)
 {
     if (!world || world->size == 1) return;
     for (tg_comm *c = live; c; c = c->next)
@@ -730,14 +730,14 @@ void tg_comm_abort_world(int code)
     (void)code;
 }
 
-tg_status tg_comm_drain_world(void)
+tg_status tg_world_drain(void)
 {
     for (tg_comm *c = live; c; c = c->next)
         if (c->nccl && c->nccl_tr->drain) TG_TRY(c->nccl_tr->drain(c->nccl));
     return TG_OK;
 }
 
-void tg_comm_finalize(void)
+void tg_world_finalize(void)
 {
     if (finalized) return;
     finalized = 1;

@@ -27,7 +27,7 @@ int tg_comm_op_parse(const char *s, tg_comm_op *out);
 const char *tg_comm_op_name(tg_comm_op op);
 
 /* The world communicator, set up at the first call (collective: every rank
- * calls it). Owned by the library until tg_comm_finalize. */
+ * calls it). Owned by the library until tg_world_finalize. */
 tg_status tg_comm_world(tg_comm **out);
 /* Whether the world communicator is set up. */
 int tg_comm_world_ready(void);
@@ -97,17 +97,8 @@ const char *tg_comm_req_what(const tg_comm_req *r);
 /* Frees r, waiting for it first when it has not completed (errors dropped). */
 void tg_comm_req_free(tg_comm_req *r);
 
-/* Process-level calls for the `tegraph` host (exported for src/cli only;
- * not part of the public API). */
-/* A fresh NCCL unique id as 256 hex digits (TG_ENOTSUP without NCCL). */
-TG_API tg_status tg_comm_nccl_unique_id(char *hex, size_t n);
-/* Stops the whole job after a fatal error on this rank: NCCL comms are
- * aborted, and under MPI MPI_Abort ends every rank (it does not return).
- * Without a multi-rank world it does nothing. */
-TG_API void tg_comm_abort_world(int code);
-/* Tears the world down (NCCL comms destroyed, MPI finalised); also runs at
- * exit. Idempotent. */
-TG_API void tg_comm_finalize(void);
+/* The process-level calls (tg_world_nccl_id, tg_world_drain, tg_world_abort,
+ * tg_world_finalize) are public: src/tegraph.h. */
 
 /* ------------------------------------------------------------------ grad buffers
  * One contiguous f32 buffer holding the main_grad of a list of parameters
@@ -152,9 +143,5 @@ int tg_gradbuf_index(const tg_gradbuf *g, const struct tg_param *p);
 
 /* Monotonic seconds (op timeouts). */
 double tg_comm_now(void);
-
-/* Waits for every communicator's pending device-side operations; fails if
- * one failed, timed out or was aborted (the CLI calls it at a rank's end). */
-TG_API tg_status tg_comm_drain_world(void);
 
 #endif

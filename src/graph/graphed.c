@@ -1,5 +1,5 @@
 /* graphed.c — graphed callables: warm-up, capture per (chunk, microbatch) in replay order, checked replay, hooks after wgrad replays. */
-#include "core/ops_nn.h"
+#include "core/ops_optim.h"
 #include "trace/trace.h"
 #include "graph/graphed.h"
 
@@ -353,7 +353,7 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples)
         struct entry *e = &g->e[i];
         tg_graph *gs[3] = {e->f, e->b, e->w};
         for (int j = 0; j < 3; j++)
-            if (gs[j]) tg_graph_keep_pool(gs[j], g->pool);
+            if (gs[j] && st == TG_OK) st = tg_graph_keep_pool(gs[j], g->pool);
     }
     return st;
 }
@@ -363,6 +363,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     *out = NULL;
     if (nchunks < 1) return tg_error(TG_EINVAL, "make_graphed: no chunks");
     if (o->microbatches < 1) return tg_error(TG_EINVAL, "make_graphed: microbatches must be >= 1 (got %d)", o->microbatches);
+    if (o->warmup < 0) return tg_error(TG_EINVAL, "make_graphed: warmup must be >= 1 (got %d)", o->warmup);
     if (!o->samples) return tg_error(TG_EINVAL, "make_graphed: no sample inputs");
     if (tg_graph_capturing()) return tg_error(TG_ESTATE, "make_graphed: already capturing another graphed set");
     if (tg_step_open()) return tg_error(TG_ESTATE, "make_graphed: call it outside a step (step %lld is open)", (long long)tg_step_index());
@@ -403,7 +404,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     }
 
     /* Warm up on a side stream, hooks silenced and gradients restored after. */
-    int warmup = o->warmup > 0 ? o->warmup : 1;
+    int warmup = o->warmup > 0 ? o->warmup : TG_GRAPHED_WARMUP;
     tg_stream *side = NULL, *prev = NULL;
     struct grad_backup bk;
     capturing_depth++;

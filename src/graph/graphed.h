@@ -13,13 +13,16 @@ struct tg_graph_action {
 
 typedef struct tg_graphed tg_graphed;
 
+/* Warm-up iterations when tg_graphed_opts.warmup is 0 (the Lua binding's default too). */
+#define TG_GRAPHED_WARMUP 3
+
 typedef struct tg_graphed_opts {
     const tg_tensor *const *samples; /* one sample input per chunk (shape and dtype of its input) */
     int microbatches;
     const struct tg_graph_action *order; /* NULL: all F in order, then B (and W) in reverse */
     int norder;
-    int warmup;   /* eager warm-up iterations before capture (default 3; at least 1 runs: it finds
-                     the output shapes and which chunks delay wgrad) */
+    int warmup;   /* eager warm-up iterations before capture; 0: the default, TG_GRAPHED_WARMUP.
+                     One at least runs: it finds the output shapes and which chunks delay wgrad */
     tg_pool *pool; /* graph memory (shared between graphed sets); NULL: a new one */
 } tg_graphed_opts;
 

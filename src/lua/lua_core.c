@@ -1,10 +1,15 @@
-/* lua_core.c — the tegraph.core module: constructors, RNG, devices, version, allclose. */
+/* lua_core.c — the tegraph.core module: constructors, RNG, devices, version, allclose, time, isatty; opens the other rooms. */
 #include "lua/lua_impl.h"
 #include "lua/lua_nn.h"
+#include "lua/lua_graph.h"
+#include "lua/lua_sched.h"
 #include "lua/lua_comm.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Options of the constructors: {dtype=, device=, name=} plus per-constructor numbers. */
 struct tgl_new_opts {
@@ -281,6 +286,38 @@ static int l_allclose(lua_State *L)
     return 2;
 }
 
+/* tg.time(): monotonic wall-clock seconds (progress, tokens/s). */
+static int l_time(lua_State *L)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+    return 1;
+}
+
+/* tg.isatty([file or fd]): whether it is a terminal (default io.stdout). In a
+ * rank of a multi-rank job the standard output counts as one only when
+ * TG_STDOUT_TTY is 1 (`tegraph run -n` sets it from its own stdout): mpirun
+ * gives the ranks a pseudo-terminal even when its output goes to a file. */
+static int l_isatty(lua_State *L)
+{
+    int fd = 1;
+    if (lua_isinteger(L, 1)) {
+        fd = (int)lua_tointeger(L, 1);
+    } else if (!lua_isnoneornil(L, 1)) {
+        luaL_Stream *s = luaL_checkudata(L, 1, LUA_FILEHANDLE);
+        if (s->closef == NULL || s->f == NULL) return luaL_argerror(L, 1, "file is closed");
+        fd = fileno(s->f);
+    }
+    int tty = isatty(fd);
+    if (tty && fd == 1 && tg_launch_env(TG_ENV_WORLD_SIZE, 1) > 1) {
+        const char *launcher = getenv("TG_STDOUT_TTY");
+        tty = launcher && strcmp(launcher, "1") == 0;
+    }
+    lua_pushboolean(L, tty);
+    return 1;
+}
+
 static const luaL_Reg core_funcs[] = {
     {"empty", l_empty},
     {"zeros", l_zeros},
@@ -297,6 +334,8 @@ static const luaL_Reg core_funcs[] = {
     {"devices", l_devices},
     {"is_tensor", l_is_tensor},
     {"allclose", l_allclose},
+    {"time", l_time},
+    {"isatty", l_isatty},
     {NULL, NULL},
 };
 
@@ -306,7 +345,8 @@ int tg_lua_open_core(lua_State *L)
     luaL_newlib(L, core_funcs); /* +1: the core table */
     tgl_open_tensor(L);
     tgl_open_stream(L);
-    tg_lua_open_nn(L);
+    tgl_open_nn(L);
+    tgl_open_step(L);
     tgl_open_graph(L);
     tgl_open_sched(L); /* core.sched: schedule executor, traces (src/sched) */
     tgl_open_comm(L); /* core.comm: communicators (src/dist) */

@@ -1,4 +1,5 @@
 /* lua_graph.c — tegraph.graph: make_graphed callables, capturing(), the test-only hook-skip switch. */
+#include "lua/lua_graph.h"
 #include "lua/lua_nn.h"
 #include "graph/graphed.h"
 
@@ -141,7 +142,9 @@ static struct tg_graph_action *read_order(lua_State *L, int idx, int *n)
     return a;
 }
 
-/* tg.graph.make_graphed(chunks, opts) -> callable, or a list of callables when chunks is a list. */
+/* tg.graph.make_graphed(chunks, opts) -> callable, or a list of callables when chunks is a list.
+ * opts: sample (a tensor, or one per chunk), microbatches (1), order, warmup, pool: the fields of
+ * tg_graphed_opts (graph/graphed.h), passed through (warmup absent: the engine's default). */
 static int l_make_graphed(lua_State *L)
 {
     /* one chunk: a Module, or a Lua-table module (a table with a forward function) */
@@ -164,7 +167,7 @@ static int l_make_graphed(lua_State *L)
         chunks[i - 1] = tgl_module_check(L, -1); /* replaces a Lua table by its wrapper at -1 */
         lua_rawseti(L, keep, i);
     }
-    tg_graphed_opts o = {.warmup = 3};
+    tg_graphed_opts o = {0}; /* warmup 0: the engine's default */
     lua_getfield(L, 2, "sample"); /* +1, kept on the stack while the call runs */
     if (tgl_tensor_test(L, -1)) {
         if (n != 1) return luaL_error(L, "make_graphed: %d chunks need a list of %d sample inputs", n, n);

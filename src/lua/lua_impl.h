@@ -62,9 +62,8 @@ void tgl_open_tensor(lua_State *L);
 void tgl_open_stream(lua_State *L);
 /* The trace (lua_trace.c): sets core.trace. */
 void tgl_open_trace(lua_State *L);
-
-/* The body of luaopen_tegraph_core (lua_core.c); the C module's
- * luaopen_tegraph_core calls it, so the two copies do not clash. */
-TG_API int tg_lua_open_core(lua_State *L);
+/* The step API (lua_step.c): sets core.step_begin, step_end, step_index,
+ * step_open and hook_check on the table at the top of the stack. */
+void tgl_open_step(lua_State *L);
 
 #endif

@@ -2,68 +2,26 @@
 #ifndef TG_LUA_NN_H
 #define TG_LUA_NN_H
 
-#include "lua/lua_impl.h"
+#include "lua/lua_bind.h"
 
 struct tg_module;
 struct tg_param;
 
-/* Sets core.nn (module constructors, Parameter), core.ops (tensor ops for
- * custom layers), the step API (core.step_begin, step_end, step_index,
- * step_open, hook_check) and core.time / core.isatty on the table at the top
- * of the stack (the core table). lua_core.c calls it from tg_lua_open_core. */
-int tg_lua_open_nn(lua_State *L);
+/* Sets core.nn (module constructors, Parameter) and core.ops (tensor ops for
+ * custom layers) on the table at the top of the stack (the core table).
+ * lua_core.c calls it from tg_lua_open_core. */
+void tgl_open_nn(lua_State *L);
 
 /* Sets core.ops on the table at the top of the stack (lua_ops.c). */
 void tgl_open_ops(lua_State *L);
-
-/* Hooks and Lua-table modules run their Lua functions on the thread that
- * called into the engine. Bindings that call engine functions which may fire
- * hooks (backward, backward_dw, graph replays, schedule executors) bracket
- * the call: `lua_State *prev = tgl_nn_enter(L); st = ...; tgl_nn_leave(prev);`.
- * Without it the callbacks run on the main thread of the state they were
- * registered in (fine unless the caller is a coroutine). */
-lua_State *tgl_nn_enter(lua_State *L);
-void tgl_nn_leave(lua_State *prev);
 
 /* The tg_module of a tegraph.Module userdata, or of a Lua module table (wrapped
  * once into a callback module; the wrapper replaces the table at idx so it
  * stays alive); raises otherwise. */
 struct tg_module *tgl_module_check(lua_State *L, int idx);
 
-/* Sets core.graph (lua_graph.c). */
-void tgl_open_graph(lua_State *L);
-/* The graphed set and the chunk index (in it) of the Graphed callable at idx; raises otherwise. */
-struct tg_graphed *tgl_graphed_check(lua_State *L, int idx, int *chunk);
-/* Sets core.sched: the schedule executor and traces (lua_sched.c). */
-void tgl_open_sched(lua_State *L);
-
-/* ------------------------------------------------------------------ shared by the nn bindings */
 #define TGL_MODULE "tegraph.Module"
 #define TGL_PARAM "tegraph.Parameter"
-
-/* A Lua value (in the registry) held by a C callback: a hook function or a
- * Lua-table module. The anchor knows the state's main thread and whether the
- * state is still open (a parameter may outlive its Lua state in a C host). */
-struct tgl_anchor;
-struct tgl_ref {
-    struct tgl_anchor *anchor;
-    int ref;
-};
-struct tgl_ref *tgl_ref_new(lua_State *L, int idx);
-void tgl_ref_free(void *ud); /* a free_ud for the engine */
-/* Runs body(L) with the light userdata arg, protected, on the thread of r's
- * state (see tgl_nn_enter); an error becomes TG_ELUA with the Lua message
- * (FILE:LINE included). what names the callback if the state is closed. */
-tg_status tgl_protected_call(struct tgl_ref *r, lua_CFunction body, void *arg, const char *what);
-
-/* One userdata per C object (weak map): pushes it and returns 1, or returns 0. */
-int tgl_objects_get(lua_State *L, const void *p);
-void tgl_objects_set(lua_State *L, const void *p, int idx);
-/* A metatable `name` with methods behind an __index closure (index(L) with the
- * method table as upvalue 1), __gc, __tostring and an optional __newindex. */
-void tgl_new_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction index, lua_CFunction gc,
-                   lua_CFunction tostring, lua_CFunction newindex);
-int tgl_field_bool(lua_State *L, int t, const char *k);
 
 /* Parameters and hooks (lua_param.c) */
 struct tg_param *tgl_param_check(lua_State *L, int idx);

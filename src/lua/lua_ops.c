@@ -1,6 +1,8 @@
-/* lua_ops.c — tegraph.ops: thin bindings of the transformer ops for layers written in Lua, plus token decoding. */
+/* lua_ops.c — tegraph.ops: thin bindings of the transformer and optimizer ops for layers written in Lua (token decoding: lua_data.c). */
 #include "lua/lua_nn.h"
+#include "lua/lua_data.h"
 #include "core/ops_nn.h"
+#include "core/ops_optim.h"
 
 #include <string.h>
 
@@ -461,74 +463,6 @@ static int o_scale(lua_State *L)
     return 1;
 }
 
-/* ------------------------------------------------------------------ token files
- * Tokens of llm.c .bin files are little-endian uint16 after a 1024-byte header;
- * these read them straight from the file's bytes in a Lua string. */
-
-static const unsigned char *u16_span(lua_State *L, int sidx, lua_Integer first, lua_Integer count)
-{
-    size_t len;
-    const char *s = luaL_checklstring(L, sidx, &len);
-    if (first < 0 || count < 0 || (size_t)first + 2 * (size_t)count > len)
-        luaL_error(L, "token bytes [%d, %d) outside the %d bytes given", (int)first, (int)(first + 2 * count), (int)len);
-    return (const unsigned char *)s + first;
-}
-
-/* u16_scan(bytes, first_byte, count) -> max token, its 0-based token index */
-static int o_u16_scan(lua_State *L)
-{
-    lua_Integer count = luaL_checkinteger(L, 3);
-    const unsigned char *p = u16_span(L, 1, luaL_checkinteger(L, 2), count);
-    unsigned max = 0;
-    lua_Integer at = 0;
-    for (lua_Integer i = 0; i < count; i++) {
-        unsigned v = (unsigned)p[2 * i] | (unsigned)p[2 * i + 1] << 8;
-        if (v > max || i == 0) max = v, at = i;
-    }
-    lua_pushinteger(L, (lua_Integer)max);
-    lua_pushinteger(L, at);
-    return 2;
-}
-
-/* token_windows(bytes, first_byte, starts, T [, device]) -> x, y (B, T) i32:
- * row b holds tokens starts[b] .. starts[b]+T-1 (0-based token indices) in x
- * and the same shifted by one in y. */
-static int o_token_windows(lua_State *L)
-{
-    size_t len;
-    const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &len);
-    lua_Integer first = luaL_checkinteger(L, 2);
-    luaL_checktype(L, 3, LUA_TTABLE);
-    lua_Integer t = luaL_checkinteger(L, 4);
-    tg_device dev = lua_isnoneornil(L, 5) ? tg_default_device() : tgl_device_check(L, 5);
-    lua_Integer b = luaL_len(L, 3);
-    luaL_argcheck(L, b >= 1 && t >= 1, 3, "need at least one window of at least one token");
-    lua_Integer ntok = first >= 0 && (size_t)first <= len ? (lua_Integer)((len - (size_t)first) / 2) : 0;
-    int32_t *buf = lua_newuserdatauv(L, (size_t)(2 * b * t) * sizeof *buf, 0); /* +1: scratch */
-    for (lua_Integer r = 0; r < b; r++) {
-        lua_rawgeti(L, 3, r + 1);
-        int isint;
-        lua_Integer st = lua_tointegerx(L, -1, &isint);
-        lua_pop(L, 1);
-        if (!isint || st < 0 || st + t + 1 > ntok)
-            return luaL_error(L, "token_windows: window %d starts at %d; it needs tokens up to %d but there are %d", (int)(r + 1),
-                              (int)st, (int)(st + t + 1), (int)ntok);
-        const unsigned char *p = s + first + 2 * st;
-        for (lua_Integer i = 0; i <= t; i++) {
-            int32_t v = (int32_t)((unsigned)p[2 * i] | (unsigned)p[2 * i + 1] << 8);
-            if (i < t) buf[r * t + i] = v;
-            if (i > 0) buf[b * t + r * t + i - 1] = v;
-        }
-    }
-    int64_t shape[2] = {(int64_t)b, (int64_t)t};
-    for (int k = 0; k < 2; k++) {
-        tg_tensor **slot = tgl_tensor_push(L);
-        tgl_check(L, tg_tensor_new(TG_I32, 2, shape, dev, slot));
-        tgl_check(L, tg_tensor_write(*slot, buf + (size_t)k * (size_t)(b * t), (size_t)(b * t) * sizeof *buf));
-    }
-    return 2;
-}
-
 static const luaL_Reg ops_funcs[] = {
     {"layernorm_forward", o_layernorm_forward},
     {"layernorm_backward", o_layernorm_backward},
@@ -558,13 +492,12 @@ static const luaL_Reg ops_funcs[] = {
     {"add", o_add},
     {"axpby", o_axpby},
     {"scale", o_scale},
-    {"u16_scan", o_u16_scan},
-    {"token_windows", o_token_windows},
     {NULL, NULL},
 };
 
 void tgl_open_ops(lua_State *L)
 {
     luaL_newlib(L, ops_funcs); /* +1 */
+    tgl_data_funcs(L);
     lua_setfield(L, -2, "ops");
 }

@@ -1,5 +1,7 @@
 /* lua_sched.c — tegraph.sched: run a schedule plan on modules or graphed callables, and its replay order. */
+#include "lua/lua_sched.h"
 #include "lua/lua_comm.h"
+#include "lua/lua_graph.h"
 #include "lua/lua_nn.h"
 #include "sched/executor.h"
 #include "sched/transport_comm.h"

@@ -249,7 +249,7 @@ static int s_capture(lua_State *L)
     }
     gu->g = g;
     gu->dev = dev;
-    if (pool) tg_graph_keep_pool(g, pool);
+    if (pool) tgl_check(L, tg_graph_keep_pool(g, pool));
     return 1;
 }
 
@@ -261,6 +261,18 @@ static int g_replay(lua_State *L)
     tg_stream *s = lua_isnoneornil(L, 2) ? tg_stream_current(u->dev) : stream_check(L, 2);
     if (s == NULL) return luaL_error(L, "%s", tg_last_error());
     tgl_check(L, tg_graph_replay(g, s));
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* graph:keep_pool(pool): keeps the pool alive as long as the graph (tensors
+ * the graph uses came from it); at most 8 pools per graph. */
+static int g_keep_pool(lua_State *L)
+{
+    tg_graph *g = graph_check(L, 1);
+    struct tgl_pool *pu = pool_test(L, 2);
+    if (pu == NULL) return luaL_argerror(L, 2, "a pool (tg.pool()) expected");
+    tgl_check(L, tg_graph_keep_pool(g, pu->p));
     lua_settop(L, 1);
     return 1;
 }
@@ -310,6 +322,7 @@ static const luaL_Reg stream_meta[] = {
 };
 static const luaL_Reg graph_methods[] = {
     {"replay", g_replay},
+    {"keep_pool", g_keep_pool},
     {"size", g_size},
     {"close", g_gc},
     {NULL, NULL},

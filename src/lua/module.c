@@ -3,4 +3,4 @@
 
 /* Lua finds this through its all-in-one loader (tegraph.so for "tegraph.core");
  * libtegraph does the work, under another name so the symbols do not clash. */
-TG_API int luaopen_tegraph_core(lua_State *L) { return tg_lua_open_core(L); }
+int luaopen_tegraph_core(lua_State *L) { return tg_lua_open_core(L); }

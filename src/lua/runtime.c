@@ -81,15 +81,15 @@ static void rt_set_error(tg_runtime *rt, const char *msg)
     rt->err = strdup(msg ? msg : "(no error message)");
 }
 
-/* Calls the function below narg arguments with the message handler; on
- * error keeps the message and returns TG_ELUA. */
-static tg_status rt_docall(tg_runtime *rt, int narg)
+/* Calls the function below narg arguments with the message handler, leaving
+ * nres results; on error keeps the message and returns TG_ELUA. */
+static tg_status rt_docall(tg_runtime *rt, int narg, int nres)
 {
     lua_State *L = rt->L;
     int base = lua_gettop(L) - narg;
     lua_pushcfunction(L, rt_msghandler);
     lua_insert(L, base);
-    int st = lua_pcall(L, narg, 0, base);
+    int st = lua_pcall(L, narg, nres, base);
     lua_remove(L, base);
     if (st == LUA_OK) return TG_OK;
     rt_set_error(rt, lua_tostring(L, -1));
@@ -111,7 +111,7 @@ tg_runtime *tg_runtime_new(void)
         return NULL;
     }
     lua_pushcfunction(rt->L, rt_setup);
-    if (rt_docall(rt, 0) != TG_OK) {
+    if (rt_docall(rt, 0, 0) != TG_OK) {
         tg_error(TG_ELUA, "runtime: cannot load the tegraph Lua library: %s", rt->err);
         tg_runtime_free(rt);
         return NULL;
@@ -152,7 +152,7 @@ tg_status tg_runtime_dofile(tg_runtime *rt, const char *path, int argc, char **a
     lua_pushlightuserdata(L, (void *)path);
     lua_pushinteger(L, argc);
     lua_pushlightuserdata(L, argv);
-    TG_TRY(rt_docall(rt, 3));
+    TG_TRY(rt_docall(rt, 3, 0));
     if (luaL_loadfile(L, path) != LUA_OK) {
         rt_set_error(rt, lua_tostring(L, -1));
         lua_pop(L, 1);
@@ -164,7 +164,7 @@ tg_status tg_runtime_dofile(tg_runtime *rt, const char *path, int argc, char **a
         return tg_error(TG_ENOMEM, "runtime: too many script arguments (%d)", argc);
     }
     for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
-    return rt_docall(rt, argc);
+    return rt_docall(rt, argc, 0);
 }
 
 tg_status tg_runtime_dostring(tg_runtime *rt, const char *code, const char *chunkname)
@@ -176,7 +176,37 @@ tg_status tg_runtime_dostring(tg_runtime *rt, const char *code, const char *chun
         lua_pop(L, 1);
         return tg_error(TG_ELUA, "%s", rt->err);
     }
-    return rt_docall(rt, 0);
+    return rt_docall(rt, 0, 0);
+}
+
+/* Pushes require(module)[func] (protected). */
+static int rt_getfunc(lua_State *L)
+{
+    const char *module = lua_touserdata(L, 1), *func = lua_touserdata(L, 2);
+    lua_getglobal(L, "require");
+    lua_pushstring(L, module);
+    lua_call(L, 1, 1);
+    if (!lua_istable(L, -1)) return luaL_error(L, "module '%s' is not a table", module);
+    if (lua_getfield(L, -1, func) != LUA_TFUNCTION) return luaL_error(L, "%s.%s is not a function", module, func);
+    return 1;
+}
+
+tg_status tg_runtime_call(tg_runtime *rt, const char *module, const char *func, int argc, char **argv, int *result)
+{
+    lua_State *L = rt->L;
+    if (module == NULL || func == NULL || argc < 0 || (argc > 0 && argv == NULL))
+        return tg_error(TG_EINVAL, "runtime: call needs a module, a function name and argc arguments");
+    if (!lua_checkstack(L, argc + 4)) return tg_error(TG_ENOMEM, "runtime: too many arguments (%d)", argc);
+    int top = lua_gettop(L);
+    lua_pushcfunction(L, rt_getfunc);
+    lua_pushlightuserdata(L, (void *)module);
+    lua_pushlightuserdata(L, (void *)func);
+    TG_TRY(rt_docall(rt, 2, 1)); /* +1: the function */
+    for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
+    tg_status st = rt_docall(rt, argc, 1); /* +1: its first result */
+    if (st == TG_OK && result && lua_isinteger(L, -1)) *result = (int)lua_tointeger(L, -1);
+    lua_settop(L, top);
+    return st;
 }
 
 const char *tg_runtime_error(const tg_runtime *rt) { return rt && rt->err ? rt->err : ""; }
@@ -206,5 +236,5 @@ tg_status tg_runtime_register(tg_runtime *rt, const char *name, tg_lua_cfunction
     lua_pushcfunction(L, rt_register);
     lua_pushlightuserdata(L, (void *)name);
     lua_pushcfunction(L, fn);
-    return rt_docall(rt, 2);
+    return rt_docall(rt, 2, 0);
 }

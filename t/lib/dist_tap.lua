@@ -38,6 +38,9 @@ function M.close(got, want, tol, msg)
   return M.ok(okc, msg)
 end
 
+-- Records n (default 1) tests as skipped, for a reason that holds on every rank.
+function M.skip(why, n) if M.rank == 0 then tap.skip(why, n) end end
+
 function M.plan(n) if M.rank == 0 then tap.plan(n) end end
 function M.diag(...) if M.rank == 0 then tap.diag(...) end end
 

@@ -1,4 +1,4 @@
--- tap.lua — TAP output for the Lua tests: plan, ok, is, near, like, error_like, skip_all, done_testing.
+-- tap.lua — TAP output for the Lua tests: plan, ok, is, near, like, error_like, skip, skip_all, done_testing.
 local M = {}
 
 local planned, count, failed = nil, 0, 0
@@ -27,6 +27,14 @@ end
 function M.skip_all(why)
   out("1..0 # SKIP " .. (why or ""))
   os.exit(0, true)
+end
+
+-- Records n (default 1) tests as skipped: "ok N # SKIP why".
+function M.skip(why, n)
+  for _ = 1, n or 1 do
+    count = count + 1
+    out(string.format("ok %d # SKIP %s", count, why or ""))
+  end
 end
 
 -- Records one test; returns cond.

@@ -85,10 +85,11 @@ return function(S)
     return pcall(g.fn, { stages = o.stages, microbatches = o.microbatches, chunks_per_stage = o.chunks })
   end
 
-  -- cli(args) -> status: 0 done, 1 the schedule failed, 2 usage error. args = {"1f1b", "--stages", "4", ...}.
-  return function(args)
+  -- cli(...) -> status: 0 done, 1 the schedule failed, 2 usage error; the arguments are the
+  -- command line's after "schedule": cli("1f1b", "--stages", "4", ...).
+  return function(...)
     local out, errf = io.stdout, io.stderr
-    local o, perr = parse(args or {})
+    local o, perr = parse({ ... })
     if not o then
       errf:write("tegraph schedule: ", perr, "\n", USAGE)
       return 2

@@ -1,0 +1,44 @@
+/* lua_bind.h — the bindings' machinery (lua_bind.c): callbacks into Lua, the object map, class helpers. */
+#ifndef TG_LUA_BIND_H
+#define TG_LUA_BIND_H
+
+#include "lua/lua_impl.h"
+
+/* The anchor and the object map of L's state; idempotent. tgl_open_nn calls
+ * it before any binding makes callbacks or userdata of C objects. */
+void tgl_bind_init(lua_State *L);
+
+/* Hooks and Lua-table modules run their Lua functions on the thread that
+ * called into the engine. Bindings that call engine functions which may fire
+ * hooks (backward, backward_dw, graph replays, schedule executors) bracket
+ * the call: `lua_State *prev = tgl_nn_enter(L); st = ...; tgl_nn_leave(prev);`.
+ * Without it the callbacks run on the main thread of the state they were
+ * registered in (fine unless the caller is a coroutine). */
+lua_State *tgl_nn_enter(lua_State *L);
+void tgl_nn_leave(lua_State *prev);
+
+/* A Lua value (in the registry) held by a C callback: a hook function or a
+ * Lua-table module. The anchor knows the state's main thread and whether the
+ * state is still open (a parameter may outlive its Lua state in a C host). */
+struct tgl_anchor;
+struct tgl_ref {
+    struct tgl_anchor *anchor;
+    int ref;
+};
+struct tgl_ref *tgl_ref_new(lua_State *L, int idx);
+void tgl_ref_free(void *ud); /* a free_ud for the engine */
+/* Runs body(L) with the light userdata arg, protected, on the thread of r's
+ * state (see tgl_nn_enter); an error becomes TG_ELUA with the Lua message
+ * (FILE:LINE included). what names the callback if the state is closed. */
+tg_status tgl_protected_call(struct tgl_ref *r, lua_CFunction body, void *arg, const char *what);
+
+/* One userdata per C object (weak map): pushes it and returns 1, or returns 0. */
+int tgl_objects_get(lua_State *L, const void *p);
+void tgl_objects_set(lua_State *L, const void *p, int idx);
+/* A metatable `name` with methods behind an __index closure (index(L) with the
+ * method table as upvalue 1), __gc, __tostring and an optional __newindex. */
+void tgl_new_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction index, lua_CFunction gc,
+                   lua_CFunction tostring, lua_CFunction newindex);
+int tgl_field_bool(lua_State *L, int t, const char *k);
+
+#endif

@@ -1,0 +1,69 @@
+/* lua_data.c — core.ops.u16_scan and core.ops.token_windows: token-file decoding (src/core/data.c) for tegraph.data. */
+#include "lua/lua_data.h"
+#include "core/data.h"
+
+/* Tokens of llm.c .bin files are little-endian uint16 after a 1024-byte header;
+ * these read them straight from the file's bytes in a Lua string. */
+
+static const unsigned char *u16_span(lua_State *L, int sidx, lua_Integer first, lua_Integer count)
+{
+    size_t len;
+    const char *s = luaL_checklstring(L, sidx, &len);
+    if (first < 0 || count < 0 || (size_t)first + 2 * (size_t)count > len)
+        luaL_error(L, "token bytes [%d, %d) outside the %d bytes given", (int)first, (int)(first + 2 * count), (int)len);
+    return (const unsigned char *)s + first;
+}
+
+/* u16_scan(bytes, first_byte, count) -> max token, its 0-based token index */
+static int o_u16_scan(lua_State *L)
+{
+    lua_Integer count = luaL_checkinteger(L, 3);
+    const unsigned char *p = u16_span(L, 1, luaL_checkinteger(L, 2), count);
+    unsigned max;
+    int64_t at;
+    tg_tokens_u16_max(p, (int64_t)count, &max, &at);
+    lua_pushinteger(L, (lua_Integer)max);
+    lua_pushinteger(L, (lua_Integer)at);
+    return 2;
+}
+
+/* token_windows(bytes, first_byte, starts, T [, device]) -> x, y (B, T) i32:
+ * row b holds tokens starts[b] .. starts[b]+T-1 (0-based token indices) in x
+ * and the same shifted by one in y. */
+static int o_token_windows(lua_State *L)
+{
+    size_t len;
+    const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &len);
+    lua_Integer first = luaL_checkinteger(L, 2);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lua_Integer t = luaL_checkinteger(L, 4);
+    tg_device dev = lua_isnoneornil(L, 5) ? tg_default_device() : tgl_device_check(L, 5);
+    lua_Integer b = luaL_len(L, 3);
+    luaL_argcheck(L, b >= 1 && t >= 1, 3, "need at least one window of at least one token");
+    /* +1: scratch: the starts, then x and y */
+    int64_t *starts = lua_newuserdatauv(L, (size_t)b * sizeof *starts + (size_t)(2 * b * t) * sizeof(int32_t), 0);
+    int32_t *buf = (int32_t *)(starts + b);
+    for (lua_Integer r = 0; r < b; r++) {
+        lua_rawgeti(L, 3, r + 1);
+        int isint;
+        starts[r] = (int64_t)lua_tointegerx(L, -1, &isint);
+        lua_pop(L, 1);
+        if (!isint) return luaL_error(L, "token_windows: window %d: its start is not an integer", (int)(r + 1));
+    }
+    tgl_check(L, tg_tokens_u16_windows(s, len, (int64_t)first, starts, (int64_t)b, (int64_t)t, buf, buf + b * t));
+    int64_t shape[2] = {(int64_t)b, (int64_t)t};
+    for (int k = 0; k < 2; k++) {
+        tg_tensor **slot = tgl_tensor_push(L);
+        tgl_check(L, tg_tensor_new(TG_I32, 2, shape, dev, slot));
+        tgl_check(L, tg_tensor_write(*slot, buf + (size_t)k * (size_t)(b * t), (size_t)(b * t) * sizeof *buf));
+    }
+    return 2;
+}
+
+static const luaL_Reg data_funcs[] = {
+    {"u16_scan", o_u16_scan},
+    {"token_windows", o_token_windows},
+    {NULL, NULL},
+};
+
+void tgl_data_funcs(lua_State *L) { luaL_setfuncs(L, data_funcs, 0); }

@@ -1,0 +1,66 @@
+/* lua_step.c — the step API: core.step_begin, step_end, step_index, step_open, hook_check (and the test-only debug_skip_hooks_after_replay). */
+#include "lua/lua_impl.h"
+#include "nn/nn.h"
+
+/* tg.step_begin{microbatches=M} or tg.step_begin(M) -> step index */
+static int l_step_begin(lua_State *L)
+{
+    lua_Integer m;
+    if (lua_istable(L, 1)) {
+        lua_getfield(L, 1, "microbatches");
+        m = luaL_optinteger(L, -1, 1);
+        lua_pop(L, 1);
+    } else {
+        m = luaL_optinteger(L, 1, 1);
+    }
+    luaL_argcheck(L, m >= 1 && m <= 1 << 20, 1, "microbatches must be >= 1");
+    tgl_check(L, tg_step_begin((int)m));
+    lua_pushinteger(L, (lua_Integer)tg_step_index());
+    return 1;
+}
+
+static int l_step_end(lua_State *L)
+{
+    tgl_check(L, tg_step_end());
+    return 0;
+}
+
+static int l_step_index(lua_State *L)
+{
+    lua_pushinteger(L, (lua_Integer)tg_step_index());
+    return 1;
+}
+
+static int l_step_open(lua_State *L)
+{
+    lua_pushboolean(L, tg_step_open());
+    return 1;
+}
+
+/* tg.hook_check([on]) -> the previous setting */
+static int l_hook_check(lua_State *L)
+{
+    lua_pushboolean(L, tg_hook_check_get());
+    if (!lua_isnone(L, 1)) tg_hook_check_set(lua_toboolean(L, 1));
+    return 1;
+}
+
+/* tg.debug_skip_hooks_after_replay([on]) -> the previous setting (tests only) */
+static int l_debug_skip_hooks(lua_State *L)
+{
+    lua_pushboolean(L, tg_debug_skip_hooks_after_replay_get());
+    if (!lua_isnone(L, 1)) tg_debug_skip_hooks_after_replay(lua_toboolean(L, 1));
+    return 1;
+}
+
+static const luaL_Reg step_funcs[] = {
+    {"step_begin", l_step_begin},
+    {"step_end", l_step_end},
+    {"step_index", l_step_index},
+    {"step_open", l_step_open},
+    {"hook_check", l_hook_check},
+    {"debug_skip_hooks_after_replay", l_debug_skip_hooks},
+    {NULL, NULL},
+};
+
+void tgl_open_step(lua_State *L) { luaL_setfuncs(L, step_funcs, 0); }

@@ -1,0 +1,50 @@
+/* tg_runtime_call: a Lua module function gets the host's strings as its parameters, its integer result comes
+ * back, and a missing module or function or a raised error is TG_ELUA with the message. */
+#include "tegraph.h"
+#include "tap.h"
+
+#include <string.h>
+
+int main(void)
+{
+    tg_runtime *rt = tg_runtime_new();
+    if (!rt) bail_out("no runtime: %s", tg_last_error());
+    ok(tg_runtime_dostring(rt,
+                           "package.loaded.probe = {\n"
+                           "  count = function(...) seen = {...}; return select('#', ...) end,\n"
+                           "  word = function() return 'not a number' end,\n"
+                           "  fail = function(what) error('probe failed on ' .. what) end,\n"
+                           "}",
+                           "=setup") == TG_OK,
+       "a module of the host's own");
+
+    char *args[] = {"1f1b", "", "--stages=4"};
+    int result = -1;
+    ok(tg_runtime_call(rt, "probe", "count", 3, args, &result) == TG_OK, "calling probe.count succeeds");
+    is_int(result, 3, "its integer result comes back (3 arguments)");
+    ok(tg_runtime_dostring(rt, "assert(seen[1] == '1f1b' and seen[2] == '' and seen[3] == '--stages=4')", "=check") ==
+           TG_OK,
+       "the function got the strings, in order, as its parameters: %s", tg_runtime_error(rt));
+    ok(tg_runtime_dostring(rt, "assert(rawget(_G, 'arg') == nil)", "=noarg") == TG_OK, "no global carries them");
+
+    char *hello[] = {"hello"};
+    ok(tg_runtime_call(rt, "string", "len", 1, hello, &result) == TG_OK && result == 5,
+       "a library function: string.len('hello') = %d", result);
+    result = 42;
+    ok(tg_runtime_call(rt, "probe", "word", 0, NULL, &result) == TG_OK && result == 42,
+       "a result that is not an integer leaves *result as it was");
+    ok(tg_runtime_call(rt, "probe", "count", 0, NULL, NULL) == TG_OK, "result may be NULL");
+
+    ok(tg_runtime_call(rt, "probe", "nope", 0, NULL, &result) == TG_ELUA, "a missing function is TG_ELUA");
+    like(tg_runtime_error(rt), "probe.nope is not a function", "naming module and function");
+    ok(tg_runtime_call(rt, "no_such_module", "f", 0, NULL, &result) == TG_ELUA, "a missing module is TG_ELUA");
+    like(tg_runtime_error(rt), "module 'no_such_module' not found", "with require's message");
+    char *what[] = {"purpose"};
+    ok(tg_runtime_call(rt, "probe", "fail", 1, what, &result) == TG_ELUA, "an error raised by the function is TG_ELUA");
+    like(tg_runtime_error(rt), "setup:4: probe failed on purpose", "its message has the function's FILE:LINE");
+    like(tg_runtime_error(rt), "stack traceback:", "and a traceback");
+    ok(tg_runtime_call(rt, "probe", "count", 1, NULL, &result) == TG_EINVAL, "argc without argv is refused");
+    ok(tg_runtime_dostring(rt, "assert(select('#', ...) == 0)", "=stack") == TG_OK, "the runtime still runs chunks");
+    tg_runtime_free(rt);
+    return done_testing();
+}
