@@ -726,27 +726,12 @@ static tg_status cuda_bias_backward_dw(tg_stream *s, const struct tg_bias_backwa
     return TG_OK;
 }
 
-/* TG_CUDA_ATTENTION unset: the v4 kernels (v3's mma.sync fragments, tiles per head dim, dd inside the dQ kernel);
- * =v3: the v3 kernels (mma.sync, cp.async pipelined); =v2: the wmma kernels with scores in registers (=pipe:
- * those with cp.async double buffering, read in kernels/attention.cu); =v1: the wmma kernels that stage scores
- * in shared memory; =simt: the one-warp-per-row kernels for bf16 too. */
-static int attention_mode(void)
-{
-    const char *e = getenv("TG_CUDA_ATTENTION");
-    return !e                                                   ? 0
-           : strcmp(e, "simt") == 0                             ? 1
-           : strcmp(e, "v1") == 0                               ? 2
-           : strcmp(e, "v2") == 0 || strcmp(e, "pipe") == 0     ? 3
-           : strcmp(e, "v3") == 0                               ? 4
-                                                                : 0;
-}
-
 static tg_status cuda_attention_forward(tg_stream *s, const struct tg_attention_forward_args *a)
 {
     TG_TRY(float_only("attention_forward", a->dt));
     LAUNCH_SCRATCH(s, "attention_forward",
                    tg_cuda_attention_forward(a->out, a->lse, a->qkv, a->dt, a->b, a->t, a->c, a->n_head,
-                                             attention_mode(), tg_cuda_stream(s)));
+                                             tg_cuda_stream(s)));
     return TG_OK;
 }
 
@@ -758,7 +743,7 @@ static tg_status cuda_attention_backward(tg_stream *s, const struct tg_attention
     TG_TRY(tg_cuda_nn_scratch(s, &scr, &bytes));
     LAUNCH_SCRATCH(s, "attention_backward",
                    tg_cuda_attention_backward(a->dqkv, a->dout, a->out, a->qkv, a->lse, a->dt, a->b, a->t, a->c,
-                                              a->n_head, attention_mode(), scr, bytes, tg_cuda_stream(s)));
+                                              a->n_head, scr, bytes, tg_cuda_stream(s)));
     return TG_OK;
 }
 
