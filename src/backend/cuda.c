@@ -1,5 +1,6 @@
 /* cuda.c — the CUDA backend: devices, caching allocator, streams, graph capture and kernel dispatch. */
 #include "backend/cuda_impl.h"
+#include "core/debug.h"
 
 #include "kernels.h" /* kernels/ is not on the C include path */
 
@@ -70,7 +71,7 @@ static struct cuda_dev devs[TG_CUDA_MAX_DEVICES] = {[0 ... TG_CUDA_MAX_DEVICES -
 
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
 static int ndevices;
-static int alloc_direct; /* TG_CUDA_ALLOC=direct: no caching, for memory checkers */
+static int alloc_direct; /* TG_DEBUG_ALLOC_DIRECT: no caching, for memory checkers */
 
 static void probe(void)
 {
@@ -81,8 +82,7 @@ static void probe(void)
         n = 0;
     }
     ndevices = n > TG_CUDA_MAX_DEVICES ? TG_CUDA_MAX_DEVICES : n;
-    const char *a = getenv("TG_CUDA_ALLOC");
-    alloc_direct = a && strcmp(a, "direct") == 0;
+    alloc_direct = tg_debug_get(TG_DEBUG_ALLOC_DIRECT);
 }
 
 static int cuda_device_count(void)
