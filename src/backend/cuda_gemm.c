@@ -157,6 +157,28 @@ static tg_status descs_create(struct lt_descs *d, const struct tg_gemm_args *a, 
     return TG_OK;
 }
 
+/* The cuBLASLt handle of each device, created by its first GEMM. */
+static struct {
+    pthread_mutex_t lock;
+    cublasLtHandle_t lt;
+} lts[TG_CUDA_MAX_DEVICES] = {[0 ... TG_CUDA_MAX_DEVICES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
+
+tg_status tg_cuda_lt_handle(int dev, cublasLtHandle_t *out)
+{
+    tg_status st = TG_OK;
+    pthread_mutex_lock(&lts[dev].lock);
+    if (!lts[dev].lt) {
+        cublasStatus_t e = cublasLtCreate(&lts[dev].lt);
+        if (e != CUBLAS_STATUS_SUCCESS) {
+            lts[dev].lt = NULL;
+            st = tg_cublas_fail(e, __FILE__, __LINE__, "cublasLtCreate(&lts[dev].lt)");
+        }
+    }
+    *out = lts[dev].lt;
+    pthread_mutex_unlock(&lts[dev].lock);
+    return st;
+}
+
 /* Heuristic queries cost tens of microseconds and descriptors a few: remember the last answers. */
 static struct gemm_plan plans[PLAN_SLOTS];
 static pthread_mutex_t plans_lock = PTHREAD_MUTEX_INITIALIZER;
