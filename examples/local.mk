@@ -14,6 +14,7 @@ examples_embed_host_LDADD = libtegraph.la $(LUA_LIBS) -lm
 noinst_PROGRAMS += examples/bench/gemm
 examples_bench_gemm_SOURCES = examples/bench/gemm.c
 examples_bench_gemm_LDADD = libtegraph.la
+examples_bench_gemm_LDFLAGS = -static
 
 # Host cost of an eager kernel, layer by layer (not run by make check): examples/bench/launch [DEVICE]
 # Uses internal headers, so it links libtegraph statically like the tests that do.

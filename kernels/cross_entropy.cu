@@ -269,13 +269,6 @@ static __global__ void __launch_bounds__(1024) ce_backward_rows_smem(T *dlogits,
 
 static unsigned ce_grid(int64_t n) { return (unsigned)(n < 65536 ? n : 65536); }
 
-/* TG_CUDA_CROSS_ENTROPY=multipass: the multi-pass kernels (benchmarks and tests compare). */
-static bool multipass_forced(void)
-{
-    const char *e = getenv("TG_CUDA_CROSS_ENTROPY");
-    return e && strcmp(e, "multipass") == 0;
-}
-
 #define CE_MAX_DEVICES 64
 #define CE_STATIC_SMEM 1024 /* the reduction buffers, with room to spare */
 
@@ -302,10 +295,10 @@ template <class K> static cudaError_t ce_allow_smem(K fn, size_t bytes)
     return cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ce_smem_limit());
 }
 
-/* Bytes of shared memory a row takes, 0 when the one-read kernels cannot take it. */
+/* Bytes of shared memory a row takes, 0 when the one-read kernels cannot take it (the row is
+ * larger than a block's shared memory: the multi-pass kernels read it three times instead). */
 static size_t ce_row_bytes(tg_dtype dt, int64_t v)
 {
-    if (multipass_forced()) return 0;
     const size_t b = ((size_t)v * tg_dtype_size(dt) + 15) & ~(size_t)15;
     return b <= ce_smem_limit() ? b : 0;
 }

@@ -2,8 +2,6 @@
 #include "colsum.cuh"
 
 #include <cub/cub.cuh>
-#include <stdlib.h>
-#include <string.h>
 
 static __global__ void embedding_forward_kernel(void *out, const int32_t *idx, const void *wte, const void *wpe,
                                                 tg_dtype dt, int64_t bt, int64_t t, int64_t c, int64_t v)
@@ -25,29 +23,6 @@ static __global__ void embedding_keys_kernel(uint32_t *keys, int32_t *vals, cons
         const int32_t id = idx[r];
         keys[r] = id >= 0 && id < v ? (uint32_t)id : (uint32_t)v;
         vals[r] = (int32_t)r;
-    }
-}
-
-/* The previous dwte kernel, kept for comparison (TG_CUDA_EMBEDDING=rows): one
- * block per vocabulary row, each searching the sorted keys for its run and
- * summing it column by column; every row of the table is read and written,
- * and a frequent id keeps one block busy for its whole run. */
-static __global__ void embedding_dwte_rows_kernel(void *dwte, tg_dtype dwte_dt, const void *dout, tg_dtype dt,
-                                                  const uint32_t *keys, const int32_t *pos, int64_t bt, int64_t c,
-                                                  int64_t v, float accumulate)
-{
-    for (int64_t row = blockIdx.x; row < v; row += gridDim.x) {
-        int64_t lo = 0, hi = bt; /* first sorted key >= row */
-        while (lo < hi) {
-            int64_t mid = (lo + hi) / 2;
-            if (keys[mid] < (uint32_t)row) lo = mid + 1;
-            else hi = mid;
-        }
-        for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
-            double acc = 0.0;
-            for (int64_t s = lo; s < bt && keys[s] == (uint32_t)row; s++) acc += tgk_load(dout, dt, (int64_t)pos[s] * c + j);
-            tgk_store_wgrad(dwte, dwte_dt, row * c + j, accumulate, acc);
-        }
     }
 }
 
@@ -279,13 +254,6 @@ static cudaError_t dwte_runs(void *dwte, tg_dtype dwte_dt, const void *dout, tg_
     return cudaGetLastError();
 }
 
-/* TG_CUDA_EMBEDDING=rows: the previous one-block-per-row dwte kernel (benchmarks compare). */
-static int rows_forced(void)
-{
-    const char *e = getenv("TG_CUDA_EMBEDDING");
-    return e && strcmp(e, "rows") == 0;
-}
-
 #define EMB_CHUNK 64 /* sorted tokens a warp sums before a run is split */
 
 extern "C" cudaError_t tg_cuda_embedding_backward_dw(void *dwte, void *dwpe, const void *dout, const int32_t *idx,
@@ -315,24 +283,16 @@ extern "C" cudaError_t tg_cuda_embedding_backward_dw(void *dwte, void *dwpe, con
             e = cub::DeviceRadixSort::SortPairs(p + 4 * arr, temp, keys, skeys, vals, svals, (int)bt, 0, end_bit, st);
             if (e != cudaSuccess) return e;
         }
-        if (rows_forced()) {
-            const unsigned grid = (unsigned)(v < 65536 * 4 ? v : 65536 * 4);
-            const unsigned threads = c >= 256 ? 256 : (unsigned)((c + 31) / 32 * 32);
-            embedding_dwte_rows_kernel<<<grid, threads, 0, st>>>(dwte, dwte_dt, dout, dt, skeys, svals, bt, c, v,
-                                                                  accumulate);
-            if ((e = cudaGetLastError()) != cudaSuccess) return e;
-        } else {
-            /* the chunk length: the smallest power of two from EMB_CHUNK whose sums fit the scratch
-             * (a function of the shapes only, so the summation order is the same every run) */
-            const size_t used = 4 * arr + temp, left = scratch_bytes > used ? scratch_bytes - used : 0;
-            int64_t r = EMB_CHUNK;
-            while (r < bt && (size_t)(2 * ((bt + r - 1) / r)) * (size_t)c * sizeof(double) > left) r *= 2;
-            double *part = (double *)(p + used);
-            const bool vec = c % EMB_VEC == 0 && aligned16(dwte) && aligned16(dout);
-            e = vec ? dwte_runs<EMB_VEC>(dwte, dwte_dt, dout, dt, skeys, svals, bt, c, v, r, part, accumulate, st)
-                    : dwte_runs<1>(dwte, dwte_dt, dout, dt, skeys, svals, bt, c, v, r, part, accumulate, st);
-            if (e != cudaSuccess) return e;
-        }
+        /* the chunk length: the smallest power of two from EMB_CHUNK whose sums fit the scratch
+         * (a function of the shapes only, so the summation order is the same every run) */
+        const size_t used = 4 * arr + temp, left = scratch_bytes > used ? scratch_bytes - used : 0;
+        int64_t r = EMB_CHUNK;
+        while (r < bt && (size_t)(2 * ((bt + r - 1) / r)) * (size_t)c * sizeof(double) > left) r *= 2;
+        double *part = (double *)(p + used);
+        const bool vec = c % EMB_VEC == 0 && aligned16(dwte) && aligned16(dout);
+        e = vec ? dwte_runs<EMB_VEC>(dwte, dwte_dt, dout, dt, skeys, svals, bt, c, v, r, part, accumulate, st)
+                : dwte_runs<1>(dwte, dwte_dt, dout, dt, skeys, svals, bt, c, v, r, part, accumulate, st);
+        if (e != cudaSuccess) return e;
     }
     if (dwpe && tmax * c > 0) {
         if (c % EMB_VEC == 0 && aligned16(dwpe) && aligned16(dout))

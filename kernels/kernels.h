@@ -103,24 +103,19 @@ cudaError_t tg_cuda_bias_accumulate(void *out, tg_dtype out_dt, const void *part
                                     float accumulate, cudaStream_t st);
 
 /* Causal attention. bf16 with head dim 16/32/64/128 and 16-byte aligned
- * buffers runs on the tensor cores (mode 0: the v4 mma.sync kernels, whose
- * forward is v3's; mode 4: the v3 backward (TG_CUDA_ATTENTION=v3); mode 3:
- * the v2 wmma kernels with scores in registers, when the device passes a
- * fragment-layout probe, TG_CUDA_ATTENTION=pipe adding cp.async double
- * buffering; mode 2: the shared-memory staged kernels); mode 1, f32 and
- * other head dims up to 256 run one warp per row. Backward keeps
- * rowsum(dout * out) of the (b, h, t) rows in scratch (4 bytes each). */
+ * buffers runs on the tensor cores (mma.sync, blocks sized per head dim);
+ * f32, other head dims up to 256 and unaligned buffers run one warp per row.
+ * Backward keeps rowsum(dout * out) of the (b, h, t) rows in scratch (4 bytes each). */
 cudaError_t tg_cuda_attention_forward(void *out, float *lse, const void *qkv, tg_dtype dt, int64_t b, int64_t t,
-                                      int64_t c, int n_head, int mode, cudaStream_t st);
+                                      int64_t c, int n_head, cudaStream_t st);
 cudaError_t tg_cuda_attention_backward(void *dqkv, const void *dout, const void *out, const void *qkv,
                                        const float *lse, tg_dtype dt, int64_t b, int64_t t, int64_t c, int n_head,
-                                       int mode, float *scratch, size_t scratch_bytes, cudaStream_t st);
+                                       float *scratch, size_t scratch_bytes, cudaStream_t st);
 
 cudaError_t tg_cuda_embedding_forward(void *out, const int32_t *idx, const void *wte, const void *wpe, tg_dtype dt,
                                       int64_t b, int64_t t, int64_t c, int64_t v, cudaStream_t st);
 /* Stable radix sort of (id, position) in scratch (16 bytes a token plus the sort's workspace), then the
- * sums of runs of one id longer than 64 tokens in chunks (the rest of the scratch; longer chunks when short).
- * TG_CUDA_EMBEDDING=rows: the previous one-block-a-row kernel. */
+ * sums of runs of one id longer than 64 tokens in chunks (the rest of the scratch; longer chunks when short). */
 cudaError_t tg_cuda_embedding_backward_dw(void *dwte, void *dwpe, const void *dout, const int32_t *idx, tg_dtype dt,
                                           tg_dtype dwte_dt, tg_dtype dwpe_dt, int64_t b, int64_t t, int64_t c,
                                           int64_t v, int64_t tmax, float accumulate, void *scratch,

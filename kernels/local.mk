@@ -21,7 +21,7 @@ libtegraph_la_SOURCES += \
 	%D%/zero_multi.cu
 # nvcc has no dependency tracking here: the objects follow the headers they include.
 %D%/layernorm.lo %D%/rmsnorm.lo: %D%/norm.cuh
-%D%/layernorm.lo %D%/rmsnorm.lo %D%/bias.lo %D%/embedding.lo: %D%/colsum.cuh
+%D%/layernorm.lo %D%/rmsnorm.lo %D%/bias.lo %D%/attention.lo %D%/embedding.lo: %D%/colsum.cuh
 %D%/fill.lo %D%/cast.lo %D%/binary.lo %D%/axpby.lo %D%/reduce.lo %D%/rand.lo %D%/layernorm.lo %D%/rmsnorm.lo \
 %D%/gelu.lo %D%/swiglu.lo %D%/bias.lo %D%/attention.lo %D%/embedding.lo %D%/cross_entropy.lo %D%/adamw.lo \
 %D%/sumsq_multi.lo %D%/zero_multi.lo: %D%/common.cuh %D%/kernels.h

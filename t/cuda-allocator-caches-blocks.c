@@ -1,5 +1,6 @@
 /* cuda-allocator-caches-blocks.c — the CUDA allocator reuses freed blocks: no cudaMalloc once warm. */
 #include "backend/backend.h"
+#include "core/debug.h"
 
 #include "tap.h"
 
@@ -17,8 +18,7 @@ static const size_t sizes[] = {1, 1000, 4096, (1 << 20) + 5, (3 << 20) + 17};
 int main(void)
 {
     if (tg_device_count(TG_CUDA) == 0) skip_all("no CUDA device");
-    const char *mode = getenv("TG_CUDA_ALLOC");
-    if (mode && strcmp(mode, "direct") == 0) skip_all("TG_CUDA_ALLOC=direct turns the cache off");
+    if (tg_debug_get(TG_DEBUG_ALLOC_DIRECT)) skip_all("TG_DEBUG=alloc_direct turns the cache off");
     plan(NO_PLAN);
     const struct tg_backend *be = &tg_backend_cuda;
     void *p[NS];

@@ -399,37 +399,22 @@ static void test_attention(void)
     struct {
         tg_dtype dt;
         int64_t b, t;
-        int h, d, mode; /* TG_CUDA_ATTENTION: 0 default (v4), 1 simt, 2 v1 (scores in shared memory), 3 pipe, 4 v2, 5 v3 */
-        const char *tiles; /* TG_ATT4: the v4 kernels' other tile shapes (forward, dK/dV, dQ presets) */
+        int h, d;
     } cases[] = {
-        /* the default kernels: T a multiple of the tiles, not, and below one tile (64 rows; 128 at head dim 128) */
-        {TG_BF16, 2, 200, 3, 128, 0}, {TG_BF16, 1, 257, 2, 128, 0}, {TG_BF16, 1, 50, 2, 128, 0},
-        {TG_BF16, 2, 128, 2, 64, 0},  {TG_BF16, 1, 10, 3, 64, 0},   {TG_BF16, 2, 100, 2, 64, 4},
-        {TG_BF16, 1, 130, 2, 128, 4},
-        {TG_BF16, 2, 100, 2, 64, 0}, {TG_BF16, 1, 300, 2, 64, 0}, {TG_BF16, 1, 130, 2, 128, 0},
-        {TG_BF16, 2, 70, 4, 32, 0},  {TG_BF16, 1, 40, 2, 16, 0},  {TG_BF16, 2, 100, 2, 64, 1},
-        {TG_BF16, 1, 300, 2, 64, 2}, {TG_BF16, 1, 130, 2, 128, 2}, {TG_BF16, 2, 70, 4, 32, 2},
-        {TG_BF16, 1, 300, 2, 64, 3}, {TG_BF16, 1, 130, 2, 128, 3}, {TG_BF16, 2, 200, 3, 32, 0},
-        {TG_BF16, 1, 33, 3, 48, 0},  {TG_F32, 2, 100, 2, 64, 0},  {TG_F32, 1, 50, 3, 40, 0},
-        {TG_F32, 1, 64, 1, 128, 0},
-        /* v3, kept selectable; v4 at the tile shapes other than its defaults (a block of 128 keys or queries over
-         * 64-row streamed tiles, warps of 32 rows, fewer registers) */
-        {TG_BF16, 1, 300, 2, 64, 5}, {TG_BF16, 1, 130, 2, 128, 5}, {TG_BF16, 2, 70, 4, 32, 5},
-        {TG_BF16, 1, 300, 2, 64, 0, "1,1,1"}, {TG_BF16, 2, 200, 3, 64, 0, "2,2,2"}, {TG_BF16, 1, 257, 2, 64, 0, "3,3,3"},
-        {TG_BF16, 1, 130, 2, 64, 0, "0,4,4"}, {TG_BF16, 1, 193, 2, 64, 0, "0,5,5"}, {TG_BF16, 1, 100, 2, 64, 0, "0,6,6"},
-        {TG_BF16, 1, 300, 2, 64, 0, "0,7,7"}, {TG_BF16, 1, 257, 2, 128, 0, "1,1,1"}, {TG_BF16, 1, 200, 2, 128, 0, "0,2,2"},
-        {TG_BF16, 1, 140, 2, 128, 0, "0,3,3"}, {TG_BF16, 1, 300, 2, 64, 0, "0,8,8"}, {TG_BF16, 2, 260, 2, 64, 0, "0,9,9"},
-        {TG_BF16, 1, 70, 2, 64, 0, "0,8,9"},
+        /* the tensor-core kernels (bf16, head dim 16/32/64/128): T a multiple of the blocks (64 or 128 rows), not,
+         * and below one block */
+        {TG_BF16, 2, 200, 3, 128}, {TG_BF16, 1, 257, 2, 128}, {TG_BF16, 1, 50, 2, 128}, {TG_BF16, 1, 130, 2, 128},
+        {TG_BF16, 1, 140, 2, 128}, {TG_BF16, 2, 128, 2, 64},  {TG_BF16, 1, 10, 3, 64},  {TG_BF16, 2, 100, 2, 64},
+        {TG_BF16, 1, 300, 2, 64},  {TG_BF16, 1, 257, 2, 64},  {TG_BF16, 1, 193, 2, 64}, {TG_BF16, 2, 260, 2, 64},
+        {TG_BF16, 1, 70, 2, 64},   {TG_BF16, 2, 70, 4, 32},   {TG_BF16, 2, 200, 3, 32}, {TG_BF16, 1, 40, 2, 16},
+        /* the SIMT kernels: another head dim in bf16, and f32 */
+        {TG_BF16, 1, 33, 3, 48},   {TG_F32, 2, 100, 2, 64},   {TG_F32, 1, 50, 3, 40},   {TG_F32, 1, 64, 1, 128},
     };
-    static const char *modes[] = {"", " (simt)", " (v1)", " (pipe)", " (v2)", " (v3)"};
-    static const char *envs[] = {NULL, "simt", "v1", "pipe", "v2", "v3"};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         tg_dtype dt = cases[k].dt;
         int64_t B = cases[k].b, T = cases[k].t, H = cases[k].h, C = H * cases[k].d;
         size_t nqkv = (size_t)(B * T * 3 * C), nout = (size_t)(B * T * C), nl = (size_t)(B * H * T);
         char what[160];
-        if (cases[k].mode) setenv("TG_CUDA_ATTENTION", envs[cases[k].mode], 1);
-        if (cases[k].tiles) setenv("TG_ATT4", cases[k].tiles, 1);
         struct pair qkv = rnd_pair(dt, nqkv, 0.0, 1.0), out = pair_new(nout * tg_dtype_size(dt)), lse = pair_new(nl * 4),
                     dout = rnd_pair(dt, nout, 0.0, 1.0), dqkv = pair_new(nqkv * tg_dtype_size(dt));
         struct tg_attention_forward_args f[2];
@@ -437,9 +422,8 @@ static void test_attention(void)
             f[g] = (struct tg_attention_forward_args){.out = ON(out), .lse = ON(lse), .qkv = ON(qkv), .dt = dt, .b = B,
                                                       .t = T, .c = C, .n_head = (int)H};
         struct out fo[] = {{&out, dt, nout, NULL, "out"}, {&lse, TG_F32, nl, NULL, "lse"}};
-        snprintf(what, sizeof what, "attention_forward %s B=%lld T=%lld H=%lld D=%d%s%s%s", tg_dtype_name(dt),
-                 (long long)B, (long long)T, (long long)H, cases[k].d, modes[cases[k].mode],
-                 cases[k].tiles ? " tiles " : "", cases[k].tiles ? cases[k].tiles : "");
+        snprintf(what, sizeof what, "attention_forward %s B=%lld T=%lld H=%lld D=%d", tg_dtype_name(dt), (long long)B,
+                 (long long)T, (long long)H, cases[k].d);
         run_case(what, issue_attention_forward, &f[0], &f[1], fo, 2, dt);
         /* backward from the CPU forward's out and lse, on both */
         pair_from_cpu(&out);
@@ -449,12 +433,9 @@ static void test_attention(void)
             b[g] = (struct tg_attention_backward_args){.dqkv = ON(dqkv), .dout = ON(dout), .out = ON(out), .qkv = ON(qkv),
                                                        .lse = ON(lse), .dt = dt, .b = B, .t = T, .c = C, .n_head = (int)H};
         struct out bo[] = {{&dqkv, dt, nqkv, NULL, "dqkv"}};
-        snprintf(what, sizeof what, "attention_backward %s B=%lld T=%lld H=%lld D=%d%s%s%s", tg_dtype_name(dt),
-                 (long long)B, (long long)T, (long long)H, cases[k].d, modes[cases[k].mode],
-                 cases[k].tiles ? " tiles " : "", cases[k].tiles ? cases[k].tiles : "");
+        snprintf(what, sizeof what, "attention_backward %s B=%lld T=%lld H=%lld D=%d", tg_dtype_name(dt), (long long)B,
+                 (long long)T, (long long)H, cases[k].d);
         run_case(what, issue_attention_backward, &b[0], &b[1], bo, 1, dt);
-        unsetenv("TG_CUDA_ATTENTION");
-        unsetenv("TG_ATT4");
         pair_free(&qkv), pair_free(&out), pair_free(&lse), pair_free(&dout), pair_free(&dqkv);
     }
 }
@@ -498,13 +479,11 @@ static void test_embedding(void)
                          (long long)B, (long long)T, (long long)C, (long long)V, with_wpe ? "" : " no wpe");
                 run_case(what, issue_embedding_forward, &f[0], &f[1], fo, 1, dt);
             }
-            /* accumulate 0 overwrites (rows of absent ids become 0), 1 adds (they stay), 0.5 scales them;
-             * rows: the previous one-block-a-row kernel (TG_CUDA_EMBEDDING=rows, kept for benchmarks) */
+            /* accumulate 0 overwrites (rows of absent ids become 0), 1 adds (they stay), 0.5 scales them */
             static const double accs[] = {0, 1, 0.5};
             for (int wd = 0; wd < 2; wd++)
-                for (int ai = 0; ai < 3 + (k == 3); ai++) {
-                    const int rows = ai == 3;
-                    const double acc = rows ? 1 : accs[ai];
+                for (int ai = 0; ai < 3; ai++) {
+                    const double acc = accs[ai];
                     tg_dtype dw_dt = wd ? dt : TG_F32;
                     struct pair dwte = rnd_pair(dw_dt, (size_t)(V * C), 0.0, 1.0),
                                 dwpe = rnd_pair(dw_dt, (size_t)(TM * C), 0.0, 1.0);
@@ -516,12 +495,10 @@ static void test_embedding(void)
                             .dwte_dt = dw_dt, .dwpe_dt = dw_dt, .b = B, .t = T, .c = C, .v = V, .tmax = TM,
                             .accumulate = (float)acc};
                     struct out o[] = {{&dwte, dw_dt, (size_t)(V * C), it, "dwte"}, {&dwpe, dw_dt, (size_t)(TM * C), ip, "dwpe"}};
-                    snprintf(what, sizeof what, "embedding_backward_dw %s -> %s B=%lld T=%lld C=%lld V=%lld accumulate %g%s",
+                    snprintf(what, sizeof what, "embedding_backward_dw %s -> %s B=%lld T=%lld C=%lld V=%lld accumulate %g",
                              tg_dtype_name(dt), tg_dtype_name(dw_dt), (long long)B, (long long)T, (long long)C,
-                             (long long)V, acc, rows ? " (TG_CUDA_EMBEDDING=rows)" : "");
-                    if (rows) setenv("TG_CUDA_EMBEDDING", "rows", 1);
+                             (long long)V, acc);
                     run_case(what, issue_embedding_backward_dw, &a[0], &a[1], o, 2, dt);
-                    unsetenv("TG_CUDA_EMBEDDING");
                     free(it), free(ip);
                     pair_free(&dwte), pair_free(&dwpe);
                 }
@@ -534,13 +511,13 @@ static void test_cross_entropy(void)
 {
     /* the row kernels: in shared memory with 16-byte loads (V a multiple of 8: 1000, GPT-2's padded 50304, 8),
      * in shared memory element by element (5003, 50257), and the multi-pass kernels for rows too large for shared
-     * memory (bf16 120000 and f32 60000 exceed an H200's 227 KB) or forced (TG_CUDA_CROSS_ENTROPY=multipass) */
-    enum { NORMAL, BAD, MULTIPASS, ALL_IGNORED };
+     * memory (bf16 120000 and f32 60000 exceed an H200's 227 KB) */
+    enum { NORMAL, BAD, ALL_IGNORED };
     struct {
         int64_t n, v;
         int mode; /* BAD: one target out of range (its loss and the mean are NaN); ALL_IGNORED: count 0 */
     } cases[] = {{64, 1000, NORMAL},  {37, 5003, NORMAL},       {16, 50257, NORMAL}, {20, 100, BAD},
-                 {24, 50304, NORMAL}, {24, 50304, MULTIPASS},   {9, 8, NORMAL},      {3, 120000, NORMAL},
+                 {24, 50304, NORMAL}, {9, 8, NORMAL},           {3, 120000, NORMAL},
                  {4, 60000, NORMAL},  {12, 1000, ALL_IGNORED},
                  /* rows of exactly 48 KB (bf16 24576, f32 12288): with the kernels' static shared memory
                   * they need the opt-in above the 48 KB default */
@@ -561,11 +538,9 @@ static void test_cross_entropy(void)
             if (cases[k].mode != ALL_IGNORED) t[0] = 0, t[N - 1] = (int32_t)V - 1; /* the first and last columns */
             pair_set(&tg, t);
             free(t);
-            const char *mode = cases[k].mode == BAD         ? " (a target out of range)"
-                               : cases[k].mode == MULTIPASS ? " (TG_CUDA_CROSS_ENTROPY=multipass)"
+            const char *mode = cases[k].mode == BAD           ? " (a target out of range)"
                                : cases[k].mode == ALL_IGNORED ? " (all rows ignored)"
                                                               : "";
-            if (cases[k].mode == MULTIPASS) setenv("TG_CUDA_CROSS_ENTROPY", "multipass", 1);
             struct tg_cross_entropy_forward_args f[2];
             for (int g = 0; g < 2; g++)
                 f[g] = (struct tg_cross_entropy_forward_args){.loss = ON(loss), .losses = ON(losses), .logits = ON(logits),
@@ -593,7 +568,6 @@ static void test_cross_entropy(void)
                     free(linit);
                 }
             }
-            unsetenv("TG_CUDA_CROSS_ENTROPY");
             pair_free(&logits), pair_free(&tg), pair_free(&loss), pair_free(&losses), pair_free(&dl);
         }
 }

@@ -1,5 +1,6 @@
 /* cuda-ops-match-cpu.c — every CUDA kernel gives the CPU backend's results on the same random inputs and seed. */
 #include "backend/backend.h"
+#include "core/debug.h"
 
 #include "tap.h"
 
@@ -363,7 +364,7 @@ static void test_gemm(void)
 
 /* ------------------------------------------------------------------ gemm epilogues
  * The CUDA epilogues (cuBLASLt, or the unfused kernels when it refuses, or
- * TG_CUDA_EPILOGUE=unfused) against the CPU reference. cuBLASLt's GELU (its
+ * the test switch TG_DEBUG_EPILOGUE_UNFUSED) against the CPU reference. cuBLASLt's GELU (its
  * own tanh approximation) is used for bf16 C only, where 1e-2 covers it; the
  * measured difference is printed as a diag. f32 gelu runs the gelu kernel.
  * DGELU likewise: cuBLASLt's gelu derivative for bf16 C (aux ld a multiple
@@ -435,7 +436,7 @@ static void test_gemm_epilogues(void)
     const tg_dtype types[][2] = {{TG_F32, TG_F32}, {TG_BF16, TG_BF16}, {TG_BF16, TG_F32}};
     for (int forced = 0; forced < 2; forced++) {
         const char *mode = forced ? "unfused" : "fused";
-        if (forced) setenv("TG_CUDA_EPILOGUE", "unfused", 1);
+        tg_debug_set(TG_DEBUG_EPILOGUE_UNFUSED, forced);
         for (int t = 0; t < 3; t++) {
             tg_dtype ab = types[t][0], cd = types[t][1];
             epi_case(TG_EPI_BIAS, ab, cd, TG_F32, 64, 96, 128, 1, 0.0f, 0, 0, 0, mode);
@@ -473,7 +474,7 @@ static void test_gemm_epilogues(void)
             epi_case(TG_EPI_DGELU, ab, cd, TG_F32, 64, 96, 128, 1, 1.0f, 0, 1, 1, mode); /* C from c_in */
         }
     }
-    unsetenv("TG_CUDA_EPILOGUE");
+    tg_debug_set(TG_DEBUG_EPILOGUE_UNFUSED, 0);
 }
 
 /* ------------------------------------------------------------------ reduce */

@@ -1,4 +1,5 @@
 /* gemm-epilogues-match-unfused-ops.c — tg_gemm_ex's bias, bias+gelu (with aux), bias-grad and gelu-grad (dgelu) epilogues equal the GEMM followed by bias_add, gelu_forward, bias_backward_dw and gelu_backward (f32: same bits or 1e-6; bf16: one rounding), plain and batched, accumulating or not, on both CPU GEMM paths. */
+#include "core/debug.h"
 #include "nn-ops-util.h"
 #include "tap.h"
 
@@ -256,7 +257,7 @@ int main(void)
     plan(NO_PLAN);
     static const char *paths[] = {"default", "blocked"};
     for (int p = 0; p < 2; p++) {
-        if (p) setenv("TG_CPU_GEMM", "blocked", 1); /* CBLAS (f32) off: the packed loop's epilogue */
+        tg_debug_set(TG_DEBUG_GEMM_BLOCKED, p); /* CBLAS (f32) off: the packed loop's epilogue */
         const tg_dtype types[][2] = {{TG_F32, TG_F32}, {TG_BF16, TG_BF16}, {TG_BF16, TG_F32}};
         for (int t = 0; t < 3; t++)
             for (int tr = 0; tr < 4; tr++) forward_case(types[t][0], types[t][1], 0, tr & 1, tr >> 1, 0.0, paths[p]);

@@ -1,5 +1,6 @@
 /* gemm-matches-f64-reference.c — CPU GEMM (CBLAS and blocked paths) vs a float64 reference: transposes, odd sizes, alpha/beta, batches, bf16. */
 #include "backend/backend.h"
+#include "core/debug.h"
 #include "tap.h"
 
 #include <math.h>
@@ -216,12 +217,12 @@ int main(void)
 
     suite("default path");
     ok(same_result_twice(2, 2), "default path: the same GEMM twice gives bitwise the same C");
-    setenv("TG_CPU_GEMM", "blocked", 1);
+    tg_debug_set(TG_DEBUG_GEMM_BLOCKED, 1);
     suite("blocked path");
     ok(same_result_twice(2, 2), "blocked path: the same GEMM twice gives bitwise the same C");
     ok(same_result_twice(1, 2), "blocked path: 1 and 2 threads give bitwise the same C");
     strided_backend_call();
-    unsetenv("TG_CPU_GEMM");
+    tg_debug_set(TG_DEBUG_GEMM_BLOCKED, 0);
     strided_backend_call();
 
     /* Invalid shapes and dtypes are refused with messages that name them. */

@@ -1,10 +1,11 @@
 /* layernorm-mlp-gelu-backward-fuses-dgelu.c — LayerNormMLP(gelu) applies fc1's gelu' inside fc2's dgrad GEMM (DGELU
  * epilogue on fc1's saved pre-activation) and fc1 runs no gelu_backward: against the unfused path
- * (tg_debug_unfused_dgelu) y, dx and every weight gradient are the same bits in f32 and within bf16 rounding in
+ * (TG_DEBUG_UNFUSED_DGELU) y, dx and every weight gradient are the same bits in f32 and within bf16 rounding in
  * bf16, with two microbatches interleaved, wgrad delayed or not, fused main_grad accumulation or not, with and
  * without a residual gradient; hooks fire once per parameter per microbatch; a captured CPU backward has one
  * command fewer per LayerNormMLP (also inside TransformerLayers), none fewer for swiglu; misuse of the internal
  * API is refused with named errors. */
+#include "core/debug.h"
 #include "nn-ops-util.h"
 #include "nn/nn.h"
 #include "tap.h"
@@ -80,7 +81,7 @@ static struct run run_model(const struct cfg *c)
     struct run r = {.hooks_ok = 1};
     tg_module *parts[L] = {0};
     tg_module *m = build(c, parts);
-    tg_debug_unfused_dgelu(c->unfused);
+    tg_debug_set(TG_DEBUG_UNFUSED_DGELU, c->unfused);
     tg_param **p;
     int np;
     CHECK(tg_module_parameters(m, &p, &np));
@@ -129,7 +130,7 @@ static struct run run_model(const struct cfg *c)
     tg_stream_set_current(prev);
     tg_stream_free(side);
 
-    tg_debug_unfused_dgelu(0);
+    tg_debug_set(TG_DEBUG_UNFUSED_DGELU, 0);
     tg_tensor_free(y[0]), tg_tensor_free(dx[0]), tg_tensor_free(dres);
     for (int k = 0; k < MB; k++) tg_tensor_free(x[k]), tg_tensor_free(dy[k]);
     free(p);
@@ -192,10 +193,10 @@ static void misuse(void)
     struct run a = {0}, b = {0};
     append(&a, dx);
     tg_tensor_free(dx), tg_tensor_free(y);
-    tg_debug_unfused_dgelu(1);
+    tg_debug_set(TG_DEBUG_UNFUSED_DGELU, 1);
     CHECK(tg_module_forward(m, 1, x, &y));
     CHECK(tg_module_backward(m, 1, dy, &dx));
-    tg_debug_unfused_dgelu(0);
+    tg_debug_set(TG_DEBUG_UNFUSED_DGELU, 0);
     append(&b, dx);
     ok(a.n == b.n && memcmp(a.g, b.g, a.n * sizeof *a.g) == 0, "after refused misuse, dx fused = dx unfused (same bits)");
     /* fc2's dgelu consumed fc1's pre-activation for microbatch 1: a second one is refused */

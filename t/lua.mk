@@ -4,6 +4,7 @@ LUA_TESTS = \
 	t/lua-tensor-api.lua \
 	t/lua-errors-name-the-problem.lua \
 	t/lua-capture-replay.lua \
+	t/debug-switches-are-named-and-read-once.lua \
 	t/cli-parse-accepts-gpt-flags-and-rejects-bad-ones.lua
 LUA_SH_TESTS = \
 	t/cli-exit-codes.sh \

@@ -1,8 +1,9 @@
 /* transformer-layer-backward-fuses-residual-adds.c — TransformerLayer adds its two residuals inside the output
  * projections' GEMMs (forward) and its two residual gradients inside the norms' dgrad kernels (backward): a
  * captured CPU forward and backward each have 2 commands fewer per layer than the unfused path (forward or
- * backward, then an add: tg_debug_unfused_residual), with outputs and gradients equal within f32 rounding in
+ * backward, then an add: TG_DEBUG_UNFUSED_RESIDUAL), with outputs and gradients equal within f32 rounding in
  * f32 and within bf16 rounding in bf16; a module without a fused path still gets the residual added. */
+#include "core/debug.h"
 #include "nn-ops-util.h"
 #include "nn/nn.h"
 #include "tap.h"
@@ -48,7 +49,7 @@ static struct run run_model(const char *norm, tg_dtype dt, int unfused)
         CHECK(tg_transformer_layer_new(C, NH, H, norm, "gelu", &o, &layers[i]));
     }
     CHECK(tg_sequential_new(layers, L, NULL, &seq));
-    tg_debug_unfused_residual(unfused);
+    tg_debug_set(TG_DEBUG_UNFUSED_RESIDUAL, unfused);
 
     /* eager: gradients */
     tg_tensor *x = input(dt, 0.0), *dy = input(dt, 1.0), *y, *dx;
@@ -92,7 +93,7 @@ static struct run run_model(const char *norm, tg_dtype dt, int unfused)
     tg_stream_set_current(prev);
     tg_stream_free(side);
 
-    tg_debug_unfused_residual(0);
+    tg_debug_set(TG_DEBUG_UNFUSED_RESIDUAL, 0);
     tg_tensor_free(y), tg_tensor_free(x), tg_tensor_free(dy);
     tg_module_release(seq);
     for (int i = 0; i < L; i++) tg_module_release(layers[i]);

@@ -1,4 +1,5 @@
 /* gemm.c — benchmark: CPU GEMM GFLOP/s for square sizes, f32 and bf16 operands, default (CBLAS) and blocked paths. */
+#include "core/debug.h" /* the blocked path: an internal switch (linked statically) */
 #include <tegraph.h>
 
 #include <stdio.h>
@@ -51,7 +52,7 @@ int main(int argc, char **argv)
     printf("%-8s %-6s %-8s %10s\n", "size", "dtype", "path", "GFLOP/s");
     for (int pass = 0; pass < (has_blas ? 2 : 1); pass++) {
         const char *path = pass == 0 ? "default" : "blocked"; /* default: CBLAS for f32 when built with it */
-        if (pass == 1) setenv("TG_CPU_GEMM", "blocked", 1);
+        tg_debug_set(TG_DEBUG_GEMM_BLOCKED, pass == 1);
         for (int i = 0; i < nsizes; i++)
             for (int d = 0; d < 2; d++) {
                 tg_dtype dt = d ? TG_BF16 : TG_F32;

@@ -43,8 +43,7 @@ end
 
 local function want(name) return not opt.only or name:find(opt.only, 1, true) end
 
-print(string.format("tegraph kernels, device %s, %d calls each (TG_CUDA_ATTENTION=%s)", tostring(device), opt.iters,
-  os.getenv("TG_CUDA_ATTENTION") or "default"))
+print(string.format("tegraph kernels, device %s, %d calls each", tostring(device), opt.iters))
 for cname in tostring(opt.cfg):gmatch("[^,]+") do
   local c = assert(cfgs[cname], "unknown cfg " .. cname)
   local N, C, F = c.b * c.t, c.h, 4 * c.h
@@ -112,15 +111,13 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
     report(cname, "gemm fc1 wgrad +bgrad (+= f32)", timed(function()
       ops.gemm(g32, h, true, x, false, 1, 1, { epilogue = "bgrad", bgrad = db32, bgrad_accumulate = 1 }) end), nil, fl)
   end
-  -- LM head and embedding wgrad at GPT-2's padded vocabulary (run once more with TG_CUDA_CROSS_ENTROPY=multipass
-  -- TG_CUDA_EMBEDDING=rows for the previous kernels). Ideal bytes: cross-entropy reads the logits once (backward
-  -- also writes dlogits); the embedding wgrad reads dout (and its f32 table rows once per id).
+  -- LM head and embedding wgrad at GPT-2's padded vocabulary. Ideal bytes: cross-entropy reads the logits once
+  -- (backward also writes dlogits); the embedding wgrad reads dout (and its f32 table rows once per id).
   local V = 50304
   local function row(name, fn, bytes, flops) -- times fn only when --only selects the row
     if want(name) then report(cname, name, timed(fn), bytes, flops) end
   end
   if want("cross_entropy") or want("lm_head") then
-    print(string.format("(TG_CUDA_CROSS_ENTROPY=%s)", os.getenv("TG_CUDA_CROSS_ENTROPY") or "default"))
     local logits, x, wte = randn { N, V }, randn { N, C }, randn { V, C }
     local tl = {}
     for r = 1, N do tl[r] = (r * 7919) % V end
@@ -139,7 +136,6 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
     row("gemm lm_head wgrad dlogits^T x (+= f32)", function() ops.gemm(g32, logits, true, x, false, 1, 1) end, nil, fl)
   end
   if want("embedding") then
-    print(string.format("(TG_CUDA_EMBEDDING=%s)", os.getenv("TG_CUDA_EMBEDDING") or "default"))
     -- token ids with a heavy head, as text: P(id < k) = (k/V)^(1/3) (id 0: 2.7% of the tokens)
     math.randomseed(1)
     local rows = {}

@@ -391,6 +391,7 @@ struct tg_backend {
     /* devices */
     int (*device_count)(void);
     tg_status (*device_describe)(int index, char *name, size_t n, size_t *total);
+    tg_status (*use_device)(int index); /* the calling thread's current device; NULL: nothing to do */
 
     /* memory (device allocator; NULL ptr on failure with status set) */
     tg_status (*alloc)(int index, size_t bytes, void **out);
@@ -402,6 +403,7 @@ struct tg_backend {
     tg_status (*stream_init)(tg_stream *s);    /* fills s->impl */
     void (*stream_destroy)(tg_stream *s);
     tg_status (*stream_sync)(tg_stream *s);
+    void *(*stream_native)(tg_stream *s);      /* the native handle (cudaStream_t); NULL: none */
     tg_status (*capture_begin)(tg_stream *s);  /* s->capture already set to the new graph */
     tg_status (*capture_end)(tg_stream *s, tg_graph *g); /* finalises g->impl, g->ncmds */
     tg_status (*graph_replay)(tg_graph *g, tg_stream *s);
@@ -452,6 +454,18 @@ struct tg_backend {
     tg_status (*sumsq_multi)(tg_stream *s, const struct tg_sumsq_multi_args *a);
     tg_status (*zero_multi)(tg_stream *s, const struct tg_zero_multi_args *a);
 };
+
+/* ------------------------------------------------------------------ native seam (native.c)
+ * For code that drives a device's own library on tegraph's streams (the
+ * NCCL transport, src/dist/comm_nccl.c) without knowing the backend's
+ * internals; each goes through the device's backend. */
+/* Makes dev the calling thread's current device (CUDA: cudaSetDevice; the CPU: nothing). */
+tg_status tg_device_use(tg_device dev);
+/* The native handle of s (CUDA: its cudaStream_t), or NULL when the backend has none (the CPU). */
+void *tg_stream_native(tg_stream *s);
+/* Device memory from the backend's allocator, outside any pool, and its release. */
+tg_status tg_device_alloc(tg_device dev, size_t bytes, void **out);
+void tg_device_free(tg_device dev, void *ptr);
 
 extern const struct tg_backend tg_backend_cpu;
 #ifdef TG_HAVE_CUDA

@@ -1,5 +1,6 @@
 /* cpu_gemm.c — CPU GEMM with f32 accumulation and the bias / gelu / bias-grad / gelu-grad epilogues: CBLAS for f32 operands when configured, else a packed, cache-blocked OpenMP loop. */
 #include "backend/cpu_impl.h"
+#include "core/debug.h"
 
 #include <limits.h>
 #include <math.h>
@@ -319,8 +320,7 @@ static void gemm_run(const void *p)
         return;
     }
 #ifdef TG_HAVE_BLAS
-    const char *mode = getenv("TG_CPU_GEMM"); /* "blocked": skip CBLAS (tests, benchmarks) */
-    if (blas_fits(g) && !(mode && strcmp(mode, "blocked") == 0)) {
+    if (blas_fits(g) && !tg_debug_get(TG_DEBUG_GEMM_BLOCKED)) { /* the switch: tests, benchmarks */
         gemm_blas(g);
         return;
     }

@@ -1,4 +1,5 @@
-/* cuda.c — the CUDA backend: devices, caching allocator, streams, graph capture and kernel dispatch. */
+/* cuda.c — the CUDA backend: errors, devices and the vtable dispatching to the kernels (kernels/<op>.cu);
+ * memory is cuda_alloc.c, streams, graphs and events cuda_stream.c, GEMM cuda_gemm.c. */
 #include "backend/cuda_impl.h"
 
 #include "kernels.h" /* kernels/ is not on the C include path */
@@ -38,39 +39,8 @@ tg_status tg_cublas_fail(cublasStatus_t e, const char *file, int line, const cha
 
 /* ------------------------------------------------------------------ devices */
 
-struct cuda_block {
-    void *ptr;
-    size_t size; /* rounded to its size class */
-    int cls;
-    struct cuda_block *next; /* in a free list or a live-map bucket */
-};
-
-/* Memory freed while a stream captures (cudaFree is not capturable). */
-struct cuda_deferred {
-    void *ptr;
-    struct cuda_deferred *next;
-};
-
-/* 8 size classes per power of two (at most 12.5% rounding), from 512 bytes. */
-#define NCLASS 448
-#define LIVE_BUCKETS 4096
-
-struct cuda_dev {
-    pthread_mutex_t lock;
-    cublasLtHandle_t lt; /* NULL until the first GEMM */
-    struct cuda_block *free_list[NCLASS];
-    struct cuda_block *live[LIVE_BUCKETS]; /* handed-out blocks by address */
-    size_t in_use, cached;
-    uint64_t mallocs;
-    struct cuda_deferred *deferred;
-    struct tg_cuda_scratch *scratches; /* of live streams, by cudaStream_t */
-};
-
-static struct cuda_dev devs[TG_CUDA_MAX_DEVICES] = {[0 ... TG_CUDA_MAX_DEVICES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
-
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
 static int ndevices;
-static int alloc_direct; /* TG_CUDA_ALLOC=direct: no caching, for memory checkers */
 
 static void probe(void)
 {
@@ -81,20 +51,13 @@ static void probe(void)
         n = 0;
     }
     ndevices = n > TG_CUDA_MAX_DEVICES ? TG_CUDA_MAX_DEVICES : n;
-    const char *a = getenv("TG_CUDA_ALLOC");
-    alloc_direct = a && strcmp(a, "direct") == 0;
+    tg_cuda_alloc_init();
 }
 
 static int cuda_device_count(void)
 {
     pthread_once(&probe_once, probe);
     return ndevices;
-}
-
-static tg_status use_device(int index)
-{
-    TG_CUDA_TRY(cudaSetDevice(index));
-    return TG_OK;
 }
 
 static tg_status cuda_device_describe(int index, char *name, size_t n, size_t *total)
@@ -106,433 +69,14 @@ static tg_status cuda_device_describe(int index, char *name, size_t n, size_t *t
     return TG_OK;
 }
 
-tg_status tg_cuda_lt_handle(int dev, cublasLtHandle_t *out)
-{
-    struct cuda_dev *d = &devs[dev];
-    tg_status st = TG_OK;
-    pthread_mutex_lock(&d->lock);
-    if (!d->lt) {
-        cublasStatus_t e = cublasLtCreate(&d->lt);
-        if (e != CUBLAS_STATUS_SUCCESS) {
-            d->lt = NULL;
-            st = tg_cublas_fail(e, __FILE__, __LINE__, "cublasLtCreate(&d->lt)");
-        }
-    }
-    *out = d->lt;
-    pthread_mutex_unlock(&d->lock);
-    return st;
-}
-
-/* ------------------------------------------------------------------ caching allocator
- * Freed blocks go to a free list of their size class and are handed out
- * again without cudaMalloc: once warm, allocation never touches the driver.
- * Blocks are reused in host order: a block freed while kernels on one stream
- * still use it must not be handed to work on another stream unless the
- * streams are ordered (events), as with any non-stream-aware cache. */
-
-static size_t size_class(size_t bytes, int *cls)
-{
-    if (bytes <= 512) {
-        *cls = 0;
-        return 512;
-    }
-    int e = 63 - __builtin_clzll((unsigned long long)(bytes - 1)); /* 2^e < bytes <= 2^(e+1) */
-    size_t step = ((size_t)1 << e) / 8;
-    size_t rounded = (bytes + step - 1) / step * step;
-    *cls = 1 + (e - 9) * 8 + (int)(rounded / step - 9);
-    return rounded;
-}
-
-static size_t live_hash(const void *p) { return ((uintptr_t)p >> 8) % LIVE_BUCKETS; }
-
-/* Frees now, or after the capture when a stream of the device captures. Lock held. */
-static void release_locked(struct cuda_dev *d, int index, void *ptr)
-{
-    if (tg_device_capturing((tg_device){TG_CUDA, index})) {
-        struct cuda_deferred *q = malloc(sizeof *q);
-        TG_ASSERT(q);
-        q->ptr = ptr;
-        q->next = d->deferred;
-        d->deferred = q;
-        return;
-    }
-    while (d->deferred) {
-        struct cuda_deferred *q = d->deferred;
-        d->deferred = q->next;
-        (void)cudaFree(q->ptr);
-        free(q);
-    }
-    if (ptr) (void)cudaFree(ptr);
-}
-
-/* Gives every cached block back to the driver (before retrying a failed cudaMalloc). */
-static void trim_locked(struct cuda_dev *d, int index)
-{
-    for (int c = 0; c < NCLASS; c++) {
-        while (d->free_list[c]) {
-            struct cuda_block *b = d->free_list[c];
-            d->free_list[c] = b->next;
-            d->cached -= b->size;
-            release_locked(d, index, b->ptr);
-            free(b);
-        }
-    }
-}
-
-static tg_status cuda_alloc(int index, size_t bytes, void **out)
-{
-    *out = NULL;
-    struct cuda_dev *d = &devs[index];
-    int cls;
-    size_t size = size_class(bytes ? bytes : 1, &cls);
-    if (alloc_direct) size = bytes ? bytes : 1;
-    pthread_mutex_lock(&d->lock);
-    struct cuda_block *b = alloc_direct ? NULL : d->free_list[cls];
-    if (b) {
-        d->free_list[cls] = b->next;
-        d->cached -= b->size;
-    } else {
-        void *p = NULL;
-        /* only the driver needs the current device: a cached block does not */
-        cudaError_t e = cudaSetDevice(index);
-        if (e == cudaSuccess) e = cudaMalloc(&p, size);
-        if (e == cudaErrorMemoryAllocation && d->cached && !tg_device_capturing((tg_device){TG_CUDA, index})) {
-            (void)cudaGetLastError();
-            trim_locked(d, index);
-            e = cudaMalloc(&p, size);
-        }
-        if (e != cudaSuccess) {
-            size_t used = d->in_use, cached = d->cached;
-            pthread_mutex_unlock(&d->lock);
-            if (e == cudaErrorMemoryAllocation) {
-                (void)cudaGetLastError();
-                return tg_error(TG_ENOMEM, "cuda:%d: out of memory allocating %zu bytes (%zu in use, %zu cached)",
-                                index, bytes, used, cached);
-            }
-            return tg_cuda_fail(e, __FILE__, __LINE__, "cudaSetDevice + cudaMalloc(&p, size)");
-        }
-        d->mallocs++;
-        b = malloc(sizeof *b);
-        TG_ASSERT(b);
-        *b = (struct cuda_block){.ptr = p, .size = size, .cls = cls};
-    }
-    size_t h = live_hash(b->ptr);
-    b->next = d->live[h];
-    d->live[h] = b;
-    d->in_use += b->size;
-    *out = b->ptr;
-    pthread_mutex_unlock(&d->lock);
-    return TG_OK;
-}
-
-static void cuda_free(int index, void *ptr)
-{
-    if (!ptr) return;
-    struct cuda_dev *d = &devs[index];
-    pthread_mutex_lock(&d->lock);
-    struct cuda_block **pp = &d->live[live_hash(ptr)];
-    while (*pp && (*pp)->ptr != ptr) pp = &(*pp)->next;
-    TG_ASSERT(*pp); /* freeing memory this allocator did not hand out */
-    struct cuda_block *b = *pp;
-    *pp = b->next;
-    d->in_use -= b->size;
-    if (alloc_direct) {
-        release_locked(d, index, b->ptr);
-        free(b);
-    } else {
-        b->next = d->free_list[b->cls];
-        d->free_list[b->cls] = b;
-        d->cached += b->size;
-    }
-    pthread_mutex_unlock(&d->lock);
-}
-
-void tg_cuda_alloc_stats(int dev, size_t *in_use, size_t *cached, uint64_t *mallocs)
-{
-    struct cuda_dev *d = &devs[dev];
-    pthread_mutex_lock(&d->lock);
-    if (in_use) *in_use = d->in_use;
-    if (cached) *cached = d->cached;
-    if (mallocs) *mallocs = d->mallocs;
-    pthread_mutex_unlock(&d->lock);
-}
-
-/* ------------------------------------------------------------------ per-stream scratch */
-
-static struct tg_cuda_scratch *scratch_new_locked(struct cuda_dev *d, int index, cudaStream_t st)
-{
-    struct tg_cuda_scratch *x = calloc(1, sizeof *x);
-    TG_ASSERT(x);
-    x->stream = st;
-    x->dev = index;
-    x->refs = 1; /* the stream's */
-    x->next = d->scratches;
-    d->scratches = x;
-    return x;
-}
-
-static void scratch_release_locked(struct cuda_dev *d, struct tg_cuda_scratch *x)
-{
-    if (--x->refs > 0) return;
-    release_locked(d, x->dev, x->gemm_ws);
-    release_locked(d, x->dev, x->reduce_parts);
-    release_locked(d, x->dev, x->nn_scratch);
-    free(x);
-}
-
-tg_status tg_cuda_scratch_of(tg_stream *s, struct tg_cuda_scratch **out)
-{
-    struct cuda_dev *d = &devs[s->dev.index];
-    cudaStream_t st = tg_cuda_stream(s);
-    pthread_mutex_lock(&d->lock);
-    struct tg_cuda_scratch *x = d->scratches;
-    while (x && x->stream != st) x = x->next;
-    if (!x) x = scratch_new_locked(d, s->dev.index, st); /* a stream not made by stream_init */
-    pthread_mutex_unlock(&d->lock);
-    *out = x;
-    return TG_OK;
-}
-
-/* Allocates *buf (bytes) once, with cudaMalloc: legal during a relaxed capture. */
-static tg_status scratch_buffer(tg_stream *s, void **buf, size_t bytes)
-{
-    struct cuda_dev *d = &devs[s->dev.index];
-    tg_status st = TG_OK;
-    pthread_mutex_lock(&d->lock);
-    if (!*buf) {
-        cudaError_t e = cudaMalloc(buf, bytes);
-        if (e != cudaSuccess) {
-            *buf = NULL;
-            st = tg_cuda_fail(e, __FILE__, __LINE__, "cudaMalloc(buf, bytes)");
-        }
-    }
-    pthread_mutex_unlock(&d->lock);
-    return st;
-}
-
-tg_status tg_cuda_gemm_workspace(tg_stream *s, void **ws, size_t *bytes)
-{
-    struct tg_cuda_scratch *x;
-    TG_TRY(tg_cuda_scratch_of(s, &x));
-    TG_TRY(scratch_buffer(s, &x->gemm_ws, TG_CUDA_GEMM_WORKSPACE));
-    *ws = x->gemm_ws;
-    *bytes = TG_CUDA_GEMM_WORKSPACE;
-    return TG_OK;
-}
-
-tg_status tg_cuda_reduce_scratch(tg_stream *s, double **parts)
-{
-    struct tg_cuda_scratch *x;
-    TG_TRY(tg_cuda_scratch_of(s, &x));
-    TG_TRY(scratch_buffer(s, (void **)&x->reduce_parts, TGK_REDUCE_BLOCKS * sizeof(double)));
-    *parts = x->reduce_parts;
-    return TG_OK;
-}
-
-tg_status tg_cuda_nn_scratch(tg_stream *s, void **buf, size_t *bytes)
-{
-    struct tg_cuda_scratch *x;
-    TG_TRY(tg_cuda_scratch_of(s, &x));
-    TG_TRY(scratch_buffer(s, &x->nn_scratch, TG_CUDA_NN_SCRATCH));
-    *buf = x->nn_scratch;
-    *bytes = TG_CUDA_NN_SCRATCH;
-    return TG_OK;
-}
-
-/* ------------------------------------------------------------------ copies, streams, graphs */
-
-static tg_status cuda_memcpy(tg_stream *s, void *dst, const void *src, size_t bytes, tg_memcpy_kind kind)
-{
-    static const enum cudaMemcpyKind kinds[] = {
-        [TG_H2D] = cudaMemcpyHostToDevice, [TG_D2H] = cudaMemcpyDeviceToHost, [TG_D2D] = cudaMemcpyDeviceToDevice};
-    if (bytes == 0) return TG_OK;
-    cudaStream_t st = tg_cuda_stream(s);
-    TG_TRY(use_device(s->dev.index));
-    TG_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kinds[kind], st));
-    if (kind != TG_D2D) TG_CUDA_TRY(cudaStreamSynchronize(st)); /* the host buffer is the caller's again */
-    return TG_OK;
-}
-
-static tg_status cuda_stream_init(tg_stream *s)
-{
-    cudaStream_t st;
-    TG_TRY(use_device(s->dev.index));
-    TG_CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    s->impl = st;
-    struct cuda_dev *d = &devs[s->dev.index];
-    pthread_mutex_lock(&d->lock);
-    scratch_new_locked(d, s->dev.index, st);
-    pthread_mutex_unlock(&d->lock);
-    return TG_OK;
-}
-
-static void cuda_stream_destroy(tg_stream *s)
-{
-    cudaStream_t st = tg_cuda_stream(s);
-    if (!st) return;
-    (void)cudaSetDevice(s->dev.index);
-    (void)cudaStreamSynchronize(st);
-    (void)cudaStreamDestroy(st);
-    (void)cudaGetLastError();
-    struct cuda_dev *d = &devs[s->dev.index];
-    pthread_mutex_lock(&d->lock);
-    /* Unlink first: the driver may hand the same handle to the next stream. */
-    for (struct tg_cuda_scratch **pp = &d->scratches; *pp; pp = &(*pp)->next) {
-        if ((*pp)->stream == st) {
-            struct tg_cuda_scratch *x = *pp;
-            *pp = x->next;
-            scratch_release_locked(d, x);
-            break;
-        }
-    }
-    pthread_mutex_unlock(&d->lock);
-    s->impl = NULL;
-}
-
-static tg_status cuda_stream_sync(tg_stream *s)
-{
-    TG_TRY(use_device(s->dev.index));
-    TG_CUDA_TRY(cudaStreamSynchronize(tg_cuda_stream(s)));
-    return TG_OK;
-}
-
-/* Relaxed mode: the pools' block allocations (cudaMalloc through cuda_alloc)
- * and the lazy scratch buffers stay legal while this thread captures; in the
- * global or thread-local modes cudaMalloc counts as "potentially unsafe" and
- * may invalidate the capture. Host transfers and syncs are refused by the
- * core (TG_ECAPTURE) before they reach CUDA. */
-static tg_status cuda_capture_begin(tg_stream *s)
-{
-    TG_TRY(use_device(s->dev.index));
-    TG_CUDA_TRY(cudaStreamBeginCapture(tg_cuda_stream(s), cudaStreamCaptureModeRelaxed));
-    return TG_OK;
-}
-
-static tg_status cuda_capture_end(tg_stream *s, tg_graph *g)
-{
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    size_t nodes = 0;
-    TG_TRY(use_device(s->dev.index));
-    TG_CUDA_TRY(cudaStreamEndCapture(tg_cuda_stream(s), &graph));
-    cudaError_t e = cudaGraphGetNodes(graph, NULL, &nodes);
-    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
-    (void)cudaGraphDestroy(graph); /* the executable graph is independent of it */
-    if (e != cudaSuccess) return tg_cuda_fail(e, __FILE__, __LINE__, "cudaGraphInstantiate(&exec, graph, 0)");
-    struct tg_cuda_graph *cg = malloc(sizeof *cg);
-    TG_ASSERT(cg);
-    cg->exec = exec;
-    TG_TRY(tg_cuda_scratch_of(s, &cg->scratch));
-    struct cuda_dev *d = &devs[s->dev.index];
-    pthread_mutex_lock(&d->lock);
-    cg->scratch->refs++;
-    pthread_mutex_unlock(&d->lock);
-    g->impl = cg;
-    g->ncmds = nodes;
-    return TG_OK;
-}
-
-static tg_status cuda_graph_replay(tg_graph *g, tg_stream *s)
-{
-    struct tg_cuda_graph *cg = g->impl;
-    if (!cg) return tg_error(TG_ESTATE, "cuda graph replay: the graph holds no captured work");
-    TG_TRY(use_device(s->dev.index));
-    TG_CUDA_TRY(cudaGraphLaunch(cg->exec, tg_cuda_stream(s)));
-    return TG_OK;
-}
-
-static void cuda_graph_destroy(tg_graph *g)
-{
-    struct tg_cuda_graph *cg = g->impl;
-    if (!cg) return;
-    (void)cudaSetDevice(g->dev.index);
-    (void)cudaGraphExecDestroy(cg->exec);
-    struct cuda_dev *d = &devs[g->dev.index];
-    pthread_mutex_lock(&d->lock);
-    scratch_release_locked(d, cg->scratch);
-    pthread_mutex_unlock(&d->lock);
-    free(cg);
-    g->impl = NULL;
-}
-
-/* ------------------------------------------------------------------ events */
-
-static tg_status cuda_event_init(tg_event *e)
-{
-    cudaEvent_t ev;
-    TG_TRY(use_device(e->dev.index));
-    /* timing costs a timestamp write per record: only where elapsed is wanted */
-    TG_CUDA_TRY(cudaEventCreateWithFlags(&ev, e->timing ? cudaEventDefault : cudaEventDisableTiming));
-    e->impl = ev;
-    return TG_OK;
-}
-
-static void cuda_event_destroy(tg_event *e)
-{
-    if (!e->impl) return;
-    (void)cudaSetDevice(e->dev.index);
-    (void)cudaEventDestroy((cudaEvent_t)e->impl);
-    (void)cudaGetLastError();
-    e->impl = NULL;
-}
-
-static tg_status cuda_event_record(tg_event *e, tg_stream *s)
-{
-    TG_TRY(use_device(s->dev.index));
-    TG_CUDA_TRY(cudaEventRecord((cudaEvent_t)e->impl, tg_cuda_stream(s)));
-    e->recorded = 1;
-    return TG_OK;
-}
-
-static tg_status cuda_stream_wait_event(tg_stream *s, tg_event *e)
-{
-    TG_TRY(use_device(s->dev.index));
-    TG_CUDA_TRY(cudaStreamWaitEvent(tg_cuda_stream(s), (cudaEvent_t)e->impl, 0));
-    return TG_OK;
-}
-
-static tg_status cuda_event_query(tg_event *e, int *done)
-{
-    cudaError_t r = cudaEventQuery((cudaEvent_t)e->impl);
-    *done = r == cudaSuccess;
-    if (r == cudaSuccess || r == cudaErrorNotReady) return TG_OK;
-    return tg_cuda_fail(r, __FILE__, __LINE__, "cudaEventQuery");
-}
-
-static tg_status cuda_event_sync(tg_event *e)
-{
-    TG_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)e->impl));
-    return TG_OK;
-}
-
-static tg_status cuda_event_elapsed(tg_event *a, tg_event *b, double *ms)
-{
-    float f = 0;
-    TG_TRY(use_device(a->dev.index));
-    /* never recorded: said without asking CUDA (whose error a sanitizer would report as an API error) */
-    if (!a->recorded || !b->recorded)
-        return tg_error(TG_ESTATE, "event elapsed time: the %s event was never recorded (or its graph never replayed)",
-                        !a->recorded ? "start" : "end");
-    cudaError_t e = cudaEventElapsedTime(&f, (cudaEvent_t)a->impl, (cudaEvent_t)b->impl);
-    /* the CPU backend's errors for the same misuse (not a device fault) */
-    if (e == cudaErrorInvalidResourceHandle) {
-        (void)cudaGetLastError();
-        return tg_error(TG_ESTATE, "event elapsed time: an event was never recorded (or its graph never replayed)");
-    }
-    if (e == cudaErrorNotReady) {
-        (void)cudaGetLastError();
-        return tg_error(TG_ESTATE, "event elapsed time: an event has not completed yet (sync it first)");
-    }
-    TG_CUDA_TRY(e);
-    *ms = f;
-    return TG_OK;
-}
+/* The cudaStream_t of s, for libraries that issue work on it (NCCL). */
+static void *cuda_stream_native(tg_stream *s) { return tg_cuda_stream(s); }
 
 /* ------------------------------------------------------------------ kernels */
 
 #define LAUNCH(s, call)                                                                                \
     do {                                                                                               \
-        TG_TRY(use_device((s)->dev.index));                                                            \
+        TG_TRY(tg_cuda_use_device((s)->dev.index));                                                            \
         TG_CUDA_TRY(call);                                                                             \
     } while (0)
 
@@ -613,7 +157,7 @@ static tg_status float_only(const char *what, tg_dtype dt)
 /* A kernel that needs the stream's scratch: a failure there is a size limit, said plainly. */
 #define LAUNCH_SCRATCH(s, what, call)                                                                  \
     do {                                                                                               \
-        TG_TRY(use_device((s)->dev.index));                                                            \
+        TG_TRY(tg_cuda_use_device((s)->dev.index));                                                            \
         cudaError_t e_ = (call);                                                                       \
         if (e_ == cudaErrorInvalidValue)                                                               \
             return tg_error(TG_ENOTSUP, "cuda %s: the shapes exceed the kernel's limits or its %zu MiB scratch", \
@@ -726,27 +270,12 @@ static tg_status cuda_bias_backward_dw(tg_stream *s, const struct tg_bias_backwa
     return TG_OK;
 }
 
-/* TG_CUDA_ATTENTION unset: the v4 kernels (v3's mma.sync fragments, tiles per head dim, dd inside the dQ kernel);
- * =v3: the v3 kernels (mma.sync, cp.async pipelined); =v2: the wmma kernels with scores in registers (=pipe:
- * those with cp.async double buffering, read in kernels/attention.cu); =v1: the wmma kernels that stage scores
- * in shared memory; =simt: the one-warp-per-row kernels for bf16 too. */
-static int attention_mode(void)
-{
-    const char *e = getenv("TG_CUDA_ATTENTION");
-    return !e                                                   ? 0
-           : strcmp(e, "simt") == 0                             ? 1
-           : strcmp(e, "v1") == 0                               ? 2
-           : strcmp(e, "v2") == 0 || strcmp(e, "pipe") == 0     ? 3
-           : strcmp(e, "v3") == 0                               ? 4
-                                                                : 0;
-}
-
 static tg_status cuda_attention_forward(tg_stream *s, const struct tg_attention_forward_args *a)
 {
     TG_TRY(float_only("attention_forward", a->dt));
     LAUNCH_SCRATCH(s, "attention_forward",
                    tg_cuda_attention_forward(a->out, a->lse, a->qkv, a->dt, a->b, a->t, a->c, a->n_head,
-                                             attention_mode(), tg_cuda_stream(s)));
+                                             tg_cuda_stream(s)));
     return TG_OK;
 }
 
@@ -758,7 +287,7 @@ static tg_status cuda_attention_backward(tg_stream *s, const struct tg_attention
     TG_TRY(tg_cuda_nn_scratch(s, &scr, &bytes));
     LAUNCH_SCRATCH(s, "attention_backward",
                    tg_cuda_attention_backward(a->dqkv, a->dout, a->out, a->qkv, a->lse, a->dt, a->b, a->t, a->c,
-                                              a->n_head, attention_mode(), scr, bytes, tg_cuda_stream(s)));
+                                              a->n_head, scr, bytes, tg_cuda_stream(s)));
     return TG_OK;
 }
 
@@ -862,23 +391,25 @@ const struct tg_backend tg_backend_cuda = {
     .type = TG_CUDA,
     .device_count = cuda_device_count,
     .device_describe = cuda_device_describe,
-    .alloc = cuda_alloc,
-    .free = cuda_free,
-    .memcpy = cuda_memcpy,
-    .stream_init = cuda_stream_init,
-    .stream_destroy = cuda_stream_destroy,
-    .stream_sync = cuda_stream_sync,
-    .capture_begin = cuda_capture_begin,
-    .capture_end = cuda_capture_end,
-    .graph_replay = cuda_graph_replay,
-    .graph_destroy = cuda_graph_destroy,
-    .event_init = cuda_event_init,
-    .event_destroy = cuda_event_destroy,
-    .event_record = cuda_event_record,
-    .stream_wait_event = cuda_stream_wait_event,
-    .event_query = cuda_event_query,
-    .event_sync = cuda_event_sync,
-    .event_elapsed = cuda_event_elapsed,
+    .use_device = tg_cuda_use_device,
+    .alloc = tg_cuda_alloc,
+    .free = tg_cuda_free,
+    .memcpy = tg_cuda_memcpy,
+    .stream_init = tg_cuda_stream_init,
+    .stream_destroy = tg_cuda_stream_destroy,
+    .stream_sync = tg_cuda_stream_sync,
+    .stream_native = cuda_stream_native,
+    .capture_begin = tg_cuda_capture_begin,
+    .capture_end = tg_cuda_capture_end,
+    .graph_replay = tg_cuda_graph_replay,
+    .graph_destroy = tg_cuda_graph_destroy,
+    .event_init = tg_cuda_event_init,
+    .event_destroy = tg_cuda_event_destroy,
+    .event_record = tg_cuda_event_record,
+    .stream_wait_event = tg_cuda_stream_wait_event,
+    .event_query = tg_cuda_event_query,
+    .event_sync = tg_cuda_event_sync,
+    .event_elapsed = tg_cuda_event_elapsed,
     .fill = cuda_fill,
     .cast = cuda_cast,
     .binary = cuda_binary,

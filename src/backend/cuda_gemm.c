@@ -1,5 +1,6 @@
 /* cuda_gemm.c — row-major batched GEMM through cuBLASLt (f32 accumulation) with bias / gelu / bias-grad / gelu-grad epilogues, capturable. */
 #include "backend/cuda_impl.h"
+#include "core/debug.h"
 
 #include "kernels.h" /* kernels/ is not on the C include path */
 
@@ -22,7 +23,7 @@
  * stream's nn scratch and a small kernel adds that into bgrad. DGELU reads aux
  * (D's layout, like GELU_AUX wrote it) and has no bias. Combinations
  * cuBLASLt refuses (no heuristic, NOT_SUPPORTED) run the plain GEMM and the
- * unfused kernels instead, as does TG_CUDA_EPILOGUE=unfused (tests). */
+ * unfused kernels instead, as does the test switch TG_DEBUG_EPILOGUE_UNFUSED. */
 
 /* Everything the algorithm choice depends on; memset to 0 before filling (hashed as bytes). */
 struct gemm_key {
@@ -154,6 +155,28 @@ static tg_status descs_create(struct lt_descs *d, const struct tg_gemm_args *a, 
     TG_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                        &key->align_c, sizeof key->align_c));
     return TG_OK;
+}
+
+/* The cuBLASLt handle of each device, created by its first GEMM. */
+static struct {
+    pthread_mutex_t lock;
+    cublasLtHandle_t lt;
+} lts[TG_CUDA_MAX_DEVICES] = {[0 ... TG_CUDA_MAX_DEVICES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
+
+tg_status tg_cuda_lt_handle(int dev, cublasLtHandle_t *out)
+{
+    tg_status st = TG_OK;
+    pthread_mutex_lock(&lts[dev].lock);
+    if (!lts[dev].lt) {
+        cublasStatus_t e = cublasLtCreate(&lts[dev].lt);
+        if (e != CUBLAS_STATUS_SUCCESS) {
+            lts[dev].lt = NULL;
+            st = tg_cublas_fail(e, __FILE__, __LINE__, "cublasLtCreate(&lts[dev].lt)");
+        }
+    }
+    *out = lts[dev].lt;
+    pthread_mutex_unlock(&lts[dev].lock);
+    return st;
 }
 
 /* Heuristic queries cost tens of microseconds and descriptors a few: remember the last answers. */
@@ -339,26 +362,6 @@ static tg_status gemm_unfused(tg_stream *s, const struct tg_gemm_args *a)
     return TG_OK;
 }
 
-/* TG_CUDA_EPILOGUE=unfused, read per call (tests switch it; getenv is cheap next to a launch) */
-static int unfused_forced(void)
-{
-    const char *e = getenv("TG_CUDA_EPILOGUE");
-    return e && strcmp(e, "unfused") == 0;
-}
-
-/* TG_CUDA_BGRAD=fused / unfused overrides the size rule for the bias-grad
- * epilogue (benchmarks compare the two); read once. */
-enum { BGRAD_AUTO, BGRAD_FUSED, BGRAD_UNFUSED };
-static int bgrad_policy(void)
-{
-    static int policy = -1;
-    if (policy < 0) {
-        const char *e = getenv("TG_CUDA_BGRAD");
-        policy = e && strcmp(e, "fused") == 0 ? BGRAD_FUSED : e && strcmp(e, "unfused") == 0 ? BGRAD_UNFUSED : BGRAD_AUTO;
-    }
-    return policy;
-}
-
 /* The epilogue in cuBLASLt; *done = 0 when it cannot (nothing issued). */
 static tg_status gemm_fused(tg_stream *s, const struct tg_gemm_args *a, int *done)
 {
@@ -403,10 +406,7 @@ static tg_status gemm_fused(tg_stream *s, const struct tg_gemm_args *a, int *don
     /* the bias grad is a sum of op(A), never scaled by alpha: cuBLASLt's is not documented to be, so a
      * scaled product (no module makes one) keeps the column-sum kernel */
     if (a->alpha != 1.0f) return TG_OK;
-    const int policy = bgrad_policy();
-    if (policy == BGRAD_UNFUSED ||
-        (policy == BGRAD_AUTO && (double)a->m * (double)a->n * (double)a->k * (double)a->batch > BGRAD_FUSED_MAX))
-        return TG_OK;
+    if ((double)a->m * (double)a->n * (double)a->k * (double)a->batch > BGRAD_FUSED_MAX) return TG_OK;
     /* BGRAD: straight into bgrad when cuBLASLt's store is the wgrad's (overwrite, D's dtype, aligned), else via scratch */
     e.epi = CUBLASLT_EPILOGUE_BGRADB;
     e.bias_stride = a->m;
@@ -445,7 +445,7 @@ tg_status tg_cuda_gemm(tg_stream *s, const struct tg_gemm_args *a)
     TG_CUDA_TRY(cudaSetDevice(s->dev.index));
     if (a->epi != TG_EPI_NONE) {
         int done = 0;
-        if (a->k > 0 && a->n > 0 && !unfused_forced()) TG_TRY(gemm_fused(s, a, &done));
+        if (a->k > 0 && a->n > 0 && !tg_debug_get(TG_DEBUG_EPILOGUE_UNFUSED)) TG_TRY(gemm_fused(s, a, &done));
         return done ? TG_OK : gemm_unfused(s, a);
     }
     if (a->k <= 0) { /* an empty sum: C = beta * C (C from c_in when given) */

@@ -1,11 +1,12 @@
 # src/backend: the backend vtable; the CPU reference backend and the CUDA host side.
 libtegraph_la_SOURCES += \
 	%D%/backend.h \
+	%D%/native.c \
 	%D%/cpu.c \
 	%D%/cpu_kernels.c \
 	%D%/cpu_gemm.c \
 	%D%/cpu_nn.c \
 	%D%/cpu_impl.h
 if HAVE_CUDA
-libtegraph_la_SOURCES += %D%/cuda.c %D%/cuda_gemm.c %D%/cuda_impl.h
+libtegraph_la_SOURCES += %D%/cuda.c %D%/cuda_alloc.c %D%/cuda_stream.c %D%/cuda_gemm.c %D%/cuda_impl.h
 endif

@@ -2,6 +2,7 @@
 libtegraph_la_SOURCES += \
 	%D%/core.h \
 	%D%/error.c \
+	%D%/debug.h %D%/debug.c \
 	%D%/dtype.c \
 	%D%/device.c \
 	%D%/memory.c \

@@ -2,7 +2,7 @@
 #include "dist/comm_impl.h"
 
 #ifdef TG_HAVE_NCCL
-#include "backend/cuda_impl.h"
+#include "backend/backend.h"
 #include "trace/trace.h"
 
 #include <nccl.h>
@@ -19,7 +19,7 @@
  * kernels waiting for the peer; later ops fail naming the reason. */
 struct watch {
     struct watch *next;
-    cudaEvent_t ev;
+    tg_event *ev;
     double t0;
     char desc[128];
 };
@@ -28,9 +28,9 @@ struct nccl_group {
     ncclComm_t comm;
     int dev, rank, size;
     tg_stream *ts;          /* the communication stream (a tegraph stream, for events and trace spans) */
-    cudaStream_t stream;    /* its cudaStream_t, for NCCL */
+    cudaStream_t stream;    /* its native handle, for NCCL */
     tg_event *ready;        /* recorded on the compute stream before each op */
-    int *scratch;           /* (1) i32 on the device: barrier */
+    void *scratch;          /* (1) i32 on the device: barrier */
     pthread_t thread;
     int thread_on;
     pthread_mutex_t lock;
@@ -142,23 +142,23 @@ static void *watchdog(void *arg)
 {
     struct nccl_group *g = arg;
     char why[512];
-    (void)cudaSetDevice(g->dev);
+    (void)tg_device_use((tg_device){TG_CUDA, g->dev});
     pthread_mutex_lock(&g->lock);
     while (!g->stop && !g->aborted) {
         why[0] = '\0';
         double now = tg_comm_now(), limit = tg_comm_timeout();
         for (struct watch **pp = &g->watch; *pp;) {
             struct watch *w = *pp;
-            cudaError_t e = cudaEventQuery(w->ev);
-            if (e == cudaSuccess) {
+            int done = 0;
+            if (tg_event_query(w->ev, &done) != TG_OK) {
+                snprintf(why, sizeof why, "%s failed: %s", w->desc, tg_last_error());
+                break;
+            }
+            if (done) {
                 *pp = w->next;
-                (void)cudaEventDestroy(w->ev);
+                tg_event_free(w->ev);
                 free(w);
                 continue;
-            }
-            if (e != cudaErrorNotReady) {
-                snprintf(why, sizeof why, "%s failed: %s", w->desc, cudaGetErrorString(e));
-                break;
             }
             if (now - w->t0 > limit) {
                 snprintf(why, sizeof why,
@@ -197,12 +197,12 @@ static tg_status watch_add(struct nccl_group *g, const char *desc)
 {
     struct watch *w = calloc(1, sizeof *w);
     if (!w) return tg_error(TG_ENOMEM, "out of host memory");
-    TG_CUDA_TRY(cudaEventCreateWithFlags(&w->ev, cudaEventDisableTiming));
-    cudaError_t e = cudaEventRecord(w->ev, g->stream);
-    if (e != cudaSuccess) {
-        (void)cudaEventDestroy(w->ev);
+    tg_status st = tg_event_new((tg_device){TG_CUDA, g->dev}, 0, &w->ev);
+    if (st == TG_OK) st = tg_event_record(w->ev, g->ts);
+    if (st != TG_OK) {
+        tg_event_free(w->ev);
         free(w);
-        return tg_cuda_fail(e, __FILE__, __LINE__, "cudaEventRecord");
+        return st;
     }
     w->t0 = tg_comm_now();
     snprintf(w->desc, sizeof w->desc, "%s", desc);
@@ -227,7 +227,7 @@ tg_status tg_nccl_get_id(unsigned char id[TG_NCCL_ID_BYTES])
 
 static void group_free(struct nccl_group *g)
 {
-    if (g->scratch) (void)cudaFree(g->scratch);
+    tg_device_free((tg_device){TG_CUDA, g->dev}, g->scratch);
     tg_event_free(g->ready);
     tg_stream_free(g->ts);
     pthread_mutex_destroy(&g->lock);
@@ -247,17 +247,15 @@ static tg_status group_new(ncclComm_t comm, int dev, struct nccl_group **out)
     tg_device d = {TG_CUDA, dev};
     tg_status st = tg_stream_new(d, "comm", &g->ts);
     if (st == TG_OK) st = tg_event_new(d, 0, &g->ready);
-    cudaError_t e = cudaSuccess;
     if (st == TG_OK) {
-        g->stream = tg_cuda_stream(g->ts);
-        e = cudaSetDevice(dev);
-        if (e == cudaSuccess) e = cudaMalloc((void **)&g->scratch, sizeof(int));
+        g->stream = (cudaStream_t)tg_stream_native(g->ts);
+        st = tg_device_use(d);
+        if (st == TG_OK) st = tg_device_alloc(d, sizeof(int), &g->scratch);
+        if (st != TG_OK) tg_error_prefix(st, "NCCL comm stream setup");
     }
     ncclResult_t r1 = ncclCommUserRank(comm, &g->rank), r2 = ncclCommCount(comm, &g->size);
-    if (st != TG_OK || e != cudaSuccess || r1 != ncclSuccess || r2 != ncclSuccess) {
-        if (st == TG_OK)
-            st = e != cudaSuccess ? tg_cuda_fail(e, __FILE__, __LINE__, "NCCL comm stream setup")
-                                  : nccl_fail(r1 != ncclSuccess ? r1 : r2, comm, "ncclCommUserRank");
+    if (st != TG_OK || r1 != ncclSuccess || r2 != ncclSuccess) {
+        if (st == TG_OK) st = nccl_fail(r1 != ncclSuccess ? r1 : r2, comm, "ncclCommUserRank");
         group_free(g);
         return st;
     }
@@ -284,7 +282,7 @@ tg_status tg_nccl_init(const unsigned char id[TG_NCCL_ID_BYTES], int rank, int s
     ncclConfig_t cfg = nonblocking_config();
     char what[96];
     memcpy(u.internal, id, TG_NCCL_ID_BYTES);
-    TG_CUDA_TRY(cudaSetDevice(dev));
+    TG_TRY(tg_device_use((tg_device){TG_CUDA, dev}));
     snprintf(what, sizeof what, "NCCL setup of rank %d of %d on cuda:%d", rank, size, dev);
     ncclResult_t res = ncclCommInitRankConfig(&comm, size, u, rank, &cfg);
     tg_status st = comm ? settle_within(comm, res, what, setup_timeout()) : nccl_fail(res, NULL, what);
@@ -309,7 +307,7 @@ static tg_status begin(struct nccl_group *g, struct tg_comm_req *r)
 {
     r->span = -1;
     if (is_aborted(g)) return aborted_error(g, r->desc);
-    TG_CUDA_TRY(cudaSetDevice(g->dev));
+    TG_TRY(tg_device_use((tg_device){TG_CUDA, g->dev}));
     tg_stream *s = tg_stream_current((tg_device){TG_CUDA, g->dev});
     if (!s) return tg_error(TG_EDEVICE, "%s: no stream on cuda:%d", r->desc, g->dev);
     TG_TRY(tg_event_record(g->ready, s));
@@ -480,7 +478,7 @@ static tg_status n_wait(struct tg_comm_req *r)
     struct nccl_group *g = q->g;
     if (is_aborted(g)) return aborted_error(g, r->desc);
     if (!q->done) return group_open_error(r->desc);
-    TG_CUDA_TRY(cudaSetDevice(g->dev));
+    TG_TRY(tg_device_use((tg_device){TG_CUDA, g->dev}));
     tg_stream *s = tg_stream_current((tg_device){TG_CUDA, g->dev});
     if (!s) return tg_error(TG_EDEVICE, "%s: no stream on cuda:%d", r->desc, g->dev);
     return tg_stream_wait_event(s, q->done);
@@ -542,7 +540,7 @@ static tg_status n_split(void *impl, int color, int key, void **out, int *rank, 
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 1;
     if (is_aborted(g)) return aborted_error(g, "comm split");
-    TG_CUDA_TRY(cudaSetDevice(g->dev));
+    TG_TRY(tg_device_use((tg_device){TG_CUDA, g->dev}));
     ncclResult_t res = ncclCommSplit(g->comm, color, key, &comm, &cfg);
     tg_status st = settle(g->comm, res, "NCCL comm split");
     if (st == TG_OK && comm) st = settle(comm, ncclInProgress, "NCCL comm split");
@@ -588,7 +586,7 @@ static void n_destroy(void *impl)
         pthread_mutex_unlock(&g->lock);
         pthread_join(g->thread, NULL);
     }
-    (void)cudaSetDevice(g->dev);
+    (void)tg_device_use((tg_device){TG_CUDA, g->dev});
     if (!is_aborted(g)) {
         tg_status st = settle(g->comm, ncclCommFinalize(g->comm), "NCCL finalize");
         if (st == TG_OK) (void)ncclCommDestroy(g->comm);
@@ -597,7 +595,7 @@ static void n_destroy(void *impl)
     while (g->watch) {
         struct watch *w = g->watch;
         g->watch = w->next;
-        (void)cudaEventDestroy(w->ev);
+        tg_event_free(w->ev);
         free(w);
     }
     free(g->deferred);

@@ -226,20 +226,9 @@ static int l_capturing(lua_State *L)
     return 1;
 }
 
-/* Test-only: reproduce TransformerEngine's bug (no hooks after W replays).
- * tg.graph.skip_hooks_after_replay([on]) -> the previous setting, like
- * tg.debug_skip_hooks_after_replay (the same switch). */
-static int l_skip_hooks_after_replay(lua_State *L)
-{
-    lua_pushboolean(L, tg_debug_skip_hooks_after_replay_get());
-    if (!lua_isnone(L, 1)) tg_debug_skip_hooks_after_replay(lua_toboolean(L, 1));
-    return 1;
-}
-
 static const luaL_Reg graph_funcs[] = {
     {"make_graphed", l_make_graphed},
     {"capturing", l_capturing},
-    {"skip_hooks_after_replay", l_skip_hooks_after_replay},
     {NULL, NULL},
 };
 

@@ -1,4 +1,5 @@
-/* lua_step.c — the step API: core.step_begin, step_end, step_index, step_open, hook_check (and the test-only debug_skip_hooks_after_replay). */
+/* lua_step.c — the step API: core.step_begin, step_end, step_index, step_open, hook_check, and debug (the test-only switches). */
+#include "core/debug.h"
 #include "lua/lua_impl.h"
 #include "nn/nn.h"
 
@@ -45,11 +46,28 @@ static int l_hook_check(lua_State *L)
     return 1;
 }
 
-/* tg.debug_skip_hooks_after_replay([on]) -> the previous setting (tests only) */
-static int l_debug_skip_hooks(lua_State *L)
+/* tg.debug(name [, on]) -> the flag's previous setting; turns it on or off when on is given.
+ * Test-only switches (core/debug.h): "skip_hooks_after_replay", "unfused_residual", ... */
+static int l_debug(lua_State *L)
 {
-    lua_pushboolean(L, tg_debug_skip_hooks_after_replay_get());
-    if (!lua_isnone(L, 1)) tg_debug_skip_hooks_after_replay(lua_toboolean(L, 1));
+    const char *name = luaL_checkstring(L, 1);
+    int f = tg_debug_lookup(name);
+    if (f < 0) {
+        luaL_Buffer b;
+        luaL_buffinit(L, &b);
+        for (int i = 0; i < TG_DEBUG_COUNT; i++) {
+            luaL_addstring(&b, i ? ", " : "");
+            luaL_addstring(&b, tg_debug_name((tg_debug_flag)i));
+        }
+        luaL_pushresult(&b);
+        return luaL_argerror(L, 1, lua_pushfstring(L, "no debug flag '%s' (flags: %s)", name, lua_tostring(L, -1)));
+    }
+    if (lua_isnoneornil(L, 2)) {
+        lua_pushboolean(L, tg_debug_get((tg_debug_flag)f));
+    } else {
+        luaL_checktype(L, 2, LUA_TBOOLEAN);
+        lua_pushboolean(L, tg_debug_set((tg_debug_flag)f, lua_toboolean(L, 2)));
+    }
     return 1;
 }
 
@@ -59,7 +77,7 @@ static const luaL_Reg step_funcs[] = {
     {"step_index", l_step_index},
     {"step_open", l_step_open},
     {"hook_check", l_hook_check},
-    {"debug_skip_hooks_after_replay", l_debug_skip_hooks},
+    {"debug", l_debug},
     {NULL, NULL},
 };
 

@@ -11,7 +11,6 @@ static struct {
     int64_t count;       /* steps begun so far; the open step's index */
     int microbatches;    /* of the open step */
     int check;           /* hook check at step end */
-    int skip_after_replay;
     int quiet;           /* graph warm-up: wgrads neither recorded nor fired */
     tg_capture_observer observer; /* told of wgrads issued while capturing */
     void *observer_ud;
@@ -42,8 +41,6 @@ int64_t tg_step_index(void) { return eng.open ? eng.count : 0; }
 int tg_step_microbatches(void) { return eng.open ? eng.microbatches : 0; }
 void tg_hook_check_set(int on) { eng.check = on != 0; }
 int tg_hook_check_get(void) { return eng.check; }
-void tg_debug_skip_hooks_after_replay(int on) { eng.skip_after_replay = on != 0; }
-int tg_debug_skip_hooks_after_replay_get(void) { return eng.skip_after_replay; }
 
 tg_status tg_step_begin(int microbatches)
 {

@@ -1,4 +1,5 @@
 /* layernorm_mlp.c — LayerNormMLP (TE): norm, fc1, activation (gelu | swiglu), fc2; gelu is fused into fc1 (forward) and fc2's dgrad (backward), swiglu is a parameterless child. */
+#include "core/debug.h"
 #include "nn/nn.h"
 
 #include <string.h>
@@ -68,17 +69,14 @@ static tg_status act_new(int swiglu, int64_t h, const tg_module_opts *o, tg_modu
     return TG_OK;
 }
 
-static int unfused_dgelu; /* tg_debug_unfused_dgelu */
-
-void tg_debug_unfused_dgelu(int on) { unfused_dgelu = on; }
-
 /* gelu: children norm, fc1 (gelu fused), fc2. fc2's dgrad applies fc1's gelu'
  * in its GEMM (DGELU epilogue on fc1's saved pre-activation), so fc1's
  * backward gets dh and runs no gelu_backward. Otherwise the chain's backward
- * (dres to the norm, which runs last). */
+ * (dres to the norm, which runs last), also when the test switch
+ * TG_DEBUG_UNFUSED_DGELU is on. */
 static tg_status mlp_gelu_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx)
 {
-    if (unfused_dgelu || m->nchildren != 3) return tg_chain_backward_res(m, mb, dy, dres, dx);
+    if (tg_debug_get(TG_DEBUG_UNFUSED_DGELU) || m->nchildren != 3) return tg_chain_backward_res(m, mb, dy, dres, dx);
     tg_tensor *dh = NULL, *dn = NULL;
     TG_TRY(tg_linear_backward_dgelu(m->children[2], mb, dy, m->children[1], &dh));
     tg_status st = tg_module_backward(m->children[1], mb, dh, &dn);

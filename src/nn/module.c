@@ -1,4 +1,5 @@
 /* module.c — generic module calls, saved contexts, the wgrad store (FIFO) and helpers for module code. */
+#include "core/debug.h"
 #include "trace/trace.h"
 #include "nn/nn.h"
 
@@ -108,10 +109,6 @@ static tg_status run_wgrad(tg_module *m, struct tg_saved *item)
 }
 
 /* ------------------------------------------------------------------ generic calls */
-static int unfused_residual; /* tg_debug_unfused_residual */
-
-void tg_debug_unfused_residual(int on) { unfused_residual = on; }
-
 tg_status tg_nn_add_residual(const tg_tensor *dres, tg_tensor **dx)
 {
     char a[96];
@@ -148,7 +145,7 @@ tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const 
         int sp = tg_trace_on ? span_begin(m, "forward", mb) : -1;
         if (!res) {
             st = m->vt->forward(m, mb, x, y);
-        } else if (m->vt->forward_res && !unfused_residual) {
+        } else if (m->vt->forward_res && !tg_debug_get(TG_DEBUG_UNFUSED_RESIDUAL)) {
             st = m->vt->forward_res(m, mb, x, res, y);
         } else {
             st = m->vt->forward(m, mb, x, y);
@@ -191,7 +188,7 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
         int sp = tg_trace_on ? span_begin(m, "backward", mb) : -1;
         if (!dres) {
             st = m->vt->backward(m, mb, dy, dx);
-        } else if (m->vt->backward_res && !unfused_residual) {
+        } else if (m->vt->backward_res && !tg_debug_get(TG_DEBUG_UNFUSED_RESIDUAL)) {
             st = m->vt->backward_res(m, mb, dy, dres, dx);
         } else {
             st = m->vt->backward(m, mb, dy, dx);

@@ -75,10 +75,6 @@ int64_t tg_step_index(void);
 int tg_step_microbatches(void);
 void tg_hook_check_set(int on); /* default on */
 int tg_hook_check_get(void);
-/* Test-only switch reproducing TransformerEngine's bug: when on, hooks are not
- * dispatched after W-graph replays (graph layer honours it). */
-void tg_debug_skip_hooks_after_replay(int on);
-int tg_debug_skip_hooks_after_replay_get(void);
 
 /* The graph layer learns which parameters a captured graph computes wgrad
  * for: while the device captures, tg_param_wgrad_done calls the observer
@@ -199,14 +195,10 @@ tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tenso
  * behaviour as tg_module_backward. Fails when m returns no dx. */
 tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
 /* On the unfused path (a module without forward_res / backward_res, or the
- * switch below) the residual's shape is checked by the add, after the module
+ * test switch TG_DEBUG_UNFUSED_RESIDUAL, core/debug.h) the residual's shape is checked by the add, after the module
  * ran: a wrong res then fails the call with the microbatch's forward context
  * or wgrad already used (its hooks may have fired), like any failure inside
  * a backward. The fused paths check it first. */
-/* Test switch: when on, tg_module_forward_res and tg_module_backward_res
- * never fuse (forward or backward, then add), to compare against the fused
- * paths. Default off. */
-void tg_debug_unfused_residual(int on);
 /* Pops the queued wgrad of microbatch mb (leaf: its own; composite: one of
  * each child that has one, children in reverse order like backward),
  * computes it, then fires the hooks of its parameters. The wgrad store is a
@@ -307,9 +299,6 @@ tg_status tg_linear_gelu_new(int64_t in, int64_t out, const tg_module_opts *o, t
  * gelu_src's saved pre-activation (DGELU epilogue), so *dx is dh, and
  * gelu_src's next backward of mb takes dh as its dy (no gelu_backward). */
 tg_status tg_linear_backward_dgelu(tg_module *m, int mb, const tg_tensor *dy, tg_module *gelu_src, tg_tensor **dx);
-/* Test switch: when on, LayerNormMLP(gelu) runs gelu_backward on its own
- * again (no DGELU in fc2's dgrad), to compare against the fused path. Default off. */
-void tg_debug_unfused_dgelu(int on);
 /* The engine's list of live parameters (param.c links and unlinks). */
 void tg_engine_link(tg_param *p);
 void tg_engine_unlink(tg_param *p);

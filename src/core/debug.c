@@ -1,0 +1,69 @@
+/* debug.c — test-only switches: one table of flags, the environment's TG_DEBUG read once, at the first use of any. */
+#include "core/debug.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const names[TG_DEBUG_COUNT] = {
+    [TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY] = "skip_hooks_after_replay",
+    [TG_DEBUG_UNFUSED_RESIDUAL] = "unfused_residual",
+    [TG_DEBUG_UNFUSED_DGELU] = "unfused_dgelu",
+    [TG_DEBUG_GEMM_BLOCKED] = "gemm_blocked",
+    [TG_DEBUG_EPILOGUE_UNFUSED] = "epilogue_unfused",
+    [TG_DEBUG_ALLOC_DIRECT] = "alloc_direct",
+};
+
+static int flags[TG_DEBUG_COUNT];
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static void from_env(void);
+
+int tg_debug_get(tg_debug_flag flag)
+{
+    pthread_once(&env_once, from_env);
+    return (unsigned)flag < TG_DEBUG_COUNT && flags[flag];
+}
+
+int tg_debug_set(tg_debug_flag flag, int on)
+{
+    pthread_once(&env_once, from_env);
+    if ((unsigned)flag >= TG_DEBUG_COUNT) return 0;
+    int old = flags[flag];
+    flags[flag] = on != 0;
+    return old;
+}
+
+const char *tg_debug_name(tg_debug_flag flag) { return (unsigned)flag < TG_DEBUG_COUNT ? names[flag] : NULL; }
+
+int tg_debug_lookup(const char *name)
+{
+    for (int i = 0; i < TG_DEBUG_COUNT; i++)
+        if (name && strcmp(name, names[i]) == 0) return i;
+    return -1;
+}
+
+/* TG_DEBUG=name[,name...] turns flags on for the whole run (e.g. alloc_direct under compute-sanitizer).
+ * An unknown name is reported, not fatal: the run goes on without it. */
+static void from_env(void)
+{
+    const char *env = getenv("TG_DEBUG");
+    if (!env) return;
+    char name[64];
+    for (const char *p = env; *p;) {
+        size_t n = strcspn(p, ", ");
+        if (n > 0) {
+            snprintf(name, sizeof name, "%.*s", (int)n, p);
+            int f = tg_debug_lookup(name);
+            if (f >= 0) {
+                flags[f] = 1;
+            } else {
+                fprintf(stderr, "tegraph: TG_DEBUG: unknown flag '%s' (known:", name);
+                for (int i = 0; i < TG_DEBUG_COUNT; i++) fprintf(stderr, " %s", names[i]);
+                fprintf(stderr, ")\n");
+            }
+        }
+        p += n;
+        if (*p) p++;
+    }
+}

@@ -1,0 +1,38 @@
+/* debug.h — test-only switches (internal): named flags that select a reference path or reproduce a bug on
+ * purpose, set by tests (tg_debug_set, Lua tg.debug) or for a whole run by TG_DEBUG=name[,name...] (read
+ * once, at the first use of any flag). */
+#ifndef TG_DEBUG_H
+#define TG_DEBUG_H
+
+/* Each flag is read where its comment says, never per kernel replay. */
+typedef enum tg_debug_flag {
+    /* "skip_hooks_after_replay": graphed W replays dispatch no wgrad hooks (TransformerEngine's bug, for
+     * the tests that prove the step check and ddp notice it); read by tg_graphed_new for the set it makes. */
+    TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY,
+    /* "unfused_residual": the transformer layer's backward adds the residual gradients with separate adds
+     * instead of in the norm backward; read per backward call. */
+    TG_DEBUG_UNFUSED_RESIDUAL,
+    /* "unfused_dgelu": LayerNormMLP's backward runs gelu_backward after the GEMM instead of the DGELU
+     * epilogue; read per backward call. */
+    TG_DEBUG_UNFUSED_DGELU,
+    /* "gemm_blocked": the CPU GEMM runs its blocked loops where it would call CBLAS; read per GEMM. */
+    TG_DEBUG_GEMM_BLOCKED,
+    /* "epilogue_unfused": the CUDA GEMM runs bias / GELU / bias-grad / GELU-grad as separate kernels
+     * instead of cuBLASLt epilogues (the path for combinations cuBLASLt refuses); read per GEMM. */
+    TG_DEBUG_EPILOGUE_UNFUSED,
+    /* "alloc_direct": the CUDA allocator caches nothing (a cudaMalloc / cudaFree per block, so a memory
+     * checker sees every overrun); read once, when the CUDA backend first probes its devices. */
+    TG_DEBUG_ALLOC_DIRECT,
+    TG_DEBUG_COUNT
+} tg_debug_flag;
+
+/* Whether flag is on. */
+int tg_debug_get(tg_debug_flag flag);
+/* Turns flag on or off; returns its previous setting. */
+int tg_debug_set(tg_debug_flag flag, int on);
+/* The flag's name ("alloc_direct", ...), NULL when out of range. */
+const char *tg_debug_name(tg_debug_flag flag);
+/* The flag named name, or -1. */
+int tg_debug_lookup(const char *name);
+
+#endif

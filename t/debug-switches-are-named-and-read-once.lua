@@ -1,0 +1,53 @@
+-- debug-switches-are-named-and-read-once.lua — tg.debug(name [, on]) reads and sets the test-only switches
+-- (returning the previous setting), refuses unknown names listing the known ones, and TG_DEBUG turns switches
+-- on for a whole run, read when the library loads.
+local tap = require "tap"
+local tg = require "tegraph"
+
+tap.is(tg.debug("gemm_blocked"), false, "a switch is off by default")
+tap.is(tg.debug("gemm_blocked", true), false, "setting a switch returns its previous setting (off)")
+tap.is(tg.debug("gemm_blocked"), true, "and the switch is now on")
+tap.is(tg.debug("gemm_blocked", false), true, "turning it off returns the previous setting (on)")
+tap.is(tg.debug("gemm_blocked"), false, "and the switch is off again")
+
+-- the CPU GEMM under the switch (its blocked loops where CBLAS would run) gives the default path's product
+local a, b = tg.randn({ 33, 20 }), tg.randn({ 20, 17 })
+local ref = a:matmul(b):totable()
+tg.debug("gemm_blocked", true)
+local blocked = a:matmul(b):totable()
+tg.debug("gemm_blocked", false)
+local worst = 0
+for i = 1, #ref do
+  for j = 1, #ref[i] do worst = math.max(worst, math.abs(ref[i][j] - blocked[i][j])) end
+end
+tap.ok(worst < 1e-4, string.format("a GEMM under gemm_blocked matches the default path (max diff %g)", worst))
+
+tap.error_like(function() tg.debug("no_such_switch", true) end,
+  "debug%-switches%-are%-named%-and%-read%-once%.lua:%d+: .*no debug flag 'no_such_switch' %(flags: .*alloc_direct",
+  "an unknown name is refused at the caller's line, listing the known switches")
+tap.error_like(function() tg.debug("gemm_blocked", 1) end, "boolean expected",
+  "the setting must be a boolean")
+tap.error_like(function() tg.debug() end, "bad argument #1", "the name is required")
+
+-- TG_DEBUG=name,name for a whole run: read once when the library loads; an unknown name is reported
+local top_build = os.getenv("TG_TOP_BUILDDIR") or "."
+local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local script, errfile = os.tmpname(), os.tmpname()
+local f = assert(io.open(script, "w"))
+f:write('local tg = require "tegraph"\n',
+  'print(tg.debug("unfused_dgelu"), tg.debug("alloc_direct"), tg.debug("gemm_blocked"))\n')
+f:close()
+local p = assert(io.popen("TG_DEBUG=unfused_dgelu,bogus,alloc_direct " .. q(top_build .. "/tegraph")
+  .. " --device cpu run " .. q(script) .. " 2>" .. q(errfile), "r"))
+local out = p:read("a")
+local okc = p:close()
+local ef = io.open(errfile, "r")
+local err = ef and ef:read("a") or ""
+if ef then ef:close() end
+os.remove(script)
+os.remove(errfile)
+tap.ok(okc, "a run with TG_DEBUG set succeeds")
+tap.is(out, "true\ttrue\tfalse\n", "TG_DEBUG turns on the switches it names, and only those")
+tap.like(err, "TG_DEBUG: unknown flag 'bogus'", "an unknown name in TG_DEBUG is reported")
+
+tap.done_testing()
