@@ -9,7 +9,7 @@ typedef struct tg_module tg_module;
 typedef struct tg_param tg_param;
 
 /* ------------------------------------------------------------------ hooks
- * The hook contract (DESIGN.md): for every parameter p, every step, every
+ * The hook contract (docs/ARCHITECTURE.md): for every parameter p, every step, every
  * microbatch m, p's wgrad hooks fire exactly once, after p's wgrad for m is in
  * p's gradient buffer (issued on the stream), never before, and never as real
  * hooks while the device captures. */
