@@ -9,6 +9,7 @@ LUA_SH_TESTS = \
 	t/cli-exit-codes.sh \
 	t/require-from-stock-lua.sh \
 	t/embed-host-example.sh \
-	t/examples-hello-runs.sh
+	t/examples-hello-runs.sh \
+	t/program-finds-lua-only-where-installed.sh
 TESTS += $(LUA_TESTS) $(LUA_SH_TESTS)
 EXTRA_DIST += $(LUA_TESTS) $(LUA_SH_TESTS)
