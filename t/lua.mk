@@ -12,7 +12,8 @@ LUA_SH_TESTS = \
 	t/cli-progress-on-ranks-without-a-terminal-is-plain-lines.sh \
 	t/require-from-stock-lua.sh \
 	t/embed-host-example.sh \
-	t/examples-hello-runs.sh
+	t/examples-hello-runs.sh \
+	t/program-finds-lua-only-where-installed.sh
 TESTS += $(LUA_TESTS) $(LUA_SH_TESTS)
 
 check_PROGRAMS += t/runtime-call-passes-arguments.t

@@ -176,7 +176,7 @@ int main(int argc, char **argv)
     printf("  L3 op + new output tensor       %7.2f\n", per_call(c.s, l3_alloc_add, &c));
     printf("  gemm 64x64x64 bf16              %7.2f\n", per_call(c.s, gemm_small, &c));
 
-    /* The tiny stack of torch_layer.py: 8 layers, h512, 8 heads, t128, b1, bf16 (by default). */
+    /* The tiny stack of layers.lua (and peers/layers.py): 8 layers, h512, 8 heads, t128, b1, bf16 (by default). */
     tg_module_opts o;
     tg_module_opts_default(&o);
     o.dtype = TG_BF16;

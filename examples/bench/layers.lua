@@ -1,16 +1,17 @@
--- layers.lua — transformer layer stacks of ../shared/bench/torch_layer.py (bf16, fwd+bwd per microbatch), eager and graphed: ms, TFLOP/s, ratio to PyTorch.
+-- layers.lua — transformer layer stacks (bf16, fwd+bwd per microbatch), eager and graphed: ms, TFLOP/s, ratio to PyTorch
+-- (the same stacks in PyTorch: examples/bench/peers/layers.py).
 --
 --   tegraph run examples/bench/layers.lua [--torch FILE] [--iters 30] [--only NAME] [--modes eager,graphed]
 --                                         [--fused 0|1] [--gemm 8192]
 --
--- --torch FILE: the output of torch_layer.py (its JSON lines), to print our time / PyTorch's time per mode
+-- --torch FILE: the output of peers/layers.py (its JSON lines), to print our time / PyTorch's time per mode
 -- (below 1: tegraph is faster) and the throughput ratio. --gemm N: also time an N x N x N bf16 GEMM through
 -- tegraph (cuBLASLt) for the GEMM peak. Times: median over --iters steps, each synchronised (device wall
--- time, launch gaps included), after 5 warm-up steps, as torch_layer.py does with CUDA events.
+-- time, launch gaps included), after 5 warm-up steps, as peers/layers.py does with CUDA events.
 local tg = require "tegraph"
 
 local opt = require("tegraph.cli").parse("examples/bench/layers.lua", {
-  { "torch", nil, "torch_layer.py's output (JSON lines): print our time / PyTorch's per mode" },
+  { "torch", nil, "the output of examples/bench/peers/layers.py (JSON lines): print our time / PyTorch's per mode" },
   { "iters", 30, "timed steps per configuration and mode (median)" },
   { "only", nil, "only the configuration with this name" },
   { "modes", "eager,graphed", "comma-separated modes: eager, graphed" },
@@ -28,7 +29,7 @@ local cfgs = {
   { name = "large", L = 2, b = 2, t = 2048, h = 4096, nh = 32 },
 }
 
--- torch_layer.py's formula: linear fwd FLOPs + causal attention (half of QK^T and AV), times 3 for fwd + bwd.
+-- The FLOP count of peers/layers.py: linear fwd FLOPs + causal attention (half of QK^T and AV), times 3 for fwd + bwd.
 local function flops(L, b, t, h, ffn)
   local lin = 2 * b * t * (h * 3 * h + h * h + 2 * h * ffn)
   local att = 2 * 2 * b * t * t * h / 2

@@ -2,7 +2,7 @@
 --   tegraph run examples/bench/ops.lua [--only SUBSTRING] [--iters 20] [--cfg gpt2|large|small]
 -- Each op: 3 warm-up calls, then --iters calls back to back and one synchronisation (device time per call,
 -- launch included). GB/s counts each input read once and each output written once; attention TFLOP/s uses
--- the causal count of torch_layer.py (forward 2 b t^2 C, backward 2.5x that).
+-- the causal count (forward 2 b t^2 C, backward 2.5x that), as peers/kernels.py does.
 local tg = require "tegraph"
 local ops = tg.ops
 

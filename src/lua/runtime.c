@@ -41,13 +41,13 @@ static int rt_setup(lua_State *L)
     lua_setfield(L, -2, "tegraph.core");
     lua_pop(L, 1);
 
-    /* package.path = $TEGRAPH_LUA_PATH; installed dir; source dir; then what Lua chose */
+    /* package.path = $TEGRAPH_LUA_PATH; the installed Lua library; then what Lua chose. (The build
+     * tree's ./tegraph sets TEGRAPH_LUA_PATH to the source tree's lua/: src/cli/local.mk.) */
     luaL_Buffer b;
     lua_getglobal(L, "package"); /* +1 */
     luaL_buffinit(L, &b);
     add_dirs(&b, getenv("TEGRAPH_LUA_PATH"));
     add_dirs(&b, TG_LUADIR);
-    add_dirs(&b, TG_SRC_LUADIR);
     lua_getfield(L, -2, "path"); /* +1, added to the buffer below */
     luaL_addvalue(&b);
     luaL_pushresult(&b); /* +1 */

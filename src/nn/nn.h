@@ -8,8 +8,8 @@
 typedef struct tg_module tg_module;
 
 /* ------------------------------------------------------------------ hooks
- * The hook contract, the info a hook gets and the hook API (add, remove) are
- * public: see "parameters and wgrad hooks" in tegraph.h. */
+ * The hook contract (docs/ARCHITECTURE.md), the info a hook gets and the hook
+ * API (add, remove) are public: see "parameters and wgrad hooks" in tegraph.h. */
 struct tg_hook {
     tg_hook_fn fn;
     void *ud;

@@ -1,0 +1,196 @@
+#!/bin/bash
+# run.sh — builds tegraph on a CUDA machine and runs the GPU tests and benchmarks named on the command line,
+# with their PyTorch peers (examples/bench/peers/) where there are some. Run from anywhere:
+#
+#   examples/bench/gpu/run.sh [OPTIONS] STAGE...
+#
+# Stages, run in the order given:
+#   tests      the CUDA test programs (t/cuda-*: kernels and modules against the CPU backend and PyTorch,
+#              capture, allocator, events) and t/attention-is-causal.t; EXTRA_TESTS adds test names
+#   launch     examples/bench/launch: host cost of an eager kernel, layer by layer
+#   ops        examples/bench/ops.lua (per-kernel times) and peers/kernels.py (PyTorch SDPA backends, FP8 GEMM)
+#   layers     peers/layers.py, then examples/bench/layers.lua --torch (ratios to PyTorch per mode)
+#   gpt2       peers/gpt2.py and examples/gpt.lua at GPT-2 124M size on one GPU (tokens/s)
+#   dp         gpt.lua at GPT-2 124M size on 1 GPU, on 2 GPUs (ddp), and on 2 GPUs with a trace (2 GPUs)
+#   replay     examples/bench/graph_replay.lua: host time per microbatch, eager vs graphed
+#   allreduce  all-reduce bus bandwidth, examples/bench/allreduce.lua vs peers/allreduce.py (2 GPUs)
+#   optim      examples/bench/optim.lua: AdamW step variants over GPT-2 124M's parameters
+#   fork       the t/dist scripts under `tegraph run -n 2` (the fork launcher, NCCL; 2 GPUs)
+#   sanit      compute-sanitizer memcheck, then racecheck, over the CUDA test programs (EXTRA_SANIT adds)
+#   suite      the whole make check
+#
+# Options:
+#   --build DIR     build directory (default: ./build-gpu under the current directory)
+#   --out DIR       where logs and outputs go (default: ./bench-out)
+#   --arch SM       CUDA architecture for configure (default: sm_90)
+#   --debs DIR      first unpack every Debian package (*.deb) in DIR into /, for a machine that lacks what the
+#                   build needs and cannot install it (Lua 5.4, libtool, pkg-config): fetch them elsewhere with
+#                   `apt-get download lua5.4 liblua5.4-0 liblua5.4-dev libtool libltdl-dev libltdl7 pkg-config
+#                   pkgconf pkgconf-bin libpkgconf3` (Debian 12 / Ubuntu names). Needs root. Also TG_BENCH_DEBS.
+#   --budget SEC    stop starting stages once SEC seconds have passed; each stage's timeouts are capped to
+#                   what is left (default: 3600)
+#
+# Environment knobs: EXTRA_TESTS, EXTRA_SANIT (more test programs), SANIT_CAP (seconds per sanitizer run,
+# default 200), TORCH_MODES (layers.py modes, default "eager,compile,graphed"), GPT2_PADS (gpt.lua
+# --vocab-pad values, default "64 1"), PYTHON (default python3), TORCHRUN (default torchrun).
+# NCCL's NVLink SHARP (multicast) is switched off for every process started here (NCCL_NVLS_ENABLE=0).
+set -o pipefail
+
+SRC=$(cd "$(dirname "$0")/../../.." && pwd)
+BUILD=$PWD/build-gpu
+OUT=$PWD/bench-out
+ARCH=sm_90
+DEBS=${TG_BENCH_DEBS:-}
+BUDGET=3600
+STAGES=()
+usage() { sed -n '2,/^set -o/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) BUILD=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --arch) ARCH=$2; shift 2 ;;
+    --debs) DEBS=$2; shift 2 ;;
+    --budget) BUDGET=$2; shift 2 ;;
+    -h|--help) usage 0 ;;
+    -*) echo "run.sh: unknown option $1" >&2; usage 2 >&2 ;;
+    *) STAGES+=("$1"); shift ;;
+  esac
+done
+[ ${#STAGES[@]} -gt 0 ] || { echo "run.sh: no stage given" >&2; usage 2 >&2; }
+for s in "${STAGES[@]}"; do
+  case $s in
+    tests|launch|ops|layers|gpt2|dp|replay|allreduce|optim|fork|sanit|suite) ;;
+    *) echo "run.sh: unknown stage '$s'" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$BUILD" "$OUT" || exit 1
+BUILD=$(cd "$BUILD" && pwd) OUT=$(cd "$OUT" && pwd)
+
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+PYTHON=${PYTHON:-python3} TORCHRUN=${TORCHRUN:-torchrun}
+PEERS=$SRC/examples/bench/peers
+T0=$(date +%s)
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+cap() { local l; l=$(left); echo $(( l < $1 ? l : $1 )); }
+stage() { echo "=== [+$(( $(date +%s) - T0 ))s] $*"; }
+
+if [ -n "$DEBS" ]; then
+  ls "$DEBS"/*.deb >/dev/null 2>&1 || { echo "run.sh: no .deb files in $DEBS" >&2; exit 1; }
+  for f in "$DEBS"/*.deb; do dpkg -x "$f" / || exit 1; done
+  ldconfig
+fi
+command -v nvidia-smi >/dev/null && nvidia-smi -L
+
+stage configure
+(cd "$SRC" && { [ -x configure ] || autoreconf -fi; }) > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+cd "$BUILD" || exit 1
+"$SRC/configure" --with-cuda-arch="$ARCH" >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+stage make
+make -j"$(nproc)" >> "$OUT/build.log" 2>&1 || { grep -E -A3 "error" "$OUT/build.log" | head -60; exit 1; }
+
+# one GPT-2 token file for the gpt2 and dp stages
+data() { [ -f "$OUT/gpt2-tokens.bin" ] || ./tegraph run "$SRC/examples/gpt.lua" --make-data "$OUT/gpt2-tokens.bin" --tokens 2000000 | tail -1; }
+GPT2="--vocab 50257 --context 1024 --width 768 --heads 12 --layers 12 --batch 8 --microbatches 2 --warmup 2 --dtype bf16 --fuse-wgrad --quiet"
+
+for s in "${STAGES[@]}"; do
+  [ "$(left)" -gt 10 ] || { echo "run.sh: budget spent, stopping before $s"; break; }
+  case $s in
+  tests)
+    stage tests
+    T="$(grep -ohE 't/cuda-[a-z0-9-]+\.(t|sh|lua)' "$SRC"/t/*.mk | sort -u) t/attention-is-causal.t $EXTRA_TESTS"
+    timeout "$(cap 600)" make -j"$(nproc)" check TESTS="$T" > "$OUT/check.log" 2>&1
+    for t in $T; do l=${t%.*}.log; echo "$t: $(grep -c '^ok' "$l") ok, $(grep -c '^not ok' "$l") not ok $(grep -m1 -E '^1\.\.0' "$l")"; done
+    grep -E "^(FAIL|ERROR)" "$OUT/check.log" | head -20
+    for t in $T; do echo "##### $t"; cat "${t%.*}.log"; done > "$OUT/tests.log" 2>&1
+    ;;
+  launch)
+    stage launch
+    timeout "$(cap 60)" ./examples/bench/launch 2>&1 | tee "$OUT/launch.txt"
+    ;;
+  ops)
+    stage ops
+    timeout "$(cap 120)" ./tegraph run "$SRC/examples/bench/ops.lua" 2>&1 | tee "$OUT/ops.txt"
+    (cd "$PEERS" && timeout "$(cap 120)" "$PYTHON" kernels.py) 2>&1 | tee "$OUT/torch_kernels.txt"
+    ;;
+  layers)
+    stage layers
+    (cd "$PEERS" && timeout "$(cap 300)" "$PYTHON" layers.py --modes "${TORCH_MODES:-eager,compile,graphed}") > "$OUT/torch_layers.out" 2>&1
+    echo "layers.py rc=$?"; grep -v "^{" "$OUT/torch_layers.out" | tail -5; grep "^{" "$OUT/torch_layers.out"
+    timeout "$(cap 200)" ./tegraph run "$SRC/examples/bench/layers.lua" --torch "$OUT/torch_layers.out" 2>&1 | tee "$OUT/layers.txt"
+    ;;
+  gpt2)
+    stage gpt2
+    (cd "$PEERS" && timeout "$(cap 200)" "$PYTHON" gpt2.py --modes eager,compile --vocab-pad 1 &&
+      timeout "$(cap 120)" "$PYTHON" gpt2.py --vocab-pad 64) 2>&1 | tee "$OUT/torch_gpt2.txt"
+    data
+    for pad in ${GPT2_PADS:-64 1}; do
+      timeout "$(cap 120)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 --vocab-pad "$pad" 2>&1 | tail -6
+    done | tee "$OUT/gpt2.txt"
+    ;;
+  dp)
+    stage dp
+    data
+    G="--data $OUT/gpt2-tokens.bin $GPT2 --steps 20"
+    timeout "$(cap 120)" ./tegraph run "$SRC/examples/gpt.lua" $G 2>&1 | grep -E "gpt:|steady|trained|trace"
+    timeout "$(cap 150)" ./tegraph run -n 2 "$SRC/examples/gpt.lua" $G 2>&1 | grep -E "gpt:|steady|trained|rank|trace|overlap"
+    timeout "$(cap 150)" ./tegraph run -n 2 "$SRC/examples/gpt.lua" $G --trace "$OUT/gpt2-ddp-trace.json" --trace-steps 10:12 2>&1 |
+      grep -E "gpt:|steady|trained|rank|trace|overlap"
+    ;;
+  replay)
+    stage "graph replay"
+    timeout "$(cap 90)" ./tegraph run "$SRC/examples/bench/graph_replay.lua" --iters 50 2>&1 | tail -5
+    ;;
+  allreduce)
+    stage "all-reduce, 2 GPUs"
+    timeout "$(cap 90)" ./tegraph run -n 2 "$SRC/examples/bench/allreduce.lua" 2>&1 | tail -3
+    (cd "$PEERS" && timeout "$(cap 90)" "$TORCHRUN" --nproc_per_node=2 allreduce.py) 2>&1 | grep -v Warning | tail -2
+    ;;
+  optim)
+    stage optim
+    timeout "$(cap 120)" ./tegraph run "$SRC/examples/bench/optim.lua" --iters 20 2>&1 | tee "$OUT/optim.txt"
+    ;;
+  fork)
+    stage "t/dist scripts under tegraph run -n 2"
+    export LUA_PATH="$SRC/lua/?.lua;$SRC/lua/?/init.lua;$SRC/t/lib/?.lua;$SRC/t/dist/?.lua;;"
+    for f in "$SRC"/t/dist/*.lua; do
+      n=$(basename "$f" .lua)
+      (cd "$SRC" && timeout "$(cap 90)" "$BUILD/tegraph" run -n 2 "$f" > "$OUT/fork-$n.log" 2>&1)
+      r=$?
+      echo "$n rc=$r ok=$(grep -cE '^(\[rank [0-9]+\] )?ok ' "$OUT/fork-$n.log") not-ok=$(grep -cE 'not ok' "$OUT/fork-$n.log") $(grep -m1 -E '^1\.\.|SKIP' "$OUT/fork-$n.log")"
+      grep -E "not ok|rror" "$OUT/fork-$n.log" | head -5
+    done
+    ;;
+  sanit)
+    # Every CUDA test program under memcheck, then racecheck, the programs of one tool in parallel.
+    # TG_DEBUG=alloc_direct (one cudaMalloc per tensor) lets memcheck see an overrun that the caching
+    # allocator would hide inside a larger block; the allocator test keeps its default (it tests the cache).
+    # racecheck leaves out the events test (cuBLAS f32 GEMMs only; hours under racecheck) and reports the
+    # kernels it flags with their counts: cuBLAS's Hopper GEMM kernels show hazards on an ordering
+    # (TMA / mbarrier pipelines) that racecheck does not model.
+    SP="$(grep -ohE 't/cuda-[a-z0-9-]+\.t' "$SRC"/t/*.mk | sort -u) $EXTRA_SANIT"
+    make -j"$(nproc)" $SP > "$OUT/sanit-build.log" 2>&1 || { tail -20 "$OUT/sanit-build.log"; continue; }
+    for tool in memcheck racecheck; do
+      stage "$tool"
+      c=$(( $(left) / 2 - 20 )); [ "$tool" = racecheck ] && c=$(( $(left) - 30 ))
+      [ "$c" -gt "${SANIT_CAP:-200}" ] && c=${SANIT_CAP:-200}
+      for t in $SP; do
+        n=$(basename "$t" .t); a=alloc_direct; [ "$n" = cuda-allocator-caches-blocks ] && a=
+        opt="--leak-check no"; [ "$tool" = racecheck ] && opt="--racecheck-report hazard"
+        [ "$tool" = racecheck ] && [ "$n" = cuda-events-and-trace-time-device-work ] && continue
+        ( TG_DEBUG=$a timeout "$c" ./libtool --mode=execute compute-sanitizer --tool "$tool" $opt "$t" > "$OUT/$tool-$n.log" 2>&1
+          echo "$tool $n rc=$? $(grep -c '^ok' "$OUT/$tool-$n.log") ok, $(grep -c '^not ok' "$OUT/$tool-$n.log") not ok; $(grep -hE '(ERROR|RACECHECK) SUMMARY' "$OUT/$tool-$n.log" | tr '\n' ' ')" ) &
+      done
+      wait
+      echo "$tool: kernels with reports (count):"
+      grep -ohE "(at|in) [A-Za-z_][A-Za-z_0-9<>:,]*\+0x" "$OUT"/$tool-*.log | sed 's/+0x//' | sort | uniq -c | head
+    done
+    ;;
+  suite)
+    stage suite
+    timeout "$(( $(left) - 10 ))" make -j"$(nproc)" check > "$OUT/suite.log" 2>&1; echo "make check rc=$?"
+    grep -E "^(FAIL|ERROR)|^# (TOTAL|PASS|SKIP|FAIL|ERROR)" "$OUT/suite.log" | head -30
+    cp test-suite.log "$OUT/test-suite.log" 2>/dev/null
+    ;;
+  esac
+done
+stage done
