@@ -103,6 +103,7 @@ int64_t tg_tensor_numel(const tg_tensor *t) { return tg_numel_of(t->ndim, t->sha
 tg_device tg_tensor_device(const tg_tensor *t) { return t->storage->dev; }
 void *tg_tensor_data(const tg_tensor *t)
 {
+    if (tg_device_capturing(t->storage->dev)) tg_capture_hold(t); /* the graph keeps what it uses */
     return (char *)t->storage->data + (size_t)t->offset * tg_dtype_size(t->dtype);
 }
 const char *tg_tensor_name(const tg_tensor *t) { return t->name; }
@@ -167,7 +168,8 @@ tg_status tg_tensor_read(const tg_tensor *t, void *dst, size_t bytes)
 {
     TG_TRY(host_io_check(t, bytes, "read"));
     tg_stream *s = tg_stream_current(tg_tensor_device(t));
-    return s->be->memcpy(s, dst, tg_tensor_data(t), bytes, TG_D2H);
+    TG_TRY(s->be->memcpy(s, dst, tg_tensor_data(t), bytes, TG_D2H));
+    return tg_index_check_poll(s); /* ids outside their table in work that ran before this read */
 }
 
 static double elem_to_f64(const void *p, tg_dtype dt, size_t i)

@@ -6,6 +6,7 @@
 #include "tegraph.h"
 
 #include <lauxlib.h>
+#include <limits.h>
 #include <lua.h>
 #include <lualib.h>
 
@@ -65,5 +66,10 @@ void tgl_open_trace(lua_State *L);
 /* The step API (lua_step.c): sets core.step_begin, step_end, step_index,
  * step_open and hook_check on the table at the top of the stack. */
 void tgl_open_step(lua_State *L);
+
+/* luaL_checkinteger / luaL_optinteger for C int arguments: a value outside
+ * the int range is refused (never truncated). */
+int tgl_checkint(lua_State *L, int idx);
+int tgl_optint(lua_State *L, int idx, int def);
 
 #endif
