@@ -132,6 +132,10 @@ void tg_device_index_init(tg_stream *s);
 /* Remembers the first op error while s captures (end_capture then fails); returns st. */
 tg_status tg_stream_note_error(tg_stream *s, tg_status st);
 
+/* TG_OK when v is exactly representable in dt's integers (float dtypes: always);
+ * else TG_EINVAL "what: value v [at index i] does not fit dt" (index < 0: none). */
+tg_status tg_value_fits(tg_dtype dt, double v, const char *what, long long index);
+
 /* Copies/converts raw elements; used by host transfers and the CPU backend. */
 float tg_bf16_to_f32(uint16_t h);
 uint16_t tg_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN (quiet) */

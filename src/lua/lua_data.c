@@ -10,10 +10,13 @@ static const unsigned char *u16_span(lua_State *L, int sidx, lua_Integer first, 
     size_t len;
     const char *s = luaL_checklstring(L, sidx, &len);
     size_t two = 0, end = 0;
-    if (first < 0 || count < 0 || !tg_mul_size((size_t)count, 2, &two) || !tg_add_size((size_t)first, two, &end) ||
-        end > len)
-        luaL_error(L, "token bytes: %I tokens from byte %I do not fit in the %I bytes given", count, first,
+    int sized = first >= 0 && count >= 0 && tg_mul_size((size_t)count, 2, &two) && tg_add_size((size_t)first, two, &end);
+    if (!sized || end > len) {
+        if (sized && end <= (size_t)LUA_MAXINTEGER)
+            luaL_error(L, "token bytes [%I, %I) outside the %I bytes given", first, (lua_Integer)end, (lua_Integer)len);
+        luaL_error(L, "token bytes: %I tokens from byte %I are outside the %I bytes given", count, first,
                    (lua_Integer)len);
+    }
     return (const unsigned char *)s + first;
 }
 

@@ -376,6 +376,7 @@ static const luaL_Reg nn_funcs[] = {
     {"Sequential", nn_sequential},
     {"Module", tgl_nn_module},
     {"Parameter", tgl_nn_parameter},
+    {"is_parameter", tgl_nn_is_parameter},
     {NULL, NULL},
 };
 

@@ -66,13 +66,15 @@ static int p_index(lua_State *L)
     else if (strcmp(k, "data") == 0)
         tgl_push_tensor_ref(L, p->data);
     else if (strcmp(k, "grad") == 0)
-        tgl_push_tensor_ref(L, p->grad);
+        p->grad_written = 1, tgl_push_tensor_ref(L, p->grad); /* the script may write it */
     else if (strcmp(k, "main_grad") == 0)
-        tgl_push_tensor_ref(L, p->main_grad);
+        p->grad_written = 1, tgl_push_tensor_ref(L, p->main_grad);
     else if (strcmp(k, "master") == 0)
         tgl_push_tensor_ref(L, p->master);
     else if (strcmp(k, "wgrad") == 0)
-        tgl_push_tensor_ref(L, tg_param_wgrad_target(p));
+        p->grad_written = 1, tgl_push_tensor_ref(L, tg_param_wgrad_target(p));
+    else if (strcmp(k, "has_grad") == 0)
+        lua_pushboolean(L, p->grad_written);
     else if (strcmp(k, "shape") == 0) {
         int64_t shape[TG_MAX_DIMS];
         for (int i = 0; i < tg_tensor_ndim(p->data); i++) shape[i] = tg_tensor_dim(p->data, i);
@@ -195,6 +197,14 @@ static int p_set_main_grad(lua_State *L)
 static int p_numel(lua_State *L)
 {
     lua_pushinteger(L, (lua_Integer)tg_tensor_numel(tgl_param_check(L, 1)->data));
+    return 1;
+}
+
+/* tg.nn.is_parameter(v): true for a live tegraph.Param. */
+int tgl_nn_is_parameter(lua_State *L)
+{
+    struct tgl_param *u = luaL_testudata(L, 1, TGL_PARAM);
+    lua_pushboolean(L, u != NULL && u->p != NULL);
     return 1;
 }
 

@@ -105,6 +105,7 @@ void tg_engine_set_quiet(int on) { eng.quiet = on != 0; }
 
 tg_status tg_param_wgrad_done(tg_param *p, int mb)
 {
+    p->grad_written = 1;
     if (eng.quiet) return TG_OK;
     if (tg_device_capturing(tg_tensor_device(p->data))) return eng.observer ? eng.observer(eng.observer_ud, p, mb) : TG_OK;
     if (mb < 1) return tg_error(TG_EINVAL, "wgrad of %s: microbatch %d (microbatches count from 1)", p->name, mb);

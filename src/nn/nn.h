@@ -30,6 +30,7 @@ struct tg_param {
     int nhooks;
     int last_hook_id;     /* ids handed out so far */
     int dispatching;      /* the engine is running p's hooks (they cannot be removed meanwhile) */
+    int grad_written;     /* a wgrad was computed into it, or its gradient was handed to a script */
     int refcount;
     tg_module *owner;     /* not a reference; NULL once the owning module is gone */
     /* engine bookkeeping (src/nn/engine.c) */
