@@ -139,6 +139,17 @@ static tg_status hook_trampoline(void *ud, tg_param *p, const tg_hook_info *info
 
 int tgl_hook_add(lua_State *L, tg_param *p, int fnidx)
 {
+    fnidx = lua_absindex(L, fnidx);
+    for (int i = 0; i < p->nhooks; i++) { /* the same Lua function twice would fire twice */
+        if (p->hooks[i].fn != hook_trampoline) continue;
+        const struct tgl_ref *h = p->hooks[i].ud;
+        lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref); /* +1 */
+        int same = lua_rawequal(L, -1, fnidx);
+        lua_pop(L, 1);
+        if (same)
+            luaL_error(L, "register hook on %s: this function is already one of its hooks (hook id %d); it would fire twice",
+                       p->name, p->hooks[i].id);
+    }
     struct tgl_ref *r = tgl_ref_new(L, fnidx);
     int id = 0;
     tg_status st = tg_param_add_hook(p, hook_trampoline, r, tgl_ref_free, &id);

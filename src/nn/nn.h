@@ -73,6 +73,8 @@ tg_status tg_step_begin(int microbatches);
 tg_status tg_step_end(void);
 int tg_step_open(void);
 int64_t tg_step_index(void);
+/* 1 while the engine runs wgrad hooks. */
+int tg_hooks_running(void);
 int tg_step_microbatches(void);
 void tg_hook_check_set(int on); /* default on */
 int tg_hook_check_get(void);
@@ -113,6 +115,7 @@ void tg_module_opts_default(tg_module_opts *o);
 /* One saved forward context (per module, per microbatch) and one queued wgrad item. */
 struct tg_saved {
     int mb;
+    int64_t step;     /* tg_step_index() when queued in the wgrad store (0: outside steps) */
     tg_tensor *t[8];  /* saved tensors (owned) */
     int n;
     int64_t ival;     /* a module-specific integer (LM head: ignore_index) */
