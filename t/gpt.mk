@@ -12,6 +12,7 @@ GPT_LUA_TESTS = \
 	t/adamw-capturable-clipped-replay-equals-eager.lua \
 	t/adamw-capturable-bad-use-errors.lua \
 	t/data-bin-files-load-and-fail-clearly.lua \
-	t/gpt-example-loss-falls.lua
+	t/gpt-example-loss-falls.lua \
+	t/gpt-refuses-bad-options-up-front.lua
 TESTS += $(GPT_LUA_TESTS)
 EXTRA_DIST += $(GPT_LUA_TESTS) examples/gpt.lua

@@ -595,18 +595,22 @@ static int t_view(lua_State *L)
         luaL_argcheck(L, top >= 2 && top - 1 <= TG_MAX_DIMS, 2, "shape must have 1 to 4 dimensions");
         for (nd = 0; nd < top - 1; nd++) shape[nd] = (int64_t)luaL_checkinteger(L, nd + 2);
     }
-    int fits = 1;
+    int fits = 1, zero = 0;
     for (int i = 0; i < nd; i++) {
         if (shape[i] == -1 && infer < 0)
             infer = i;
         else if (shape[i] < 0)
             luaL_argerror(L, 2, "shape entries must be >= 0 (one may be -1)");
-        else if (!tg_mul_i64(known, shape[i], &known))
-            fits = 0;
+        else if (shape[i] == 0)
+            zero = 1;
     }
+    for (int i = 0; !zero && i < nd; i++) /* a zero dimension makes the product 0, whatever the others */
+        if (i != infer && !tg_mul_i64(known, shape[i], &known)) fits = 0;
+    if (zero) known = 0;
     if (fits && infer >= 0) shape[infer] = known ? n / known : 0;
     int64_t total = 1;
-    for (int i = 0; fits && i < nd; i++) fits = tg_mul_i64(total, shape[i], &total);
+    for (int i = 0; fits && !zero && i < nd; i++) fits = tg_mul_i64(total, shape[i], &total);
+    if (zero) total = 0;
     if (!fits || total != n) {
         int64_t ts[TG_MAX_DIMS];
         get_shape(t, ts);
