@@ -233,11 +233,13 @@ static tg_module *wrong_head(tg_module *m, int mb)
     return NULL;
 }
 
-/* The first leaf under m whose store's head was queued in an open step other
- * than the one open now (wgrads do not carry over steps); NULL when none. */
+/* The first leaf under m whose store's head was queued in a step other than
+ * the one open now (wgrads do not carry over into the next step; outside
+ * steps a store may be drained); NULL when none. */
 static tg_module *stale_head(tg_module *m)
 {
-    if (!is_composite(m)) return m->wq_head && m->wq_head->step && m->wq_head->step != tg_step_index() ? m : NULL;
+    int64_t now = tg_step_index();
+    if (!is_composite(m)) return now && m->wq_head && m->wq_head->step != now ? m : NULL;
     for (int i = m->nchildren - 1; i >= 0; i--) {
         tg_module *bad = stale_head(m->children[i]);
         if (bad) return bad;
@@ -283,13 +285,13 @@ tg_status tg_module_backward_dw(tg_module *m, int mb)
         return tg_error(TG_ESTATE, "%s backward_dw (microbatch %d): the wgrad store of %s has microbatch %d at its head (W must follow B order)",
                         tg_module_label(m, label, sizeof label), mb, tg_module_label(bad, other, sizeof other), bad->wq_head->mb);
     if ((bad = stale_head(m)) != NULL) {
-        char now[48] = "no step is open";
-        if (tg_step_index()) snprintf(now, sizeof now, "step %lld is open", (long long)tg_step_index());
+        char when[48] = "outside steps";
+        if (bad->wq_head->step) snprintf(when, sizeof when, "in step %lld", (long long)bad->wq_head->step);
         return tg_error(TG_ESTATE,
-                        "%s backward_dw (microbatch %d): the wgrad of microbatch %d on %s was queued in step %lld, and %s "
-                        "(a step's delayed wgrads must be run before its step_end)",
+                        "%s backward_dw (microbatch %d): the wgrad of microbatch %d on %s was queued %s, and step %lld is "
+                        "open (a step's delayed wgrads must be run before its step_end)",
                         tg_module_label(m, label, sizeof label), mb, bad->wq_head->mb,
-                        tg_module_label(bad, other, sizeof other), (long long)bad->wq_head->step, now);
+                        tg_module_label(bad, other, sizeof other), when, (long long)tg_step_index());
     }
     call_enter();
     return call_leave(m, "backward_dw", mb, pop_wgrad(m));
