@@ -59,9 +59,12 @@ static void set_free(struct wgrad_set *s)
     memset(s, 0, sizeof *s);
 }
 
+/* ud: the set of the B or W graph being captured; NULL while an F graph is
+ * (the observer is set then too: the engine leaves forwards to this layer). */
 static tg_status observe(void *ud, tg_param *p, int mb)
 {
     (void)mb;
+    if (!ud) return tg_error(TG_ESTATE, "a forward computed the wgrad of %s while captured", p->name);
     return set_add(ud, p);
 }
 
@@ -327,7 +330,9 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples)
             if (st == TG_OK) st = tg_copy(e->in, x); /* sensible contents for the capture-time shapes */
             if (st == TG_OK) st = tg_stream_begin_capture(s);
             if (st != TG_OK) { tg_error_prefix(st, "capturing F chunk %d mb %d", a->chunk, a->mb); break; }
+            tg_engine_set_capture_observer(observe, NULL);
             st = tg_module_forward(m, a->mb, e->in, &e->out);
+            tg_engine_set_capture_observer(NULL, NULL);
             tg_status end = tg_stream_end_capture(s, &e->f);
             if (st == TG_OK) st = end;
         } else if (a->op == 'B') {

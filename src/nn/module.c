@@ -154,11 +154,11 @@ tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const 
         span_end(m, sp);
     }
     if (st == TG_OK) st = note_forward(m, mb);
+    if (st == TG_OK) st = tg_engine_note_forward(m);
     if (st != TG_OK && *y) {
         tg_tensor_free(*y);
         *y = NULL;
     }
-    if (st == TG_OK && !tg_device_capturing(m->opts.device)) m->forward_step = tg_step_index();
     return call_leave(m, "forward", mb, st);
 }
 

@@ -81,13 +81,20 @@ int tg_hook_check_get(void);
  * (if any) instead of recording or firing. */
 typedef tg_status (*tg_capture_observer)(void *ud, tg_param *p, int mb);
 void tg_engine_set_capture_observer(tg_capture_observer fn, void *ud);
+/* After a forward of m: marks m as run in the open step (for the hook check),
+ * or, while m's device captures outside the graph layer, records m in the
+ * graph being captured (its replays mark it). */
+tg_status tg_engine_note_forward(tg_module *m);
 /* Graph warm-up: while quiet, wgrads are neither recorded nor fired and
  * always accumulate (the graph layer restores the gradients afterwards). */
 void tg_engine_set_quiet(int on);
 
 /* Records that one wgrad contribution of p for microbatch mb is issued; when
  * all p->contributors contributions of mb are in, fires p's hooks. While the
- * device captures nothing is recorded or fired. Called by modules after their
+ * device captures nothing is counted or fired: the graph layer's observer is
+ * told, or, for a plain stream capture, the contribution is recorded in the
+ * graph and reported at each of its replays (after the targets of first
+ * contributions of the step were zeroed). Called by modules after their
  * wgrad kernels, and by the graph layer after replays. Inside a step mb must
  * be in 1..microbatches (TG_EINVAL otherwise). Outside steps step = 0 and
  * every firing has last = 1 (the engine knows of no later microbatch). */
