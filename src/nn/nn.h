@@ -146,6 +146,8 @@ struct tg_module_vtbl {
      * the item. Composites and parameterless leaves: NULL. */
     tg_status (*wgrad)(tg_module *m, struct tg_saved *item);
     void (*destroy)(tg_module *m);
+    /* Optional: whether the leaf can delay its wgrad (NULL: leaves with wgrad can). */
+    int (*can_delay)(const tg_module *m);
 };
 
 struct tg_module {
@@ -221,6 +223,13 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
  * The engine is single-threaded (one host thread drives the modules). */
 tg_status tg_module_backward_dw(tg_module *m, int mb);
 int tg_module_need_backward_dw(const tg_module *m);
+/* Switches delayed wgrad on or off for m and every module under it, for the
+ * backwards that follow (TransformerEngine's WeightGradStore enable/disable).
+ * Refused (TG_ESTATE, nothing changed) while wgrad work of m is queued (naming
+ * the module and the microbatch), while m is part of a graphed set (its graphs
+ * were captured with the old setting), and while m's device captures; turning
+ * it on is refused for a module written in Lua without backward_dw. */
+tg_status tg_module_set_delay_wgrad(tg_module *m, int on);
 /* All parameters, own then children's in order, each once (caller frees the
  * array, not the params). A tied table is listed by its embedding only. */
 tg_status tg_module_parameters(tg_module *m, tg_param ***out, int *n);
