@@ -175,4 +175,21 @@ do
   tg.hook_check(false); tg.step_end(); tg.hook_check(true)
 end
 
+-- A whole step with a hook-driven reduce in one plain capture: the hooks fire at replay, not while capturing, so
+-- the reduce's finish() inside the captured function finds its buckets unreduced and fails at capture time.
+do
+  local ddp = require "tegraph.reduce.ddp"
+  local m = linear(false)
+  local r = ddp.new { params = m:parameters() }
+  t.error_like(function()
+    tg.stream.capture(function()
+      tg.step_begin { microbatches = 1 }
+      fwd_bwd(m, false, 1, X[1], DY[1])
+      tg.step_end()
+      r:finish()
+    end, { pool = tg.pool() })
+  end, "ddp: 1 bucket%(s%) not reduced this step", "ddp's finish() inside a plain capture of a step fails loudly at capture")
+  t.ok(not tg.step_open(), "the step the capture opened was closed")
+end
+
 t.done_testing()
