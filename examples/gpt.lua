@@ -285,7 +285,8 @@ for step = 1, opt.steps do
     local vl = 0
     for _, xy in ipairs(val_batches) do vl = vl + nn.loss_value(model:eval_loss(xy[1], xy[2])) end
     vl = vl / #val_batches
-    bar:print(string.format("step %d: val loss %.4f", step, vl))
+    local line = string.format("step %d: val loss %.4f", step, vl)
+    if opt.quiet then print(line) else bar:print(line) end
     bar:record { step = step, val_loss = vl }
   end
   if step == 2 then steady_t0 = tg.time() end -- after start-up (allocation, first GEMM plans, NCCL connections)

@@ -26,7 +26,7 @@ function data.open(path, o)
   f:close()
   local first, ntok
   local magic = #bytes >= 4 and string.unpack("<i4", bytes) or nil
-  if magic == data.MAGIC then
+  if magic == data.MAGIC or (not o.vocab and #bytes < data.HEADER_BYTES) then
     if #bytes < data.HEADER_BYTES then
       error(string.format("%s: truncated token file: %d bytes, shorter than the %d-byte llm.c header", path, #bytes,
         data.HEADER_BYTES), 2)
