@@ -144,7 +144,8 @@ end
 function data.write_u16(path, u16)
   if #u16 % 2 ~= 0 then error(string.format("%s: odd number of token bytes", path), 2) end
   local n = #u16 // 2
-  local tmp = path .. ".tmp" .. tostring(os.time())
+  -- a name of its own per writer: ranks tokenizing the same file each write theirs, the last rename wins
+  local tmp = string.format("%s.tmp%d.%s", path, os.time(), tostring({}):match("0x(%x+)") or tostring(math.random(1 << 30)))
   local f, err = io.open(tmp, "wb")
   if not f then error(string.format("%s: cannot write token file: %s", path, err), 2) end
   local ok, werr = f:write(string.pack("<i4i4i4", data.MAGIC, data.VERSION, n), string.rep("\0", data.HEADER_BYTES - 12), u16)
