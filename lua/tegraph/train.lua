@@ -369,7 +369,7 @@ function Trainer:describe()
       self.C, #self.model.layers // self.C)
   end
   if self.graph then
-    parts[#parts + 1] = string.format("graphed (%d chunks of %d layers per stage%s, delayed wgrad, capturable AdamW)",
+    parts[#parts + 1] = string.format("graphed (%d graphed callable(s) of %d layer(s) per stage%s, delayed wgrad, capturable AdamW)",
       self.P > 1 and self.C // self.P or self.C, #self.model.layers // self.C, self.tied_split and "" or "")
   end
   if self.D > 1 then parts[#parts + 1] = string.format("data parallel x%d", self.D) end
