@@ -6,8 +6,7 @@
 # and -n 4 --pipeline 2 (2 stages x 2 replicas, 2 microbatches each: the ddp average sums the replicas' gradients).
 . "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
 skip_unless_mpi
-dir=$(mktemp -d "${TMPDIR:-/tmp}/tg-gptmodes.XXXXXX") || exit 1
-trap 'rm -rf "$dir"' EXIT
+dir=$tmp
 GPT="$SRCDIR/examples/gpt.lua"
 ARGS="--steps 5 --layers 4 --quiet --samples 0 --eval 0 --seed 1234"
 
@@ -15,8 +14,8 @@ ARGS="--steps 5 --layers 4 --quiet --samples 0 --eval 0 --seed 1234"
 losses() {
     sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"
 }
-# run NAME NP ARGS...: gpt.lua on NP ranks (0: one process without mpirun), its losses in $dir/NAME
-run() {
+# gpt NAME NP ARGS...: gpt.lua on NP ranks (0: one process without mpirun), its losses in $dir/NAME
+gpt() {
     name=$1 np=$2
     shift 2
     if [ "$np" = 0 ]; then
@@ -44,7 +43,7 @@ show() {
     echo "# $1: $(tr '\n' ' ' <"$dir/$1.loss")"
 }
 
-run ref 0 --microbatches 4
+gpt ref 0 --microbatches 4
 ok $? "single-process eager run (4 microbatches) finishes"
 r=1
 [ "$(wc -l <"$dir/ref.loss")" -eq 5 ] && ! grep -q nan "$dir/ref.loss" && r=0
@@ -53,35 +52,35 @@ falls=1
 [ "$(awk 'NR == 1 { a = $1 } NR == 5 { b = $1 } END { print (b < a) }' "$dir/ref.loss")" = 1 ] && falls=0
 ok $falls "its loss falls over the 5 steps"
 
-run graph 0 --microbatches 4 --graph && same graph
+gpt graph 0 --microbatches 4 --graph && same graph
 r=$?; show graph
 ok $r "--graph (a graphed callable per layer, delayed wgrad, ddp hooks, capturable AdamW): bit for bit"
-run graph2 0 --microbatches 4 --graph --layers-per-chunk 2 && same graph2
+gpt graph2 0 --microbatches 4 --graph --layers-per-chunk 2 && same graph2
 ok $? "--graph --layers-per-chunk 2: bit for bit"
 
 for s in gpipe 1f1b interleaved zb_h1 zb_v; do
-    run "pp-$s" 2 --microbatches 4 --pipeline 2 --schedule "$s" && close "pp-$s"
+    gpt "pp-$s" 2 --microbatches 4 --pipeline 2 --schedule "$s" && close "pp-$s"
     r=$?; show "pp-$s"
     ok $r "-np 2 --pipeline 2 --schedule $s (eager): within 1e-6 relative"
 done
 for s in 1f1b zb_h1 zb_v; do
-    run "ppg-$s" 2 --microbatches 4 --pipeline 2 --schedule "$s" --graph && close "ppg-$s"
+    gpt "ppg-$s" 2 --microbatches 4 --pipeline 2 --schedule "$s" --graph && close "ppg-$s"
     r=$?; show "ppg-$s"
     ok $r "-np 2 --pipeline 2 --schedule $s --graph: within 1e-6 relative"
 done
-run dp 2 --microbatches 2 && close dp
+gpt dp 2 --microbatches 2 && close dp
 r=$?; show dp
 ok $r "-np 2 data parallel (2 microbatches each, ddp): within 1e-6 relative"
-run dpg 2 --microbatches 2 --graph && close dpg
+gpt dpg 2 --microbatches 2 --graph && close dpg
 ok $? "-np 2 data parallel --graph: within 1e-6 relative"
-run pp2dp2 4 --microbatches 2 --pipeline 2 --schedule 1f1b && close pp2dp2
+gpt pp2dp2 4 --microbatches 2 --pipeline 2 --schedule 1f1b && close pp2dp2
 r=$?; show pp2dp2
 ok $r "-np 4 --pipeline 2 (2 stages x 2 replicas, reduce on the stage's dp communicator): within 1e-6 relative"
-run pp2dp2g 4 --microbatches 2 --pipeline 2 --schedule zb_h1 --graph && close pp2dp2g
+gpt pp2dp2g 4 --microbatches 2 --pipeline 2 --schedule zb_h1 --graph && close pp2dp2g
 ok $? "-np 4 --pipeline 2 --schedule zb_h1 --graph: within 1e-6 relative"
 
 # a different seed gives other losses: the comparisons above are not vacuous
-run other 0 --microbatches 4 --seed 99
+gpt other 0 --microbatches 4 --seed 99
 cmp -s "$dir/ref.loss" "$dir/other.loss"
 [ $? -ne 0 ]
 ok $? "another seed gives another loss sequence"
