@@ -13,8 +13,10 @@ GPT_LUA_TESTS = \
 	t/adamw-capturable-bad-use-errors.lua \
 	t/data-bin-files-load-and-fail-clearly.lua \
 	t/gpt-example-loss-falls.lua
-TESTS += $(GPT_LUA_TESTS)
-EXTRA_DIST += $(GPT_LUA_TESTS) examples/gpt.lua
+GPT_SH_TESTS = \
+	t/gpt-graph-without-hook-dispatch-fails-at-step-end.sh
+TESTS += $(GPT_LUA_TESTS) $(GPT_SH_TESTS)
+EXTRA_DIST += $(GPT_LUA_TESTS) $(GPT_SH_TESTS) examples/gpt.lua
 # Text in and out: tokenizers, text files, generation with a KV cache.
 TEXT_LUA_TESTS = \
 	t/text-bpe-merges-by-rank-and-round-trips.lua \

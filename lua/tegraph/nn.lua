@@ -27,6 +27,9 @@ end
 --          normalization="LayerNorm", activation="gelu", dtype="f32",
 --          delay_wgrad=false, fuse_wgrad_accumulation=false, init_std=0.02,
 --          device=, make_vocab_size_divisible_by=1}
+-- delay_wgrad = "layers" delays the transformer layers' wgrad only (the embedding and
+-- the LM head compute theirs in backward, so the tied table's two contributions keep
+-- their order). gpt.layers lists the transformer layers.
 -- make_vocab_size_divisible_by = P rounds the token table and the logits up to
 -- a multiple of P (as nanoGPT's 50304 for GPT-2's 50257): with an odd
 -- vocabulary the logits' rows are not 16-byte aligned and cuBLASLt falls back
@@ -79,10 +82,13 @@ function nn.GPT(cfg)
       tostring(cfg.make_vocab_size_divisible_by), 2)
   end
   local table_vocab = (cfg.vocab_size + pad - 1) // pad * pad
+  if cfg.delay_wgrad ~= nil and type(cfg.delay_wgrad) ~= "boolean" and cfg.delay_wgrad ~= "layers" then
+    error("nn.GPT: cfg.delay_wgrad must be a boolean or \"layers\", got " .. tostring(cfg.delay_wgrad), 2)
+  end
   local common = {
     dtype = cfg.dtype,
     device = cfg.device,
-    delay_wgrad = cfg.delay_wgrad,
+    delay_wgrad = cfg.delay_wgrad == true,
     fuse_wgrad_accumulation = cfg.fuse_wgrad_accumulation,
     init_std = cfg.init_std,
   }
@@ -95,13 +101,16 @@ function nn.GPT(cfg)
   local embed = nn.Embedding(table_vocab, cfg.hidden_size,
     opts { max_position_embeddings = cfg.max_position_embeddings, name = "embed" })
   local blocks = { embed, name = "gpt" }
+  local layers = {}
   for i = 1, cfg.num_layers do
     blocks[#blocks + 1] = nn.TransformerLayer(cfg.hidden_size, cfg.ffn_hidden_size or 4 * cfg.hidden_size,
       cfg.num_attention_heads, opts {
         normalization = cfg.normalization,
         activation = cfg.activation,
         name = "h." .. (i - 1),
+        delay_wgrad = cfg.delay_wgrad ~= nil and cfg.delay_wgrad ~= false,
       })
+    layers[i] = blocks[#blocks]
   end
   if cfg.device then blocks.device = cfg.device end
   local body = nn.Sequential(blocks)
@@ -109,7 +118,7 @@ function nn.GPT(cfg)
     hidden_size = cfg.hidden_size, vocab_size = table_vocab, tied = embed, normalization = cfg.normalization,
     name = "lm_head",
   })
-  return setmetatable({ cfg = cfg, embed = embed, body = body, head = head }, GPT)
+  return setmetatable({ cfg = cfg, embed = embed, layers = layers, body = body, head = head }, GPT)
 end
 
 -- All parameters, each once (the tied token table belongs to the embedding).
