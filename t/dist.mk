@@ -11,6 +11,8 @@ DIST_SH_TESTS = \
 	t/dist-launcher-stops-ranks.sh \
 	t/dist-pipeline-matches-single-process.sh \
 	t/dist-pipeline-peer-stops-the-run.sh \
+	t/dist-gpt-modes-give-the-eager-losses.sh \
+	t/dist-zero-bubble-on-ranks.sh \
 	t/dist-rank-exit-with-a-request-in-flight.sh
 TESTS += $(DIST_LUA_TESTS) $(DIST_SH_TESTS)
 
@@ -23,5 +25,5 @@ EXTRA_DIST += $(DIST_LUA_TESTS) $(DIST_SH_TESTS) \
 	t/dist/ddp-matches-single-process.lua \
 	t/dist/zero1-matches-ddp.lua \
 	t/dist/pipeline-matches-single-process.lua t/dist/pipeline-peer-stops.lua \
-	t/lib/dist.sh t/lib/dist_tap.lua \
+	t/lib/dist.sh t/lib/tap.sh t/lib/dist_tap.lua \
 	examples/custom_reduce.lua

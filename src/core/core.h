@@ -103,12 +103,23 @@ struct tg_ptrset {
     size_t cap, n;
 };
 
+/* Host work bound to a graph by a layer above the core (the step engine:
+ * module work recorded while capturing). before runs ahead of each replay,
+ * after once the replay is issued, both with s current on its device. */
+struct tg_graph_host {
+    tg_status (*before)(void *ud, tg_stream *s);
+    tg_status (*after)(void *ud, tg_stream *s);
+    void (*free_ud)(void *ud);
+    void *ud;
+};
+
 struct tg_graph {
     tg_device dev;
     const struct tg_backend *be;
     size_t ncmds;
     tg_pool *pools[8]; /* pools kept alive by this graph (tg_graph_keep_pool) */
     int npools;
+    struct tg_graph_host host; /* fn NULL: none */
     /* What the captured work reads and writes, retained while the graph lives:
      * storages from the device allocator, and the pools of pool storages
      * (a pool's ranges may be reused by later captures, its blocks stay). */
@@ -116,8 +127,13 @@ struct tg_graph {
     void *impl;        /* backend graph: CPU command list / cudaGraphExec_t */
 };
 
-/* Retains t's storage (or its pool) for the graph s captures, when t's
- * device has a capturing current stream; called by tg_tensor_data. */
+/* The graph that work issued on dev's current stream now goes to: the current
+ * stream's capture, else the capture of the stream of dev that began
+ * capturing last; NULL when dev does not capture. */
+tg_graph *tg_device_capture_graph(tg_device dev);
+
+/* Retains t's storage (or its pool) for the graph work on its device now goes
+ * to (tg_device_capture_graph), if any; called by tg_tensor_data. */
 void tg_capture_hold(const tg_tensor *t);
 
 /* Per-device bookkeeping: current stream, default stream, capture count. */

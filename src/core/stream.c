@@ -99,7 +99,14 @@ tg_status tg_graph_replay(tg_graph *g, tg_stream *s)
     if (s->be != g->be || s->dev.index != g->dev.index)
         return tg_error(TG_EINVAL, "replay on stream '%s' of another device than the graph's", s->name);
     if (s->capture) return tg_error(TG_ECAPTURE, "replay on stream '%s' while it is capturing", s->name);
-    return g->be->graph_replay(g, s);
+    if (!g->host.before && !g->host.after) return g->be->graph_replay(g, s);
+    /* host work of the layers above runs with s current, like the work it stands for */
+    tg_stream *prev = tg_stream_set_current(s);
+    tg_status st = g->host.before ? g->host.before(g->host.ud, s) : TG_OK;
+    if (st == TG_OK) st = g->be->graph_replay(g, s);
+    if (st == TG_OK && g->host.after) st = g->host.after(g->host.ud, s);
+    if (prev) tg_stream_set_current(prev);
+    return st;
 }
 
 size_t tg_graph_size(const tg_graph *g) { return g ? g->ncmds : 0; }
@@ -159,14 +166,14 @@ static tg_status ptrset_add(struct tg_ptrset *set, void *p, int *added)
 void tg_capture_hold(const tg_tensor *t)
 {
     struct tg_storage *st = t->storage;
-    tg_stream *s = tg_stream_current(st->dev);
-    if (!s || !s->capture) return; /* another stream captures: this work runs now */
-    tg_graph *g = s->capture;
+    tg_graph *g = tg_device_capture_graph(st->dev);
+    if (!g) return;
     int added;
     tg_status rc = st->pool ? ptrset_add(&g->held_pools, st->pool, &added)
                             : ptrset_add(&g->held_storages, st, &added);
     if (rc != TG_OK) {
-        tg_stream_note_error(s, rc);
+        tg_stream *s = tg_stream_current(st->dev);
+        if (s && s->capture) tg_stream_note_error(s, rc);
         return;
     }
     if (!added) return;
@@ -178,6 +185,7 @@ void tg_graph_free(tg_graph *g)
 {
     if (!g) return;
     if (g->impl) g->be->graph_destroy(g);
+    if (g->host.free_ud) g->host.free_ud(g->host.ud);
     for (int i = 0; i < g->npools; i++) tg_pool_release(g->pools[i]);
     for (size_t i = 0; i < g->held_storages.cap; i++)
         if (g->held_storages.slots[i]) tg_storage_release(g->held_storages.slots[i]);

@@ -14,6 +14,7 @@
 #define TGL_STREAM "tegraph.Stream"
 #define TGL_GRAPH "tegraph.Graph"
 #define TGL_POOL "tegraph.Pool"
+#define TGL_EVENT "tegraph.Event"
 
 /* The userdata boxes: a NULL handle means closed (or not yet acquired). */
 struct tgl_tensor {
@@ -30,6 +31,13 @@ struct tgl_graph {
 struct tgl_pool {
     tg_pool *p;
 };
+struct tgl_event {
+    tg_event *e;
+    tg_device dev;
+};
+/* Reads an optional replay options table {stream = s, wait = event} at idx
+ * (none or nil: both NULL); raises naming `what` on anything else. */
+void tgl_replay_opts(lua_State *L, int idx, const char *what, tg_stream **s, tg_event **wait);
 
 /* Raises a Lua error with the core's message when st is not TG_OK. The
  * message gets the position of the Lua caller of the running C function. */
@@ -66,6 +74,8 @@ void tgl_open_trace(lua_State *L);
 /* The step API (lua_step.c): sets core.step_begin, step_end, step_index,
  * step_open and hook_check on the table at the top of the stack. */
 void tgl_open_step(lua_State *L);
+/* Tokenizers and the sampler (lua_text.c): sets core.tokenizer and core.sampler. */
+void tgl_open_text(lua_State *L);
 
 /* luaL_checkinteger / luaL_optinteger for C int arguments: a value outside
  * the int range is refused (never truncated). */
