@@ -65,6 +65,15 @@ tap.is(bview:totable()[8], 9, "a graph keeps the pool its temporaries came from 
 g2:close()
 tap.is(bview:totable()[1], 9, "... and its memory stays valid for views the script still holds")
 
+-- an event recorded inside a capture and closed before the replays: the graph keeps it
+local ev = tg.stream.event()
+local hits = tg.zeros { 4 }
+local g3 = tg.stream.capture(function() hits:add_(hits); ev:record() end)
+ev:close(); ev = nil
+collectgarbage(); collectgarbage()
+tap.lives_ok(function() g3:replay(); g3:replay() end, "a graph that recorded an event replays after the script closed the event")
+g3:close()
+
 -- closing the graph releases what it held: a closed graph cannot be replayed
 g:close()
 tap.error_like(function() g:replay() end, "graph used after close", "a closed graph refuses replay")

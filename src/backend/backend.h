@@ -413,6 +413,7 @@ struct tg_event {
     int timing;  /* elapsed time can be asked for */
     int kept;    /* recorded inside a CPU capture: the graph writes it at each replay, so it is never freed */
     int recorded; /* CUDA: cudaEventRecord was called on it (directly or into a captured graph) */
+    int refcount; /* its owner's, plus one per graph that recorded or waited for it while capturing */
     void *impl;  /* cudaEvent_t / CPU: struct with the host time of the record */
 };
 

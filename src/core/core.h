@@ -123,7 +123,7 @@ struct tg_graph {
     /* What the captured work reads and writes, retained while the graph lives:
      * storages from the device allocator, and the pools of pool storages
      * (a pool's ranges may be reused by later captures, its blocks stay). */
-    struct tg_ptrset held_storages, held_pools;
+    struct tg_ptrset held_storages, held_pools, held_events;
     void *impl;        /* backend graph: CPU command list / cudaGraphExec_t */
 };
 
@@ -135,6 +135,8 @@ tg_graph *tg_device_capture_graph(tg_device dev);
 /* Retains t's storage (or its pool) for the graph work on its device now goes
  * to (tg_device_capture_graph), if any; called by tg_tensor_data. */
 void tg_capture_hold(const tg_tensor *t);
+/* Retains e for g (an event recorded or waited for inside g's capture). */
+tg_status tg_graph_hold_event(tg_graph *g, tg_event *e);
 
 /* Per-device bookkeeping: current stream, default stream, capture count. */
 int tg_device_valid(tg_device d);

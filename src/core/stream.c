@@ -181,6 +181,14 @@ void tg_capture_hold(const tg_tensor *t)
     else st->refcount++;
 }
 
+tg_status tg_graph_hold_event(tg_graph *g, tg_event *e)
+{
+    int added;
+    TG_TRY(ptrset_add(&g->held_events, e, &added));
+    if (added) e->refcount++;
+    return TG_OK;
+}
+
 void tg_graph_free(tg_graph *g)
 {
     if (!g) return;
@@ -191,7 +199,10 @@ void tg_graph_free(tg_graph *g)
         if (g->held_storages.slots[i]) tg_storage_release(g->held_storages.slots[i]);
     for (size_t i = 0; i < g->held_pools.cap; i++)
         if (g->held_pools.slots[i]) tg_pool_release(g->held_pools.slots[i]);
+    for (size_t i = 0; i < g->held_events.cap; i++)
+        if (g->held_events.slots[i]) tg_event_free(g->held_events.slots[i]);
     free(g->held_storages.slots);
     free(g->held_pools.slots);
+    free(g->held_events.slots);
     free(g);
 }
