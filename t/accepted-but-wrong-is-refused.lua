@@ -104,7 +104,7 @@ local function params()
   return { tg.nn.Parameter("w", tg.randn { 3, 2 }), tg.nn.Parameter("b", tg.randn { 2 }) }
 end
 local bad = {
-  { { lr = -1e-3 }, "AdamW: lr must be >= 0 %(got %-0.001%)", "a negative lr" },
+  { { lr = -1e-3 }, "accepted%-but%-wrong%-is%-refused%.lua:%d+: AdamW: lr must be >= 0 %(got %-0.001%)", "a negative lr (at the caller's line)" },
   { { lr = 0 / 0 }, "AdamW: lr must be a finite number", "a NaN lr" },
   { { lr = math.huge }, "AdamW: lr must be a finite number %(got inf%)", "an infinite lr" },
   { { beta1 = 1 }, "AdamW: beta1 must be a number in %[0, 1%) %(got 1%)", "beta1 = 1" },
@@ -118,6 +118,8 @@ local bad = {
 for _, b in ipairs(bad) do
   tap.error_like(function() optim.AdamW(params(), b[1]) end, b[2], b[3] .. " is refused at construction")
 end
+tap.error_like(function() require("tegraph.reduce.zero1").new { params = params(), eps = 0 } end,
+  "accepted%-but%-wrong%-is%-refused%.lua:%d+: zero1: eps must be > 0", "zero1 refuses AdamW's bad options the same way")
 tap.error_like(function() optim.AdamW({ tg.randn { 2 } }) end, "AdamW: params%[1%] is a tegraph.Tensor .*not a parameter",
   "a tensor in the parameter list is refused at construction")
 tap.error_like(function() optim.AdamW({ params()[1], "w" }) end, "AdamW: params%[2%] is a string, not a parameter",

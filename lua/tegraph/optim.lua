@@ -65,6 +65,37 @@ end
 
 local function finite(x) return x == x and x ~= math.huge and x ~= -math.huge end
 
+-- Checks AdamW's numeric options (o.lr, beta1/beta2 or betas, eps, weight_decay, max_norm) and returns
+-- lr, beta1, beta2, eps, weight_decay with their defaults; errors name `who` and point at `level` as error()
+-- counts from check_options (2: its caller, 3: the caller's caller).
+function optim.check_options(o, who, level)
+  level = level or 2
+  local function number_opt(name, v, ok, want)
+    if type(v) ~= "number" or not finite(v) or not ok(v) then
+      error(string.format("%s: %s must be %s (got %s)", who, name, want,
+        type(v) == "number" and tostring(v) or type(v)), level + 1)
+    end
+  end
+  local lr = o.lr or 1e-3
+  local beta1 = o.beta1 or (o.betas and o.betas[1]) or 0.9
+  local beta2 = o.beta2 or (o.betas and o.betas[2]) or 0.999
+  local eps = o.eps or 1e-8
+  local weight_decay = o.weight_decay or 0.0
+  number_opt("lr", lr, function() return true end, "a finite number")
+  number_opt("lr", lr, function(v) return v >= 0 end, ">= 0")
+  number_opt("beta1", beta1, function(v) return v >= 0 and v < 1 end, "a number in [0, 1)")
+  number_opt("beta2", beta2, function(v) return v >= 0 and v < 1 end, "a number in [0, 1)")
+  number_opt("eps", eps, function() return true end, "a finite number")
+  number_opt("eps", eps, function(v) return v > 0 end, "> 0")
+  number_opt("weight_decay", weight_decay, function() return true end, "a finite number")
+  number_opt("weight_decay", weight_decay, function(v) return v >= 0 end, ">= 0")
+  if o.max_norm ~= nil then
+    number_opt("max_norm", o.max_norm, function() return true end, "a finite number")
+    number_opt("max_norm", o.max_norm, function(v) return v > 0 end, "> 0")
+  end
+  return lr, beta1, beta2, eps, weight_decay
+end
+
 -- optim.AdamW(params, {lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
 --   weight_decay=0, no_decay=fn(p)->bool, max_norm=nil, foreach=true, sync_norm=true, capturable=false})
 -- bf16 parameters are updated through their f32 master copy (p.master),
@@ -96,29 +127,7 @@ function optim.AdamW(params, o)
         type(p) == "userdata" and tostring(p) or type(p)), 2)
     end
   end
-  local function number_opt(name, v, ok, want)
-    if type(v) ~= "number" or not finite(v) or not ok(v) then
-      error(string.format("AdamW: %s must be %s (got %s)", name, want,
-        type(v) == "number" and tostring(v) or type(v)), 3)
-    end
-  end
-  local lr = o.lr or 1e-3
-  local beta1 = o.beta1 or (o.betas and o.betas[1]) or 0.9
-  local beta2 = o.beta2 or (o.betas and o.betas[2]) or 0.999
-  local eps = o.eps or 1e-8
-  local weight_decay = o.weight_decay or 0.0
-  number_opt("lr", lr, function() return true end, "a finite number")
-  number_opt("lr", lr, function(v) return v >= 0 end, ">= 0")
-  number_opt("beta1", beta1, function(v) return v >= 0 and v < 1 end, "a number in [0, 1)")
-  number_opt("beta2", beta2, function(v) return v >= 0 and v < 1 end, "a number in [0, 1)")
-  number_opt("eps", eps, function() return true end, "a finite number")
-  number_opt("eps", eps, function(v) return v > 0 end, "> 0")
-  number_opt("weight_decay", weight_decay, function() return true end, "a finite number")
-  number_opt("weight_decay", weight_decay, function(v) return v >= 0 end, ">= 0")
-  if o.max_norm ~= nil then
-    number_opt("max_norm", o.max_norm, function() return true end, "a finite number")
-    number_opt("max_norm", o.max_norm, function(v) return v > 0 end, "> 0")
-  end
+  local lr, beta1, beta2, eps, weight_decay = optim.check_options(o, "AdamW", 3)
   local self = setmetatable({
     params = params,
     lr = lr,
