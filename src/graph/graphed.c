@@ -522,6 +522,7 @@ static tg_status replay_forward(tg_graphed *g, int chunk, int mb, const tg_tenso
     char what[64];
     snprintf(what, sizeof what, "graphed forward chunk %d mb %d input", chunk, mb);
     TG_TRY(check_like(what, x, e->in));
+    TG_TRY(tg_module_run_forward_pre_hooks(g->chunks[chunk - 1], mb));
     if (!tg_tensor_same_memory(x, e->in)) TG_TRY(tg_copy(e->in, x));
     TG_TRY(replay(g, e->f, 'F', chunk, mb));
     mark_forward(g->chunks[chunk - 1]);
