@@ -2,6 +2,8 @@
 --
 --   tegraph run examples/gpt.lua                      # learn to reverse digit strings, then show samples
 --   tegraph run examples/gpt.lua --data train.bin --vocab 50257 --context 256 --width 256 --layers 4
+--   tegraph run examples/gpt.lua --text input.txt --val-split 0.1  # train on a text file (bytes), then sample
+--   tegraph run examples/gpt.lua --text input.txt --tokenizer gpt2/ # GPT-2 BPE (vocab.json + merges.txt)
 --   tegraph run examples/gpt.lua --make-data task.bin # write the built-in task as a .bin file
 --   tegraph run examples/gpt.lua --help
 local tg = require "tegraph"
@@ -10,15 +12,25 @@ local optim = require "tegraph.optim"
 local data = require "tegraph.data"
 local progress = require "tegraph.progress"
 local cli = require "tegraph.cli"
+local text = require "tegraph.text"
 
 ------------------------------------------------------------------------ options
 local defaults = {
   { "task", "reverse", "built-in task: reverse (reverse a digit string) or sort (sort its digits)" },
   { "digits", 6, "digits per task example" },
-  { "data", nil, "train on an llm.c/nanoGPT .bin token file instead of the task" },
+  { "data", nil, "train on an llm.c .bin token file (or nanoGPT's headerless one, with --vocab) instead of the task" },
+  { "text", nil, "train on a text file: tokenized (cached next to it as FILE.<hash>.bin), then trained on", "string" },
+  { "tokenizer", nil, "--text: a GPT-2 tokenizer directory (vocab.json + merges.txt or encoder.json + vocab.bpe); default bytes", "string" },
+  { "val", nil, "validation file (text with --text, else a .bin token file)", "string" },
+  { "val-split", nil, "hold out this fraction of the --text/--data tokens (their end) for validation", "number" },
+  { "eval-every", 50, "validation loss every N steps (and at the last)" },
+  { "eval-batches", 4, "validation batches (fixed windows) per evaluation" },
+  { "sample-tokens", 200, "--text/--data: tokens per sample printed after training" },
+  { "temperature", 0.8, "--text/--data samples: sampling temperature (0: greedy)" },
+  { "top-k", 40, "--text/--data samples: sample among the k most likely tokens (0: all)" },
   { "make-data", nil, "write the task as a .bin token file and exit" },
   { "tokens", 20000, "tokens for --make-data" },
-  { "vocab", nil, "vocabulary size (task: 12; --data: required unless the file's ids fit 65536)", "number" },
+  { "vocab", nil, "vocabulary size (task: 12; --text: the tokenizer's; --data: the file's largest id + 1, at least 256)", "number" },
   { "vocab-pad", nil, "round the token table and logits up to a multiple of N, as nanoGPT's 50304 (default 64 when --vocab >= 1024, else 1)", "number" },
   { "layers", 2, "transformer layers" },
   { "heads", 4, "attention heads" },
@@ -36,7 +48,7 @@ local defaults = {
   { "delay-wgrad", false, "delay weight gradients to backward_dw (TE delay_wgrad_compute)" },
   { "fuse-wgrad", false, "accumulate weight gradients into f32 main_grad" },
   { "seed", 1234, "seed of initialisation and batches" },
-  { "samples", 6, "greedy samples to print after training (task only)" },
+  { "samples", 6, "samples to print after training (task: greedy; --text/--data: at most 3, sampled)" },
   { "eval", 256, "held-out examples for the exact-match accuracy (task only)" },
   { "log", nil, "write metrics as JSON lines to this file" },
   { "every", 25, "print every N steps when not on a terminal" },
@@ -127,10 +139,30 @@ if opt["make-data"] then
 end
 
 ------------------------------------------------------------------------ the data
-local loader, vocab, T
+local loader, val_loader, vocab, T, tok, tok_id
+if opt.text then
+  if opt.data then error("gpt.lua: --text and --data exclude each other", 0) end
+  tok, tok_id = text.tokenizer(opt.tokenizer)
+  local function tokenize(path)
+    local bin, n, cached = data.tokenize(path, tok, { tokenizer_id = tok_id,
+      progress = rank == 0 and text.progress("tokenizing " .. path) or nil })
+    print(string.format("%s: %d %s tokens %s %s", path, n, tok.kind, cached and "cached in" or "written to", bin))
+    return bin
+  end
+  opt.data = tokenize(opt.text)
+  if opt.val then opt.val = tokenize(opt.val) end
+elseif opt.tokenizer then
+  error("gpt.lua: --tokenizer goes with --text", 0)
+end
 if opt.data then
-  vocab = opt.vocab or 65536
-  loader = data.open(opt.data, { vocab = vocab })
+  loader = data.open(opt.data, { vocab = opt.vocab or (tok and tok.vocab_size) })
+  vocab = loader.vocab
+  if opt["val-split"] then
+    if opt.val then error("gpt.lua: --val and --val-split exclude each other", 0) end
+    loader, val_loader = loader:split(opt["val-split"])
+  elseif opt.val then
+    val_loader = data.open(opt.val, { vocab = vocab })
+  end
   T = opt.context or 64
 else
   vocab = opt.vocab or TASK_VOCAB
@@ -216,6 +248,10 @@ if trace_path then -- fail now, not after training, when the trace cannot be wri
   f:close()
 end
 local steady_t0 -- time at the end of step 2
+-- the validation windows: the same fixed set at every evaluation
+local val_batches = val_loader and val_loader:eval_batches(B, T, opt["eval-batches"]) or nil
+if (opt.val or opt["val-split"]) and not loader then error("gpt.lua: --val/--val-split need --text or --data", 0) end
+if opt["eval-every"] < 1 then error("gpt.lua: --eval-every must be >= 1", 0) end
 
 for step = 1, opt.steps do
   local lr = schedule(step)
@@ -245,6 +281,14 @@ for step = 1, opt.steps do
   last_loss = loss
   losses[#losses + 1] = loss
   bar:update(step, { loss = loss, lr = lr, norm = norm })
+  if val_batches and (step % opt["eval-every"] == 0 or step == opt.steps) then
+    local vl = 0
+    for _, xy in ipairs(val_batches) do vl = vl + nn.loss_value(model:eval_loss(xy[1], xy[2])) end
+    vl = vl / #val_batches
+    local line = string.format("step %d: val loss %.4f", step, vl)
+    if opt.quiet then print(line) else bar:print(line) end
+    bar:record { step = step, val_loss = vl }
+  end
   if step == 2 then steady_t0 = tg.time() end -- after start-up (allocation, first GEMM plans, NCCL connections)
 end
 local elapsed = bar:finish()
@@ -263,6 +307,23 @@ print(string.format("trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4
 if steady then print(string.format("steady throughput (steps 3..%d): %.0f tokens/s", opt.steps, steady)) end
 
 ------------------------------------------------------------------------ what it learned
+if loader and opt.samples > 0 then
+  -- prompts: a few tokens from the data; with a tokenizer the samples print as text
+  local count, plen = math.min(opt.samples, 3), math.min(8, T)
+  local prompts = {}
+  local src = val_loader or loader
+  for i = 1, count do prompts[i] = src:tokens((i - 1) * (src:size() - plen) // count, plen) end
+  local outs = model:generate(prompts, opt["sample-tokens"], { temperature = opt.temperature, top_k = opt["top-k"],
+    seed = opt.seed })
+  print(string.format("samples (temperature %g, top-k %d; prompt | model):", opt.temperature, opt["top-k"]))
+  for i = 1, count do
+    if tok then
+      print(string.format("--- %q | %s", tok:decode(prompts[i]), tok:decode(outs[i])))
+    else
+      print(string.format("--- %s | %s", table.concat(prompts[i], " "), table.concat(outs[i], " ")))
+    end
+  end
+end
 if not loader then
   local n = opt.digits
   local function decode(count)

@@ -20,7 +20,7 @@ end
 
 -- Lua parts of the library, loaded on first use: tg.optim, tg.data, tg.progress,
 -- tg.schedule, tg.reduce (each also require-able as "tegraph.NAME").
-local lazy = { optim = true, data = true, progress = true, schedule = true, reduce = true }
+local lazy = { optim = true, data = true, progress = true, schedule = true, reduce = true, text = true }
 setmetatable(M, {
   __index = function(t, k)
     if lazy[k] then
