@@ -431,6 +431,38 @@ TG_API tg_tensor *tg_param_grad(const tg_param *p);
 /* Its f32 gradient when the module fuses wgrad accumulation, else NULL. */
 TG_API tg_tensor *tg_param_main_grad(const tg_param *p);
 
+/* ------------------------------------------------------------------ forward pre-hooks
+ * A module's forward pre-hooks run on the host before its forward: before
+ * the module's own forward runs, or before the replay of the F graph that
+ * holds it (graphed callables, and plain captures: before each replay of the
+ * graph that captured the forward). They are never captured and never run
+ * during a graphed set's warm-up; work they issue on the current stream
+ * precedes the forward. ZeRO-style training gathers parameters in them. */
+typedef struct tg_module tg_module;
+
+typedef struct tg_forward_info {
+    int microbatch; /* 1-based microbatch of the forward about to run */
+    int chunk;      /* pipeline chunk of the module (module option chunk, default 1) */
+    int64_t step;   /* 1-based index of the open step (0 outside steps) */
+} tg_forward_info;
+
+/* A forward pre-hook: ud as given to tg_module_add_forward_pre_hook. An error
+ * (tg_error) aborts the forward or replay before it runs, prefixed "forward
+ * pre-hook N of MODULE (microbatch M)". */
+typedef tg_status (*tg_forward_pre_hook_fn)(void *ud, tg_module *m, const tg_forward_info *info);
+
+/* Adds fn as a forward pre-hook of m (hooks run in the order added); *id
+ * (when id is non-NULL) gets its handle (> 0, unique per module). free_ud
+ * (may be NULL) is called with ud when the hook is removed or m goes. */
+TG_API tg_status tg_module_add_forward_pre_hook(tg_module *m, tg_forward_pre_hook_fn fn, void *ud,
+                                                void (*free_ud)(void *ud), int *id);
+/* Removes the pre-hook with handle id (TG_EINVAL naming m when it has none;
+ * TG_ESTATE while m's pre-hooks run). */
+TG_API tg_status tg_module_remove_forward_pre_hook(tg_module *m, int id);
+TG_API int tg_module_forward_pre_hook_count(const tg_module *m);
+/* The module's name ("h.0.attn"; "" when unnamed). */
+TG_API const char *tg_module_name(const tg_module *m);
+
 /* ------------------------------------------------------------------ runtime (embedding)
  * A runtime is a Lua 5.4 state with the tegraph library loaded
  * (`tegraph` is require-able and also the global `tg`). */
@@ -480,6 +512,9 @@ TG_API tg_tensor *tg_lua_totensor(struct lua_State *L, int idx);
  * module:parameters()). Raises a Lua error when it is not one. The parameter
  * lives at least as long as its Lua value or its module. */
 TG_API tg_param *tg_lua_checkparam(struct lua_State *L, int idx);
+/* The module at stack index idx (a tegraph.Module). Raises a Lua error when
+ * it is not one. It lives at least as long as its Lua value. */
+TG_API tg_module *tg_lua_checkmodule(struct lua_State *L, int idx);
 /* Pushes a new, empty Lua tensor and returns its handle slot (NULL inside).
  * Acquire the tensor straight into the slot (tg_tensor_new(..., slot)) so
  * Lua owns it from the start and a later error cannot leak it. */
