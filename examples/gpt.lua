@@ -3,6 +3,7 @@
 --   tegraph run examples/gpt.lua                      # learn to reverse digit strings, then show samples
 --   tegraph run examples/gpt.lua --data train.bin --vocab 50257 --context 256 --width 256 --layers 4
 --   tegraph run examples/gpt.lua --make-data task.bin # write the built-in task as a .bin file
+--   tegraph run examples/gpt.lua --data train.bin --vocab 50257 --out ckpt --save-every 100  # then --resume ckpt
 --   tegraph run examples/gpt.lua --help
 local tg = require "tegraph"
 local nn = require "tegraph.nn"
@@ -10,6 +11,7 @@ local optim = require "tegraph.optim"
 local data = require "tegraph.data"
 local progress = require "tegraph.progress"
 local cli = require "tegraph.cli"
+local checkpoint = require "tegraph.checkpoint"
 
 ------------------------------------------------------------------------ options
 local defaults = {
@@ -30,7 +32,18 @@ local defaults = {
   { "lr", 3e-3, "peak learning rate" },
   { "min-lr", 3e-4, "final learning rate (cosine decay)" },
   { "warmup", 10, "warmup steps" },
-  { "weight-decay", 0.01, "AdamW weight decay (matrices only)" },
+  { "weight-decay", nil, "AdamW weight decay, matrices only (--data: 0.1 as GPT-2's recipe; task: 0.01)", "number" },
+  { "beta1", 0.9, "AdamW beta1" },
+  { "beta2", nil, "AdamW beta2 (--data: 0.95 as GPT-2's recipe; task: 0.99)", "number" },
+  { "eps", 1e-8, "AdamW epsilon" },
+  { "scaled-init", nil, "residual projections drawn with std 0.02/sqrt(2*layers) (GPT-2's recipe; default on with --data)", "number" },
+  { "on-nan", "stop", "a non-finite loss or gradient norm: stop (error naming the step, nothing saved) or skip (no update)" },
+  { "out", nil, "save checkpoints into this directory (at the end, every --save-every steps, and on SIGINT/SIGTERM)" },
+  { "save-every", 0, "save a checkpoint every N steps (0: only at the end)" },
+  { "keep", 0, "keep the newest K checkpoints in --out (0: all)" },
+  { "resume", nil, "resume from a checkpoint (a --out directory: its latest; or one step_N directory)" },
+  { "init-from", nil, "start from GPT-2 weights: a Hugging Face model.safetensors or an llm.c gpt2_*.bin" },
+  { "export-hf", nil, "after training, write the weights as a Hugging Face GPT-2 model.safetensors" },
   { "clip", 1.0, "global gradient-norm clip (0: off)" },
   { "dtype", "f32", "compute dtype: f32 or bf16" },
   { "delay-wgrad", false, "delay weight gradients to backward_dw (TE delay_wgrad_compute)" },
@@ -101,6 +114,16 @@ local function task_batch(B)
   return tg.tensor(xs, { dtype = "i32" }), tg.tensor(ys, { dtype = "i32" })
 end
 
+if opt["on-nan"] ~= "stop" and opt["on-nan"] ~= "skip" then
+  io.stderr:write("gpt.lua: --on-nan must be stop or skip\n")
+  os.exit(2)
+end
+for _, k in ipairs { "save-every", "keep" } do
+  if math.type(opt[k]) ~= "integer" or opt[k] < 0 then
+    io.stderr:write(string.format("gpt.lua: --%s needs an integer >= 0\n", k))
+    os.exit(2)
+  end
+end
 if opt.task ~= "reverse" and opt.task ~= "sort" then
   io.stderr:write("gpt.lua: --task must be reverse or sort\n")
   os.exit(2)
@@ -163,13 +186,22 @@ local model = nn.GPT {
   dtype = opt.dtype,
   delay_wgrad = opt["delay-wgrad"],
   fuse_wgrad_accumulation = opt["fuse-wgrad"],
+  -- GPT-2's recipe (nanoGPT, llm.c): the residual projections start smaller, by 1/sqrt(2 * layers)
+  residual_init_std = (opt["scaled-init"] == nil and loader or (opt["scaled-init"] or 0) ~= 0)
+      and 0.02 / math.sqrt(2 * opt.layers) or nil,
 }
+if opt["init-from"] then
+  local gpt2 = require "tegraph.gpt2"
+  if opt["init-from"]:match("%.safetensors$") then gpt2.load_hf(model, opt["init-from"])
+  else gpt2.load_llmc(model, opt["init-from"]) end
+end
 local params = model:parameters()
 local adamw = optim.AdamW(params, {
   lr = opt.lr,
-  beta1 = 0.9,
-  beta2 = 0.99,
-  weight_decay = opt["weight-decay"],
+  beta1 = opt.beta1,
+  beta2 = opt.beta2 or (loader and 0.95 or 0.99),
+  eps = opt.eps,
+  weight_decay = opt["weight-decay"] or (loader and 0.1 or 0.01),
   max_norm = opt.clip > 0 and opt.clip or nil,
 })
 -- ddp: each bucket of the grad buffer is all-reduced (averaged) as soon as its
@@ -188,7 +220,7 @@ print(string.format("     device %s, dtype %s, %d steps x %d microbatches x %d s
 
 ------------------------------------------------------------------------ training
 local tokens_per_step = M * B * T * (world and world:size() or 1)
-local bar = progress.new { total = opt.steps, tokens_per_step = tokens_per_step, log = opt.log, every = opt.every,
+local bar = progress.new { total = opt.steps, tokens_per_step = tokens_per_step, log = rank == 0 and opt.log or nil, every = opt.every,
   tty = not opt.quiet and tg.isatty(io.stdout), out = opt.quiet and io.open("/dev/null", "w") or io.stdout }
 local first_loss, last_loss
 local losses = {}
@@ -217,7 +249,28 @@ if trace_path then -- fail now, not after training, when the trace cannot be wri
 end
 local steady_t0 -- time at the end of step 2
 
-for step = 1, opt.steps do
+-- Checkpoints: the model, the optimizer state (per rank), the RNG state, the loader position and the
+-- options. Batches are drawn from math.random seeded by (seed, rank, step) at each step, so a resumed
+-- run draws what the uninterrupted one would have.
+local config = {}
+for _, d in ipairs(defaults) do config[d[1]] = opt[d[1]] end
+config.resume, config.out = nil, nil
+local function save(step)
+  return checkpoint.save(opt.out, { model = model, optimizer = adamw, step = step, config = config, comm = world,
+    keep = opt.keep, state = { loader_pos = loader and loader.pos or 0 } })
+end
+local start = 1
+if opt.resume then
+  local info = checkpoint.load(opt.resume, { model = model, optimizer = adamw, comm = world })
+  start = info.step + 1
+  if loader then loader.pos = math.tointeger(tonumber(info.state.loader_pos)) or 0 end
+  print(string.format("resumed from %s (step %d)", info.path, info.step))
+end
+if opt.out then tg.signals.catch() end
+local stop_signal
+
+for step = start, opt.steps do
+  math.randomseed(opt.seed + 7919 * rank, step)
   local lr = schedule(step)
   if step == trace_a then tg.trace.start() end
   tg.step_begin { microbatches = M }
@@ -233,23 +286,63 @@ for step = 1, opt.steps do
   end
   tg.step_end()
   if ddp then ddp:finish() end
-  local norm = adamw:step { lr = lr }
+  local loss = loss_sum / M
+  local bad = loss ~= loss or loss == math.huge or loss == -math.huge
+  local norm
+  if bad and opt["on-nan"] == "skip" then
+    print(string.format("step %d: the loss is %s; update skipped (--on-nan skip)", step, tostring(loss)))
+  else
+    if opt["on-nan"] == "skip" and opt.clip <= 0 then -- the clip path checks the norm itself
+      local n = optim.grad_norm(params)
+      if n ~= n or n == math.huge then bad = true end
+    end
+    if not (bad and opt["on-nan"] == "skip") then norm = adamw:step { lr = lr } end
+  end
+  if norm and (norm ~= norm or norm == math.huge) then bad = true end
+  if bad and opt["on-nan"] == "stop" then
+    local last = opt.out and checkpoint.latest(opt.out)
+    error(string.format("gpt.lua: step %d: non-finite %s (loss %s, gradient norm %s); stopped (--on-nan stop)%s", step,
+      loss == loss and loss ~= math.huge and loss ~= -math.huge and "gradient norm" or "loss", tostring(loss),
+      tostring(norm), last and ("; the last good checkpoint is " .. last) or ", nothing saved"), 0)
+  end
   if step == trace_b then
     local sum = tg.trace.stop(trace_path, { quiet = true })
     print(string.format("%s%s (steps %d..%d) -> %s", world and world:size() > 1 and ("rank " .. world:rank() .. ": ") or "",
       sum.line, trace_a, trace_b, trace_path))
   end
-  local loss = loss_sum / M
-  if loss ~= loss then error(string.format("step %d: the loss is NaN", step)) end
   first_loss = first_loss or loss
   last_loss = loss
   losses[#losses + 1] = loss
   bar:update(step, { loss = loss, lr = lr, norm = norm })
   if step == 2 then steady_t0 = tg.time() end -- after start-up (allocation, first GEMM plans, NCCL connections)
+  if opt.out then
+    local sig = tg.signals.pending()
+    if world then -- every rank stops at the same step
+      local f = tg.tensor({ sig and 1 or 0 }, { dtype = "f32" })
+      world:all_reduce(f, { op = "max" })
+      if f:totable()[1] > 0 then sig = sig or "a signal on another rank" end
+    end
+    if sig then
+      stop_signal = { sig, step, save(step) }
+      break
+    end
+    if opt["save-every"] > 0 and step % opt["save-every"] == 0 and step < opt.steps then save(step) end
+  end
+end
+if stop_signal then
+  bar:finish()
+  print(string.format("gpt: %s: saved a checkpoint of step %d to %s; resume with --resume %s", stop_signal[1],
+    stop_signal[2], stop_signal[3], opt.out))
+  return
+end
+if opt.out and opt.steps >= start then print("saved a checkpoint to " .. save(opt.steps)) end
+if opt["export-hf"] then
+  require("tegraph.gpt2").export_hf(model, opt["export-hf"])
+  print("wrote the weights as a Hugging Face GPT-2 model.safetensors to " .. opt["export-hf"])
 end
 local elapsed = bar:finish()
 tg.stream.current(tg.default_device()):sync()
-local steady = opt.steps > 2 and (opt.steps - 2) * tokens_per_step / (tg.time() - steady_t0) or nil
+local steady = steady_t0 and (opt.steps - 2) * tokens_per_step / (tg.time() - steady_t0) or nil
 
 -- the loss of the first and last 10 steps, which one noisy step does not sway
 local function mean(a, i, j)
@@ -258,8 +351,9 @@ local function mean(a, i, j)
   return n > 0 and s / n or 0 / 0
 end
 local head10, tail10 = mean(losses, 1, 10), mean(losses, #losses - 9, #losses)
-print(string.format("trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (mean of first/last 10 steps %.4f -> %.4f, %.1fx lower)",
-  opt.steps, elapsed, opt.steps * tokens_per_step / elapsed, first_loss, last_loss, head10, tail10, head10 / tail10))
+local ran = #losses
+if #losses > 0 then print(string.format("trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (mean of first/last 10 steps %.4f -> %.4f, %.1fx lower)",
+  ran, elapsed, ran * tokens_per_step / elapsed, first_loss, last_loss, head10, tail10, head10 / tail10)) end
 if steady then print(string.format("steady throughput (steps 3..%d): %.0f tokens/s", opt.steps, steady)) end
 
 ------------------------------------------------------------------------ what it learned

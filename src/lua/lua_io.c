@@ -355,6 +355,46 @@ static int sig_pending(lua_State *L)
     return 1;
 }
 
+/* tg.from_bytes(bytes, dtype, shape [, {device=}]) -> a tensor of those little-endian elements */
+static int l_from_bytes(lua_State *L)
+{
+    size_t n;
+    const char *s = luaL_checklstring(L, 1, &n);
+    tg_dtype dt = tgl_dtype_check(L, 2);
+    int64_t shape[TG_MAX_DIMS];
+    int next;
+    int ndim = tgl_shape_check(L, 3, shape, &next);
+    tg_device dev = opt_device(L, next);
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) numel *= shape[d];
+    if ((uint64_t)numel * tg_dtype_size(dt) != n)
+        return luaL_error(L, "from_bytes: %d bytes for %I %s elements (need %I)", (int)n, (lua_Integer)numel,
+                          tg_dtype_name(dt), (lua_Integer)(numel * (int64_t)tg_dtype_size(dt)));
+    tg_tensor **slot = tgl_tensor_push(L);
+    tgl_check(L, tg_tensor_new(dt, ndim, shape, dev, slot));
+    tgl_check(L, tg_tensor_write(*slot, s, n));
+    return 1;
+}
+
+/* tg.host_transpose(t) -> a new (n, m) tensor on t's device with t (m, n) transposed: a blocking host
+ * copy for file conversions (weights stored [in, out]), not a stream op */
+static int l_host_transpose(lua_State *L)
+{
+    tg_tensor *t = tgl_tensor_check(L, 1);
+    if (tg_tensor_ndim(t) != 2) return luaL_error(L, "host_transpose: needs a 2-D tensor, got %d dimensions", tg_tensor_ndim(t));
+    int64_t m = tg_tensor_dim(t, 0), n = tg_tensor_dim(t, 1), shape[2] = {n, m};
+    size_t es = tg_dtype_size(tg_tensor_dtype(t)), bytes = (size_t)(m * n) * es;
+    char *a = lua_newuserdatauv(L, bytes * 2 + 1, 0); /* freed by the collector, also on errors */
+    char *b = a + bytes;
+    tgl_check(L, tg_tensor_read(t, a, bytes));
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) memcpy(b + (size_t)(j * m + i) * es, a + (size_t)(i * n + j) * es, es);
+    tg_tensor **slot = tgl_tensor_push(L);
+    tgl_check(L, tg_tensor_new(tg_tensor_dtype(t), 2, shape, tg_tensor_device(t), slot));
+    tgl_check(L, tg_tensor_write(*slot, b, bytes));
+    return 1;
+}
+
 static const luaL_Reg st_methods[] = {
     {"names", st_names}, {"info", st_info}, {"read", st_read}, {"read_into", st_read_into},
     {"metadata", st_metadata}, {"close", st_gc}, {NULL, NULL},
@@ -375,6 +415,10 @@ void tgl_open_io(lua_State *L)
     lua_setfield(L, -2, "save");
     lua_pushcfunction(L, l_load);
     lua_setfield(L, -2, "load");
+    lua_pushcfunction(L, l_from_bytes);
+    lua_setfield(L, -2, "from_bytes");
+    lua_pushcfunction(L, l_host_transpose);
+    lua_setfield(L, -2, "host_transpose");
     lua_pushcfunction(L, l_write_atomic);
     lua_setfield(L, -2, "write_atomic");
     lua_newtable(L);
