@@ -56,9 +56,13 @@ a=$(losses "$tmp/sig.full" $((stopped + 1)))
 b=$(losses "$tmp/sig.res")
 ok $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) "the run resumed after SIGTERM gives the uninterrupted losses bit for bit"
 
+"$TEGRAPH" run "$GPT" $SMALL --resume "$tmp/f321.ck" --width 64 >"$tmp/out" 2>&1
+ok $(grep -q "model.safetensors: tensor 'embed.wte' has shape \[12,32\] in the file, the model has \[12,64\]" "$tmp/out"; echo $?) \
+    "a checkpoint of another model size is refused naming the tensor and both shapes"
+
 # two ranks (mpirun on CPU ranks)
-if [ -z "${TG_MPIRUN:-}" ] || [ "$(id -u)" = 0 ] && [ -z "${OMPI_ALLOW_RUN_AS_ROOT:-}" ]; then
-    for i in 1 2 3 4; do echo "ok $((n + i)) # SKIP no usable mpirun"; done
+if [ -z "${TG_MPIRUN:-}" ] || { [ "$(id -u)" = 0 ] && [ -z "${OMPI_ALLOW_RUN_AS_ROOT:-}" ]; }; then
+    for i in 1 2 3; do echo "ok $((n + i)) # SKIP no usable mpirun"; done
     exit $((fails != 0))
 fi
 MPI="$TG_MPIRUN -np 2 --oversubscribe"
@@ -74,7 +78,4 @@ ok $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) "two ranks: save at 3, resume, 5 m
 rc=$?
 ok $([ $rc -ne 0 ] && grep -q "written by 2 ranks; resume it on 2 ranks (this run has 1)" "$tmp/out"; echo $?) \
     "a 2-rank checkpoint resumed on 1 rank is refused, saying why ($(grep -m1 ranks "$tmp/out"))"
-"$TEGRAPH" run "$GPT" $SMALL --resume "$tmp/f321.ck" --width 64 >"$tmp/out" 2>&1
-ok $(grep -q "model.safetensors: tensor 'embed.wte' has shape \[12,32\] in the file, the model has \[12,64\]" "$tmp/out"; echo $?) \
-    "a checkpoint of another model size is refused naming the tensor and both shapes"
 finish
