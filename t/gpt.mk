@@ -12,6 +12,8 @@ GPT_LUA_TESTS = \
 	t/adamw-capturable-clipped-replay-equals-eager.lua \
 	t/adamw-capturable-bad-use-errors.lua \
 	t/data-bin-files-load-and-fail-clearly.lua \
-	t/gpt-example-loss-falls.lua
+	t/gpt-example-loss-falls.lua \
+	t/safetensors-round-trip-and-bad-files.lua \
+	t/gpt2-weights-in-and-out.lua
 TESTS += $(GPT_LUA_TESTS)
 EXTRA_DIST += $(GPT_LUA_TESTS) examples/gpt.lua
