@@ -4,8 +4,6 @@
 # mpirun) two; SIGTERM saves at the next step boundary and exits 0 saying where, and a resume from it continues
 # exactly; a resume on another number of ranks is refused.
 . "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-ckpt.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
 GPT="$SRCDIR/examples/gpt.lua"
 SMALL="--width 32 --layers 2 --heads 2 --batch 4 --microbatches 2 --quiet --samples 0 --eval 0 --steps 8 --warmup 2"
 
