@@ -303,7 +303,7 @@ for step = start, opt.steps do
     local last = opt.out and checkpoint.latest(opt.out)
     error(string.format("gpt.lua: step %d: non-finite %s (loss %s, gradient norm %s); stopped (--on-nan stop)%s", step,
       loss == loss and loss ~= math.huge and loss ~= -math.huge and "gradient norm" or "loss", tostring(loss),
-      tostring(norm), last and ("; the last good checkpoint is " .. last) or ", nothing saved"), 0)
+      norm and tostring(norm) or "not computed", last and ("; the last good checkpoint is " .. last) or ", nothing saved"), 0)
   end
   if step == trace_b then
     local sum = tg.trace.stop(trace_path, { quiet = true })

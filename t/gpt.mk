@@ -15,5 +15,8 @@ GPT_LUA_TESTS = \
 	t/gpt-example-loss-falls.lua \
 	t/safetensors-round-trip-and-bad-files.lua \
 	t/gpt2-weights-in-and-out.lua
+GPT_SH_TESTS = t/gpt-on-nan-stops-or-skips.sh
+TESTS += $(GPT_SH_TESTS)
+EXTRA_DIST += $(GPT_SH_TESTS)
 TESTS += $(GPT_LUA_TESTS)
 EXTRA_DIST += $(GPT_LUA_TESTS) examples/gpt.lua
