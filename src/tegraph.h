@@ -220,9 +220,65 @@ TG_API tg_status tg_max_abs_diff(const tg_tensor *a, const tg_tensor *b, double 
  * advances its offset by each fill. */
 TG_API void tg_manual_seed(uint64_t seed);
 TG_API void tg_rng_state(uint64_t *seed, uint64_t *offset);
+/* Restores a state read with tg_rng_state: the next fills draw as they would have then. */
+TG_API void tg_rng_set_state(uint64_t seed, uint64_t offset);
 TG_API tg_status tg_randn(tg_tensor *t, double mean, double std);
 TG_API tg_status tg_rand(tg_tensor *t, double lo, double hi);
 
+/* ------------------------------------------------------------------ safetensors files
+ * The safetensors format: 8 bytes little-endian header length N, N bytes of
+ * JSON (per tensor {"dtype", "shape", "data_offsets": [begin, end]} relative
+ * to the data, and an optional "__metadata__" map of strings), then the raw
+ * little-endian data. tegraph writes F32, BF16, F16, I32 and U16 tensors and
+ * reads those and I64 and U8 (as i32) and F16 (as f32). */
+typedef struct tg_safetensors tg_safetensors;
+/* Writes n tensors under names (unique, non-empty, not "__metadata__") and
+ * nmeta metadata pairs to path atomically: into "path.tmp", fsync, rename,
+ * fsync of the directory, so path holds the old file or the whole new one.
+ * The tensors are read to the host (blocking). TG_EINVAL naming the tensor,
+ * TG_EIO naming the file. */
+TG_API tg_status tg_safetensors_write(const char *path, int n, const char *const *names, const tg_tensor *const *tensors,
+                                      int nmeta, const char *const *meta_keys, const char *const *meta_values);
+/* Opens (maps) a file and validates all of it: header length, JSON, every
+ * tensor's dtype, shape and data range (inside the data, no overlaps, no
+ * holes, size = numel * dtype size). TG_EIO or TG_EINVAL naming the file and
+ * the tensor otherwise. */
+TG_API tg_status tg_safetensors_open(const char *path, tg_safetensors **out);
+TG_API void tg_safetensors_close(tg_safetensors *f);
+/* The tensors, in the order of their data. */
+TG_API int tg_safetensors_count(const tg_safetensors *f);
+TG_API const char *tg_safetensors_name(const tg_safetensors *f, int i);
+/* The index of a tensor, or -1. */
+TG_API int tg_safetensors_find(const tg_safetensors *f, const char *name);
+/* Its file dtype name ("F32", "BF16", ...), the tegraph dtype it loads as,
+ * and its shape (ndim may be 0: a scalar; *ndim gets the file's count, shape
+ * gets the first TG_MAX_DIMS). TG_EINVAL for an unknown name. */
+TG_API tg_status tg_safetensors_info(const tg_safetensors *f, const char *name, const char **file_dtype, tg_dtype *dtype,
+                                     int *ndim, int64_t shape[TG_MAX_DIMS]);
+/* Reads a tensor into a new tensor on dev in its load dtype (a scalar as
+ * shape (1)); TG_EINVAL naming file and tensor when it has more than
+ * TG_MAX_DIMS dimensions or an I64 value does not fit i32. */
+TG_API tg_status tg_safetensors_read(const tg_safetensors *f, const char *name, tg_device dev, tg_tensor **out);
+/* Reads a tensor into dst: same number of elements and shape (ignoring
+ * leading 1s), dtypes converted between f32 / bf16 / f16 and between the
+ * integer types. TG_EINVAL naming file, tensor and both shapes or dtypes. */
+TG_API tg_status tg_safetensors_read_into(const tg_safetensors *f, const char *name, tg_tensor *dst);
+/* Metadata: the value of key or NULL; the number of pairs and each one. */
+TG_API const char *tg_safetensors_metadata(const tg_safetensors *f, const char *key);
+TG_API int tg_safetensors_metadata_count(const tg_safetensors *f);
+TG_API const char *tg_safetensors_metadata_key(const tg_safetensors *f, int i);
+/* Writes len bytes to path atomically (temporary name, fsync, rename, fsync
+ * of the directory). TG_EIO naming the file. */
+TG_API tg_status tg_write_file_atomic(const char *path, const void *data, size_t len);
+/* ------------------------------------------------------------------ signals (opt-in)
+ * The library installs no signal handlers by itself. A training loop that
+ * wants to stop cleanly on SIGINT / SIGTERM calls tg_signals_catch(1): the
+ * first such signal only sets a flag, read with tg_signals_pending() (the
+ * signal number, 0 if none); a second one restores the previous handler and
+ * re-raises, ending the process at once. tg_signals_catch(0) restores the
+ * previous handlers and clears the flag. */
+TG_API tg_status tg_signals_catch(int on);
+TG_API int tg_signals_pending(void);
 /* ------------------------------------------------------------------ streams and graphs
  * All device work is issued on a stream. On the CPU a stream is a command
  * buffer: commands run at once, or are recorded while capturing. On CUDA it

@@ -237,6 +237,37 @@ function Zero1:step(o)
   return norm
 end
 
+-- Checkpoint state (tegraph.checkpoint): this rank's shard of each bucket of
+-- the f32 parameters and its m and v, so every rank saves and restores its own.
+function Zero1:state_tensors()
+  local out = {}
+  for bi, s in ipairs(self.shards) do
+    out[#out + 1] = { name = string.format("zero1.bucket%d.param", bi), t = s.param }
+    out[#out + 1] = { name = string.format("zero1.bucket%d.m", bi), t = s.m }
+    out[#out + 1] = { name = string.format("zero1.bucket%d.v", bi), t = s.v }
+  end
+  return out
+end
+
+function Zero1:state_values()
+  return { kind = "zero1", t = self.t, lr = self.lr, world_size = self.comm:size() }
+end
+
+-- Restores the host values, then gathers the loaded shards into every
+-- parameter (master and data), as a step does.
+function Zero1:load_state_values(v)
+  local t = math.tointeger(tonumber(v.t))
+  if not t or t < 0 then error(string.format("zero1: bad checkpoint step count %s", tostring(v.t)), 2) end
+  self.t, self.lr = t, tonumber(v.lr) or self.lr
+  local reqs = {}
+  for bi, s in ipairs(self.shards) do reqs[bi] = self.comm:all_gather(s.bucket, s.param, { async = true }) end
+  for _, r in ipairs(reqs) do r:wait() end
+  for i, p in ipairs(self.params) do
+    if p.master then p.master:copy_(self.views[i]) end
+    p.data:copy_(self.views[i])
+  end
+end
+
 function Zero1:zero_grad() self.grad_buffer:zero() end
 
 return M
