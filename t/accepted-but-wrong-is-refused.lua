@@ -164,5 +164,10 @@ tap.is(bar.consecutive_skips, 0, "a finite norm ends the run of skips")
 bar:update(5, { loss = 1, norm = math.huge })
 bar:update(6, { loss = 1, norm = math.huge })
 tap.error_like(function() bar:update(7, { loss = 1, norm = math.huge }) end,
-  "step 7: 3 steps in a row skipped: the gradient norm is not finite %(inf%)", "max_skips steps in a row stop the run")
+  "step 7: 3 steps in a row skipped: the loss or gradient norm is not finite %(loss 1, gradient norm inf%)", "max_skips steps in a row stop the run")
+local bar2 = progress.new { total = 10, out = sink, tty = false, every = 1, max_skips = 2 }
+bar2:update(1, { loss = 0 / 0, norm = 1.0, skipped = true })
+tap.is(bar2.skipped, 1, "a step reported skipped (a NaN loss) counts though its norm is finite")
+tap.error_like(function() bar2:update(2, { loss = 0 / 0, skipped = true }) end, "step 2: 2 steps in a row skipped",
+  "... and two in a row stop a run with max_skips = 2")
 tap.done_testing()

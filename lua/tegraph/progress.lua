@@ -56,8 +56,9 @@ P.__index = P
 -- progress.new{total=steps, tokens_per_step=n, log=FILE.jsonl, tty=auto,
 --   out=io.stdout, every=1 (plain lines: print every n steps, and the last),
 --   max_skips=nil (update raises after this many consecutive skipped steps)}
--- A step whose norm is not finite was skipped by the optimizer: the line
--- counts the skipped steps, the log marks them (skipped = true).
+-- A step given skipped = true, or else whose norm is not finite, was skipped
+-- by the optimizer: the line counts the skipped steps, the log marks them
+-- (skipped = true).
 function progress.new(o)
   o = o or {}
   if o.max_skips ~= nil and (math.type(o.max_skips) ~= "integer" or o.max_skips < 1) then
@@ -90,14 +91,17 @@ function progress.new(o)
   return self
 end
 
--- Records step `step` with metrics m = {loss=, lr=, norm=, ...} (any extra
+-- Records step `step` with metrics m = {loss=, lr=, norm=, skipped=, ...} (any extra
 -- numeric fields go to the log). Returns the line shown.
 function P:update(step, m)
   m = m or {}
-  local skipped = type(m.norm) == "number" and (m.norm ~= m.norm or m.norm == math.huge or m.norm == -math.huge)
+  local skipped = m.skipped -- given, or: a non-finite norm means the optimizer skipped the step
+  if skipped == nil then
+    skipped = type(m.norm) == "number" and (m.norm ~= m.norm or m.norm == math.huge or m.norm == -math.huge)
+  end
   if skipped then
     self.skipped, self.consecutive_skips = self.skipped + 1, self.consecutive_skips + 1
-  elseif m.norm ~= nil then
+  elseif m.skipped ~= nil or m.norm ~= nil then
     self.consecutive_skips = 0
   end
   local now = core.time()
@@ -143,8 +147,8 @@ function P:update(step, m)
   if self.max_skips and self.consecutive_skips >= self.max_skips then
     if self.tty and self.width > 0 then self.out:write("\n") end
     self.width = 0
-    error(string.format("step %d: %d steps in a row skipped: the gradient norm is not finite (%s)", step,
-      self.consecutive_skips, tostring(m.norm)), 2)
+    error(string.format("step %d: %d steps in a row skipped: the loss or gradient norm is not finite (loss %s, " ..
+      "gradient norm %s)", step, self.consecutive_skips, tostring(m.loss), tostring(m.norm)), 2)
   end
   return line
 end

@@ -23,6 +23,10 @@ typedef enum tg_debug_flag {
     /* "alloc_direct": the CUDA allocator caches nothing (a cudaMalloc / cudaFree per block, so a memory
      * checker sees every overrun); read once, when the CUDA backend first probes its devices. */
     TG_DEBUG_ALLOC_DIRECT,
+    /* "graph_share_any_order": a graphed set shares microbatch 1's graphs and buffers with every microbatch
+     * even when its order interleaves microbatches (the reuse-too-early bug, for the test that proves the
+     * lifetime check matters); read by tg_graphed_new for the set it makes. */
+    TG_DEBUG_GRAPH_SHARE_ANY_ORDER,
     TG_DEBUG_COUNT
 } tg_debug_flag;
 
