@@ -192,10 +192,10 @@ static struct tg_graph_action *read_order(lua_State *L, int idx, int *n)
             luaL_error(L, "make_graphed: order[%d].op is %s (expected \"F\", \"B\" or \"W\")", i, op ? op : "missing");
         a[i - 1].op = op[0];
         lua_getfield(L, -2, "chunk");
-        a[i - 1].chunk = lua_isnil(L, -1) ? 1 : (int)luaL_checkinteger(L, -1);
+        a[i - 1].chunk = lua_isnil(L, -1) ? 1 : tgl_checkint(L, -1);
         lua_getfield(L, -3, "mb");
         if (!lua_isinteger(L, -1)) luaL_error(L, "make_graphed: order[%d].mb is not an integer", i);
-        a[i - 1].mb = (int)lua_tointeger(L, -1);
+        a[i - 1].mb = tgl_checkint(L, -1);
         lua_pop(L, 4);
     }
     return a;
@@ -243,9 +243,9 @@ static int l_make_graphed(lua_State *L)
     }
     o.samples = samples;
     lua_getfield(L, 2, "microbatches");
-    o.microbatches = lua_isnil(L, -1) ? 1 : (int)luaL_checkinteger(L, -1);
+    o.microbatches = lua_isnil(L, -1) ? 1 : tgl_checkint(L, -1);
     lua_getfield(L, 2, "warmup");
-    if (!lua_isnil(L, -1)) o.warmup = (int)luaL_checkinteger(L, -1);
+    if (!lua_isnil(L, -1)) o.warmup = tgl_checkint(L, -1);
     lua_getfield(L, 2, "order");
     if (lua_istable(L, -1)) o.order = read_order(L, lua_gettop(L), &o.norder);
     else if (!lua_isnil(L, -1)) return luaL_error(L, "make_graphed: opts.order must be a list of {op=, chunk=, mb=}");

@@ -38,6 +38,9 @@ void tg_engine_unlink(tg_param *p)
     p->next_live = p->prev_live = NULL;
 }
 
+static int hook_depth; /* wgrad hooks running now (nested: a hook's own work fired more) */
+int tg_hooks_running(void) { return hook_depth > 0; }
+
 int tg_step_open(void) { return eng.open; }
 int64_t tg_step_index(void) { return eng.open ? eng.count : 0; }
 int tg_step_microbatches(void) { return eng.open ? eng.microbatches : 0; }
@@ -133,11 +136,13 @@ static tg_status wgrad_fire(tg_param *p, int mb)
         sp = tg_trace_open(NULL, TG_TRACK_HOST, name, &a);
     }
     p->dispatching++;
+    hook_depth++;
     for (int i = 0; i < p->nhooks && st == TG_OK; i++) {
         st = p->hooks[i].fn(p->hooks[i].ud, p, &info);
         if (st != TG_OK) tg_error_prefix(st, "wgrad hook %d of %s (microbatch %d)", i + 1, p->name, mb);
     }
     p->dispatching--;
+    hook_depth--;
     tg_trace_close(sp, NULL);
     return st;
 }
@@ -340,6 +345,7 @@ static tg_status captured_after(void *ud, tg_stream *s)
 
 tg_status tg_param_wgrad_done(tg_param *p, int mb)
 {
+    p->grad_written = 1;
     if (eng.quiet) return TG_OK;
     if (tg_device_capturing(tg_tensor_device(p->data)))
         return eng.observer ? eng.observer(eng.observer_ud, p, mb) : record_wgrad(p, mb);

@@ -14,6 +14,20 @@ static void call_enter(void)
     if (call_depth++ == 0) error_named = 0;
 }
 
+/* A module call from a wgrad hook while a module call is running (the hook's
+ * own module, or one around it, is mid-backward): refused, naming the call. */
+static tg_status reentrant(tg_module *m, const char *what, int mb)
+{
+    char label[160], mbs[32] = "";
+    if (call_depth == 0 || !tg_hooks_running()) return TG_OK;
+    error_named = 1;
+    if (mb > 0) snprintf(mbs, sizeof mbs, " (microbatch %d)", mb);
+    return tg_error(TG_ESTATE,
+                    "%s %s%s called from a wgrad hook while a module call runs: hooks must not call modules' forward, "
+                    "backward or backward_dw",
+                    tg_module_label(m, label, sizeof label), what, mbs);
+}
+
 static tg_status call_leave(tg_module *m, const char *what, int mb, tg_status st)
 {
     call_depth--;
@@ -136,6 +150,7 @@ tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor 
 tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
 {
     *y = NULL;
+    TG_TRY(reentrant(m, "forward", mb));
     call_enter();
     tg_status st = TG_OK;
     if (mb == 0) mb = tg_module_next_forward(m);
@@ -172,6 +187,7 @@ tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tenso
 tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx)
 {
     *dx = NULL;
+    TG_TRY(reentrant(m, "backward", mb));
     call_enter();
     tg_status st = TG_OK;
     if (mb == 0) {
@@ -219,6 +235,20 @@ static tg_module *wrong_head(tg_module *m, int mb)
     return NULL;
 }
 
+/* The first leaf under m whose store's head was queued in a step other than
+ * the one open now (wgrads do not carry over into the next step; outside
+ * steps a store may be drained); NULL when none. */
+static tg_module *stale_head(tg_module *m)
+{
+    int64_t now = tg_step_index();
+    if (!is_composite(m)) return now && m->wq_head && m->wq_head->step != now ? m : NULL;
+    for (int i = m->nchildren - 1; i >= 0; i--) {
+        tg_module *bad = stale_head(m->children[i]);
+        if (bad) return bad;
+    }
+    return NULL;
+}
+
 /* Pops and computes the head of m's store (leaf) or of each child's that has one. */
 static tg_status pop_wgrad(tg_module *m)
 {
@@ -247,6 +277,7 @@ tg_status tg_module_backward_dw(tg_module *m, int mb)
     if (mb < 0)
         return tg_error(TG_EINVAL, "%s backward_dw: microbatch %d (microbatches count from 1)",
                         tg_module_label(m, label, sizeof label), mb);
+    TG_TRY(reentrant(m, "backward_dw", mb));
     if (!tg_module_need_backward_dw(m)) goto empty;
     tg_module *bad = mb ? wrong_head(m, mb) : NULL;
     if (bad == m)
@@ -255,6 +286,15 @@ tg_status tg_module_backward_dw(tg_module *m, int mb)
     if (bad)
         return tg_error(TG_ESTATE, "%s backward_dw (microbatch %d): the wgrad store of %s has microbatch %d at its head (W must follow B order)",
                         tg_module_label(m, label, sizeof label), mb, tg_module_label(bad, other, sizeof other), bad->wq_head->mb);
+    if ((bad = stale_head(m)) != NULL) {
+        char when[48] = "outside steps";
+        if (bad->wq_head->step) snprintf(when, sizeof when, "in step %lld", (long long)bad->wq_head->step);
+        return tg_error(TG_ESTATE,
+                        "%s backward_dw (microbatch %d): the wgrad of microbatch %d on %s was queued %s, and step %lld is "
+                        "open (a step's delayed wgrads must be run before its step_end)",
+                        tg_module_label(m, label, sizeof label), mb, bad->wq_head->mb,
+                        tg_module_label(bad, other, sizeof other), when, (long long)tg_step_index());
+    }
     call_enter();
     return call_leave(m, "backward_dw", mb, pop_wgrad(m));
 empty:
@@ -619,6 +659,7 @@ tg_status tg_module_wgrad_or_queue(tg_module *m, struct tg_saved *item)
         return st;
     }
     item->next = NULL;
+    item->step = tg_step_index();
     if (m->wq_tail) m->wq_tail->next = item;
     else m->wq_head = item;
     m->wq_tail = item;

@@ -38,6 +38,7 @@ struct tg_param {
     int nhooks;
     int last_hook_id;     /* ids handed out so far */
     int dispatching;      /* the engine is running p's hooks (they cannot be removed meanwhile) */
+    int grad_written;     /* a wgrad was computed into it, or its gradient was handed to a script */
     int refcount;
     tg_module *owner;     /* not a reference; NULL once the owning module is gone */
     /* engine bookkeeping (src/nn/engine.c) */
@@ -80,6 +81,8 @@ tg_status tg_step_begin(int microbatches);
 tg_status tg_step_end(void);
 int tg_step_open(void);
 int64_t tg_step_index(void);
+/* 1 while the engine runs wgrad hooks. */
+int tg_hooks_running(void);
 int tg_step_microbatches(void);
 void tg_hook_check_set(int on); /* default on */
 int tg_hook_check_get(void);
@@ -135,6 +138,7 @@ void tg_module_opts_default(tg_module_opts *o);
 /* One saved forward context (per module, per microbatch) and one queued wgrad item. */
 struct tg_saved {
     int mb;
+    int64_t step;     /* tg_step_index() when queued in the wgrad store (0: outside steps) */
     tg_tensor *t[8];  /* saved tensors (owned) */
     int n;
     int64_t ival;     /* a module-specific integer (LM head: ignore_index) */
