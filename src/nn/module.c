@@ -142,9 +142,13 @@ tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const 
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
     else if (!x) st = tg_error(TG_EINVAL, "no input tensor");
     else {
-        if (m->npre) st = tg_engine_forward_pre(m, mb);
-        int sp = st == TG_OK && tg_trace_on ? span_begin(m, "forward", mb) : -1;
+        /* a routed module's F replay runs its pre-hooks and its own trace span */
+        if (m->npre && !m->route) st = tg_engine_forward_pre(m, mb);
+        int sp = st == TG_OK && tg_trace_on && !m->route ? span_begin(m, "forward", mb) : -1;
         if (st != TG_OK) {
+        } else if (m->route) { /* the residual add runs eagerly, after the replay */
+            st = m->route->forward(m->route->ctx, m->route->chunk, mb, x, y);
+            if (st == TG_OK && res) st = tg_nn_add_residual(res, y);
         } else if (!res) {
             st = m->vt->forward(m, mb, x, y);
         } else if (m->vt->forward_res && !tg_debug_get(TG_DEBUG_UNFUSED_RESIDUAL)) {
@@ -187,8 +191,12 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
     }
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
     else {
-        int sp = tg_trace_on ? span_begin(m, "backward", mb) : -1;
-        if (!dres) {
+        int sp = tg_trace_on && !m->route ? span_begin(m, "backward", mb) : -1;
+        if (m->route) {
+            st = m->route->backward(m->route->ctx, m->route->chunk, mb, dy, dx);
+            if (st == TG_OK && m->route->has_w) m->route_wpend++;
+            if (st == TG_OK && dres) st = tg_nn_add_residual(dres, dx);
+        } else if (!dres) {
             st = m->vt->backward(m, mb, dy, dx);
         } else if (m->vt->backward_res && !tg_debug_get(TG_DEBUG_UNFUSED_RESIDUAL)) {
             st = m->vt->backward_res(m, mb, dy, dres, dx);
@@ -211,6 +219,7 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
  * when there is none (checked before anything is popped). */
 static tg_module *wrong_head(tg_module *m, int mb)
 {
+    if (m->route) return NULL; /* the graphed set checks its own order */
     if (!is_composite(m)) return m->wq_head && m->wq_head->mb != mb ? m : NULL;
     for (int i = m->nchildren - 1; i >= 0; i--) {
         tg_module *bad = wrong_head(m->children[i], mb);
@@ -220,8 +229,13 @@ static tg_module *wrong_head(tg_module *m, int mb)
 }
 
 /* Pops and computes the head of m's store (leaf) or of each child's that has one. */
-static tg_status pop_wgrad(tg_module *m)
+static tg_status pop_wgrad(tg_module *m, int mb)
 {
+    if (m->route) {
+        tg_status st = m->route->backward_dw(m->route->ctx, m->route->chunk, mb);
+        if (st == TG_OK) m->route_wpend--;
+        return st;
+    }
     if (!is_composite(m)) {
         struct tg_saved *item = m->wq_head;
         m->wq_head = item->next;
@@ -237,7 +251,7 @@ static tg_status pop_wgrad(tg_module *m)
      * (tied embedding) then gets its contributions in the same order */
     tg_status st = TG_OK;
     for (int i = m->nchildren - 1; i >= 0 && st == TG_OK; i--)
-        if (tg_module_need_backward_dw(m->children[i])) st = pop_wgrad(m->children[i]);
+        if (tg_module_need_backward_dw(m->children[i])) st = pop_wgrad(m->children[i], mb);
     return st;
 }
 
@@ -256,7 +270,7 @@ tg_status tg_module_backward_dw(tg_module *m, int mb)
         return tg_error(TG_ESTATE, "%s backward_dw (microbatch %d): the wgrad store of %s has microbatch %d at its head (W must follow B order)",
                         tg_module_label(m, label, sizeof label), mb, tg_module_label(bad, other, sizeof other), bad->wq_head->mb);
     call_enter();
-    return call_leave(m, "backward_dw", mb, pop_wgrad(m));
+    return call_leave(m, "backward_dw", mb, pop_wgrad(m, mb));
 empty:
     return tg_error(TG_ESTATE, "backward_dw with nothing queued on %s (delay_wgrad is %s: each backward %s)",
                     tg_module_label(m, label, sizeof label), m->opts.delay_wgrad ? "on" : "off",
@@ -314,7 +328,7 @@ tg_status tg_module_set_delay_wgrad(tg_module *m, int on)
 
 int tg_module_need_backward_dw(const tg_module *m)
 {
-    if (m->wq_head) return 1;
+    if (m->wq_head || m->route_wpend) return 1;
     if (!is_composite(m)) return 0;
     for (int i = 0; i < m->nchildren; i++)
         if (tg_module_need_backward_dw(m->children[i])) return 1;

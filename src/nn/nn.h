@@ -166,6 +166,19 @@ struct tg_module_vtbl {
     int (*can_delay)(const tg_module *m);
 };
 
+/* Partial capture: a module whose own calls replay chunk `chunk` of a graphed
+ * set (src/graph), so the parent that holds it runs the rest eagerly and calls
+ * the graphs in place of the child. The graph layer fills it in; nn only calls
+ * through it. */
+struct tg_module_route {
+    void *ctx;
+    int chunk;
+    int has_w; /* the chunk has W graphs: each backward leaves one backward_dw waiting */
+    tg_status (*forward)(void *ctx, int chunk, int mb, const tg_tensor *x, tg_tensor **y);
+    tg_status (*backward)(void *ctx, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx);
+    tg_status (*backward_dw)(void *ctx, int chunk, int mb);
+};
+
 struct tg_module {
     const struct tg_module_vtbl *vt;
     char *name;
@@ -189,6 +202,8 @@ struct tg_module {
     int fwd_last;                /* microbatch of m's last forward in that step */
     int *open_mb;                /* microbatches forwarded and not yet backwarded, oldest first */
     int nopen, open_cap;
+    const struct tg_module_route *route; /* set while a graphed set replays m's calls (partial capture) */
+    int route_wpend;             /* routed backwards whose backward_dw has not run */
     void *impl;                  /* module-specific state */
 };
 

@@ -1,9 +1,13 @@
 -- mode_matrix.lua — the graphed-callables mode matrix used by the graph-mode-matrix tests: two chunks,
 -- {eager, graphed} x {delay_wgrad off, on} x {fused accumulation off, on}, two orders (all F then B+W in
 -- reverse; 1F1B-like with W deferred). Checks identical gradients after every step, identical hook info
--- sequences per delay setting, identical parameters after a plain SGD step.
+-- sequences per delay setting, identical parameters after a plain SGD step. With `partial` (module names), a
+-- "partial" mode too: the chunks run eagerly with those modules graphed in place (tg.graph.graph_modules).
 --   require("mode_matrix").run{ t = tap, build = fn(delay, fuse) -> {chunk1, chunk2}, xs = {...}, dys = {...},
---                               sample = {x of chunk 1, x of chunk 2}, steps = 3 }
+--                               sample = {x of chunk 1, x of chunk 2}, steps = 3,
+--                               partial = {"mlp", ...}, partial_sample = x of those modules, unfused = true }
+-- A module graphed in place gets its parent's residual added after its replay, so with `unfused` the partial
+-- mode is compared with an eager run that adds residuals unfused too (tg.debug "unfused_residual").
 local tg = require "tegraph"
 local G = require "grads"
 local MM = {}
@@ -72,9 +76,14 @@ function MM.run(cfg)
           tostring(info.last), info.chunk, info.step - step0 + 1)
       end)
     end
-    local g
+    local g, pset
     if mode == "graphed" then
       g = tg.graph.make_graphed(chunks, { sample = cfg.sample, microbatches = M, order = order })
+    elseif mode == "partial" then
+      pset = tg.graph.graph_modules(chunks, cfg.partial, { sample = cfg.partial_sample, microbatches = M, order = order })
+      for _, m in ipairs(pset.modules) do
+        t.is(m.exec_mode, "graphed", string.format("partial: %s runs graphed", m.name))
+      end
     end
     local steps = {}
     for step = 1, STEPS do
@@ -104,6 +113,7 @@ function MM.run(cfg)
         end
       end
     end
+    if pset then pset:free() end
     return steps, log, params_of(chunks), g
   end
 
@@ -112,11 +122,20 @@ function MM.run(cfg)
     local oname, order = ord[1], ord[2]
     local ref_steps, ref_params
     local ref_log = {} -- per delay setting: the firing sequence must match exactly
-    for _, mode in ipairs{ "eager", "graphed" } do
+    local modes = { "eager", "graphed" }
+    if cfg.partial and cfg.unfused then
+      modes[#modes + 1] = "eager-unfused"
+    end
+    if cfg.partial then modes[#modes + 1] = "partial" end
+    for _, mode in ipairs(modes) do
+      if mode == "eager-unfused" then -- a new reference: eager with the residual adds the partial mode runs
+        ref_steps, ref_params, ref_log = nil, nil, {}
+        tg.debug("unfused_residual", true)
+      end
       for _, delay in ipairs{ false, true } do
         for _, fuse in ipairs{ false, true } do
           local label = string.format("%s order, %s, delay_wgrad=%s, fuse=%s", oname, mode, tostring(delay), tostring(fuse))
-          local steps, log, params = run(mode, delay, fuse, order)
+          local steps, log, params = run(mode == "eager-unfused" and "eager" or mode, delay, fuse, order)
           t.is(#log, STEPS * M * NPARAMS, label .. ": every parameter's hooks fired once per microbatch per step")
           local rlog = ref_log[delay]
           if not rlog then
@@ -144,6 +163,7 @@ function MM.run(cfg)
         end
       end
     end
+    tg.debug("unfused_residual", false)
   end
 end
 
