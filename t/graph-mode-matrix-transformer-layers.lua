@@ -37,6 +37,6 @@ end
 
 local MM = require "mode_matrix" -- t/lib/mode_matrix.lua
 MM.run{ t = t, build = build, xs = xs, dys = dys, sample = { xs[1], tg.zeros({ 2, TOK, H }) }, steps = STEPS,
-  partial = { "attn", "mlp" }, partial_sample = tg.zeros({ 2, TOK, D }), unfused = true }
+  partial = { "attn", "mlp" }, partial_sample = tg.zeros({ 2, TOK, D }), unfused = true, full = true }
 
 t.done_testing()

@@ -110,6 +110,42 @@ function M.graph.graph_modules(model, names, opts)
   return set
 end
 
+-- tg.graph.capture_step(fn, opts) -> a captured step: full-iteration capture (Megatron's full_iteration).
+-- fn runs one whole training step — the forward and backward of every microbatch, reading static input
+-- buffers that a loader fills before each replay, the hook-driven reduce, the optimizer step — and is
+-- captured once (tg.stream.capture) inside a step of its own, with the engine in full-iteration mode: hooks
+-- and forward pre-hooks run during the capture, so their device work is in the graph, and overwrite or
+-- accumulate is decided as in an eager step. step:replay([stream, event]) runs one step: step_begin, the graph
+-- (its hooks do not run again on the host: the engine counts the firings the capture recorded), step_end with
+-- the step check. opts: microbatches = (default 1), stream =, pool = (default: a new one). step.graph is the graph.
+function M.graph.capture_step(fn, opts)
+  opts = opts or {}
+  if type(fn) ~= "function" then error("capture_step: fn must be a function that runs one whole training step", 2) end
+  local nmb = opts.microbatches or 1
+  if math.type(nmb) ~= "integer" or nmb < 1 then
+    error("capture_step: opts.microbatches must be an integer >= 1 (got " .. tostring(nmb) .. ")", 2)
+  end
+  M.step_begin{ microbatches = nmb }
+  M.graph.full_capture(nmb)
+  local ok, g = pcall(M.stream.capture, fn, { stream = opts.stream, pool = opts.pool or M.pool() })
+  M.graph.full_capture(0)
+  local closed, err = pcall(M.step_end)
+  if not ok then error("capture_step: " .. tostring(g), 2) end
+  if not closed then error("capture_step: the captured step fails the step check: " .. tostring(err), 2) end
+  local step = { graph = g, microbatches = nmb }
+  function step.replay(self, s, ev)
+    M.step_begin{ microbatches = nmb }
+    local rok, rerr
+    if s then rok, rerr = pcall(g.replay, g, s, ev) else rok, rerr = pcall(g.replay, g) end
+    if not rok then
+      pcall(M.step_end)
+      error(rerr, 2)
+    end
+    M.step_end()
+  end
+  return step
+end
+
 -- tg.nn: the C module constructors plus the Lua helpers of tegraph/nn.lua (GPT builder, ...).
 M.nn = require "tegraph.nn"
 

@@ -299,8 +299,19 @@ static int l_capturing(lua_State *L)
     return 1;
 }
 
+/* tg.graph.full_capture(microbatches): the engine's full-iteration capture mode for the captures that follow
+ * (0: off); tg.graph.capture_step uses it around tg.stream.capture. */
+static int l_full_capture(lua_State *L)
+{
+    lua_Integer m = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, m >= 0 && m <= 1 << 20, 1, "microbatches must be >= 0");
+    tg_engine_set_full_capture((int)m);
+    return 0;
+}
+
 static const luaL_Reg graph_funcs[] = {
     {"make_graphed", l_make_graphed},
+    {"full_capture", l_full_capture},
     {"capturing", l_capturing},
     {NULL, NULL},
 };

@@ -104,6 +104,16 @@ tg_status tg_module_run_forward_pre_hooks(tg_module *m, int mb);
 /* Graph warm-up: while quiet, wgrads are neither recorded nor fired and
  * always accumulate (the graph layer restores the gradients afterwards). */
 void tg_engine_set_quiet(int on);
+/* Full-iteration capture of a step of `microbatches` (0: off). While on, work
+ * captured outside the graph layer behaves as in an eager step: overwrite or
+ * accumulate is decided as eagerly (a step is open), hooks and forward
+ * pre-hooks run during the capture, so their device work (a reduce, a gather)
+ * is captured, and forwards mark the step. The graph records the forwards and
+ * the wgrad contributions; its replay, which must run in an open step of that
+ * many microbatches, zeroes nothing, runs no hooks, and counts the recorded
+ * contributions and forwards, so the step check holds. */
+void tg_engine_set_full_capture(int microbatches);
+int tg_engine_full_capture(void);
 
 /* Records that one wgrad contribution of p for microbatch mb is issued; when
  * all p->contributors contributions of mb are in, fires p's hooks. While the
