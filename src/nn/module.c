@@ -128,6 +128,10 @@ tg_status tg_nn_add_residual(const tg_tensor *dres, tg_tensor **dx)
     return TG_OK;
 }
 
+/* A routed module's calls replay its graphs inside steps; outside steps (an evaluation forward,
+ * generation) it runs eagerly, since no backward follows to keep the graphs' order. */
+static int routed(const tg_module *m) { return m->route && tg_step_open(); }
+
 tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
 {
     return tg_module_forward_res(m, mb, x, NULL, y);
@@ -143,10 +147,11 @@ tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const 
     else if (!x) st = tg_error(TG_EINVAL, "no input tensor");
     else {
         /* a routed module's F replay runs its pre-hooks and its own trace span */
-        if (m->npre && !m->route) st = tg_engine_forward_pre(m, mb);
-        int sp = st == TG_OK && tg_trace_on && !m->route ? span_begin(m, "forward", mb) : -1;
+        int r = routed(m);
+        if (m->npre && !r) st = tg_engine_forward_pre(m, mb);
+        int sp = st == TG_OK && tg_trace_on && !r ? span_begin(m, "forward", mb) : -1;
         if (st != TG_OK) {
-        } else if (m->route) { /* the residual add runs eagerly, after the replay */
+        } else if (r) { /* the residual add runs eagerly, after the replay */
             st = m->route->forward(m->route->ctx, m->route->chunk, mb, x, y);
             if (st == TG_OK && res) st = tg_nn_add_residual(res, y);
         } else if (!res) {
@@ -191,8 +196,9 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
     }
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
     else {
-        int sp = tg_trace_on && !m->route ? span_begin(m, "backward", mb) : -1;
-        if (m->route) {
+        int r = routed(m);
+        int sp = tg_trace_on && !r ? span_begin(m, "backward", mb) : -1;
+        if (r) {
             st = m->route->backward(m->route->ctx, m->route->chunk, mb, dy, dx);
             if (st == TG_OK && m->route->has_w) m->route_wpend++;
             if (st == TG_OK && dres) st = tg_nn_add_residual(dres, dx);
@@ -219,7 +225,7 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
  * when there is none (checked before anything is popped). */
 static tg_module *wrong_head(tg_module *m, int mb)
 {
-    if (m->route) return NULL; /* the graphed set checks its own order */
+    if (m->route_wpend) return NULL; /* the graphed set checks its own order */
     if (!is_composite(m)) return m->wq_head && m->wq_head->mb != mb ? m : NULL;
     for (int i = m->nchildren - 1; i >= 0; i--) {
         tg_module *bad = wrong_head(m->children[i], mb);
@@ -231,7 +237,7 @@ static tg_module *wrong_head(tg_module *m, int mb)
 /* Pops and computes the head of m's store (leaf) or of each child's that has one. */
 static tg_status pop_wgrad(tg_module *m, int mb)
 {
-    if (m->route) {
+    if (m->route && m->route_wpend) {
         tg_status st = m->route->backward_dw(m->route->ctx, m->route->chunk, mb);
         if (st == TG_OK) m->route_wpend--;
         return st;
