@@ -77,6 +77,7 @@ local defaults = {
   { "pipeline", 1, "pipeline stages P, one per rank (tegraph run -n N, N = P x D: D data-parallel replicas)", min = 1 },
   { "schedule", "1f1b", "pipeline schedule: " .. train.schedule_names },
   { "zero1", false, "ZeRO-1 reduce (reduce-scatter, AdamW on the shard, all-gather) instead of ddp" },
+  { "graph-modules", nil, "partial capture: graph these modules of every layer and run the rest eagerly (attn,mlp or one of them; Megatron's --cuda-graph-modules)" },
   { "hooks", "reduce", "wgrad hooks: reduce (ddp or zero1) or noop (hooks that do nothing: the step without the reduce, to measure what hooks and schedule cost)" },
 }
 
@@ -248,7 +249,8 @@ local trainer = train.new {
   model = model, microbatches = M, comm = world, graph = opt.graph, pipeline = opt.pipeline,
   schedule = opt.schedule, layers_per_chunk = opt["layers-per-chunk"], reduce = opt.zero1 and "zero1" or nil,
   hooks = opt.hooks,
-  sample = opt.graph and tg.zeros({ B, T }, { dtype = "i32" }) or nil,
+  graph_modules = opt["graph-modules"] and train.split_names(opt["graph-modules"]) or nil,
+  sample = (opt.graph or opt["graph-modules"]) and tg.zeros({ B, T }, { dtype = "i32" }) or nil,
   adamw = { lr = opt.lr, beta1 = opt.beta1, beta2 = opt.beta2 or (loader and 0.95 or 0.99), eps = opt.eps,
     weight_decay = opt["weight-decay"] or (loader and 0.1 or 0.01), max_norm = opt.clip > 0 and opt.clip or nil },
 }

@@ -254,6 +254,11 @@ static int l_make_graphed(lua_State *L)
         luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.share a boolean");
         o.no_share = !lua_toboolean(L, -1);
     }
+    lua_getfield(L, 2, "in_place");
+    if (!lua_isnil(L, -1)) {
+        luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.in_place a boolean");
+        o.in_place = lua_toboolean(L, -1);
+    }
     lua_getfield(L, 2, "pool");
     if (!lua_isnil(L, -1)) {
         struct tgl_pool *p = luaL_checkudata(L, -1, TGL_POOL);
@@ -294,8 +299,19 @@ static int l_capturing(lua_State *L)
     return 1;
 }
 
+/* tg.graph.full_capture(microbatches): the engine's full-iteration capture mode for the captures that follow
+ * (0: off); tg.graph.capture_step uses it around tg.stream.capture. */
+static int l_full_capture(lua_State *L)
+{
+    lua_Integer m = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, m >= 0 && m <= 1 << 20, 1, "microbatches must be >= 0");
+    tg_engine_set_full_capture((int)m);
+    return 0;
+}
+
 static const luaL_Reg graph_funcs[] = {
     {"make_graphed", l_make_graphed},
+    {"full_capture", l_full_capture},
     {"capturing", l_capturing},
     {NULL, NULL},
 };

@@ -107,6 +107,16 @@ tg_status tg_module_run_forward_pre_hooks(tg_module *m, int mb);
 /* Graph warm-up: while quiet, wgrads are neither recorded nor fired and
  * always accumulate (the graph layer restores the gradients afterwards). */
 void tg_engine_set_quiet(int on);
+/* Full-iteration capture of a step of `microbatches` (0: off). While on, work
+ * captured outside the graph layer behaves as in an eager step: overwrite or
+ * accumulate is decided as eagerly (a step is open), hooks and forward
+ * pre-hooks run during the capture, so their device work (a reduce, a gather)
+ * is captured, and forwards mark the step. The graph records the forwards and
+ * the wgrad contributions; its replay, which must run in an open step of that
+ * many microbatches, zeroes nothing, runs no hooks, and counts the recorded
+ * contributions and forwards, so the step check holds. */
+void tg_engine_set_full_capture(int microbatches);
+int tg_engine_full_capture(void);
 
 /* Records that one wgrad contribution of p for microbatch mb is issued; when
  * all p->contributors contributions of mb are in, fires p's hooks. While the
@@ -170,6 +180,19 @@ struct tg_module_vtbl {
     int (*can_delay)(const tg_module *m);
 };
 
+/* Partial capture: a module whose own calls replay chunk `chunk` of a graphed
+ * set (src/graph), so the parent that holds it runs the rest eagerly and calls
+ * the graphs in place of the child. The graph layer fills it in; nn only calls
+ * through it. */
+struct tg_module_route {
+    void *ctx;
+    int chunk;
+    int has_w; /* the chunk has W graphs: each backward leaves one backward_dw waiting */
+    tg_status (*forward)(void *ctx, int chunk, int mb, const tg_tensor *x, tg_tensor **y);
+    tg_status (*backward)(void *ctx, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx);
+    tg_status (*backward_dw)(void *ctx, int chunk, int mb);
+};
+
 struct tg_module {
     const struct tg_module_vtbl *vt;
     char *name;
@@ -193,6 +216,8 @@ struct tg_module {
     int fwd_last;                /* microbatch of m's last forward in that step */
     int *open_mb;                /* microbatches forwarded and not yet backwarded, oldest first */
     int nopen, open_cap;
+    const struct tg_module_route *route; /* set while a graphed set replays m's calls (partial capture) */
+    int route_wpend;             /* routed backwards whose backward_dw has not run */
     void *impl;                  /* module-specific state */
 };
 
