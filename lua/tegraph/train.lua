@@ -268,8 +268,9 @@ function M.new(o)
     local h = tg.zeros({ sample:dim(1), sample:dim(2), cfg.hidden_size }, { dtype = cfg.dtype, device = cfg.device })
     local samples = {}
     for c = 1, C do samples[c] = c == 1 and sample or h end
+    -- one process: the layer chunks hand their outputs on through shared static buffers (no copies)
     self.graphed = S.make_graphed(plan, self.chunks, { samples = samples, warmup = 1,
-      stages = P > 1 and { self.stage } or nil })
+      stages = P > 1 and { self.stage } or nil, chain = P == 1 })
   end
 
   -- partial capture: the named modules of every layer graphed in place, the rest of the step eager

@@ -343,8 +343,16 @@ static tg_status warm_up(tg_graphed *g, const tg_tensor *const *samples, int ite
     return st;
 }
 
-/* Warm-up needs one iteration at least to learn output shapes and W needs. */
-static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples)
+/* Whether a and b have the same dtype and shape. */
+static int same_layout(const tg_tensor *a, const tg_tensor *b)
+{
+    return a && b && a->dtype == b->dtype && tg_tensor_same_shape(a, b);
+}
+
+/* Warm-up needs one iteration at least to learn output shapes and W needs.
+ * chain: chunk c + 1's static input is chunk c's static output (same microbatch),
+ * and chunk c's static output gradient chunk c + 1's static input gradient. */
+static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples, int chain)
 {
     tg_stream *s = tg_stream_current(g->dev);
     if (!s) return TG_ENOMEM;
@@ -355,9 +363,15 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples)
         tg_module *m = g->chunks[a->chunk - 1];
         struct entry *e = entry_of(g, a->chunk, a->mb);
         const tg_tensor *x = samples[a->chunk - 1];
+        const struct entry *prev = chain && a->chunk > 1 ? entry_of(g, a->chunk - 1, a->mb) : NULL;
+        const struct entry *next = chain && a->chunk < g->nchunks ? entry_of(g, a->chunk + 1, a->mb) : NULL;
         if (a->op == 'F') {
-            st = tg_tensor_new_in(g->pool, x->dtype, x->ndim, x->shape, g->dev, &e->in);
-            if (st == TG_OK) st = tg_copy(e->in, x); /* sensible contents for the capture-time shapes */
+            if (prev && same_layout(prev->out, x)) {
+                st = tg_tensor_ref(prev->out, &e->in); /* holds the previous chunk's output of this microbatch */
+            } else {
+                st = tg_tensor_new_in(g->pool, x->dtype, x->ndim, x->shape, g->dev, &e->in);
+                if (st == TG_OK) st = tg_copy(e->in, x); /* sensible contents for the capture-time shapes */
+            }
             if (st == TG_OK) st = tg_stream_begin_capture(s);
             if (st != TG_OK) { tg_error_prefix(st, "capturing F chunk %d mb %d", a->chunk, a->mb); break; }
             tg_engine_set_capture_observer(observe, NULL);
@@ -366,8 +380,12 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples)
             tg_status end = tg_stream_end_capture(s, &e->f);
             if (st == TG_OK) st = end;
         } else if (a->op == 'B') {
-            st = tg_tensor_new_in(g->pool, e->out->dtype, e->out->ndim, e->out->shape, g->dev, &e->dout);
-            if (st == TG_OK) st = tg_fill(e->dout, 0.0);
+            if (next && same_layout(next->din, e->out)) {
+                st = tg_tensor_ref(next->din, &e->dout); /* the next chunk's input gradient of this microbatch */
+            } else {
+                st = tg_tensor_new_in(g->pool, e->out->dtype, e->out->ndim, e->out->shape, g->dev, &e->dout);
+                if (st == TG_OK) st = tg_fill(e->dout, 0.0);
+            }
             if (st == TG_OK) st = tg_stream_begin_capture(s);
             if (st != TG_OK) { tg_error_prefix(st, "capturing B chunk %d mb %d", a->chunk, a->mb); break; }
             tg_engine_set_capture_observer(observe, &e->bset);
@@ -513,7 +531,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
         if (st == TG_OK) st = check_w_present(g);
         if (st == TG_OK) st = tg_pool_push(g->pool);
         if (st == TG_OK) {
-            st = capture_all(g, o->samples);
+            st = capture_all(g, o->samples, o->chain && !g->shared && !o->in_place);
             tg_pool_pop(g->pool);
         }
         tg_status sy = tg_stream_sync(side);

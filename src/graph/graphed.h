@@ -30,6 +30,11 @@ typedef struct tg_graphed_opts {
                       capture their own calls (tg_module_forward / backward / backward_dw, as their parents
                       make them) replay the chunk's graphs, in the set's order; a residual a parent hands
                       them is added after the replay. Undone by tg_graphed_free. */
+    int chain;     /* 1: the chunks form a chain (chunk c + 1 takes chunk c's output): for each microbatch,
+                      chunk c + 1's static input is chunk c's static output and chunk c's static output
+                      gradient is chunk c + 1's static input gradient, so handing one chunk's result to the
+                      next copies nothing. An input given to chunk c + 1 that is not chunk c's output is
+                      copied into that shared buffer. Ignored when microbatches share graphs or in place. */
 } tg_graphed_opts;
 
 /* Warms up (hooks silenced), discovers which chunks delay wgrad, then captures

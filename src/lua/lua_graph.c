@@ -254,6 +254,11 @@ static int l_make_graphed(lua_State *L)
         luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.share a boolean");
         o.no_share = !lua_toboolean(L, -1);
     }
+    lua_getfield(L, 2, "chain");
+    if (!lua_isnil(L, -1)) {
+        luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.chain a boolean");
+        o.chain = lua_toboolean(L, -1);
+    }
     lua_getfield(L, 2, "in_place");
     if (!lua_isnil(L, -1)) {
         luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.in_place a boolean");

@@ -54,6 +54,8 @@ end
 -- per stage in that stage's own compute order (to_order), the way a process running one stage
 -- would. stages = {s...} (implies per_stage) captures only those stages' sets: a pipeline rank
 -- passes its own stage, and chunks and samples need entries only for that stage's chunks.
+-- chain = true (one set only): the chunks are consecutive parts of one model, so each hands its
+-- output (and takes its output gradient) through a static buffer shared with its neighbour.
 function M.make_graphed(plan, chunks, opts)
   local tg = core()
   opts = opts or {}
@@ -83,12 +85,14 @@ function M.make_graphed(plan, chunks, opts)
   -- share = false: transfers between stages hold a chunk's static output or input gradient past the
   -- stage's next microbatch, which a set shared across microbatches would overwrite
   local base = { microbatches = plan.microbatches, warmup = opts.warmup, pool = opts.pool, share = false }
+  -- chain: the chunks of one set are consecutive parts of one model (all stages in this process)
+  local chain = opts.chain and not opts.per_stage and not only or nil
   local function with(o2)
     for k, v in pairs(base) do o2[k] = v end
     return o2
   end
   if not opts.per_stage and not only then
-    return tg.graph.make_graphed(chunks, with { sample = samples, order = M.order(plan) })
+    return tg.graph.make_graphed(chunks, with { sample = samples, order = M.order(plan), chain = chain })
   end
   local owner = plan_.owners(plan)
   local out = {}
