@@ -1,4 +1,5 @@
 -- tegraph.data: llm.c / nanoGPT token files (.bin): reading into i32 batches, writing small ones.
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 local ops = core.ops
 
@@ -19,32 +20,33 @@ Loader.__index = Loader
 function data.open(path, o)
   o = o or {}
   local f, err = io.open(path, "rb")
-  if not f then error(string.format("%s: cannot open token file: %s", path, err), 2) end
-  local bytes = f:read("a")
+  if not f then raise(string.format("%s: cannot open token file: %s", path, err)) end
+  local bytes, rerr = f:read("a")
   f:close()
+  if not bytes then raise(string.format("%s: cannot read token file: %s", path, rerr or "read failed")) end
   if #bytes < data.HEADER_BYTES then
-    error(string.format("%s: truncated token file: %d bytes, shorter than the %d-byte llm.c header", path, #bytes,
-      data.HEADER_BYTES), 2)
+    raise(string.format("%s: truncated token file: %d bytes, shorter than the %d-byte llm.c header", path, #bytes,
+      data.HEADER_BYTES))
   end
   local magic, version, ntok = string.unpack("<i4i4i4", bytes)
   if magic ~= data.MAGIC then
-    error(string.format("%s: bad magic %d in the header (expected %d: an llm.c/nanoGPT .bin token file)", path, magic,
-      data.MAGIC), 2)
+    raise(string.format("%s: bad magic %d in the header (expected %d: an llm.c/nanoGPT .bin token file)", path, magic,
+      data.MAGIC))
   end
   if version ~= data.VERSION then
-    error(string.format("%s: unsupported version %d (expected %d: uint16 tokens)", path, version, data.VERSION), 2)
+    raise(string.format("%s: unsupported version %d (expected %d: uint16 tokens)", path, version, data.VERSION))
   end
-  if ntok < 0 then error(string.format("%s: negative token count %d in the header", path, ntok), 2) end
+  if ntok < 0 then raise(string.format("%s: negative token count %d in the header", path, ntok)) end
   local have = (#bytes - data.HEADER_BYTES) // 2
   if have < ntok then
-    error(string.format("%s: truncated token file: the header says %d tokens but the file holds %d (%d bytes)", path,
-      ntok, have, #bytes), 2)
+    raise(string.format("%s: truncated token file: the header says %d tokens but the file holds %d (%d bytes)", path,
+      ntok, have, #bytes))
   end
-  if ntok < 2 then error(string.format("%s: %d tokens, need at least 2", path, ntok), 2) end
+  if ntok < 2 then raise(string.format("%s: %d tokens, need at least 2", path, ntok)) end
   if o.vocab then
     local max, at = ops.u16_scan(bytes, data.HEADER_BYTES, ntok)
     if max >= o.vocab then
-      error(string.format("%s: token id %d at position %d is >= the vocabulary size %d", path, max, at, o.vocab), 2)
+      raise(string.format("%s: token id %d at position %d is >= the vocabulary size %d", path, max, at, o.vocab))
     end
   end
   return setmetatable({ path = path, bytes = bytes, ntok = ntok, vocab = o.vocab, pos = 0, device = o.device }, Loader)
@@ -60,7 +62,7 @@ end
 -- windows, wrapping to the start at the end of the file.
 function Loader:batch(B, T, mode)
   if T + 1 > self.ntok then
-    error(string.format("%s: %d tokens, too few for windows of %d (+1)", self.path, self.ntok, T), 2)
+    raise(string.format("%s: %d tokens, too few for windows of %d (+1)", self.path, self.ntok, T))
   end
   local starts = {}
   local last = self.ntok - T - 1 -- largest valid start (0-based)
@@ -94,7 +96,7 @@ function data.write(path, tokens)
   for i = 1, n do
     local t = tokens[i]
     if math.type(t) ~= "integer" or t < 0 or t > 65535 then
-      error(string.format("%s: token %d is %s, expected an integer in 0..65535", path, i, tostring(t)), 2)
+      raise(string.format("%s: token %d is %s, expected an integer in 0..65535", path, i, tostring(t)))
     end
     chunk[#chunk + 1] = string.pack("<I2", t)
     if #chunk == 4096 then
@@ -104,10 +106,10 @@ function data.write(path, tokens)
   end
   parts[#parts + 1] = table.concat(chunk)
   local f, err = io.open(path, "wb")
-  if not f then error(string.format("%s: cannot write token file: %s", path, err), 2) end
+  if not f then raise(string.format("%s: cannot write token file: %s", path, err)) end
   local ok, werr = f:write(table.concat(parts))
   f:close()
-  if not ok then error(string.format("%s: cannot write token file: %s", path, werr), 2) end
+  if not ok then raise(string.format("%s: cannot write token file: %s", path, werr)) end
   return n
 end
 

@@ -1,4 +1,5 @@
 -- tegraph.nn: the C modules (tg.nn.Linear, ...) plus Lua helpers: loss values, a GPT builder, a Lua Linear layer.
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 
 local nn = core.nn -- the C constructors live here already; this file adds to them
@@ -52,31 +53,31 @@ local GPT_RENAMED = {
 local function check_keys(what, o, known, renamed)
   for k in pairs(o) do
     if not known[k] then
-      if renamed[k] then error(string.format("%s: unknown option '%s' (use %s)", what, tostring(k), renamed[k]), 3) end
+      if renamed[k] then raise(string.format("%s: unknown option '%s' (use %s)", what, tostring(k), renamed[k])) end
       local names = {}
       for n in pairs(known) do names[#names + 1] = n end
       table.sort(names)
-      error(string.format("%s: unknown option '%s' (known: %s)", what, tostring(k), table.concat(names, ", ")), 3)
+      raise(string.format("%s: unknown option '%s' (known: %s)", what, tostring(k), table.concat(names, ", ")))
     end
   end
 end
 
 function nn.GPT(cfg)
-  if type(cfg) ~= "table" then error("nn.GPT: expected a table of options, got " .. type(cfg), 2) end
+  if type(cfg) ~= "table" then raise("nn.GPT: expected a table of options, got " .. type(cfg)) end
   check_keys("nn.GPT", cfg, GPT_KEYS, GPT_RENAMED)
   for _, k in ipairs { "vocab_size", "max_position_embeddings", "hidden_size", "num_attention_heads", "num_layers" } do
     if math.type(cfg[k]) ~= "integer" or cfg[k] < 1 then
-      error("nn.GPT: cfg." .. k .. " (a positive integer) is required, got " .. tostring(cfg[k]), 2)
+      raise("nn.GPT: cfg." .. k .. " (a positive integer) is required, got " .. tostring(cfg[k]))
     end
   end
   if cfg.hidden_size % cfg.num_attention_heads ~= 0 then
-    error(string.format("nn.GPT: hidden_size %d is not a multiple of num_attention_heads %d", cfg.hidden_size,
-      cfg.num_attention_heads), 2)
+    raise(string.format("nn.GPT: hidden_size %d is not a multiple of num_attention_heads %d", cfg.hidden_size,
+      cfg.num_attention_heads))
   end
   local pad = cfg.make_vocab_size_divisible_by or 1
   if math.type(pad) ~= "integer" or pad < 1 then
-    error("nn.GPT: cfg.make_vocab_size_divisible_by must be a positive integer, got " ..
-      tostring(cfg.make_vocab_size_divisible_by), 2)
+    raise("nn.GPT: cfg.make_vocab_size_divisible_by must be a positive integer, got " ..
+      tostring(cfg.make_vocab_size_divisible_by))
   end
   local table_vocab = (cfg.vocab_size + pad - 1) // pad * pad
   local common = {
@@ -190,7 +191,7 @@ function GPT:generate(prompts, n, opts)
   end
   for _ = 1, n do
     local len = #seqs[1]
-    if len > T then error(string.format("generate: %d tokens exceed the context %d", len, T), 2) end
+    if len > T then raise(string.format("generate: %d tokens exceed the context %d", len, T)) end
     local rows = {}
     for b = 1, B do
       local r = {}
@@ -237,18 +238,18 @@ local function lua_linear_args(nin, nout, opts)
   for i = 1, 2 do
     local v = args[i]
     if math.type(v) ~= "integer" or v < 1 then
-      error(string.format("nn.LuaLinear: argument #%d (%s) must be a positive integer, got %s", i,
+      raise(string.format("nn.LuaLinear: argument #%d (%s) must be a positive integer, got %s", i,
         i == 1 and "in_features" or "out_features",
-        v == nil and "no value" or type(v) == "number" and tostring(v) or "a " .. type(v)), 3)
+        v == nil and "no value" or type(v) == "number" and tostring(v) or "a " .. type(v)))
     end
   end
   if opts ~= nil and type(opts) ~= "table" then
-    error("nn.LuaLinear: argument #3 (options) must be a table, got a " .. type(opts), 3)
+    raise("nn.LuaLinear: argument #3 (options) must be a table, got a " .. type(opts))
   end
   local o = { in_features = nin, out_features = nout }
   for k, v in pairs(opts or {}) do
     if k == "in_features" or k == "out_features" then
-      error("nn.LuaLinear: " .. k .. " is given as an argument and again in the options", 3)
+      raise("nn.LuaLinear: " .. k .. " is given as an argument and again in the options")
     end
     o[k] = v
   end
@@ -259,13 +260,13 @@ function nn.LuaLinear(o, out_features, opts)
   if type(o) ~= "table" then
     o = lua_linear_args(o, out_features, opts)
   elseif out_features ~= nil or opts ~= nil then
-    error("nn.LuaLinear: takes (in_features, out_features [, options]) or one options table, not a table then more arguments", 2)
+    raise("nn.LuaLinear: takes (in_features, out_features [, options]) or one options table, not a table then more arguments")
   end
   check_keys("nn.LuaLinear", o, LUA_LINEAR_KEYS, { ["in"] = "in_features", out = "out_features" })
   local nin, nout = o.in_features, o.out_features
   for _, k in ipairs { "in_features", "out_features" } do
     if math.type(o[k]) ~= "integer" or o[k] < 1 then
-      error(string.format("nn.LuaLinear: option '%s' must be a positive integer, got %s", k, tostring(o[k])), 2)
+      raise(string.format("nn.LuaLinear: option '%s' must be a positive integer, got %s", k, tostring(o[k])))
     end
   end
   local name = o.name or "lua_linear"
@@ -286,7 +287,7 @@ function nn.LuaLinear(o, out_features, opts)
 
   function self:forward(x, mb)
     if x:dim(-1) ~= nin then
-      error(string.format("%s: input's last dimension is %d, expected %d", name, x:dim(-1), nin))
+      raise(string.format("%s: input's last dimension is %d, expected %d", name, x:dim(-1), nin))
     end
     local x2 = x:view(-1, nin)
     local y = ops.matmul(x2, W.data, false, true) -- (N, out) = x @ W^T
@@ -297,7 +298,7 @@ function nn.LuaLinear(o, out_features, opts)
 
   function self:backward(dy, mb)
     local x2 = self.saved[mb]
-    if not x2 then error(string.format("%s: backward of microbatch %d before its forward", name, mb)) end
+    if not x2 then raise(string.format("%s: backward of microbatch %d before its forward", name, mb)) end
     self.saved[mb] = nil
     local dy2 = dy:view(-1, nout)
     local dx = ops.matmul(dy2, W.data) -- dgrad (=): (N, in) = dy @ W

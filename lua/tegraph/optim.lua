@@ -1,4 +1,5 @@
 -- tegraph.optim: AdamW with f32 master weights, global-norm gradient clipping, LR schedules.
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 local ops = core.ops
 
@@ -89,7 +90,7 @@ local function finite(x) return x == x and x ~= math.huge and x ~= -math.huge en
 -- differ from the host's in the last bit of a bias correction.
 function optim.AdamW(params, o)
   o = o or {}
-  if type(params) ~= "table" or #params == 0 then error("AdamW: needs a non-empty list of parameters", 2) end
+  if type(params) ~= "table" or #params == 0 then raise("AdamW: needs a non-empty list of parameters") end
   local self = setmetatable({
     params = params,
     lr = o.lr or 1e-3,
@@ -106,11 +107,11 @@ function optim.AdamW(params, o)
     groups = {}, -- foreach: { {device=, entries={...}, params={...}, sumsq=(1) f32}, ... } by device
   }, AdamW)
   if o.capturable ~= nil and type(o.capturable) ~= "boolean" then
-    error(string.format("AdamW: capturable must be a boolean (got %s)", type(o.capturable)), 2)
+    raise(string.format("AdamW: capturable must be a boolean (got %s)", type(o.capturable)))
   end
   if self.capturable and (type(self.lr) ~= "number" or not finite(self.lr)) then -- it becomes a device value
-    error(string.format("AdamW: lr must be a finite number (got %s%s)", type(self.lr),
-      type(self.lr) == "number" and (" " .. tostring(self.lr)) or ""), 2)
+    raise(string.format("AdamW: lr must be a finite number (got %s%s)", type(self.lr),
+      type(self.lr) == "number" and (" " .. tostring(self.lr)) or ""))
   end
   local no_decay = o.no_decay or default_no_decay
   local of = {}
@@ -152,14 +153,14 @@ end
 -- parameters' device captures, since the write would be captured instead.
 local function set_lr(self, lr, who)
   if type(lr) ~= "number" or not finite(lr) then
-    error(string.format("%s: lr must be a finite number (got %s%s)", who, type(lr),
-      type(lr) == "number" and (" " .. tostring(lr)) or ""), 3)
+    raise(string.format("%s: lr must be a finite number (got %s%s)", who, type(lr),
+      type(lr) == "number" and (" " .. tostring(lr)) or ""))
   end
   if self.capturable then
     for _, grp in ipairs(self.groups) do
       if core.stream.capturing(grp.device) then
-        error(string.format("%s: %s is capturing; a capturable optimizer's lr is a device value, set it " ..
-          "between replays (opt:set_lr), not inside the captured step", who, tostring(grp.device)), 3)
+        raise(string.format("%s: %s is capturing; a capturable optimizer's lr is a device value, set it " ..
+          "between replays (opt:set_lr), not inside the captured step", who, tostring(grp.device)))
       end
     end
     for _, grp in ipairs(self.groups) do grp.lr_t:fill_(lr) end
@@ -192,9 +193,9 @@ function AdamW:step(o)
   -- the device-clip path reads the norm back when sync_norm: inside a capture that read would fail after
   -- half the step was captured; say what to do before anything is issued
   if sync_norm and max_norm and self.foreach and #self.groups == 1 and core.stream.capturing(self.groups[1].device) then
-    error(string.format("AdamW:step: %s is capturing and sync_norm reads the gradient norm on the host; capture " ..
+    raise(string.format("AdamW:step: %s is capturing and sync_norm reads the gradient norm on the host; capture " ..
       "the step with sync_norm = false (AdamW{sync_norm = false} or step{sync_norm = false}) and read the norm " ..
-      "after a replay with opt:grad_norm()", tostring(self.groups[1].device)), 2)
+      "after a replay with opt:grad_norm()", tostring(self.groups[1].device)))
   end
   self.t = self.t + 1
   self.last_norm, self.last_sumsq = nil, nil
@@ -268,7 +269,7 @@ end
 function optim.cosine_schedule(o)
   local lr, warmup, total, min_lr = o.lr, o.warmup or 0, o.total, o.min_lr or 0.0
   if type(lr) ~= "number" or type(total) ~= "number" then
-    error("cosine_schedule: lr and total (numbers) are required", 2)
+    raise("cosine_schedule: lr and total (numbers) are required")
   end
   return function(step)
     if warmup > 0 and step <= warmup then return lr * step / warmup end

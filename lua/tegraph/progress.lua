@@ -1,4 +1,5 @@
 -- tegraph.progress: training progress (step, loss, tokens/s, elapsed, ETA) on a terminal or a log, plus JSONL metrics.
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 
 local progress = {}
@@ -75,7 +76,7 @@ function progress.new(o)
   end
   if o.log then
     local f, err = io.open(o.log, "w")
-    if not f then error(string.format("%s: cannot open the metrics log: %s", o.log, err), 2) end
+    if not f then raise(string.format("%s: cannot open the metrics log: %s", o.log, err)) end
     self.log = f
   end
   return self

@@ -13,6 +13,7 @@
 -- Optimizer state (m, v) exists for the shard only. The update is elementwise
 -- AdamW exactly as optim.AdamW computes it, so the parameters equal those of
 -- ddp + optim.AdamW (bit for bit when the reduced gradients are equal).
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 local reduce = require "tegraph.reduce"
 local ops = core.ops
@@ -24,7 +25,7 @@ Zero1.__index = Zero1
 local function default_no_decay(p) return #p.shape < 2 end
 
 function M.new(o)
-  if type(o) ~= "table" or type(o.params) ~= "table" then error("zero1: params (a list) is required", 2) end
+  if type(o) ~= "table" or type(o.params) ~= "table" then raise("zero1: params (a list) is required") end
   local c = o.comm or core.comm.world()
   local size, rank = c:size(), c:rank()
   local self = setmetatable({
