@@ -3,6 +3,7 @@
 # (configure --without-cuda). The library is compiled again by clang under ASan + UBSan into fuzz/obj/.
 #   make fuzz [FUZZ_SECONDS=60]   builds every target, runs each for FUZZ_SECONDS, prints executions
 #                                 and crashes per target; crashing inputs are kept as fuzz/NAME-crash-*.
+# Inputs are at most 4096 bytes (schedule: 256, lua_api: 512: longer plans and programs only run slower).
 # Lua-driven targets: fuzz/NAME.lua returns function(bytes), run in one tegraph runtime by harness.c.
 #   tokens    the token-file loader (tegraph.data, src/core/data.c) on file bytes
 #   schedule  the schedule validator (and the simulator on plans it accepts)
@@ -29,6 +30,7 @@ fuzz/fuzz-%: $(top_srcdir)/fuzz/harness.c $(top_srcdir)/fuzz/%.lua $(FUZZ_LIB_OB
 	  -DFUZZ_DRIVER='"$(abs_top_srcdir)/fuzz/$*.lua"' -DFUZZ_LUADIR='"$(abs_top_srcdir)/lua"' \
 	  -o $@ $(top_srcdir)/fuzz/harness.c $(FUZZ_LIB_OBJS) $(FUZZ_LIBS)
 
+.SECONDARY: $(FUZZ_LIB_OBJS)
 .PHONY: fuzz fuzz-build fuzz-clean
 fuzz-build:
 if HAVE_CUDA
@@ -43,8 +45,9 @@ fuzz: fuzz-build
 	@for t in $(FUZZ_TARGETS); do \
 	  $(MKDIR_P) fuzz/corpus/$$t; \
 	  seeds=; test -d $(top_srcdir)/fuzz/seeds/$$t && seeds=$(top_srcdir)/fuzz/seeds/$$t; \
+	  case $$t in schedule) len=256;; lua_api) len=512;; *) len=4096;; esac; \
 	  ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 ./fuzz/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) \
-	    -print_final_stats=1 -artifact_prefix=fuzz/$$t- fuzz/corpus/$$t $$seeds >fuzz/$$t.log 2>&1; \
+	    -max_len=$$len -print_final_stats=1 -artifact_prefix=fuzz/$$t- fuzz/corpus/$$t $$seeds >fuzz/$$t.log 2>&1; \
 	  execs=`sed -n 's/^stat::number_of_executed_units: *//p' fuzz/$$t.log`; \
 	  crashes=`ls fuzz/$$t-crash-* fuzz/$$t-leak-* fuzz/$$t-oom-* fuzz/$$t-timeout-* 2>/dev/null | wc -l`; \
 	  echo "fuzz $$t: $${execs:-0} executions, $$crashes crash(es) in $(FUZZ_SECONDS) s (log: fuzz/$$t.log)"; \

@@ -15,7 +15,8 @@ return function(s)
   local function slot() return byte() % N + 1 end
   local function dim()
     local b = byte()
-    if b >= 250 then return ({ 0, -1, 2 ^ 31, 2 ^ 40, 2 ^ 62 + 1, 3 })[b - 249] end
+    -- sizes the library must refuse or fail cleanly on (2^45 f32: more than any allocator gives)
+    if b >= 250 then return ({ 0, -1, 2 ^ 45, 2 ^ 40, 2 ^ 62 + 1, 3 })[b - 249] end
     return b % 5 + 1
   end
   local T, P, G, M = {}, {}, {}, {} -- tensors, pools, graphs, modules
