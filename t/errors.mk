@@ -5,7 +5,8 @@ ERRORS_LUA_TESTS = \
 	t/errors-library-points-at-the-callers-line.lua \
 	t/errors-say-what-and-where.lua
 ERRORS_SH_TESTS = \
-	t/dist-ranks-disagree-or-depart.sh
+	t/dist-ranks-disagree-or-depart.sh \
+	t/launcher-tells-ranks-of-a-departed-peer.sh
 TESTS += $(ERRORS_LUA_TESTS) $(ERRORS_SH_TESTS)
 EXTRA_DIST += $(ERRORS_LUA_TESTS) $(ERRORS_SH_TESTS)
 

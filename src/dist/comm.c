@@ -4,9 +4,12 @@
 #include "nn/nn.h"
 #include "core/debug.h"
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static tg_comm *world;
 static tg_comm *live;          /* every live communicator (world included) */
@@ -51,6 +54,35 @@ void tg_comm_set_timeout(double seconds)
     if (seconds > 0) timeout_s = seconds;
 }
 
+
+/* Departures told by the launcher: it writes "R\n" on this rank's pipe (fd TG_DEPARTED_FD) when
+ * rank R exits successfully while others still run. */
+static pthread_mutex_t departed_lock = PTHREAD_MUTEX_INITIALIZER;
+static int departed_fd = -2; /* -2: not read from the environment yet; -1: none */
+static int departed_rank = -1;
+static double departed_since;
+
+int tg_comm_departed(double *since)
+{
+    pthread_mutex_lock(&departed_lock);
+    if (departed_fd == -2) {
+        const char *e = getenv("TG_DEPARTED_FD");
+        departed_fd = e && *e ? atoi(e) : -1;
+        if (departed_fd >= 0 && fcntl(departed_fd, F_SETFL, fcntl(departed_fd, F_GETFL) | O_NONBLOCK) != 0)
+            departed_fd = -1;
+    }
+    char buf[64];
+    ssize_t n;
+    while (departed_fd >= 0 && departed_rank < 0 && (n = read(departed_fd, buf, sizeof buf - 1)) > 0) {
+        buf[n] = '\0';
+        departed_rank = atoi(buf);
+        departed_since = tg_comm_now();
+    }
+    int r = departed_rank;
+    if (since) *since = departed_since;
+    pthread_mutex_unlock(&departed_lock);
+    return r;
+}
 
 /* Started by an MPI launcher (mpirun, mpiexec, srun with PMI). */
 static int under_mpi(void)
