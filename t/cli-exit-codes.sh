@@ -1,21 +1,6 @@
 #!/bin/sh
 # cli-exit-codes.sh — the tegraph command exits 0/1/2 for success/script error/usage error and prints FILE:LINE: first.
-TEGRAPH="${TG_TOP_BUILDDIR:-.}/tegraph"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-cli.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
-n=0
-fails=0
-ok() { # ok COND-STATUS DESCRIPTION
-    n=$((n + 1))
-    if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fails=$((fails + 1)); fi
-}
-# run ARGS...: sets rc, out, err
-run() {
-    "$TEGRAPH" "$@" >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-    out=$(cat "$tmp/out")
-    err=$(cat "$tmp/err")
-}
+. "${TG_TOP_SRCDIR:-.}/t/lib/tap.sh"
 
 echo "1..27"
 

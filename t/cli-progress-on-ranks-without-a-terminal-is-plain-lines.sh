@@ -4,8 +4,6 @@
 # tg.isatty follows TG_STDOUT_TTY there, which the launcher sets from its own stdout.
 . "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
 skip_unless_mpi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-progress.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
 
 cat >"$tmp/progress.lua" <<'LUA'
 local progress = require "tegraph.progress"

@@ -1,23 +1,7 @@
 #!/bin/sh
 # cli-run-help-and-e-on-ranks.sh — `tegraph run --help` prints run's usage and exits 0; `run -e CODE` runs a
 # chunk, on N ranks too (`run -n N -e CODE`); bad options under run and run -n are usage errors (2) naming them.
-TEGRAPH="${TG_TOP_BUILDDIR:-.}/tegraph"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-cli-run.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
-n=0
-fails=0
-ok() { # ok STATUS DESCRIPTION: passes when STATUS is 0
-    n=$((n + 1))
-    if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fails=$((fails + 1)); fi
-}
-# run ARGS...: sets rc, out, err, err1
-run() {
-    "$TEGRAPH" "$@" >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-    out=$(cat "$tmp/out")
-    err=$(cat "$tmp/err")
-    err1=$(head -n 1 "$tmp/err") # for the messages
-}
+. "${TG_TOP_SRCDIR:-.}/t/lib/tap.sh"
 
 echo "1..16"
 

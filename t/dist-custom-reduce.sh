@@ -2,8 +2,6 @@
 # dist-custom-reduce.sh — examples/custom_reduce.lua (bf16 + error feedback, local SGD, next to ddp) passes its own checks on 2 ranks.
 . "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
 skip_unless_mpi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-custom.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
 echo "1..4"
 bounded 120 "$TG_MPIRUN" -np 2 --oversubscribe "$TEGRAPH" run "$SRCDIR/examples/custom_reduce.lua" >"$tmp/out" 2>&1
 rc=$?

@@ -3,8 +3,6 @@
 # and under `tegraph run -n 2`); every rank's stderr is prefixed with "[rank R] ".
 . "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
 skip_unless_mpi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-dist.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
 LIMIT=30 # seconds any of these jobs may take (the comm timeout below is 3 s)
 
 cat >"$tmp/job.lua" <<'LUA'

@@ -2,8 +2,6 @@
 # dist-launcher-stops-ranks.sh — `tegraph run -n N` forking ranks (TG_LAUNCHER=fork, the GPU path, here without a transport): each rank gets
 # TG_RANK/TG_WORLD_SIZE/TG_LOCAL_RANK and a "[rank R] " stderr; one failing or killed rank stops the others within seconds, naming it.
 . "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-launch.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
 TG_LAUNCHER=fork
 TG_DEVICE=cpu
 export TG_LAUNCHER TG_DEVICE

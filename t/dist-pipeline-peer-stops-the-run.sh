@@ -2,8 +2,6 @@
 # dist-pipeline-peer-stops-the-run.sh — when the peer stage is stuck or killed mid-schedule, the other rank's receive fails within the comm timeout, naming the transfer, and the job ends non-zero (no hang).
 . "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
 skip_unless_mpi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-pipe.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
 LIMIT=30 # seconds each job may take (the comm timeout is 3 s)
 
 # run CASE: sets rc, secs; output in $tmp/CASE.out

@@ -22,5 +22,5 @@ EXTRA_DIST += $(DIST_LUA_TESTS) $(DIST_SH_TESTS) \
 	t/dist/ddp-matches-single-process.lua \
 	t/dist/zero1-matches-ddp.lua \
 	t/dist/pipeline-matches-single-process.lua t/dist/pipeline-peer-stops.lua \
-	t/lib/dist.sh t/lib/dist_tap.lua \
+	t/lib/dist.sh t/lib/tap.sh t/lib/dist_tap.lua \
 	examples/custom_reduce.lua

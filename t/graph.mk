@@ -1,3 +1,5 @@
 # t/graph.mk — graphed callables: the mode matrix, the TransformerEngine regression, bad use.
-TESTS += t/graph-mode-matrix.lua t/graph-mode-matrix-transformer-layers.lua t/graph-bad-use-errors.lua
-EXTRA_DIST += t/graph-mode-matrix.lua t/graph-mode-matrix-transformer-layers.lua t/graph-bad-use-errors.lua t/lib/mode_matrix.lua
+GRAPH_LUA_TESTS = t/graph-mode-matrix.lua t/graph-mode-matrix-transformer-layers.lua t/graph-bad-use-errors.lua \
+	t/capture-keeps-the-hook-contract.lua t/graph-replay-on-stream-free-and-delay-switch.lua
+TESTS += $(GRAPH_LUA_TESTS)
+EXTRA_DIST += $(GRAPH_LUA_TESTS) t/lib/mode_matrix.lua

@@ -94,14 +94,30 @@ struct tg_stream {
     void *impl;               /* backend stream (cudaStream_t); NULL on the CPU */
 };
 
+/* Host work bound to a graph by a layer above the core (the step engine:
+ * module work recorded while capturing). before runs ahead of each replay,
+ * after once the replay is issued, both with s current on its device. */
+struct tg_graph_host {
+    tg_status (*before)(void *ud, tg_stream *s);
+    tg_status (*after)(void *ud, tg_stream *s);
+    void (*free_ud)(void *ud);
+    void *ud;
+};
+
 struct tg_graph {
     tg_device dev;
     const struct tg_backend *be;
     size_t ncmds;
     tg_pool *pools[8]; /* pools kept alive by this graph */
     int npools;
+    struct tg_graph_host host; /* fn NULL: none */
     void *impl;        /* backend graph: CPU command list / cudaGraphExec_t */
 };
+
+/* The graph that work issued on dev's current stream now goes to: the current
+ * stream's capture, else the capture of the stream of dev that began
+ * capturing last; NULL when dev does not capture. */
+tg_graph *tg_device_capture_graph(tg_device dev);
 
 /* Per-device bookkeeping: current stream, default stream, capture count. */
 int tg_device_valid(tg_device d);

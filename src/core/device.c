@@ -166,6 +166,15 @@ void tg_device_capture_count(tg_stream *s, int delta)
     else if (st->capturer == s || st->capturing == 0) st->capturer = NULL;
 }
 
+tg_graph *tg_device_capture_graph(tg_device d)
+{
+    struct tg_device_state *st = state_of(d);
+    if (st->capturing == 0) return NULL;
+    tg_stream *cur = tg_stream_current(d);
+    if (cur && cur->capture) return cur->capture;
+    return st->capturer ? st->capturer->capture : NULL;
+}
+
 const char *tg_device_capturer_name(tg_device d)
 {
     struct tg_device_state *st = state_of(d);

@@ -98,7 +98,14 @@ tg_status tg_graph_replay(tg_graph *g, tg_stream *s)
     if (s->be != g->be || s->dev.index != g->dev.index)
         return tg_error(TG_EINVAL, "replay on stream '%s' of another device than the graph's", s->name);
     if (s->capture) return tg_error(TG_ECAPTURE, "replay on stream '%s' while it is capturing", s->name);
-    return g->be->graph_replay(g, s);
+    if (!g->host.before && !g->host.after) return g->be->graph_replay(g, s);
+    /* host work of the layers above runs with s current, like the work it stands for */
+    tg_stream *prev = tg_stream_set_current(s);
+    tg_status st = g->host.before ? g->host.before(g->host.ud, s) : TG_OK;
+    if (st == TG_OK) st = g->be->graph_replay(g, s);
+    if (st == TG_OK && g->host.after) st = g->host.after(g->host.ud, s);
+    if (prev) tg_stream_set_current(prev);
+    return st;
 }
 
 size_t tg_graph_size(const tg_graph *g) { return g ? g->ncmds : 0; }
@@ -120,6 +127,7 @@ void tg_graph_free(tg_graph *g)
 {
     if (!g) return;
     if (g->impl) g->be->graph_destroy(g);
+    if (g->host.free_ud) g->host.free_ud(g->host.ud);
     for (int i = 0; i < g->npools; i++) tg_pool_release(g->pools[i]);
     free(g);
 }

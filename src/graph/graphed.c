@@ -31,6 +31,8 @@ struct tg_graphed {
     tg_pool *pool;
     tg_device dev;
     int skip_hooks_after_w; /* TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY when the set was made */
+    tg_stream *on;       /* the next replay call's stream (tg_graphed_replay_on), or NULL */
+    tg_event *wait;      /* and the event it waits for first, or NULL */
 };
 
 static int capturing_depth; /* warm-up or capture in progress */
@@ -59,9 +61,12 @@ static void set_free(struct wgrad_set *s)
     memset(s, 0, sizeof *s);
 }
 
+/* ud: the set of the B or W graph being captured; NULL while an F graph is
+ * (the observer is set then too: the engine leaves forwards to this layer). */
 static tg_status observe(void *ud, tg_param *p, int mb)
 {
     (void)mb;
+    if (!ud) return tg_error(TG_ESTATE, "a forward computed the wgrad of %s while captured", p->name);
     return set_add(ud, p);
 }
 
@@ -98,6 +103,13 @@ static void mark_forward(tg_module *m)
     m->forward_step = tg_step_index();
     m->exec_mode = "graphed";
     for (int i = 0; i < m->nchildren; i++) mark_forward(m->children[i]);
+}
+
+/* m and every module under it run as `mode` ("graphed" while a set holds them, "eager" after). */
+static void set_mode(tg_module *m, const char *mode)
+{
+    m->exec_mode = mode;
+    for (int i = 0; i < m->nchildren; i++) set_mode(m->children[i], mode);
 }
 
 static const char *op_name(char op) { return op == 'F' ? "F" : op == 'B' ? "B" : "W"; }
@@ -327,7 +339,9 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples)
             if (st == TG_OK) st = tg_copy(e->in, x); /* sensible contents for the capture-time shapes */
             if (st == TG_OK) st = tg_stream_begin_capture(s);
             if (st != TG_OK) { tg_error_prefix(st, "capturing F chunk %d mb %d", a->chunk, a->mb); break; }
+            tg_engine_set_capture_observer(observe, NULL);
             st = tg_module_forward(m, a->mb, e->in, &e->out);
+            tg_engine_set_capture_observer(NULL, NULL);
             tg_status end = tg_stream_end_capture(s, &e->f);
             if (st == TG_OK) st = end;
         } else if (a->op == 'B') {
@@ -438,7 +452,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     tg_engine_set_quiet(0);
     capturing_depth--;
     for (int c = 0; c < nchunks; c++) {
-        g->chunks[c]->exec_mode = "graphed";
+        set_mode(g->chunks[c], "graphed");
         /* contexts and wgrad items left by warm-up or capture belong to no replay
          * (after a failure, half-captured ones must never run) */
         tg_module_drop_state(g->chunks[c]);
@@ -468,7 +482,7 @@ void tg_graphed_free(tg_graphed *g)
         set_free(&e->wset);
     }
     for (int c = 0; g->chunks && c < g->nchunks; c++) {
-        if (g->chunks[c]) g->chunks[c]->exec_mode = "eager";
+        if (g->chunks[c]) set_mode(g->chunks[c], "eager");
         tg_module_release(g->chunks[c]);
     }
     tg_pool_release(g->pool);
@@ -500,7 +514,7 @@ static tg_status replay(tg_graphed *g, tg_graph *graph, char op, int chunk, int 
     return st;
 }
 
-tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
+static tg_status replay_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
 {
     *y = NULL;
     TG_TRY(check_order(g, 'F', chunk, &mb));
@@ -515,7 +529,7 @@ tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *
     return tg_tensor_ref(e->out, y);
 }
 
-tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
+static tg_status replay_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
 {
     *dx = NULL;
     TG_TRY(check_order(g, 'B', chunk, &mb));
@@ -533,7 +547,7 @@ tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor 
     return e->din ? tg_tensor_ref(e->din, dx) : TG_OK;
 }
 
-tg_status tg_graphed_backward_dw(tg_graphed *g, int chunk, int mb)
+static tg_status replay_backward_dw(tg_graphed *g, int chunk, int mb)
 {
     if (chunk >= 1 && chunk <= g->nchunks && !g->has_w[chunk - 1])
         return tg_error(TG_ESTATE, "graphed backward_dw: chunk %d has no W graph (none of its modules delays wgrad)", chunk);
@@ -544,6 +558,59 @@ tg_status tg_graphed_backward_dw(tg_graphed *g, int chunk, int mb)
     advance(g);
     if (g->skip_hooks_after_w) return TG_OK; /* TransformerEngine's bug, on purpose (tests) */
     return fire(&e->wset, mb);
+}
+
+tg_status tg_graphed_replay_on(tg_graphed *g, tg_stream *s, tg_event *wait)
+{
+    if (s && (s->dev.type != g->dev.type || s->dev.index != g->dev.index))
+        return tg_error(TG_EINVAL, "graphed replay on stream '%s': it is on another device than the set", s->name);
+    g->on = s;
+    g->wait = wait;
+    return TG_OK;
+}
+
+/* Makes the stream tg_graphed_replay_on gave current (after it waited for the
+ * event) for one replay call; *prev is what to restore (NULL: nothing). */
+static tg_status call_begin(tg_graphed *g, tg_stream **prev)
+{
+    *prev = NULL;
+    tg_stream *s = g->on;
+    tg_event *wait = g->wait;
+    g->on = NULL;
+    g->wait = NULL;
+    if (s) *prev = tg_stream_set_current(s);
+    if (!wait) return TG_OK;
+    tg_stream *cur = tg_stream_current(g->dev);
+    return cur ? tg_stream_wait_event(cur, wait) : TG_ENOMEM;
+}
+
+static tg_status call_end(tg_stream *prev, tg_status st)
+{
+    if (prev) tg_stream_set_current(prev);
+    return st;
+}
+
+tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
+{
+    tg_stream *prev;
+    *y = NULL;
+    tg_status st = call_begin(g, &prev);
+    return call_end(prev, st == TG_OK ? replay_forward(g, chunk, mb, x, y) : st);
+}
+
+tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
+{
+    tg_stream *prev;
+    *dx = NULL;
+    tg_status st = call_begin(g, &prev);
+    return call_end(prev, st == TG_OK ? replay_backward(g, chunk, mb, dy, dx) : st);
+}
+
+tg_status tg_graphed_backward_dw(tg_graphed *g, int chunk, int mb)
+{
+    tg_stream *prev;
+    tg_status st = call_begin(g, &prev);
+    return call_end(prev, st == TG_OK ? replay_backward_dw(g, chunk, mb) : st);
 }
 
 void tg_graphed_reset(tg_graphed *g)

@@ -45,6 +45,12 @@ void tg_graphed_free(tg_graphed *g);
 tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y);
 tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx);
 tg_status tg_graphed_backward_dw(tg_graphed *g, int chunk, int mb);
+/* The next replay call (forward, backward or backward_dw) runs on stream s
+ * (NULL: the current stream of the set's device) after s waits for event wait
+ * (NULL: nothing): its copies, zeroing and graph go on s, and its hooks fire
+ * with s current. Consumed by that call, whether it succeeds or not. s must be
+ * on the set's device (TG_EINVAL otherwise). */
+tg_status tg_graphed_replay_on(tg_graphed *g, tg_stream *s, tg_event *wait);
 /* Starts the order again from its first action. */
 void tg_graphed_reset(tg_graphed *g);
 /* Whether chunk has W graphs (some module of it delays wgrad). */

@@ -7,6 +7,7 @@
 
 #define TGL_GRAPHED_SET "tegraph.GraphedSet"
 #define TGL_GRAPHED "tegraph.Graphed"
+#define TGL_GRAPHED_LIST "tegraph.GraphedList"
 
 struct tgl_graphed_set {
     tg_graphed *g;
@@ -17,11 +18,16 @@ struct tgl_graphed {
     int chunk;
 };
 
-static int set_gc(lua_State *L)
+static void set_free(lua_State *L, int idx)
 {
-    struct tgl_graphed_set *u = luaL_checkudata(L, 1, TGL_GRAPHED_SET);
+    struct tgl_graphed_set *u = luaL_checkudata(L, idx, TGL_GRAPHED_SET);
     tg_graphed_free(u->g);
     u->g = NULL;
+}
+
+static int set_gc(lua_State *L)
+{
+    set_free(L, 1);
     return 0;
 }
 
@@ -36,15 +42,26 @@ static tg_graphed *graphed_check(lua_State *L, int idx, int *chunk)
     return u->g;
 }
 
-/* g:forward(x [, mb]) -> y; g:backward(dy [, mb]) -> dx; g:backward_dw([mb]): the
- * modules' protocol, each the next action of the captured order (mb omitted:
- * that action's microbatch). */
+/* The trailing options of a replay call: {stream = s, wait = event}. */
+static void replay_opts(lua_State *L, tg_graphed *g, int idx, const char *what)
+{
+    tg_stream *s;
+    tg_event *wait;
+    tgl_replay_opts(L, idx, what, &s, &wait);
+    if (s || wait) tgl_check(L, tg_graphed_replay_on(g, s, wait));
+}
+
+/* g:forward(x [, mb [, opts]]) -> y; g:backward(dy [, mb [, opts]]) -> dx;
+ * g:backward_dw([mb [, opts]]): the modules' protocol, each the next action of
+ * the captured order (mb omitted: that action's microbatch). opts: {stream =
+ * s, wait = event}: replay on s after it waits for the event. */
 static int g_forward(lua_State *L)
 {
     int chunk;
     tg_graphed *g = graphed_check(L, 1, &chunk);
     tg_tensor *x = tgl_protocol_tensor(L, 2, "forward(x, mb)");
     int mb = tgl_mb_arg(L, 3);
+    replay_opts(L, g, 4, "graphed forward");
     tg_tensor **slot = tgl_tensor_push(L);
     lua_State *prev = tgl_nn_enter(L); /* Lua-table modules never run at replay, but keep one rule */
     tg_status st = tg_graphed_forward(g, chunk, mb, x, slot);
@@ -59,6 +76,7 @@ static int g_backward(lua_State *L)
     tg_graphed *g = graphed_check(L, 1, &chunk);
     tg_tensor *dy = lua_isnoneornil(L, 2) ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)");
     int mb = tgl_mb_arg(L, 3);
+    replay_opts(L, g, 4, "graphed backward");
     tg_tensor **slot = tgl_tensor_push(L);
     lua_State *prev = tgl_nn_enter(L);
     tg_status st = tg_graphed_backward(g, chunk, mb, dy, slot);
@@ -73,6 +91,7 @@ static int g_backward_dw(lua_State *L)
     int chunk;
     tg_graphed *g = graphed_check(L, 1, &chunk);
     int mb = tgl_mb_arg(L, 2);
+    replay_opts(L, g, 3, "graphed backward_dw");
     lua_State *prev = tgl_nn_enter(L);
     tg_status st = tg_graphed_backward_dw(g, chunk, mb);
     tgl_nn_leave(prev);
@@ -106,6 +125,31 @@ static int g_has_w(lua_State *L)
     return 1;
 }
 
+/* g:free(): releases the whole set now (every chunk's graphs, static buffers
+ * and its reference on the pool); its callables fail afterwards. */
+static int g_free(lua_State *L)
+{
+    luaL_checkudata(L, 1, TGL_GRAPHED);
+    lua_getiuservalue(L, 1, 1); /* +1: the set */
+    set_free(L, -1);
+    lua_pushnil(L);
+    lua_setiuservalue(L, -2, 1); /* the set no longer keeps its modules */
+    return 0;
+}
+
+/* list:free() of the list make_graphed returns for several chunks. */
+static int list_free(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    for (lua_Integer i = 1, n = luaL_len(L, 1); i <= n; i++) {
+        lua_settop(L, 1);
+        lua_pushcfunction(L, g_free);
+        lua_geti(L, 1, i);
+        lua_call(L, 1, 0);
+    }
+    return 0;
+}
+
 static int g_tostring(lua_State *L)
 {
     struct tgl_graphed *c = luaL_checkudata(L, 1, TGL_GRAPHED);
@@ -116,7 +160,7 @@ static int g_tostring(lua_State *L)
 static const luaL_Reg graphed_methods[] = {
     {"forward", g_forward}, {"backward", g_backward}, {"backward_dw", g_backward_dw},
     {"reset", g_reset},     {"memory", g_memory},     {"has_w", g_has_w},
-    {NULL, NULL},
+    {"free", g_free},       {NULL, NULL},
 };
 
 /* Reads opts.order: a list of {op = "F"|"B"|"W", chunk = c, mb = m}. */
@@ -208,7 +252,11 @@ static int l_make_graphed(lua_State *L)
     tgl_nn_leave(prev);
     tgl_check(L, st);
 
-    if (!single) lua_createtable(L, n, 0); /* +1 */
+    if (!single) { /* +1: the list, whose free() releases the set */
+        lua_createtable(L, n, 0);
+        luaL_getmetatable(L, TGL_GRAPHED_LIST);
+        lua_setmetatable(L, -2);
+    }
     for (int i = 1; i <= n; i++) {
         struct tgl_graphed *c = lua_newuserdatauv(L, sizeof *c, 1); /* +1 */
         c->chunk = i;
@@ -246,6 +294,12 @@ void tgl_open_graph(lua_State *L)
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, g_tostring);
     lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
+    luaL_newmetatable(L, TGL_GRAPHED_LIST); /* +1 */
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, list_free);
+    lua_setfield(L, -2, "free");
+    lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
     luaL_newlib(L, graph_funcs); /* +1 */
     lua_setfield(L, -2, "graph");

@@ -13,6 +13,7 @@
 #define TGL_STREAM "tegraph.Stream"
 #define TGL_GRAPH "tegraph.Graph"
 #define TGL_POOL "tegraph.Pool"
+#define TGL_EVENT "tegraph.Event"
 
 /* The userdata boxes: a NULL handle means closed (or not yet acquired). */
 struct tgl_tensor {
@@ -29,6 +30,13 @@ struct tgl_graph {
 struct tgl_pool {
     tg_pool *p;
 };
+struct tgl_event {
+    tg_event *e;
+    tg_device dev;
+};
+/* Reads an optional replay options table {stream = s, wait = event} at idx
+ * (none or nil: both NULL); raises naming `what` on anything else. */
+void tgl_replay_opts(lua_State *L, int idx, const char *what, tg_stream **s, tg_event **wait);
 
 /* Raises a Lua error with the core's message when st is not TG_OK. The
  * message gets the position of the Lua caller of the running C function. */

@@ -284,7 +284,18 @@ static int m_drop_saved(lua_State *L)
     return 0;
 }
 
+/* m:set_delay_wgrad(on): delayed wgrad on or off for m and its children, for the backwards that follow. */
+static int m_set_delay_wgrad(lua_State *L)
+{
+    struct tgl_module *u = tgl_module_box(L, 1);
+    luaL_checktype(L, 2, LUA_TBOOLEAN);
+    tgl_check(L, tg_module_set_delay_wgrad(u->m, lua_toboolean(L, 2)));
+    lua_settop(L, 1);
+    return 1;
+}
+
 static const luaL_Reg m_methods[] = {
+    {"set_delay_wgrad", m_set_delay_wgrad},
     {"forward", m_forward},
     {"backward", m_backward},
     {"backward_dw", m_backward_dw},

@@ -102,6 +102,100 @@ static int st_tostring(lua_State *L)
     return 1;
 }
 
+/* stream:wait(event): work issued on the stream after this waits for the event's point. */
+static int st_wait(lua_State *L)
+{
+    tg_stream *s = stream_check(L, 1);
+    struct tgl_event *e = luaL_checkudata(L, 2, TGL_EVENT);
+    if (e->e == NULL) return luaL_argerror(L, 2, "event used after close");
+    tgl_check(L, tg_stream_wait_event(s, e->e));
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* ------------------------------------------------------------------ events */
+
+static struct tgl_event *event_check(lua_State *L, int idx)
+{
+    struct tgl_event *u = luaL_checkudata(L, idx, TGL_EVENT);
+    if (u->e == NULL) luaL_argerror(L, idx, "event used after close");
+    return u;
+}
+
+/* tg.stream.event([device]): an event (marks a point in a stream's work). */
+static int e_new(lua_State *L)
+{
+    tg_device dev = opt_device(L, 1);
+    struct tgl_event *u = lua_newuserdatauv(L, sizeof *u, 0); /* +1 */
+    u->e = NULL;
+    u->dev = dev;
+    luaL_setmetatable(L, TGL_EVENT);
+    tgl_check(L, tg_event_new(dev, 0, &u->e));
+    return 1;
+}
+
+/* event:record([stream]): marks the stream's work issued so far (default: the current stream of its device). */
+static int e_record(lua_State *L)
+{
+    struct tgl_event *u = event_check(L, 1);
+    tg_stream *s = lua_isnoneornil(L, 2) ? tg_stream_current(u->dev) : stream_check(L, 2);
+    if (s == NULL) return luaL_error(L, "%s", tg_last_error());
+    tgl_check(L, tg_event_record(u->e, s));
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int e_sync(lua_State *L)
+{
+    tgl_check(L, tg_event_sync(event_check(L, 1)->e));
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int e_query(lua_State *L)
+{
+    int done = 0;
+    tgl_check(L, tg_event_query(event_check(L, 1)->e, &done));
+    lua_pushboolean(L, done);
+    return 1;
+}
+
+static int e_gc(lua_State *L)
+{
+    struct tgl_event *u = luaL_checkudata(L, 1, TGL_EVENT);
+    if (u->e) tg_event_free(u->e);
+    u->e = NULL;
+    return 0;
+}
+
+void tgl_replay_opts(lua_State *L, int idx, const char *what, tg_stream **s, tg_event **wait)
+{
+    *s = NULL;
+    *wait = NULL;
+    if (lua_isnoneornil(L, idx)) return;
+    if (!lua_istable(L, idx)) luaL_error(L, "%s: options must be a table {stream =, wait =}", what);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) { /* unknown keys are refused, named */
+        const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
+        if (strcmp(k, "stream") != 0 && strcmp(k, "wait") != 0)
+            luaL_error(L, "%s: unknown option '%s' (stream, wait)", what, k);
+        lua_pop(L, 1);
+    }
+    if (lua_getfield(L, idx, "stream") != LUA_TNIL) { /* the options table keeps both alive */
+        struct tgl_stream *su = luaL_testudata(L, -1, TGL_STREAM);
+        if (su == NULL) luaL_error(L, "%s: option 'stream' must be a stream (tg.stream.new())", what);
+        if (su->s == NULL) luaL_error(L, "%s: option 'stream' was closed", what);
+        *s = su->s;
+    }
+    if (lua_getfield(L, idx, "wait") != LUA_TNIL) {
+        struct tgl_event *eu = luaL_testudata(L, -1, TGL_EVENT);
+        if (eu == NULL) luaL_error(L, "%s: option 'wait' must be an event (tg.stream.event())", what);
+        if (eu->e == NULL) luaL_error(L, "%s: option 'wait' was closed", what);
+        *wait = eu->e;
+    }
+    lua_pop(L, 2);
+}
+
 /* ------------------------------------------------------------------ pools */
 
 static struct tgl_pool *pool_test(lua_State *L, int idx)
@@ -253,13 +347,15 @@ static int s_capture(lua_State *L)
     return 1;
 }
 
-/* graph:replay([stream]): on the given stream, else the current stream of its device. */
+/* graph:replay([stream [, event]]): on the given stream, else the current
+ * stream of its device; with an event, the stream waits for it first. */
 static int g_replay(lua_State *L)
 {
     tg_graph *g = graph_check(L, 1);
     struct tgl_graph *u = lua_touserdata(L, 1);
     tg_stream *s = lua_isnoneornil(L, 2) ? tg_stream_current(u->dev) : stream_check(L, 2);
     if (s == NULL) return luaL_error(L, "%s", tg_last_error());
+    if (!lua_isnoneornil(L, 3)) tgl_check(L, tg_stream_wait_event(s, event_check(L, 3)->e));
     tgl_check(L, tg_graph_replay(g, s));
     lua_settop(L, 1);
     return 1;
@@ -309,6 +405,7 @@ static const luaL_Reg stream_methods[] = {
     {"sync", st_sync},
     {"name", st_name},
     {"capturing", st_capturing},
+    {"wait", st_wait},
     {"close", st_gc},
     {NULL, NULL},
 };
@@ -347,7 +444,21 @@ static const luaL_Reg pool_meta[] = {
     {"__tostring", p_tostring},
     {NULL, NULL},
 };
+static const luaL_Reg event_methods[] = {
+    {"record", e_record},
+    {"sync", e_sync},
+    {"query", e_query},
+    {"close", e_gc},
+    {NULL, NULL},
+};
+static const luaL_Reg event_meta[] = {
+    {"__index", NULL},
+    {"__gc", e_gc},
+    {"__close", e_gc},
+    {NULL, NULL},
+};
 static const luaL_Reg stream_funcs[] = {
+    {"event", e_new},
     {"current", s_current},
     {"new", s_new},
     {"capture", s_capture},
@@ -370,6 +481,7 @@ void tgl_open_stream(lua_State *L)
     new_class(L, TGL_STREAM, stream_meta, stream_methods);
     new_class(L, TGL_GRAPH, graph_meta, graph_methods);
     new_class(L, TGL_POOL, pool_meta, pool_methods);
+    new_class(L, TGL_EVENT, event_meta, event_methods);
     luaL_newlib(L, stream_funcs); /* +1 */
     lua_setfield(L, -2, "stream");
     lua_pushcfunction(L, p_new);

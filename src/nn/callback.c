@@ -63,12 +63,19 @@ static void cb_destroy(tg_module *m)
     free(C);
 }
 
+int tg_callback_module_can_delay(const tg_module *m)
+{
+    const struct callback *C = m->impl;
+    return C && C->fns.backward_dw != NULL;
+}
+
 static const struct tg_module_vtbl callback_vt = {
     .type = "Module",
     .forward = cb_forward,
     .backward = cb_backward,
     .wgrad = cb_wgrad,
     .destroy = cb_destroy,
+    .can_delay = tg_callback_module_can_delay,
 };
 
 tg_status tg_callback_module_new(const struct tg_callback_module_fns *fns, void *ud, tg_param **params, int nparams,

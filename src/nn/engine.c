@@ -1,4 +1,6 @@
 /* engine.c — steps, per-parameter wgrad bookkeeping, hook dispatch and the end-of-step hook check. */
+#include "core/debug.h"
+#include "core/ops_optim.h"
 #include "trace/trace.h"
 #include "nn/nn.h"
 
@@ -103,10 +105,9 @@ void tg_engine_set_capture_observer(tg_capture_observer fn, void *ud)
 
 void tg_engine_set_quiet(int on) { eng.quiet = on != 0; }
 
-tg_status tg_param_wgrad_done(tg_param *p, int mb)
+/* Counts one contribution of p for mb and fires p's hooks when mb is complete. */
+static tg_status wgrad_fire(tg_param *p, int mb)
 {
-    if (eng.quiet) return TG_OK;
-    if (tg_device_capturing(tg_tensor_device(p->data))) return eng.observer ? eng.observer(eng.observer_ud, p, mb) : TG_OK;
     if (mb < 1) return tg_error(TG_EINVAL, "wgrad of %s: microbatch %d (microbatches count from 1)", p->name, mb);
     if (eng.open && mb > eng.microbatches)
         return tg_error(TG_EINVAL, "wgrad of %s for microbatch %d, but step %lld has %d microbatches", p->name, mb,
@@ -139,6 +140,163 @@ tg_status tg_param_wgrad_done(tg_param *p, int mb)
     p->dispatching--;
     tg_trace_close(sp, NULL);
     return st;
+}
+
+
+/* ------------------------------------------------------------------ captures outside the graph layer
+ * Module work captured with the plain stream capture (tg_stream_begin_capture,
+ * tg.stream.capture) keeps the hook contract at replay: the graph carries the
+ * forwards and wgrad contributions issued while it was recorded; before each
+ * replay the wgrad targets whose next contribution is the first of the open
+ * step are zeroed (captured wgrads accumulate), and after it the modules count
+ * as run in the step and every recorded contribution is reported in capture
+ * order, so hooks fire and the step check counts replays. */
+struct captured {
+    tg_param **wp;      /* wgrad contributions, capture order (references) */
+    int *wmb;
+    int nw, wcap;
+    tg_param **tp;      /* distinct parameters written (references) */
+    tg_tensor **target; /* their wgrad targets at capture (handles) */
+    int nt, tcap;
+    tg_tensor **zero;   /* scratch for the zeroing launch (nt entries) */
+    tg_module **fwd;    /* modules whose forward was captured (references) */
+    int nf, fcap;
+    int skip_hooks;     /* TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY at capture (tests) */
+};
+
+static void captured_free(void *ud)
+{
+    struct captured *c = ud;
+    for (int i = 0; i < c->nw; i++) tg_param_release(c->wp[i]);
+    for (int i = 0; i < c->nt; i++) {
+        tg_param_release(c->tp[i]);
+        tg_tensor_free(c->target[i]);
+    }
+    for (int i = 0; i < c->nf; i++) tg_module_release(c->fwd[i]);
+    free(c->wp);
+    free(c->wmb);
+    free(c->tp);
+    free(c->target);
+    free(c->zero);
+    free(c->fwd);
+    free(c);
+}
+
+static int grow(void **arr, int *cap, int n, size_t size)
+{
+    if (n < *cap) return 1;
+    int c = *cap ? 2 * *cap : 8;
+    void *a = realloc(*arr, (size_t)c * size);
+    if (!a) return 0;
+    *arr = a;
+    *cap = c;
+    return 1;
+}
+
+static tg_status captured_before(void *ud, tg_stream *s);
+static tg_status captured_after(void *ud, tg_stream *s);
+
+/* The record of the graph dev captures into (made on first use). */
+static tg_status captured_of(tg_device dev, const char *what, struct captured **out)
+{
+    *out = NULL;
+    tg_graph *g = tg_device_capture_graph(dev);
+    if (!g) return tg_error(TG_ESTATE, "%s while capturing: no graph is being recorded", what);
+    if (g->host.free_ud == captured_free) {
+        *out = g->host.ud;
+        return TG_OK;
+    }
+    if (g->host.before || g->host.after)
+        return tg_error(TG_ESTATE, "%s while capturing: the graph carries other host work", what);
+    struct captured *c = calloc(1, sizeof *c);
+    if (!c) return tg_error(TG_ENOMEM, "out of host memory");
+    c->skip_hooks = tg_debug_get(TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY);
+    g->host = (struct tg_graph_host){.before = captured_before, .after = captured_after, .free_ud = captured_free, .ud = c};
+    *out = c;
+    return TG_OK;
+}
+
+static tg_status record_wgrad(tg_param *p, int mb)
+{
+    struct captured *c;
+    TG_TRY(captured_of(tg_tensor_device(p->data), p->name, &c));
+    if (mb < 1) return tg_error(TG_EINVAL, "wgrad of %s: microbatch %d (microbatches count from 1)", p->name, mb);
+    int known = 0;
+    for (int i = 0; i < c->nt && !known; i++) known = c->tp[i] == p;
+    if (!known) {
+        int tcap = c->tcap;
+        if (!grow((void **)&c->tp, &tcap, c->nt, sizeof *c->tp) || !grow((void **)&c->target, &c->tcap, c->nt, sizeof *c->target))
+            return tg_error(TG_ENOMEM, "out of host memory");
+        TG_TRY(tg_tensor_ref(tg_param_wgrad_target(p), &c->target[c->nt]));
+        c->tp[c->nt++] = tg_param_retain(p);
+        tg_tensor **z = realloc(c->zero, (size_t)c->nt * sizeof *z);
+        if (!z) return tg_error(TG_ENOMEM, "out of host memory");
+        c->zero = z;
+    }
+    int cap = c->wcap;
+    if (!grow((void **)&c->wp, &cap, c->nw, sizeof *c->wp)) return tg_error(TG_ENOMEM, "out of host memory");
+    if (!grow((void **)&c->wmb, &c->wcap, c->nw, sizeof *c->wmb)) return tg_error(TG_ENOMEM, "out of host memory");
+    c->wp[c->nw] = tg_param_retain(p);
+    c->wmb[c->nw++] = mb;
+    return TG_OK;
+}
+
+tg_status tg_engine_note_forward(tg_module *m)
+{
+    if (!tg_device_capturing(m->opts.device)) {
+        m->forward_step = tg_step_index();
+        return TG_OK;
+    }
+    if (eng.observer || eng.quiet) return TG_OK; /* the graph layer's capture: it marks forwards at replay */
+    char label[160];
+    struct captured *c;
+    TG_TRY(captured_of(m->opts.device, tg_module_label(m, label, sizeof label), &c));
+    for (int i = 0; i < c->nf; i++)
+        if (c->fwd[i] == m) return TG_OK;
+    if (!grow((void **)&c->fwd, &c->fcap, c->nf, sizeof *c->fwd)) return tg_error(TG_ENOMEM, "out of host memory");
+    c->fwd[c->nf++] = tg_module_retain(m);
+    return TG_OK;
+}
+
+static tg_status captured_before(void *ud, tg_stream *s)
+{
+    (void)s;
+    struct captured *c = ud;
+    char a[64];
+    for (int i = 0; i < c->nw; i++)
+        if (eng.open && c->wmb[i] > eng.microbatches)
+            return tg_error(TG_EINVAL, "replay of a graph that computes the wgrad of %s for microbatch %d, but step %lld has %d microbatches",
+                            c->wp[i]->name, c->wmb[i], (long long)eng.count, eng.microbatches);
+    int nz = 0;
+    for (int i = 0; i < c->nt; i++) {
+        tg_param *p = c->tp[i];
+        if (!tg_tensor_same_memory(tg_param_wgrad_target(p), c->target[i]))
+            return tg_error(TG_ESTATE, "replay: the wgrad target of %s (%s) was replaced after the graph was captured (capture again)",
+                            p->name, tg_tensor_shape_str(c->target[i], a, sizeof a));
+        if (tg_param_wgrad_accumulate(p) == 0.0) c->zero[nz++] = c->target[i];
+    }
+    return tg_zero_multi(c->zero, nz);
+}
+
+static tg_status captured_after(void *ud, tg_stream *s)
+{
+    (void)s;
+    struct captured *c = ud;
+    for (int i = 0; i < c->nf; i++) {
+        c->fwd[i]->forward_step = tg_step_index();
+        c->fwd[i]->exec_mode = "captured";
+    }
+    if (c->skip_hooks) return TG_OK; /* TransformerEngine's bug, on purpose (tests) */
+    for (int i = 0; i < c->nw; i++) TG_TRY(wgrad_fire(c->wp[i], c->wmb[i]));
+    return TG_OK;
+}
+
+tg_status tg_param_wgrad_done(tg_param *p, int mb)
+{
+    if (eng.quiet) return TG_OK;
+    if (tg_device_capturing(tg_tensor_device(p->data)))
+        return eng.observer ? eng.observer(eng.observer_ud, p, mb) : record_wgrad(p, mb);
+    return wgrad_fire(p, mb);
 }
 
 /* "[1,0,1,1]" of p's firings per microbatch of the open step. */

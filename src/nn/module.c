@@ -154,11 +154,11 @@ tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const 
         span_end(m, sp);
     }
     if (st == TG_OK) st = note_forward(m, mb);
+    if (st == TG_OK) st = tg_engine_note_forward(m);
     if (st != TG_OK && *y) {
         tg_tensor_free(*y);
         *y = NULL;
     }
-    if (st == TG_OK && !tg_device_capturing(m->opts.device)) m->forward_step = tg_step_index();
     return call_leave(m, "forward", mb, st);
 }
 
@@ -259,6 +259,55 @@ empty:
     return tg_error(TG_ESTATE, "backward_dw with nothing queued on %s (delay_wgrad is %s: each backward %s)",
                     tg_module_label(m, label, sizeof label), m->opts.delay_wgrad ? "on" : "off",
                     m->opts.delay_wgrad ? "queues one wgrad" : "computes its wgrad itself");
+}
+
+/* The first module under m (m included) that cannot delay its wgrad; NULL when none. */
+static const tg_module *cannot_delay(const tg_module *m)
+{
+    if (m->vt->wgrad && m->vt->can_delay && !m->vt->can_delay(m)) return m;
+    for (int i = 0; i < m->nchildren; i++) {
+        const tg_module *bad = cannot_delay(m->children[i]);
+        if (bad) return bad;
+    }
+    return NULL;
+}
+
+/* The first module under m (m included) with queued wgrad work; NULL when none. */
+static const tg_module *queued_under(const tg_module *m)
+{
+    if (m->wq_head) return m;
+    for (int i = 0; i < m->nchildren; i++) {
+        const tg_module *q = queued_under(m->children[i]);
+        if (q) return q;
+    }
+    return NULL;
+}
+
+static void set_delay(tg_module *m, int on)
+{
+    m->opts.delay_wgrad = on;
+    for (int i = 0; i < m->nchildren; i++) set_delay(m->children[i], on);
+}
+
+tg_status tg_module_set_delay_wgrad(tg_module *m, int on)
+{
+    char label[160], other[160];
+    tg_module_label(m, label, sizeof label);
+    if (tg_device_capturing(m->opts.device))
+        return tg_error(TG_ECAPTURE, "%s set_delay_wgrad: not while its device captures", label);
+    if (m->exec_mode && strcmp(m->exec_mode, "graphed") == 0)
+        return tg_error(TG_ESTATE, "%s set_delay_wgrad: it is part of a graphed set, whose graphs were captured with delay_wgrad %s (free the set first)",
+                        label, m->opts.delay_wgrad ? "on" : "off");
+    const tg_module *q = queued_under(m);
+    if (q)
+        return tg_error(TG_ESTATE, "%s set_delay_wgrad: the wgrad of microbatch %d is still queued on %s (run backward_dw first)",
+                        label, q->wq_head->mb, tg_module_label(q, other, sizeof other));
+    const tg_module *bad = on ? cannot_delay(m) : NULL;
+    if (bad)
+        return tg_error(TG_EINVAL, "%s set_delay_wgrad: %s has no backward_dw, so its wgrad cannot be delayed", label,
+                        tg_module_label(bad, other, sizeof other));
+    set_delay(m, on != 0);
+    return TG_OK;
 }
 
 int tg_module_need_backward_dw(const tg_module *m)

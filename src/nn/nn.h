@@ -81,13 +81,20 @@ int tg_hook_check_get(void);
  * (if any) instead of recording or firing. */
 typedef tg_status (*tg_capture_observer)(void *ud, tg_param *p, int mb);
 void tg_engine_set_capture_observer(tg_capture_observer fn, void *ud);
+/* After a forward of m: marks m as run in the open step (for the hook check),
+ * or, while m's device captures outside the graph layer, records m in the
+ * graph being captured (its replays mark it). */
+tg_status tg_engine_note_forward(tg_module *m);
 /* Graph warm-up: while quiet, wgrads are neither recorded nor fired and
  * always accumulate (the graph layer restores the gradients afterwards). */
 void tg_engine_set_quiet(int on);
 
 /* Records that one wgrad contribution of p for microbatch mb is issued; when
  * all p->contributors contributions of mb are in, fires p's hooks. While the
- * device captures nothing is recorded or fired. Called by modules after their
+ * device captures nothing is counted or fired: the graph layer's observer is
+ * told, or, for a plain stream capture, the contribution is recorded in the
+ * graph and reported at each of its replays (after the targets of first
+ * contributions of the step were zeroed). Called by modules after their
  * wgrad kernels, and by the graph layer after replays. Inside a step mb must
  * be in 1..microbatches (TG_EINVAL otherwise). Outside steps step = 0 and
  * every firing has last = 1 (the engine knows of no later microbatch). */
@@ -139,6 +146,8 @@ struct tg_module_vtbl {
      * the item. Composites and parameterless leaves: NULL. */
     tg_status (*wgrad)(tg_module *m, struct tg_saved *item);
     void (*destroy)(tg_module *m);
+    /* Optional: whether the leaf can delay its wgrad (NULL: leaves with wgrad can). */
+    int (*can_delay)(const tg_module *m);
 };
 
 struct tg_module {
@@ -214,6 +223,13 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
  * The engine is single-threaded (one host thread drives the modules). */
 tg_status tg_module_backward_dw(tg_module *m, int mb);
 int tg_module_need_backward_dw(const tg_module *m);
+/* Switches delayed wgrad on or off for m and every module under it, for the
+ * backwards that follow (TransformerEngine's WeightGradStore enable/disable).
+ * Refused (TG_ESTATE, nothing changed) while wgrad work of m is queued (naming
+ * the module and the microbatch), while m is part of a graphed set (its graphs
+ * were captured with the old setting), and while m's device captures; turning
+ * it on is refused for a module written in Lua without backward_dw. */
+tg_status tg_module_set_delay_wgrad(tg_module *m, int on);
 /* All parameters, own then children's in order, each once (caller frees the
  * array, not the params). A tied table is listed by its embedding only. */
 tg_status tg_module_parameters(tg_module *m, tg_param ***out, int *n);

@@ -1,5 +1,5 @@
 # dist.sh — sourced by the t/dist-*.sh tests: TAP helpers, skip without MPI, run a script on N ranks under mpirun.
-TEGRAPH="${TG_TOP_BUILDDIR:-.}/tegraph"
+. "${TG_TOP_SRCDIR:-.}/t/lib/tap.sh"
 SRCDIR="${TG_TOP_SRCDIR:-.}"
 # Two ranks share the CPUs: one OpenMP thread each keeps them from spinning against each other.
 OMP_NUM_THREADS=1
@@ -14,15 +14,6 @@ export OMPI_MCA_btl_vader_single_copy_mechanism
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 export ASAN_OPTIONS
 
-n=0
-fails=0
-ok() { # ok STATUS DESCRIPTION: passes when STATUS is 0
-    n=$((n + 1))
-    if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fails=$((fails + 1)); fi
-}
-has() { # has FILE TEXT: 0 when FILE contains TEXT
-    grep -F -q -- "$2" "$1"
-}
 finish() {
     [ "$fails" -eq 0 ]
     exit $?
