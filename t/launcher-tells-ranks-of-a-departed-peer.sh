@@ -2,9 +2,7 @@
 # launcher-tells-ranks-of-a-departed-peer.sh — `tegraph run -n` (fork launcher) tells the ranks still running
 # which rank's script ended: tg.comm.departed() names it within seconds (the NCCL watchdog fails an op waiting
 # on that rank the same way); a rank that did not leave is never reported, and nothing is reported outside a job.
-TEGRAPH="${TG_TOP_BUILDDIR:-.}/tegraph"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-depart.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
+. "${TG_TOP_SRCDIR:-.}/t/lib/tap.sh"
 cat >"$tmp/job.lua" <<'LUA'
 local tg = require "tegraph"
 local r = tonumber(os.getenv("TG_RANK"))
@@ -20,9 +18,6 @@ while os.time() < t0 + 2 do end -- both ranks run 2 s: neither leaves before the
 print(string.format("rank %s: departed %s", os.getenv("TG_RANK"), tostring(tg.comm.departed())))
 LUA
 echo "1..4"
-n=0
-ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fails=1; fi; }
-fails=0
 TG_LAUNCHER=fork TG_DEVICE=cpu "$TEGRAPH" run -n 3 "$tmp/job.lua" >"$tmp/job.out" 2>&1
 ok $? "a job whose rank 1 returns at once exits 0"
 grep -q "^rank 0: departed 1 after" "$tmp/job.out" && grep -q "^rank 2: departed 1 after" "$tmp/job.out"
@@ -34,4 +29,4 @@ ok $? "ranks that are all still there hear of no departure"
 grep -q "^alone: departed nil" "$tmp/alone.out"
 ok $? "outside a job nothing has departed"
 sed 's/^/# /' "$tmp/job.out" "$tmp/stay.out" "$tmp/alone.out"
-exit $fails
+[ "$fails" -eq 0 ]
