@@ -539,8 +539,9 @@ static tg_status cross_check(tg_comm *c, int kind, const tg_tensor *t, tg_comm_o
     int first = 1;
     for (int i = 0; i < c->nchecked && first; i++) first = strcmp(c->checked[i], key) != 0;
     if (!first && !tg_debug_get(TG_DEBUG_COMM_CHECK)) return TG_OK;
-    /* NCCL ops inside a group launch at its end: a blocking exchange there would never complete */
-    if (c->group_depth > 0 && tg_tensor_device(t).type != TG_CPU) return TG_OK;
+    /* inside a group ops launch together at its end (NCCL): no blocking exchange there; the next call
+     * of the kind outside a group is checked instead */
+    if (c->group_depth > 0) return TG_OK;
     if (first) {
         if (c->nchecked == c->capchecked) {
             int cap = c->capchecked ? 2 * c->capchecked : 16;

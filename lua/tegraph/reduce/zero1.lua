@@ -47,7 +47,8 @@ function M.new(o)
     pad_to = size,
     on_ready = function(b)
       local s = self.shards[b.index]
-      self.pending[#self.pending + 1] = c:reduce_scatter(s.grad, b.tensor, { op = "avg", async = true })
+      -- name: its trace span, and the cross-rank check of each bucket's first reduce
+      self.pending[#self.pending + 1] = c:reduce_scatter(s.grad, b.tensor, { op = "avg", async = true, name = "zero1 bucket " .. b.index })
     end,
   }
   local gb = self.tracker.grad_buffer
