@@ -6,6 +6,9 @@
 local here = debug.getinfo(1, "S").source
 local libdir = here:match("^@(.*[/\\])[^/\\]*$")
 
+-- The C bindings name the same user line for errors of C calls the library makes.
+if libdir then debug.getregistry()["tegraph.libdir"] = libdir end
+
 local function in_library(source)
   return libdir ~= nil and source:sub(1, 1) == "@" and source:sub(2, #libdir + 1) == libdir
 end
