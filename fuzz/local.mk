@@ -55,3 +55,4 @@ fuzz: fuzz-build
 
 fuzz-clean:
 	rm -rf fuzz/obj fuzz/corpus $(FUZZ_TARGETS:%=fuzz/fuzz-%) $(FUZZ_TARGETS:%=fuzz/%.log)
+clean-local: fuzz-clean
