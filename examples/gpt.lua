@@ -2,7 +2,11 @@
 --
 --   tegraph run examples/gpt.lua                      # learn to reverse digit strings, then show samples
 --   tegraph run examples/gpt.lua --data train.bin --vocab 50257 --context 256 --width 256 --layers 4
+--   tegraph run examples/gpt.lua --text input.txt --val-split 0.1  # train on a text file (bytes), then sample
+--   tegraph run examples/gpt.lua --text input.txt --tokenizer gpt2/ # GPT-2 BPE (vocab.json + merges.txt)
 --   tegraph run examples/gpt.lua --make-data task.bin # write the built-in task as a .bin file
+--   tegraph run examples/gpt.lua --graph              # layers as graphed callables, delayed wgrad, hook-driven ddp
+--   tegraph run -n 4 examples/gpt.lua --pipeline 2 --schedule zb_h1 --graph   # 2 stages x 2 replicas
 --   tegraph run examples/gpt.lua --help
 local tg = require "tegraph"
 local nn = require "tegraph.nn"
@@ -10,15 +14,26 @@ local optim = require "tegraph.optim"
 local data = require "tegraph.data"
 local progress = require "tegraph.progress"
 local cli = require "tegraph.cli"
+local text = require "tegraph.text"
+local train = require "tegraph.train"
 
 ------------------------------------------------------------------------ options
 local defaults = {
   { "task", "reverse", "built-in task: reverse (reverse a digit string) or sort (sort its digits)" },
   { "digits", 6, "digits per task example" },
-  { "data", nil, "train on an llm.c/nanoGPT .bin token file instead of the task" },
+  { "data", nil, "train on an llm.c .bin token file (or nanoGPT's headerless one, with --vocab) instead of the task" },
+  { "text", nil, "train on a text file: tokenized (cached next to it as FILE.<hash>.bin), then trained on", "string" },
+  { "tokenizer", nil, "--text: a GPT-2 tokenizer directory (vocab.json + merges.txt or encoder.json + vocab.bpe); default bytes", "string" },
+  { "val", nil, "validation file (text with --text, else a .bin token file)", "string" },
+  { "val-split", nil, "hold out this fraction of the --text/--data tokens (their end) for validation", "number" },
+  { "eval-every", 50, "validation loss every N steps (and at the last)" },
+  { "eval-batches", 4, "validation batches (fixed windows) per evaluation" },
+  { "sample-tokens", 200, "--text/--data: tokens per sample printed after training" },
+  { "temperature", 0.8, "--text/--data samples: sampling temperature (0: greedy)" },
+  { "top-k", 40, "--text/--data samples: sample among the k most likely tokens (0: all)" },
   { "make-data", nil, "write the task as a .bin token file and exit" },
   { "tokens", 20000, "tokens for --make-data" },
-  { "vocab", nil, "vocabulary size (task: 12; --data: required unless the file's ids fit 65536)", "number" },
+  { "vocab", nil, "vocabulary size (task: 12; --text: the tokenizer's; --data: the file's largest id + 1, at least 256)", "number" },
   { "vocab-pad", nil, "round the token table and logits up to a multiple of N, as nanoGPT's 50304 (default 64 when --vocab >= 1024, else 1)", "number" },
   { "layers", 2, "transformer layers" },
   { "heads", 4, "attention heads" },
@@ -36,13 +51,19 @@ local defaults = {
   { "delay-wgrad", false, "delay weight gradients to backward_dw (TE delay_wgrad_compute)" },
   { "fuse-wgrad", false, "accumulate weight gradients into f32 main_grad" },
   { "seed", 1234, "seed of initialisation and batches" },
-  { "samples", 6, "greedy samples to print after training (task only)" },
+  { "samples", 6, "samples to print after training (task: greedy; --text/--data: at most 3, sampled)" },
   { "eval", 256, "held-out examples for the exact-match accuracy (task only)" },
   { "log", nil, "write metrics as JSON lines to this file" },
   { "every", 25, "print every N steps when not on a terminal" },
   { "quiet", false, "no progress lines" },
   { "trace", nil, "write a device-timeline trace (Chrome JSON, for Perfetto) of --trace-steps to this file; with several ranks each writes FILE.rank<r>" },
   { "trace-steps", nil, "steps to trace, a:b (default 3:5, within --steps)" },
+  { "graph", false, "run each chunk of layers as a graphed callable (F/B/W graphs per microbatch, delayed wgrad, captured in the schedule's order), the reduce driven by the wgrad hooks, capturable AdamW" },
+  { "layers-per-chunk", nil, "layers per graphed callable with --graph (default 1; with --pipeline: the layers of a schedule chunk)", "number" },
+  { "pipeline", 1, "pipeline stages P, one per rank (tegraph run -n N, N = P x D: D data-parallel replicas)" },
+  { "schedule", "1f1b", "pipeline schedule: " .. train.schedule_names },
+  { "zero1", false, "ZeRO-1 reduce (reduce-scatter, AdamW on the shard, all-gather) instead of ddp" },
+  { "hooks", "reduce", "wgrad hooks: reduce (ddp or zero1) or noop (hooks that do nothing: the step without the reduce, to measure what hooks and schedule cost)" },
 }
 
 local opt = cli.parse("examples/gpt.lua", defaults, arg)
@@ -105,11 +126,13 @@ if opt.task ~= "reverse" and opt.task ~= "sort" then
   io.stderr:write("gpt.lua: --task must be reverse or sort\n")
   os.exit(2)
 end
--- Data parallel when launched on several ranks (`tegraph run -n N`, mpirun): every
--- rank starts from the same weights (same seed) and draws its own batches.
+-- Several ranks (`tegraph run -n N`, mpirun): P pipeline stages x D data-parallel replicas.
+-- Every rank starts from the same weights (same seed) and draws the same stream of batches;
+-- a step is M x D microbatches, replica d trains on numbers d*M+1 .. (d+1)*M of them, so the
+-- run's losses are those of one process with --microbatches M x D.
 local world = tg.comm.size() > 1 and tg.comm.world() or nil
 local rank = world and world:rank() or 0
-math.randomseed(opt.seed + 7919 * rank)
+math.randomseed(opt.seed)
 if rank ~= 0 then -- rank 0 reports for all
   print = function() end
   opt.quiet = true
@@ -127,10 +150,30 @@ if opt["make-data"] then
 end
 
 ------------------------------------------------------------------------ the data
-local loader, vocab, T
+local loader, val_loader, vocab, T, tok, tok_id
+if opt.text then
+  if opt.data then error("gpt.lua: --text and --data exclude each other", 0) end
+  tok, tok_id = text.tokenizer(opt.tokenizer)
+  local function tokenize(path)
+    local bin, n, cached = data.tokenize(path, tok, { tokenizer_id = tok_id,
+      progress = rank == 0 and text.progress("tokenizing " .. path) or nil })
+    print(string.format("%s: %d %s tokens %s %s", path, n, tok.kind, cached and "cached in" or "written to", bin))
+    return bin
+  end
+  opt.data = tokenize(opt.text)
+  if opt.val then opt.val = tokenize(opt.val) end
+elseif opt.tokenizer then
+  error("gpt.lua: --tokenizer goes with --text", 0)
+end
 if opt.data then
-  vocab = opt.vocab or 65536
-  loader = data.open(opt.data, { vocab = vocab })
+  loader = data.open(opt.data, { vocab = opt.vocab or (tok and tok.vocab_size) })
+  vocab = loader.vocab
+  if opt["val-split"] then
+    if opt.val then error("gpt.lua: --val and --val-split exclude each other", 0) end
+    loader, val_loader = loader:split(opt["val-split"])
+  elseif opt.val then
+    val_loader = data.open(opt.val, { vocab = vocab })
+  end
   T = opt.context or 64
 else
   vocab = opt.vocab or TASK_VOCAB
@@ -153,6 +196,8 @@ if vocab_pad < 1 or math.type(vocab_pad) ~= "integer" then
   io.stderr:write("gpt.lua: --vocab-pad needs a positive integer\n")
   os.exit(2)
 end
+local pipelined = opt.pipeline > 1
+local delay = opt["delay-wgrad"] or ((opt.graph or pipelined) and "layers") or false
 local model = nn.GPT {
   vocab_size = vocab,
   make_vocab_size_divisible_by = vocab_pad,
@@ -161,20 +206,20 @@ local model = nn.GPT {
   num_attention_heads = opt.heads,
   num_layers = opt.layers,
   dtype = opt.dtype,
-  delay_wgrad = opt["delay-wgrad"],
+  delay_wgrad = delay,
   fuse_wgrad_accumulation = opt["fuse-wgrad"],
 }
-local params = model:parameters()
-local adamw = optim.AdamW(params, {
-  lr = opt.lr,
-  beta1 = 0.9,
-  beta2 = 0.99,
-  weight_decay = opt["weight-decay"],
-  max_norm = opt.clip > 0 and opt.clip or nil,
-})
--- ddp: each bucket of the grad buffer is all-reduced (averaged) as soon as its
--- last wgrad hook fires, overlapping the rest of the backward.
-local ddp = world and require("tegraph.reduce.ddp").new { params = params, comm = world, op = "avg" } or nil
+-- the step in the mode the flags ask for (tegraph.train): eager, graphed, pipelined; ddp or zero1
+-- driven by the wgrad hooks
+local trainer = train.new {
+  model = model, microbatches = M, comm = world, graph = opt.graph, pipeline = opt.pipeline,
+  schedule = opt.schedule, layers_per_chunk = opt["layers-per-chunk"], reduce = opt.zero1 and "zero1" or nil,
+  hooks = opt.hooks,
+  sample = opt.graph and tg.zeros({ B, T }, { dtype = "i32" }) or nil,
+  adamw = { lr = opt.lr, beta1 = 0.9, beta2 = 0.99, weight_decay = opt["weight-decay"],
+    max_norm = opt.clip > 0 and opt.clip or nil },
+}
+local D = trainer.D
 local schedule = optim.cosine_schedule { lr = opt.lr, min_lr = opt["min-lr"], warmup = opt.warmup, total = opt.steps }
 
 local table_vocab = (vocab + vocab_pad - 1) // vocab_pad * vocab_pad
@@ -183,12 +228,14 @@ print(string.format("gpt: %s | vocab %d%s, context %d, width %d, heads %d, layer
   table_vocab ~= vocab and string.format(" (table %d)", table_vocab) or "", T, opt.width, opt.heads, opt.layers,
   model:num_parameters()))
 print(string.format("     device %s, dtype %s, %d steps x %d microbatches x %d sequences%s%s%s", tg.default_device(), opt.dtype,
-  opt.steps, M, B, opt["delay-wgrad"] and ", delayed wgrad" or "", opt["fuse-wgrad"] and ", fused main_grad" or "",
-  world and string.format(", data parallel over %d ranks (ddp)", world:size()) or ""))
+  opt.steps, M * D, B, delay and ", delayed wgrad" .. (delay == "layers" and " (layers)" or "") or "",
+  opt["fuse-wgrad"] and ", fused main_grad" or "", world and string.format(", %d ranks", world:size()) or ""))
+local mode = trainer:describe()
+if mode ~= "" then print("     " .. mode) end
 
 ------------------------------------------------------------------------ training
-local tokens_per_step = M * B * T * (world and world:size() or 1)
-local bar = progress.new { total = opt.steps, tokens_per_step = tokens_per_step, log = opt.log, every = opt.every,
+local tokens_per_step = M * D * B * T
+local bar = progress.new { total = opt.steps, tokens_per_step = tokens_per_step, log = rank == 0 and opt.log or nil, every = opt.every,
   tty = not opt.quiet and tg.isatty(io.stdout), out = opt.quiet and io.open("/dev/null", "w") or io.stdout }
 local first_loss, last_loss
 local losses = {}
@@ -216,35 +263,52 @@ if trace_path then -- fail now, not after training, when the trace cannot be wri
   f:close()
 end
 local steady_t0 -- time at the end of step 2
+-- the validation windows: the same fixed set at every evaluation
+local val_batches = val_loader and val_loader:eval_batches(B, T, opt["eval-batches"]) or nil
+if (opt.val or opt["val-split"]) and not loader then error("gpt.lua: --val/--val-split need --text or --data", 0) end
+if opt["eval-every"] < 1 then error("gpt.lua: --eval-every must be >= 1", 0) end
+if (opt.val or opt["val-split"]) and pipelined then
+  error("gpt.lua: --val/--val-split are not supported with --pipeline (each rank holds only its stage)", 0)
+end
 
+local host_s, step_s, timed = 0, 0, 0
 for step = 1, opt.steps do
   local lr = schedule(step)
-  if step == trace_a then tg.trace.start() end
-  tg.step_begin { microbatches = M }
-  local loss_sum = 0.0
-  for mb = 1, M do
+  -- this replica's microbatches of the step's M x D (every rank draws them all, in order)
+  local xs, ys = {}, {}
+  for g = 1, M * D do
     local x, y = next_batch()
-    local loss = model:forward_loss(x, y, mb)
-    model:backward(1.0 / M, mb) -- the step's loss is the mean over its microbatches
-    loss_sum = loss_sum + nn.loss_value(loss)
+    local m = g - trainer.dp_rank * M
+    if m >= 1 and m <= M then xs[m], ys[m] = x, y end
   end
-  if model:need_backward_dw() then -- delayed wgrads, in B order (none when not delayed)
-    for mb = 1, M do model:backward_dw(mb) end
-  end
-  tg.step_end()
-  if ddp then ddp:finish() end
-  local norm = adamw:step { lr = lr }
+  if step == trace_a then tg.trace.start() end
+  local t0 = tg.time()
+  local r = trainer:step(xs, ys, lr)
+  local vals = trainer:losses(r) -- reads the losses: waits for the step
+  local t1 = tg.time()
+  if step > 2 or opt.steps <= 2 then host_s, step_s, timed = host_s + r.host_s, step_s + (t1 - t0), timed + 1 end
   if step == trace_b then
+    local ov = train.overlap(tg.trace.events())
     local sum = tg.trace.stop(trace_path, { quiet = true })
-    print(string.format("%s%s (steps %d..%d) -> %s", world and world:size() > 1 and ("rank " .. world:rank() .. ": ") or "",
-      sum.line, trace_a, trace_b, trace_path))
+    print(string.format("%s%s (steps %d..%d) -> %s\n%s%s", world and world:size() > 1 and ("rank " .. world:rank() .. ": ") or "",
+      sum.line, trace_a, trace_b, trace_path, world and world:size() > 1 and ("rank " .. world:rank() .. ": ") or "", ov.line))
   end
-  local loss = loss_sum / M
+  local loss_sum = 0.0
+  for g = 1, #vals do loss_sum = loss_sum + vals[g] end
+  local loss = loss_sum / #vals -- the step's loss: the mean over its microbatches
   if loss ~= loss then error(string.format("step %d: the loss is NaN", step)) end
   first_loss = first_loss or loss
   last_loss = loss
   losses[#losses + 1] = loss
-  bar:update(step, { loss = loss, lr = lr, norm = norm })
+  bar:update(step, { loss = loss, lr = lr, norm = trainer:grad_norm() })
+  if val_batches and not pipelined and (step % opt["eval-every"] == 0 or step == opt.steps) then
+    local vl = 0
+    for _, xy in ipairs(val_batches) do vl = vl + nn.loss_value(model:eval_loss(xy[1], xy[2])) end
+    vl = vl / #val_batches
+    local line = string.format("step %d: val loss %.4f", step, vl)
+    if opt.quiet then print(line) else bar:print(line) end
+    bar:record { step = step, val_loss = vl }
+  end
   if step == 2 then steady_t0 = tg.time() end -- after start-up (allocation, first GEMM plans, NCCL connections)
 end
 local elapsed = bar:finish()
@@ -261,9 +325,31 @@ local head10, tail10 = mean(losses, 1, 10), mean(losses, #losses - 9, #losses)
 print(string.format("trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (mean of first/last 10 steps %.4f -> %.4f, %.1fx lower)",
   opt.steps, elapsed, opt.steps * tokens_per_step / elapsed, first_loss, last_loss, head10, tail10, head10 / tail10))
 if steady then print(string.format("steady throughput (steps 3..%d): %.0f tokens/s", opt.steps, steady)) end
+if timed > 0 then
+  print(string.format("host time per step %.3f ms of %.3f ms per step (%.1f%%; hooks: %s)", 1e3 * host_s / timed,
+    1e3 * step_s / timed, 100 * host_s / step_s, trainer.hooks or "none"))
+end
 
 ------------------------------------------------------------------------ what it learned
-if not loader then
+if loader and opt.samples > 0 and not pipelined then
+  -- prompts: a few tokens from the data; with a tokenizer the samples print as text
+  local count, plen = math.min(opt.samples, 3), math.min(8, T)
+  local prompts = {}
+  local src = val_loader or loader
+  for i = 1, count do prompts[i] = src:tokens((i - 1) * (src:size() - plen) // count, plen) end
+  local outs = model:generate(prompts, opt["sample-tokens"], { temperature = opt.temperature, top_k = opt["top-k"],
+    seed = opt.seed })
+  print(string.format("samples (temperature %g, top-k %d; prompt | model):", opt.temperature, opt["top-k"]))
+  for i = 1, count do
+    if tok then
+      print(string.format("--- %q | %s", tok:decode(prompts[i]), tok:decode(outs[i])))
+    else
+      print(string.format("--- %s | %s", table.concat(prompts[i], " "), table.concat(outs[i], " ")))
+    end
+  end
+end
+-- (the whole model is on every rank only without a pipeline: each stage trained its own part)
+if not loader and not pipelined then
   local n = opt.digits
   local function decode(count)
     local prompts, wants = {}, {}

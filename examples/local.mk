@@ -24,3 +24,8 @@ noinst_PROGRAMS += examples/bench/launch
 examples_bench_launch_SOURCES = examples/bench/launch.c
 examples_bench_launch_LDADD = libtegraph.la
 examples_bench_launch_LDFLAGS = -static
+
+# Tokenizer throughput on one core (not run by make check): examples/bench/tokenize [--tokenizer DIR] [FILE]
+noinst_PROGRAMS += examples/bench/tokenize
+examples_bench_tokenize_SOURCES = examples/bench/tokenize.c
+examples_bench_tokenize_LDADD = libtegraph.la -lm

@@ -4,12 +4,18 @@
 --   tegraph run examples/zero_bubble.lua
 --   tegraph run examples/zero_bubble.lua --trace trace.json --svg schedule --microbatches 8 --graphed
 --   tegraph run examples/zero_bubble.lua --help
+--   tegraph run -n 2 examples/zero_bubble.lua     # one stage per rank: measured step times vs the simulator
 --
 -- All stages run in this process on one device, one action at a time, so the wall clock cannot show
 -- pipeline bubbles. "Measured" idle time is obtained like this: the trace records each action's host
 -- time (F, B, W, send, recv; with --graphed, replays), those durations become per-action costs, and
 -- the schedule is replayed through the simulator with them — which gives the makespan and per-stage
 -- idle time the schedule would have if each stage had its own device running at this speed.
+--
+-- On ranks (tegraph run -n P, mpirun -np P) each rank runs one stage over the communicator, so the
+-- step time is the pipeline's: 1F1B, ZB-H1 and ZB-V step times are measured side by side with the
+-- simulator's prediction for the F, B and W times measured in the run (their mean over the ranks,
+-- transfers counted free), printed as a table and drawn as SVG (PREFIX-NAME-ranks.svg).
 local tg = require "tegraph"
 local S = require "tegraph.schedule"
 local cli = require "tegraph.cli"
@@ -30,6 +36,8 @@ local defaults = {
 }
 
 local opt = cli.parse("examples/zero_bubble.lua", defaults, arg)
+local world = tg.comm.size() > 1 and tg.comm.world() or nil
+if world then opt.stages = world:size() end -- one stage per rank
 local P, M, L = opt.stages, opt.microbatches, opt.layers
 if L % (2 * P) ~= 0 then error(string.format("zero_bubble: --layers (%d) must be a multiple of 2 * stages (%d)", L, 2 * P), 0) end
 local shape = { opt.batch, opt.tokens, opt.width }
@@ -58,6 +66,81 @@ local xs, dys = {}, {}
 for m = 1, M do
   xs[m] = tg.randn(shape)
   dys[m] = tg.randn(shape) -- a fixed upstream gradient per microbatch stands in for the loss
+end
+
+------------------------------------------------------------------------ one stage per rank
+if world then
+  local rank, stage = world:rank(), world:rank() + 1
+  local out = rank == 0 and io.stdout or io.open("/dev/null", "w")
+  local owners = require("tegraph.schedule.plan").owners
+  local list = {
+    { "1F1B", S.one_f_one_b { stages = P, microbatches = M }, delay = false },
+    { "ZB-H1", S.zb_h1 { stages = P, microbatches = M }, delay = true },
+    { "ZB-V", S.zb_v { stages = P, microbatches = M }, delay = true },
+  }
+  out:write(string.format("%d stages on %d ranks, %d microbatches, %d transformer layers (width %d, %d tokens x %d " ..
+    "sequences), %s\n\n", P, world:size(), M, L, opt.width, opt.tokens, opt.batch, opt.graphed and "graphed" or "eager"))
+  local sums = tg.zeros({ 3 }, { dtype = "f32" }) -- mean F, B, W (ms) of the ZB-H1 run, summed over the ranks
+  for _, sch in ipairs(list) do
+    local plan = sch[2]
+    local C = plan.stages * (plan.chunks or 1)
+    local chunks = build(C, sch.delay)
+    local owner = owners(plan)
+    local mine = {}
+    for c = 1, C do if owner[c] == stage then mine[c] = chunks[c] end end
+    local graphed
+    if opt.graphed then
+      local samples = {}
+      for c = 1, C do samples[c] = xs[1] end
+      graphed = S.make_graphed(plan, mine, { samples = samples, warmup = 1, stages = { stage } })
+    end
+    local run = { chunks = mine, graphed = graphed, inputs = xs, loss_grad = dys, comm = world }
+    S.execute(plan, run) -- warm-up step
+    world:barrier()
+    tg.trace.start()
+    local t0 = tg.time()
+    for _ = 1, opt.steps do S.execute(plan, run) end
+    world:barrier()
+    sch.wall = (tg.time() - t0) / opt.steps
+    local sum, n = { F = 0, B = 0, W = 0 }, { F = 0, B = 0, W = 0 }
+    for _, e in ipairs(tg.trace.events()) do
+      if e.cat == "action" and e.ph == "X" and sum[e.op] then sum[e.op], n[e.op] = sum[e.op] + e.dur, n[e.op] + 1 end
+    end
+    tg.trace.stop(nil, { quiet = true })
+    if sch[1] == "ZB-H1" then
+      for i, op in ipairs { "F", "B", "W" } do
+        if n[op] == 0 then error("zero_bubble: the ZB-H1 run recorded no " .. op, 0) end
+        sums:narrow(i, 1):fill_(sum[op] / n[op] * 1e-3)
+      end
+    end
+  end
+  world:all_reduce(sums, { op = "sum" })
+  local v = sums:totable()
+  local costs = { F = v[1] / P, B = v[2] / P, W = v[3] / P, comm = 0 }
+  out:write(string.format("measured per chunk (ZB-H1 run, mean over ranks): F %.3f ms, B %.3f ms, W %.3f ms\n\n",
+    costs.F, costs.B, costs.W))
+  out:write("schedule | measured step ms | simulated step ms | simulated bubble | measured / simulated\n")
+  out:write("---------|------------------|-------------------|------------------|---------------------\n")
+  local rel = { F = 1, B = costs.B / costs.F, W = costs.W / costs.F, comm = 0 }
+  for _, sch in ipairs(list) do
+    -- ZB-V's chunks hold half the layers of the others' (two chunks per stage): half the cost each
+    local scale = (sch[2].chunks or 1) > 1 and 0.5 or 1
+    local c = { F = costs.F * scale, B = costs.B * scale, W = costs.W * scale, comm = 0 }
+    local sim = S.simulate(sch[2], c)
+    out:write(string.format("%-8s | %16.2f | %17.2f | %15.1f%% | %20.2f\n", sch[1], sch.wall * 1e3, sim.makespan,
+      100 * sim.bubble, sch.wall * 1e3 / sim.makespan))
+    if rank == 0 and opt.svg and opt.svg ~= "" then
+      local key = sch[1]:lower():gsub("%-", "_")
+      S.svg(sch[2], string.format("%s-%s-ranks.svg", opt.svg, key),
+        { F = rel.F * scale, B = rel.B * scale, W = rel.W * scale, comm = 0 })
+      sch.svg = string.format("%s-%s-ranks.svg", opt.svg, key)
+    end
+  end
+  if rank == 0 and opt.svg and opt.svg ~= "" then
+    out:write(string.format("\nwrote %s-{1f1b,zb_h1,zb_v}-ranks.svg (the simulated schedules in units of the measured F)\n",
+      opt.svg))
+  end
+  return
 end
 
 local schedules = {

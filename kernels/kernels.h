@@ -108,6 +108,11 @@ cudaError_t tg_cuda_bias_accumulate(void *out, tg_dtype out_dt, const void *part
  * Backward keeps rowsum(dout * out) of the (b, h, t) rows in scratch (4 bytes each). */
 cudaError_t tg_cuda_attention_forward(void *out, float *lse, const void *qkv, tg_dtype dt, int64_t b, int64_t t,
                                       int64_t c, int n_head, cudaStream_t st);
+/* Incremental decoding over a key/value cache (tg_attention_kv_args): copies the new keys and values into
+ * the caches, then one block per (batch, head, new position); scores in shared memory (4 * (pos + tn) bytes,
+ * cudaErrorInvalidValue past the device's limit). */
+cudaError_t tg_cuda_attention_kv(void *out, void *kcache, void *vcache, const void *qkv, tg_dtype dt, int64_t b,
+                                 int64_t tn, int64_t tmax, int64_t pos, int64_t c, int n_head, cudaStream_t st);
 cudaError_t tg_cuda_attention_backward(void *dqkv, const void *dout, const void *out, const void *qkv,
                                        const float *lse, tg_dtype dt, int64_t b, int64_t t, int64_t c, int n_head,
                                        float *scratch, size_t scratch_bytes, cudaStream_t st);

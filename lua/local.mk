@@ -2,8 +2,9 @@
 tegraphluadir = $(luadir)/tegraph
 dist_tegraphlua_DATA = \
 	%D%/tegraph/init.lua %D%/tegraph/raise.lua \
-	%D%/tegraph/nn.lua %D%/tegraph/optim.lua %D%/tegraph/data.lua %D%/tegraph/progress.lua \
-	%D%/tegraph/cli.lua
+	%D%/tegraph/nn.lua %D%/tegraph/optim.lua %D%/tegraph/data.lua %D%/tegraph/text.lua %D%/tegraph/progress.lua \
+	%D%/tegraph/cli.lua \
+	%D%/tegraph/train.lua
 # lua/tegraph/schedule: pipeline schedules (pure Lua; see t/schedule.mk).
 tegraphscheduledir = $(luadir)/tegraph/schedule
 dist_tegraphschedule_DATA = \

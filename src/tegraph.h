@@ -338,6 +338,50 @@ TG_API void tg_pool_stats(const tg_pool *p, size_t *used, size_t *peak, size_t *
 TG_API tg_status tg_pool_push(tg_pool *p);
 TG_API void tg_pool_pop(tg_pool *p);
 
+/* ------------------------------------------------------------------ text: tokenizers and sampling
+ * A tokenizer turns bytes into token ids and back. Two kinds: byte-level (id = byte, 256 ids) and GPT-2's
+ * byte-level BPE, loaded from a directory holding vocab.json + merges.txt (Hugging Face) or encoder.json +
+ * vocab.bpe (OpenAI). BPE text is split into pieces by GPT-2's pre-tokenization rule (contractions, optional-space
+ * letters, numbers and other characters, whitespace runs), each piece's bytes are merged by rank.
+ * decode(encode(s)) == s for any bytes (invalid UTF-8 included). Encoding never yields special tokens such as
+ * <|endoftext|>: that text is encoded as ordinary text. A tokenizer is not thread-safe (encode caches pieces). */
+typedef struct tg_tokenizer tg_tokenizer;
+/* Called during encode with the bytes done so far; return nonzero to stop (encode then fails). */
+typedef int (*tg_tokenizer_progress)(void *ud, size_t done, size_t total);
+
+TG_API tg_status tg_tokenizer_bytes(tg_tokenizer **out);
+/* Fails naming the file (and line) when a file is missing, malformed (strict JSON, one "a b" pair per line),
+ * lacks a token for one of the 256 bytes, or a merge names a token the vocabulary does not hold. */
+TG_API tg_status tg_tokenizer_gpt2(const char *dir, tg_tokenizer **out);
+TG_API void tg_tokenizer_free(tg_tokenizer *t);
+TG_API int64_t tg_tokenizer_vocab_size(const tg_tokenizer *t);
+/* The id of <|endoftext|>, or -1 when the vocabulary has none (byte-level). */
+TG_API int64_t tg_tokenizer_eot(const tg_tokenizer *t);
+TG_API int64_t tg_tokenizer_num_merges(const tg_tokenizer *t);
+TG_API const char *tg_tokenizer_kind(const tg_tokenizer *t); /* "bytes" or "gpt2" */
+/* *ids (malloc'd, the caller frees) gets the *nids ids of text[0..len). progress may be NULL. */
+TG_API tg_status tg_tokenizer_encode(tg_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *nids,
+                                     tg_tokenizer_progress progress, void *ud);
+/* *text (malloc'd and NUL-terminated, the caller frees) gets the bytes of ids; an id outside the vocabulary
+ * fails naming its position. */
+TG_API tg_status tg_tokenizer_decode(const tg_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len);
+/* The bytes of token id (NULL outside the vocabulary). */
+TG_API const unsigned char *tg_tokenizer_token(const tg_tokenizer *t, int64_t id, size_t *len);
+/* The pre-tokenizer alone: the end offsets of the pieces of text (at most max stored); returns their count. */
+TG_API size_t tg_tokenizer_pieces(const char *text, size_t len, size_t *ends, size_t max);
+
+/* Picking a token from a row of n logits (host f32). temperature 0 or top_k 1: the largest logit (the lowest id
+ * among equals). Otherwise softmax(logits / temperature) over the top_k largest (0: all), cut to the smallest
+ * first-ranking set whose probability reaches top_p (1: no cut), drawn with the generator *state (any value
+ * seeds it; each draw advances it). */
+typedef struct tg_sample_opts {
+    double temperature;
+    int64_t top_k;
+    double top_p;
+} tg_sample_opts;
+TG_API tg_status tg_sample_logits(const float *logits, int64_t n, const tg_sample_opts *o, uint64_t *state,
+                                  int64_t *token);
+
 /* ------------------------------------------------------------------ parameters and wgrad hooks
  * A parameter holds a module's weight (data), the gradient its wgrad writes
  * (grad, in data's dtype, or the f32 main_grad when the module fuses wgrad

@@ -10,7 +10,9 @@ DIST_SH_TESTS = \
 	t/dist-failing-rank-stops-the-job.sh \
 	t/dist-launcher-stops-ranks.sh \
 	t/dist-pipeline-matches-single-process.sh \
-	t/dist-pipeline-peer-stops-the-run.sh
+	t/dist-pipeline-peer-stops-the-run.sh \
+	t/dist-gpt-modes-give-the-eager-losses.sh \
+	t/dist-zero-bubble-on-ranks.sh
 TESTS += $(DIST_LUA_TESTS) $(DIST_SH_TESTS)
 
 check_PROGRAMS += t/dist-world-calls-outside-a-job.t

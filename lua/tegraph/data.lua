@@ -14,9 +14,11 @@ data.HEADER_BYTES = 256 * 4
 local Loader = {}
 Loader.__index = Loader
 
--- data.open(path [, {vocab=V}]) -> loader. Fails (naming the file) when it
--- cannot be read, is shorter than its header, has a bad magic or version, is
--- truncated (fewer tokens than the header says), or has a token id >= vocab.
+-- data.open(path [, {vocab=V, device=}]) -> loader. Reads llm.c .bin files (the header above) and, when
+-- vocab is given, nanoGPT's headerless files (little-endian uint16 tokens, nothing else). Fails (naming the
+-- file) when it cannot be read, is shorter than its header, has a bad magic (without vocab) or version, is
+-- truncated (fewer tokens than the header says, or an odd size), or has a token id >= vocab. loader.vocab is
+-- vocab, or without it the largest id + 1 (at least 256: a byte-level file gets 256).
 function data.open(path, o)
   o = o or {}
   local f, err = io.open(path, "rb")
@@ -24,32 +26,84 @@ function data.open(path, o)
   local bytes, rerr = f:read("a")
   f:close()
   if not bytes then raise(string.format("%s: cannot read token file: %s", path, rerr or "read failed")) end
-  if #bytes < data.HEADER_BYTES then
-    raise(string.format("%s: truncated token file: %d bytes, shorter than the %d-byte llm.c header", path, #bytes,
-      data.HEADER_BYTES))
-  end
-  local magic, version, ntok = string.unpack("<i4i4i4", bytes)
-  if magic ~= data.MAGIC then
-    raise(string.format("%s: bad magic %d in the header (expected %d: an llm.c/nanoGPT .bin token file)", path, magic,
+  local first, ntok
+  local magic = #bytes >= 4 and string.unpack("<i4", bytes) or nil
+  if magic == data.MAGIC or (not o.vocab and #bytes < data.HEADER_BYTES) then
+    if #bytes < data.HEADER_BYTES then
+      raise(string.format("%s: truncated token file: %d bytes, shorter than the %d-byte llm.c header", path, #bytes,
+        data.HEADER_BYTES))
+    end
+    local version
+    magic, version, ntok = string.unpack("<i4i4i4", bytes)
+    if version ~= data.VERSION then
+      raise(string.format("%s: unsupported version %d (expected %d: uint16 tokens)", path, version, data.VERSION))
+    end
+    if ntok < 0 then raise(string.format("%s: negative token count %d in the header", path, ntok)) end
+    local have = (#bytes - data.HEADER_BYTES) // 2
+    if have < ntok then
+      raise(string.format("%s: truncated token file: the header says %d tokens but the file holds %d (%d bytes)", path,
+        ntok, have, #bytes))
+    end
+    first = data.HEADER_BYTES
+  elseif o.vocab then -- nanoGPT: uint16 tokens without a header
+    if #bytes % 2 ~= 0 then
+      raise(string.format("%s: %d bytes: not a headerless uint16 token file (odd size)", path, #bytes))
+    end
+    first, ntok = 0, #bytes // 2
+  else
+    raise(string.format("%s: bad magic %s in the header (expected %d: an llm.c .bin token file; a headerless " ..
+      "nanoGPT .bin loads when the vocabulary size is given: --vocab)", path, magic and tostring(magic) or "(none)",
       data.MAGIC))
   end
-  if version ~= data.VERSION then
-    raise(string.format("%s: unsupported version %d (expected %d: uint16 tokens)", path, version, data.VERSION))
-  end
-  if ntok < 0 then raise(string.format("%s: negative token count %d in the header", path, ntok)) end
-  local have = (#bytes - data.HEADER_BYTES) // 2
-  if have < ntok then
-    raise(string.format("%s: truncated token file: the header says %d tokens but the file holds %d (%d bytes)", path,
-      ntok, have, #bytes))
-  end
   if ntok < 2 then raise(string.format("%s: %d tokens, need at least 2", path, ntok)) end
-  if o.vocab then
-    local max, at = ops.u16_scan(bytes, data.HEADER_BYTES, ntok)
-    if max >= o.vocab then
-      raise(string.format("%s: token id %d at position %d is >= the vocabulary size %d", path, max, at, o.vocab))
+  local max, at = ops.u16_scan(bytes, first, ntok)
+  local vocab = o.vocab
+  if vocab then
+    if max >= vocab then
+      raise(string.format("%s: token id %d at position %d is >= the vocabulary size %d", path, max, at, vocab))
     end
+  else
+    vocab = math.max(256, max + 1)
   end
-  return setmetatable({ path = path, bytes = bytes, ntok = ntok, vocab = o.vocab, pos = 0, device = o.device }, Loader)
+  return setmetatable({ path = path, bytes = bytes, first = first, ntok = ntok, vocab = vocab, pos = 0,
+    device = o.device, headerless = first == 0 }, Loader)
+end
+
+-- Two loaders over the same tokens: the first 1 - frac of them and the last frac (a validation split).
+function Loader:split(frac)
+  if type(frac) ~= "number" or frac <= 0 or frac >= 1 then
+    raise(string.format("%s: the split fraction must be in (0, 1), got %s", self.path, tostring(frac)))
+  end
+  local nval = math.floor(self.ntok * frac)
+  local ntrain = self.ntok - nval
+  if nval < 2 or ntrain < 2 then
+    raise(string.format("%s: %d tokens are too few to hold out %.3g of them", self.path, self.ntok, frac))
+  end
+  local function part(first, n, tag)
+    return setmetatable({ path = self.path .. " (" .. tag .. ")", bytes = self.bytes, first = first, ntok = n,
+      vocab = self.vocab, pos = 0, device = self.device }, Loader)
+  end
+  return part(self.first, ntrain, "train"), part(self.first + 2 * ntrain, nval, "validation")
+end
+
+-- count batches of (B, T) windows at fixed, evenly spaced offsets (the same every call): for evaluation.
+function Loader:eval_batches(B, T, count)
+  if T + 1 > self.ntok then
+    raise(string.format("%s: %d tokens, too few for windows of %d (+1)", self.path, self.ntok, T))
+  end
+  local last = self.ntok - T - 1
+  local n = B * count
+  local out = {}
+  for c = 1, count do
+    local starts = {}
+    for b = 1, B do
+      local k = (c - 1) * B + b - 1
+      starts[b] = n > 1 and (k * last) // (n - 1) or 0
+    end
+    local x, y = ops.token_windows(self.bytes, self.first, starts, T, self.device)
+    out[c] = { x, y }
+  end
+  return out
 end
 
 -- The number of tokens.
@@ -75,16 +129,67 @@ function Loader:batch(B, T, mode)
       starts[b] = math.random(0, last)
     end
   end
-  return ops.token_windows(self.bytes, data.HEADER_BYTES, starts, T, self.device)
+  return ops.token_windows(self.bytes, self.first, starts, T, self.device)
 end
 
 -- The tokens [first, first+n) (0-based) as a Lua list.
 function Loader:tokens(first, n)
   local out = {}
   for i = 0, n - 1 do
-    out[i + 1] = string.unpack("<I2", self.bytes, data.HEADER_BYTES + 2 * (first + i) + 1)
+    out[i + 1] = string.unpack("<I2", self.bytes, self.first + 2 * (first + i) + 1)
   end
   return out
+end
+
+-- data.write_u16(path, u16): writes the token bytes u16 (little-endian uint16, e.g. tok:encode(s, {out = "u16"}))
+-- as an llm.c .bin file, through a temporary name and a rename (a reader never sees half a file).
+function data.write_u16(path, u16)
+  if #u16 % 2 ~= 0 then raise(string.format("%s: odd number of token bytes", path)) end
+  local n = #u16 // 2
+  -- a name of its own per writer: ranks tokenizing the same file each write theirs, the last rename wins
+  local tmp = string.format("%s.tmp%d.%s", path, os.time(), tostring({}):match("0x(%x+)") or tostring(math.random(1 << 30)))
+  local f, err = io.open(tmp, "wb")
+  if not f then raise(string.format("%s: cannot write token file: %s", path, err)) end
+  local ok, werr = f:write(string.pack("<i4i4i4", data.MAGIC, data.VERSION, n), string.rep("\0", data.HEADER_BYTES - 12), u16)
+  f:close()
+  if ok then ok, werr = os.rename(tmp, path) end
+  if not ok then
+    os.remove(tmp)
+    raise(string.format("%s: cannot write token file: %s", path, werr))
+  end
+  return n
+end
+
+-- data.tokenize(path, tok [, {tokenizer_id =, progress = fn(done, total), quiet =}]) -> the path of an llm.c
+-- .bin file holding the tokens of the text file `path`: PATH.<hash>.bin next to it, where the hash covers the
+-- file's bytes and the tokenizer (tokenizer_id: a string naming it, e.g. the contents of its files). An existing
+-- cache file is used as it is; otherwise the text is tokenized and the file written. Returns path, ntokens,
+-- whether it was cached.
+function data.tokenize(path, tok, o)
+  o = o or {}
+  local f, err = io.open(path, "rb")
+  if not f then raise(string.format("%s: cannot open text file: %s", path, err)) end
+  local text, rerr = f:read("a")
+  f:close()
+  if not text then raise(string.format("%s: cannot read text file: %s", path, rerr or "read failed")) end
+  if #text < 2 then raise(string.format("%s: %d bytes of text, too few to train on", path, #text)) end
+  local id = (o.tokenizer_id or "") .. "|" .. tok.kind .. "|" .. tok.vocab_size
+  local out = string.format("%s.%s.bin", path, ops.hash64(text, id))
+  local cf = io.open(out, "rb")
+  if cf then
+    local head = cf:read(12)
+    cf:close()
+    if head and #head == 12 then
+      local magic, _, n = string.unpack("<i4i4i4", head)
+      if magic == data.MAGIC then return out, n, true end
+    end
+  end
+  if tok.vocab_size > 65536 then
+    raise(string.format("%s: the tokenizer's %d ids do not fit uint16 token files", path, tok.vocab_size))
+  end
+  local u16 = tok:encode(text, { out = "u16", progress = o.progress })
+  local n = data.write_u16(out, u16)
+  return out, n, false
 end
 
 -- data.write(path, tokens): writes a list of token ids (0..65535) as an

@@ -19,8 +19,8 @@ function M.shape_str(shape)
 end
 
 -- Lua parts of the library, loaded on first use: tg.optim, tg.data, tg.progress,
--- tg.schedule, tg.reduce (each also require-able as "tegraph.NAME").
-local lazy = { optim = true, data = true, progress = true, schedule = true, reduce = true }
+-- tg.schedule, tg.reduce, tg.train, tg.text (each also require-able as "tegraph.NAME").
+local lazy = { optim = true, data = true, progress = true, schedule = true, reduce = true, train = true, text = true }
 setmetatable(M, {
   __index = function(t, k)
     if lazy[k] then

@@ -28,6 +28,9 @@ end
 --          normalization="LayerNorm", activation="gelu", dtype="f32",
 --          delay_wgrad=false, fuse_wgrad_accumulation=false, init_std=0.02,
 --          device=, make_vocab_size_divisible_by=1}
+-- delay_wgrad = "layers" delays the transformer layers' wgrad only (the embedding and
+-- the LM head compute theirs in backward, so the tied table's two contributions keep
+-- their order). gpt.layers lists the transformer layers.
 -- make_vocab_size_divisible_by = P rounds the token table and the logits up to
 -- a multiple of P (as nanoGPT's 50304 for GPT-2's 50257): with an odd
 -- vocabulary the logits' rows are not 16-byte aligned and cuBLASLt falls back
@@ -80,10 +83,13 @@ function nn.GPT(cfg)
       tostring(cfg.make_vocab_size_divisible_by))
   end
   local table_vocab = (cfg.vocab_size + pad - 1) // pad * pad
+  if cfg.delay_wgrad ~= nil and type(cfg.delay_wgrad) ~= "boolean" and cfg.delay_wgrad ~= "layers" then
+    raise("nn.GPT: cfg.delay_wgrad must be a boolean or \"layers\", got " .. tostring(cfg.delay_wgrad))
+  end
   local common = {
     dtype = cfg.dtype,
     device = cfg.device,
-    delay_wgrad = cfg.delay_wgrad,
+    delay_wgrad = cfg.delay_wgrad == true,
     fuse_wgrad_accumulation = cfg.fuse_wgrad_accumulation,
     init_std = cfg.init_std,
   }
@@ -96,13 +102,16 @@ function nn.GPT(cfg)
   local embed = nn.Embedding(table_vocab, cfg.hidden_size,
     opts { max_position_embeddings = cfg.max_position_embeddings, name = "embed" })
   local blocks = { embed, name = "gpt" }
+  local layers = {}
   for i = 1, cfg.num_layers do
     blocks[#blocks + 1] = nn.TransformerLayer(cfg.hidden_size, cfg.ffn_hidden_size or 4 * cfg.hidden_size,
       cfg.num_attention_heads, opts {
         normalization = cfg.normalization,
         activation = cfg.activation,
         name = "h." .. (i - 1),
+        delay_wgrad = cfg.delay_wgrad ~= nil and cfg.delay_wgrad ~= false,
       })
+    layers[i] = blocks[#blocks]
   end
   if cfg.device then blocks.device = cfg.device end
   local body = nn.Sequential(blocks)
@@ -110,7 +119,7 @@ function nn.GPT(cfg)
     hidden_size = cfg.hidden_size, vocab_size = table_vocab, tied = embed, normalization = cfg.normalization,
     name = "lm_head",
   })
-  return setmetatable({ cfg = cfg, embed = embed, body = body, head = head }, GPT)
+  return setmetatable({ cfg = cfg, embed = embed, layers = layers, body = body, head = head }, GPT)
 end
 
 -- All parameters, each once (the tied token table belongs to the embedding).
@@ -141,6 +150,14 @@ end
 function GPT:forward_loss(idx, targets, mb, ignore_index)
   local h = self.body:forward(idx, mb)
   return self.head:loss(h, targets, mb, ignore_index or -1)
+end
+
+-- The loss tensor [mean, count] of idx, targets (B, T) with nothing kept for a backward (evaluation).
+function GPT:eval_loss(idx, targets, ignore_index)
+  local loss = self:forward_loss(idx, targets, 1, ignore_index)
+  self.body:drop_saved()
+  self.head:drop_saved()
+  return loss
 end
 
 -- Backward of microbatch mb with d(total)/d(mean loss) = dloss (1/M averages
@@ -177,38 +194,137 @@ function GPT:logits(idx, mb)
   return logits
 end
 
--- Greedy decoding. prompts: a list of token lists (all the same length);
--- appends n tokens to each (stopping at none: callers cut at an end token).
--- Returns the list of generated token lists.
+------------------------------------------------------------------------ decoding with a KV cache
+-- The modules of each layer, for the decode path (found once).
+local function decode_plan(self)
+  if self._plan then return self._plan end
+  local kids = self.body:children()
+  local wte, wpe = table.unpack(self.embed:parameters())
+  local plan = { wte = wte.data, wpe = wpe.data, layers = {} }
+  for i = 2, #kids do
+    local norm, attn, mlp = table.unpack(kids[i]:children())
+    local qkv, _, proj = table.unpack(attn:children())
+    plan.layers[#plan.layers + 1] = { norm = norm, qkv = qkv, proj = proj, mlp = mlp }
+  end
+  self._plan = plan
+  return plan
+end
+
+-- A key/value cache for batch B: per layer a (B, max_position_embeddings, hidden_size) key and value tensor in
+-- the model's dtype on its device; cache.pos counts the positions it holds.
+function GPT:kv_cache(B)
+  if math.type(B) ~= "integer" or B < 1 then raise("kv_cache: batch must be a positive integer, got " .. tostring(B)) end
+  local plan = decode_plan(self)
+  local T, C = self.cfg.max_position_embeddings, self.cfg.hidden_size
+  local o = { dtype = plan.wte.dtype, device = plan.wte.device }
+  local cache = { batch = B, pos = 0, size = T, k = {}, v = {} }
+  for i = 1, #plan.layers do
+    cache.k[i] = core.empty({ B, T, C }, o)
+    cache.v[i] = core.empty({ B, T, C }, o)
+  end
+  return cache
+end
+
+-- Incremental forward: idx (B, Tn) i32 are the tokens at positions cache.pos .. cache.pos+Tn-1; their keys and
+-- values join the cache, each attends over the cache up to its position (no recomputation of the prefix).
+-- Returns the logits (B, Tn, V) and advances cache.pos. Nothing is saved for a backward.
+function GPT:decode(cache, idx)
+  local plan = decode_plan(self)
+  local B, Tn = idx:dim(1), idx:dim(2)
+  if B ~= cache.batch then raise(string.format("decode: idx has %d rows, the cache %d", B, cache.batch)) end
+  if cache.pos + Tn > cache.size then
+    raise(string.format("decode: positions %d..%d exceed the context %d (slide the window: reset cache.pos)", cache.pos,
+      cache.pos + Tn - 1, cache.size))
+  end
+  local x = ops.embedding_forward(idx, plan.wte, plan.wpe:narrow(cache.pos + 1, Tn))
+  local H = self.cfg.num_attention_heads
+  for i, l in ipairs(plan.layers) do
+    local a = l.norm:forward(x)
+    local qkv = l.qkv:forward(a)
+    local o = ops.attention_kv(cache.k[i], cache.v[i], qkv, cache.pos, H)
+    local h = l.proj:forward_res(o, x)
+    x = l.mlp:forward_res(h, h)
+  end
+  local logits = self.head:forward(x)
+  self.body:drop_saved()
+  self.head:drop_saved()
+  cache.pos = cache.pos + Tn
+  return logits
+end
+
+-- Text generation. prompts: a list of token lists, all the same length (>= 1); appends n tokens to each and
+-- returns the list of generated token lists. opts:
+--   temperature (0: greedy, the default), top_k (0: all), top_p (1: all), seed (0): sampling (tg.sampler);
+--   on_token(step, tokens): called with each step's new token per sequence as soon as it is chosen;
+--   keep: tokens kept when the window slides (default half the context), cache: false recomputes every step.
+-- With the cache (the default) the prompt is run once and each new token costs one position. When the
+-- sequence outgrows the context, the window slides: the last `keep` tokens are run again from position 0 and
+-- decoding continues, so each token sees between keep and max_position_embeddings tokens.
 function GPT:generate(prompts, n, opts)
   opts = opts or {}
   local T = self.cfg.max_position_embeddings
   local B = #prompts
+  if B < 1 then raise("generate: no prompts") end
+  local L0 = #prompts[1]
+  for b = 1, B do
+    if #prompts[b] ~= L0 then raise(string.format("generate: prompt %d has %d tokens, prompt 1 has %d", b, #prompts[b], L0)) end
+  end
+  if L0 < 1 then raise("generate: empty prompt") end
+  local keep = opts.keep or math.max(1, T // 2)
+  if math.type(keep) ~= "integer" or keep < 1 or keep >= T and T > 1 then
+    raise(string.format("generate: keep %s must be an integer in 1..%d", tostring(keep), math.max(1, T - 1)))
+  end
+  local sampler = core.sampler { temperature = opts.temperature or 0, top_k = opts.top_k or 0, top_p = opts.top_p or 1,
+    seed = opts.seed or 0 }
+  local V = self.cfg.vocab_size
   local seqs, outs = {}, {}
   for b = 1, B do
     seqs[b] = { table.unpack(prompts[b]) }
     outs[b] = {}
   end
-  for _ = 1, n do
-    local len = #seqs[1]
-    if len > T then raise(string.format("generate: %d tokens exceed the context %d", len, T)) end
+  local device = opts.device or decode_plan(self).wte.device
+  -- the last w tokens of every sequence as a (B, w) i32 tensor
+  local function window(w)
     local rows = {}
     for b = 1, B do
-      local r = {}
-      for t = 1, T do r[t] = seqs[b][t] or 0 end -- causal: padding after len does not matter
+      local s, r = seqs[b], {}
+      for t = 1, w do r[t] = s[#s - w + t] end
       rows[b] = r
     end
-    local idx = core.tensor(rows, { dtype = "i32", device = opts.device })
-    local logits = self:logits(idx)
-    local V = logits:dim(3)
-    -- only the rows at position len are needed
-    local flat = logits:view(B * T, V)
+    return core.tensor(rows, { dtype = "i32", device = device })
+  end
+  -- the next token of each sequence from logits (B, Tn, V') at position Tn
+  local function pick(logits)
+    local Tn, Vt = logits:dim(2), logits:dim(3)
+    if Tn == 1 then return sampler:sample(logits:view(B, Vt), V) end
+    local flat, out = logits:view(B * Tn, Vt), {}
+    for b = 1, B do out[b] = sampler:sample(flat:narrow((b - 1) * Tn + Tn, 1), V)[1] end
+    return out
+  end
+  local cache = opts.cache ~= false and self:kv_cache(B) or nil
+  local logits
+  if cache then
+    logits = self:decode(cache, window(math.min(L0, T)))
+  else
+    logits = self:logits(window(math.min(L0, T)))
+  end
+  for step = 1, n do
+    local toks = pick(logits)
     for b = 1, B do
-      local row = flat:narrow((b - 1) * T + len, 1):totable()[1]
-      for i = self.cfg.vocab_size + 1, V do row[i] = nil end -- padded ids are never generated
-      local tok = nn.argmax(row) - 1
-      seqs[b][len + 1] = tok
-      outs[b][#outs[b] + 1] = tok
+      seqs[b][#seqs[b] + 1] = toks[b]
+      outs[b][step] = toks[b]
+    end
+    if opts.on_token then opts.on_token(step, toks) end
+    if step == n then break end
+    if not cache then
+      logits = self:logits(window(math.min(#seqs[1], T)))
+    elseif cache.pos >= T then -- slide: the last `keep` tokens from position 0
+      cache.pos = 0
+      logits = self:decode(cache, window(math.min(keep, #seqs[1])))
+    else
+      local col = {}
+      for b = 1, B do col[b] = { toks[b] } end
+      logits = self:decode(cache, core.tensor(col, { dtype = "i32", device = device }))
     end
   end
   return outs

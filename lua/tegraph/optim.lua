@@ -183,6 +183,8 @@ end
 -- gradient norm skips the update (parameters and moments unchanged; the step
 -- count still advances). Returns the gradient norm when clipping (nil without
 -- clipping, or with sync_norm=false on the device path: see AdamW:grad_norm).
+-- norm= (a number) clips by this norm instead of computing it: the norm over
+-- more parameters than this optimizer's (pipeline stages sum theirs first).
 function AdamW:step(o)
   o = o or {}
   if self.capturable and o.lr ~= nil then set_lr(self, o.lr, "AdamW:step{lr=}") end
@@ -207,7 +209,10 @@ function AdamW:step(o)
   local function sched(grp)
     if self.capturable then args.lr, args.step = grp.lr_t, grp.step_t end
   end
-  if self.foreach and max_norm and #self.groups == 1 then
+  if o.norm ~= nil and (type(o.norm) ~= "number" or o.norm ~= o.norm or o.norm < 0) then
+    raise("AdamW:step: norm must be a non-negative number (got " .. tostring(o.norm) .. ")")
+  end
+  if self.foreach and max_norm and #self.groups == 1 and o.norm == nil then
     -- the whole clip on the device: sum of squares, then the factor read by the update kernel
     local grp = self.groups[1]
     local grads = {}
@@ -226,7 +231,7 @@ function AdamW:step(o)
   end
   local norm
   if max_norm then
-    norm = optim.grad_norm(self.params)
+    norm = o.norm or optim.grad_norm(self.params)
     self.last_norm = norm
     if not finite(norm) then return norm end -- a bad step changes nothing
     args.grad_scale = optim.clip_factor(norm, max_norm)

@@ -127,6 +127,14 @@ function P:update(step, m)
   return line
 end
 
+-- Writes one record (a table of fields) to the log, if there is one.
+function P:record(rec)
+  if self.log then
+    self.log:write(progress.json(rec, { "step" }), "\n")
+    self.log:flush()
+  end
+end
+
 -- Prints a message on its own line without garbling the progress line.
 function P:print(...)
   if self.tty and self.width > 0 then

@@ -254,6 +254,17 @@ struct tg_attention_backward_args {
     int n_head;
 };
 
+/* Incremental decoding: rows pos .. pos+tn-1 of the caches get the keys and values of qkv's tn new
+ * positions, then out[b,i] = causal attention of q_i over cache rows 0 .. pos+i (scale 1/sqrt(d)). */
+struct tg_attention_kv_args {
+    void *out;                 /* (b, tn, c) dt */
+    void *kcache, *vcache;     /* (b, tmax, c) dt */
+    const void *qkv;           /* (b, tn, 3c) dt */
+    tg_dtype dt;
+    int64_t b, tn, tmax, pos, c;
+    int n_head;
+};
+
 /* out[b,t] = wte[idx[b,t]] + wpe[t]; ids outside [0, v) give wte rows of zeros. */
 struct tg_embedding_forward_args {
     void *out;                 /* (b, t, c) dt */
@@ -444,6 +455,7 @@ struct tg_backend {
     tg_status (*bias_backward_dw)(tg_stream *s, const struct tg_bias_backward_dw_args *a);
     tg_status (*attention_forward)(tg_stream *s, const struct tg_attention_forward_args *a);
     tg_status (*attention_backward)(tg_stream *s, const struct tg_attention_backward_args *a);
+    tg_status (*attention_kv)(tg_stream *s, const struct tg_attention_kv_args *a);
     tg_status (*embedding_forward)(tg_stream *s, const struct tg_embedding_forward_args *a);
     tg_status (*embedding_backward_dw)(tg_stream *s, const struct tg_embedding_backward_dw_args *a);
     tg_status (*cross_entropy_forward)(tg_stream *s, const struct tg_cross_entropy_forward_args *a);

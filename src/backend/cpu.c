@@ -268,6 +268,7 @@ const struct tg_backend tg_backend_cpu = {
     .bias_add = cpu_bias_add,
     .bias_backward_dw = cpu_bias_backward_dw,
     .attention_forward = cpu_attention_forward,
+    .attention_kv = cpu_attention_kv,
     .attention_backward = cpu_attention_backward,
     .embedding_forward = cpu_embedding_forward,
     .embedding_backward_dw = cpu_embedding_backward_dw,

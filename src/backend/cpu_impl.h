@@ -40,6 +40,7 @@ tg_status cpu_swiglu_backward(tg_stream *s, const struct tg_swiglu_backward_args
 tg_status cpu_bias_add(tg_stream *s, const struct tg_bias_add_args *a);
 tg_status cpu_bias_backward_dw(tg_stream *s, const struct tg_bias_backward_dw_args *a);
 tg_status cpu_attention_forward(tg_stream *s, const struct tg_attention_forward_args *a);
+tg_status cpu_attention_kv(tg_stream *s, const struct tg_attention_kv_args *a);
 tg_status cpu_attention_backward(tg_stream *s, const struct tg_attention_backward_args *a);
 tg_status cpu_embedding_forward(tg_stream *s, const struct tg_embedding_forward_args *a);
 tg_status cpu_embedding_backward_dw(tg_stream *s, const struct tg_embedding_backward_dw_args *a);

@@ -442,6 +442,62 @@ tg_status cpu_attention_forward(tg_stream *s, const struct tg_attention_forward_
     return cpu_submit(s, attention_forward_run, a, sizeof *a);
 }
 
+/* The cache rows of the new positions first, then one query row per (batch, head, new position), scored the
+ * way attention_forward scores (same order of operations, so a cached decode reproduces a full forward). */
+static inline __attribute__((always_inline)) void attention_kv_body(const struct tg_attention_kv_args *a,
+                                                                     const tg_dtype dt)
+{
+    const int64_t B = a->b, Tn = a->tn, Tm = a->tmax, P = a->pos, C = a->c, H = a->n_head, D = C / H, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < Tn; i++)
+            for (int64_t e = 0; e < C; e++) {
+                st(a->kcache, dt, (b * Tm + P + i) * C + e, ld(a->qkv, dt, (b * Tn + i) * C3 + C + e));
+                st(a->vcache, dt, (b * Tm + P + i) * C + e, ld(a->qkv, dt, (b * Tn + i) * C3 + 2 * C + e));
+            }
+#pragma omp parallel for collapse(2) schedule(static) if (B * H * Tn * (P + Tn) * D > CPU_PAR_MIN)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            float s[P + Tn], o[D > 0 ? D : 1];
+            for (int64_t i = 0; i < Tn; i++) {
+                const int64_t qi = (b * Tn + i) * C3 + h * D, L = P + i;
+                float mx = -INFINITY;
+                for (int64_t j = 0; j <= L; j++) {
+                    const int64_t kj = (b * Tm + j) * C + h * D;
+                    float acc = 0;
+                    for (int64_t e = 0; e < D; e++) acc += ld(a->qkv, dt, qi + e) * ld(a->kcache, dt, kj + e);
+                    s[j] = acc * scale;
+                    if (s[j] > mx) mx = s[j];
+                }
+                float l = 0;
+                for (int64_t j = 0; j <= L; j++) l += (s[j] = expf(s[j] - mx));
+                for (int64_t e = 0; e < D; e++) o[e] = 0;
+                for (int64_t j = 0; j <= L; j++) {
+                    const int64_t vj = (b * Tm + j) * C + h * D;
+                    for (int64_t e = 0; e < D; e++) o[e] += s[j] * ld(a->vcache, dt, vj + e);
+                }
+                const float inv = 1.0f / l;
+                for (int64_t e = 0; e < D; e++) st(a->out, dt, (b * Tn + i) * C + h * D + e, o[e] * inv);
+            }
+        }
+}
+
+static void attention_kv_run(const void *p)
+{
+    const struct tg_attention_kv_args *a = p;
+    if (a->dt == TG_BF16) attention_kv_body(a, TG_BF16);
+    else attention_kv_body(a, TG_F32);
+}
+
+tg_status cpu_attention_kv(tg_stream *s, const struct tg_attention_kv_args *a)
+{
+    TG_TRY(float_only("attention_kv", a->dt));
+    if (a->pos + a->tn > (1 << 16))
+        return tg_error(TG_ENOTSUP, "attention_kv: %lld cached positions, more than the CPU kernel's 65536",
+                        (long long)(a->pos + a->tn));
+    return cpu_submit(s, attention_kv_run, a, sizeof *a);
+}
+
 tg_status cpu_attention_backward(tg_stream *s, const struct tg_attention_backward_args *a)
 {
     TG_TRY(float_only("attention_backward", a->dt));

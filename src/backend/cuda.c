@@ -279,6 +279,15 @@ static tg_status cuda_attention_forward(tg_stream *s, const struct tg_attention_
     return TG_OK;
 }
 
+static tg_status cuda_attention_kv(tg_stream *s, const struct tg_attention_kv_args *a)
+{
+    TG_TRY(float_only("attention_kv", a->dt));
+    LAUNCH_SCRATCH(s, "attention_kv",
+                   tg_cuda_attention_kv(a->out, a->kcache, a->vcache, a->qkv, a->dt, a->b, a->tn, a->tmax, a->pos,
+                                        a->c, a->n_head, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
 static tg_status cuda_attention_backward(tg_stream *s, const struct tg_attention_backward_args *a)
 {
     void *scr;
@@ -430,6 +439,7 @@ const struct tg_backend tg_backend_cuda = {
     .bias_add = cuda_bias_add,
     .bias_backward_dw = cuda_bias_backward_dw,
     .attention_forward = cuda_attention_forward,
+    .attention_kv = cuda_attention_kv,
     .attention_backward = cuda_attention_backward,
     .embedding_forward = cuda_embedding_forward,
     .embedding_backward_dw = cuda_embedding_backward_dw,

@@ -341,6 +341,36 @@ tg_status tg_attention_backward(tg_tensor *dqkv, const tg_tensor *dout, const tg
     ISSUE(s, op, attention_backward, &a, st);
 }
 
+tg_status tg_attention_kv(tg_tensor *out, tg_tensor *kcache, tg_tensor *vcache, const tg_tensor *qkv, int64_t pos,
+                          int n_head)
+{
+    const char *op = "attention_kv";
+    tg_stream *s;
+    int64_t b = 0, t = 0, c = 0;
+    char x[96], y[96];
+    TG_TRY(stream_for(op, "qkv", qkv, &s));
+    tg_status st = qkv_check(op, qkv, n_head, &b, &t, &c);
+    if (st == TG_OK) st = btc(op, qkv, "out", out, b, t, c);
+    if (st == TG_OK) st = need(op, "kcache", kcache);
+    if (st == TG_OK) st = need(op, "vcache", vcache);
+    if (st == TG_OK) st = on_dev(op, "qkv", qkv, "kcache", kcache);
+    if (st == TG_OK) st = like(op, "kcache", kcache, "vcache", vcache);
+    if (st == TG_OK && (kcache->ndim != 3 || kcache->shape[0] != b || kcache->shape[2] != c || kcache->dtype != qkv->dtype))
+        st = tg_error(TG_EINVAL, "%s: qkv %s vs kcache %s (kcache [%lld,Tmax,%lld] %s expected)", op,
+                      desc(qkv, x, sizeof x), desc(kcache, y, sizeof y), (long long)b, (long long)c,
+                      tg_dtype_name(qkv->dtype));
+    if (st == TG_OK && (pos < 0 || pos + t > kcache->shape[1]))
+        st = tg_error(TG_EINVAL, "%s: positions %lld..%lld do not fit the cache of %lld positions (kcache %s)", op,
+                      (long long)pos, (long long)(pos + t - 1), (long long)kcache->shape[1], desc(kcache, y, sizeof y));
+    struct tg_attention_kv_args a = {0};
+    if (st == TG_OK)
+        a = (struct tg_attention_kv_args){.out = tg_tensor_data(out), .kcache = tg_tensor_data(kcache),
+                                          .vcache = tg_tensor_data(vcache), .qkv = tg_tensor_data(qkv),
+                                          .dt = qkv->dtype, .b = b, .tn = t, .tmax = kcache->shape[1], .pos = pos,
+                                          .c = c, .n_head = n_head};
+    ISSUE(s, op, attention_kv, &a, st);
+}
+
 /* ------------------------------------------------------------------ embedding */
 /* idx (B, T) i32; fills B, T. */
 static tg_status idx_check(const char *op, const tg_tensor *idx, int64_t *b, int64_t *t)

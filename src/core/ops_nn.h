@@ -64,6 +64,12 @@ tg_status tg_bias_backward_dw(tg_tensor *dbias, const tg_tensor *dy, double accu
  * probabilities (flash-attention style). */
 tg_status tg_attention_forward(tg_tensor *out, tg_tensor *lse, const tg_tensor *qkv, int n_head);
 /* dqkv (B, T, 3C) from dout (B, T, C), qkv, out, lse. */
+/* Attention of new positions over a key/value cache (incremental decoding): qkv (B, Tn, 3C) holds the
+ * projections of positions pos .. pos+Tn-1; their keys and values are written to rows pos.. of kcache and
+ * vcache (B, Tmax, C), then out (B, Tn, C) gets each new query's causal attention over cache rows 0 .. its
+ * position. pos + Tn <= Tmax. Same dtype and device throughout. */
+tg_status tg_attention_kv(tg_tensor *out, tg_tensor *kcache, tg_tensor *vcache, const tg_tensor *qkv, int64_t pos,
+                          int n_head);
 tg_status tg_attention_backward(tg_tensor *dqkv, const tg_tensor *dout, const tg_tensor *qkv, const tg_tensor *out,
                                 const tg_tensor *lse, int n_head);
 

@@ -366,6 +366,7 @@ int tg_lua_open_core(lua_State *L)
     tgl_open_sched(L); /* core.sched: schedule executor, traces (src/sched) */
     tgl_open_comm(L); /* core.comm: communicators (src/dist) */
     tgl_open_trace(L); /* core.trace: the trace (src/trace) */
+    tgl_open_text(L);  /* core.tokenizer, core.sampler (src/text) */
     lua_pushstring(L, tg_version());
     lua_setfield(L, -2, "version");
     lua_pushstring(L, tg_build_options());

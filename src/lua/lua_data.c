@@ -2,6 +2,8 @@
 #include "lua/lua_data.h"
 #include "core/data.h"
 
+#include <stdio.h>
+
 /* Tokens of llm.c .bin files are little-endian uint16 after a 1024-byte header;
  * these read them straight from the file's bytes in a Lua string. */
 
@@ -60,7 +62,25 @@ static int o_token_windows(lua_State *L)
     return 2;
 }
 
+/* hash64(s...) -> 16 hex digits: FNV-1a (64-bit) over the strings and their lengths (cache file names). */
+static int o_hash64(lua_State *L)
+{
+    uint64_t h = 1469598103934665603ull;
+    int n = lua_gettop(L);
+    for (int i = 1; i <= n; i++) {
+        size_t len;
+        const unsigned char *p = (const unsigned char *)luaL_checklstring(L, i, &len);
+        for (size_t k = 0; k < len; k++) h = (h ^ p[k]) * 1099511628211ull;
+        for (int k = 0; k < 8; k++) h = (h ^ ((len >> (8 * k)) & 0xFF)) * 1099511628211ull;
+    }
+    char buf[17];
+    snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+    lua_pushstring(L, buf);
+    return 1;
+}
+
 static const luaL_Reg data_funcs[] = {
+    {"hash64", o_hash64},
     {"u16_scan", o_u16_scan},
     {"token_windows", o_token_windows},
     {NULL, NULL},

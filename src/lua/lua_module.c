@@ -145,6 +145,21 @@ static int m_forward(lua_State *L)
     return 1;
 }
 
+/* m:forward_res(x, res [, mb]) -> res + forward(x), the add fused where the module can (a Linear's GEMM). */
+static int m_forward_res(lua_State *L)
+{
+    struct tgl_module *u = tgl_module_box(L, 1);
+    tg_tensor *x = tgl_protocol_tensor(L, 2, "forward_res(x, res, mb)");
+    tg_tensor *res = tgl_protocol_tensor(L, 3, "forward_res(x, res, mb)");
+    int mb = tgl_mb_arg(L, 4);
+    tg_tensor **slot = tgl_tensor_push(L);
+    lua_State *prev = tgl_nn_enter(L);
+    tg_status st = tg_module_forward_res(u->m, mb, x, res, slot);
+    tgl_nn_leave(prev);
+    tgl_check(L, st);
+    return 1;
+}
+
 static int is_lm_head(const tg_module *m) { return strcmp(m->vt->type, "LMHead") == 0; }
 
 /* m:backward(dy [, mb]) -> dx (nil for a first module such as Embedding).
@@ -297,6 +312,7 @@ static int m_set_delay_wgrad(lua_State *L)
 static const luaL_Reg m_methods[] = {
     {"set_delay_wgrad", m_set_delay_wgrad},
     {"forward", m_forward},
+    {"forward_res", m_forward_res},
     {"backward", m_backward},
     {"backward_dw", m_backward_dw},
     {"need_backward_dw", m_need_backward_dw},

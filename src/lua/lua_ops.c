@@ -152,6 +152,21 @@ static int o_bias_backward_dw(lua_State *L)
 }
 
 /* attention_forward(qkv (B, T, 3C), n_head) -> out (B, T, C), lse (B, n_head, T) */
+/* attention_kv(kcache, vcache, qkv, pos, n_head) -> out (B, Tn, C): writes the new keys and values into cache
+ * rows pos.. (0-based) and attends each new query over the cache up to its position. */
+static int o_attention_kv(lua_State *L)
+{
+    tg_tensor *kc = tgl_tensor_check(L, 1), *vc = tgl_tensor_check(L, 2), *qkv = tgl_tensor_check(L, 3);
+    lua_Integer pos = luaL_checkinteger(L, 4);
+    int nh = (int)luaL_checkinteger(L, 5);
+    luaL_argcheck(L, nh >= 1, 5, "n_head must be >= 1");
+    luaL_argcheck(L, tg_tensor_ndim(qkv) == 3, 3, "qkv must be (B, Tn, 3C)");
+    int64_t so[3] = {tg_tensor_dim(qkv, 0), tg_tensor_dim(qkv, 1), tg_tensor_dim(qkv, 2) / 3};
+    tg_tensor *out = push_new(L, qkv, tg_tensor_dtype(qkv), 3, so);
+    tgl_check(L, tg_attention_kv(out, kc, vc, qkv, (int64_t)pos, nh));
+    return 1;
+}
+
 static int o_attention_forward(lua_State *L)
 {
     tg_tensor *qkv = tgl_tensor_check(L, 1);
@@ -477,6 +492,7 @@ static const luaL_Reg ops_funcs[] = {
     {"bias_add", o_bias_add},
     {"bias_backward_dw", o_bias_backward_dw},
     {"attention_forward", o_attention_forward},
+    {"attention_kv", o_attention_kv},
     {"attention_backward", o_attention_backward},
     {"embedding_forward", o_embedding_forward},
     {"embedding_backward_dw", o_embedding_backward_dw},

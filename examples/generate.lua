@@ -1,0 +1,82 @@
+-- generate.lua — text generation with a KV cache: the prompt runs once, then one position per new token,
+-- streamed to the terminal as it comes; past the context the window slides.
+--
+--   tegraph run examples/generate.lua --ckpt run/ --prompt "Once upon a time" --max-tokens 200 --temperature 0.8 --top-k 40
+--   tegraph run examples/generate.lua --layers 12 --width 768 --heads 12 --context 1024 --vocab 50257 --bench --batch 16
+--       (random weights of GPT-2-124M's shape: tokens/s of the decode path)
+local tg = require "tegraph"
+local nn = require "tegraph.nn"
+local cli = require "tegraph.cli"
+local text = require "tegraph.text"
+
+local opt = cli.parse("examples/generate.lua", {
+  { "ckpt", nil, "checkpoint directory to load the model from (tegraph.checkpoint)", "string" },
+  { "tokenizer", nil, "GPT-2 tokenizer directory (default: the checkpoint's, else bytes)", "string" },
+  { "prompt", "\n", "the prompt text" },
+  { "max-tokens", 100, "tokens to generate" },
+  { "temperature", 0.8, "sampling temperature (0: greedy)" },
+  { "top-k", 0, "sample among the k most likely tokens (0: all)" },
+  { "top-p", 1.0, "sample among the most likely tokens holding this probability (1: all)" },
+  { "seed", 1234, "sampling seed (and the random weights without --ckpt)" },
+  { "batch", 1, "sequences generated at once (the first one streams)" },
+  { "keep", nil, "tokens kept when the window slides past the context (default half of it)", "number" },
+  { "no-cache", false, "recompute the whole window for every token (the reference for the cached path)" },
+  { "bench", false, "print tokens/s instead of streaming the text" },
+  -- a model of random weights when there is no checkpoint (for benchmarks)
+  { "vocab", 256, "without --ckpt: vocabulary size" },
+  { "layers", 2, "without --ckpt: layers" },
+  { "width", 64, "without --ckpt: width" },
+  { "heads", 4, "without --ckpt: attention heads" },
+  { "context", 64, "without --ckpt: context length" },
+  { "dtype", "f32", "without --ckpt: f32 or bf16" },
+}, arg)
+
+-- The model: from a checkpoint directory, or random weights of the given shape.
+local function load_model()
+  if not opt.ckpt then
+    tg.manual_seed(opt.seed)
+    return nn.GPT { vocab_size = opt.vocab, max_position_embeddings = opt.context, hidden_size = opt.width,
+      num_attention_heads = opt.heads, num_layers = opt.layers, dtype = opt.dtype,
+      make_vocab_size_divisible_by = opt.vocab >= 1024 and 64 or 1 }, nil
+  end
+  local ok, ckpt = pcall(require, "tegraph.checkpoint")
+  if not ok then error("generate.lua: --ckpt needs the tegraph.checkpoint module, which this build lacks", 0) end
+  return ckpt.load_model(opt.ckpt)
+end
+
+-- Generates from model (an nn.GPT) with tokenizer tok; streams the first sequence when not benchmarking.
+local function run(model, tok)
+  local prompt = tok:encode(opt.prompt)
+  if #prompt == 0 then error("generate.lua: the prompt is empty after tokenizing", 0) end
+  local prompts = {}
+  for b = 1, opt.batch do prompts[b] = prompt end
+  local stream = not opt.bench
+  if stream then io.write(opt.prompt) io.flush() end
+  local t0 = tg.time()
+  local outs = model:generate(prompts, opt["max-tokens"], {
+    temperature = opt.temperature, top_k = opt["top-k"], top_p = opt["top-p"], seed = opt.seed, keep = opt.keep,
+    cache = not opt["no-cache"],
+    on_token = stream and function(_, toks)
+      io.write(tok:decode({ toks[1] }))
+      io.flush()
+    end or nil,
+  })
+  local dt = tg.time() - t0
+  if stream then io.write("\n") end
+  local n = opt.batch * #outs[1]
+  io.stderr:write(string.format("generated %d tokens (%d x %d) in %.2fs: %.1f tokens/s%s\n", n, opt.batch, #outs[1], dt,
+    n / dt, opt["no-cache"] and " (no cache)" or ""))
+  return outs
+end
+
+local model, meta = load_model()
+local tok_dir = opt.tokenizer or (meta and meta.tokenizer)
+if not tok_dir and opt.ckpt then
+  local f = io.open(opt.ckpt .. "/vocab.json") or io.open(opt.ckpt .. "/encoder.json")
+  if f then f:close(); tok_dir = opt.ckpt end
+end
+local tok = text.tokenizer(tok_dir)
+if tok.vocab_size > model.cfg.vocab_size then
+  error(string.format("generate.lua: the tokenizer has %d ids, the model %d", tok.vocab_size, model.cfg.vocab_size), 0)
+end
+run(model, tok)

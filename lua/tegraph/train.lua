@@ -1,0 +1,444 @@
+-- tegraph.train — the training step of a GPT (nn.GPT) in every execution mode: eager, graphed
+-- callables with delayed wgrad, and pipeline schedules over ranks, with the hook-driven reduce
+-- (ddp or zero1) on the data-parallel communicator and AdamW.
+--
+--   local train = require "tegraph.train"
+--   local tr = train.new{ model = gpt, microbatches = M, graph = true, pipeline = 2, schedule = "1f1b",
+--     comm = tg.comm.world(), reduce = "ddp", adamw = {lr =, weight_decay =, max_norm =, ...},
+--     sample = idx }
+--   for step = 1, steps do
+--     local xs, ys = ...                      -- this replica's microbatches (lists of M tensors)
+--     local r = tr:step(xs, ys, lr)           -- r.host_s: host time to issue the step
+--     local losses = tr:losses(r)             -- every replica's microbatch losses, in global order
+--   end
+--
+-- Modes (N ranks in comm, P = pipeline, D = N / P data-parallel replicas):
+--   eager, P = 1      the model's own forward_loss / backward / backward_dw per microbatch
+--   graph, P = 1      the layers in chunks of layers_per_chunk, each chunk a graphed callable with
+--                     F/B/W graphs per microbatch (delayed wgrad), captured and run in one plan's
+--                     order: every forward, then the backwards, the W of a chunk right after the
+--                     last microbatch's B of that chunk (its bucket reduce overlaps the rest)
+--   P > 1             the layers split into P x V chunks (V = 2 for interleaved and zb_v), this rank
+--                     runs stage pp_rank + 1 of the schedule over the pp communicator, eager or graphed
+-- Chunk 1 holds the embedding, the last chunk's output feeds the LM head, which runs eagerly on the
+-- stage of the last chunk (inside the loss-gradient call of the B of the last chunk). When the
+-- embedding and the head sit on different stages the tied token table becomes two copies, the
+-- embedding's on the first stage and an untied head's on the last; their gradients are summed over
+-- a communicator of those two stages before the optimizer, so both copies take the same update.
+-- The gradient-norm clip then uses the norm over every stage (an all-reduce over pp).
+local tg = require "tegraph"
+local S = require "tegraph.schedule"
+local plan_ = require "tegraph.schedule.plan"
+local optim = require "tegraph.optim"
+
+local M = {}
+
+-- The schedules by the names --schedule takes, and the chunks per stage each one places.
+M.schedules = {
+  gpipe = { fn = S.gpipe, v = 1 },
+  ["1f1b"] = { fn = S.one_f_one_b, v = 1 },
+  interleaved = { fn = function(t) t.chunks_per_stage = 2 return S.interleaved(t) end, v = 2 },
+  zb_h1 = { fn = S.zb_h1, v = 1 },
+  zb_v = { fn = S.zb_v, v = 2 },
+}
+M.schedule_names = "gpipe, 1f1b, interleaved, zb_h1, zb_v"
+
+-- One stage holding C chunks: every forward, then the backwards, each chunk's W (when delayed) right
+-- after the last microbatch's B of that chunk.
+function M.single_stage_plan(C, Mb, delayed)
+  local owner = {}
+  for c = 1, C do owner[c] = 1 end
+  local plan = plan_.new("graphed", 1, C, Mb, owner)
+  for m = 1, Mb do
+    for c = 1, C do plan_.push(plan, 1, "F", c, m) end
+  end
+  for m = 1, Mb - 1 do
+    for c = C, 1, -1 do plan_.push(plan, 1, "B", c, m, not delayed) end
+  end
+  for c = C, 1, -1 do
+    plan_.push(plan, 1, "B", c, Mb, not delayed)
+    if delayed then
+      for m = 1, Mb do plan_.push(plan, 1, "W", c, m) end
+    end
+  end
+  return plan
+end
+
+local function fail(msg) error("train: " .. msg, 0) end
+
+local function int_opt(o, k, lo, default)
+  local v = o[k]
+  if v == nil then return default end
+  if math.type(v) ~= "integer" or v < lo then
+    fail(string.format("%s must be an integer >= %d (got %s)", k, lo, tostring(v)))
+  end
+  return v
+end
+
+local function dedup(list)
+  local seen, out = {}, {}
+  for _, p in ipairs(list) do
+    if not seen[p] then
+      seen[p] = true
+      out[#out + 1] = p
+    end
+  end
+  return out
+end
+
+local Trainer = {}
+Trainer.__index = Trainer
+
+function M.new(o)
+  if type(o) ~= "table" then fail("new expects a table of options") end
+  local model = o.model
+  if type(model) ~= "table" or not model.layers or not model.embed or not model.head then
+    fail("model must be an nn.GPT")
+  end
+  local Mb = int_opt(o, "microbatches", 1, 1)
+  local P = int_opt(o, "pipeline", 1, 1)
+  local world = o.comm
+  local N = world and world:size() or 1
+  if N % P ~= 0 then
+    fail(string.format("--pipeline %d does not divide the %d ranks (N = P x D)", P, N))
+  end
+  local D = N // P
+  local L = #model.layers
+  local self = setmetatable({ model = model, M = Mb, P = P, D = D, N = N, world = world, graph = o.graph == true,
+    stage = 1, dp_rank = 0 }, Trainer)
+  if o.reduce ~= nil and o.reduce ~= "ddp" and o.reduce ~= "zero1" and o.reduce ~= "none" then
+    fail("reduce must be ddp, zero1 or none (got " .. tostring(o.reduce) .. ")")
+  end
+  if o.hooks ~= nil and o.hooks ~= "reduce" and o.hooks ~= "noop" then
+    fail("hooks must be reduce or noop (got " .. tostring(o.hooks) .. ")")
+  end
+
+  -- communicators: pp (the stages of this replica) and dp (this stage's replicas)
+  if N > 1 then
+    local layout = world:split { pp = P }
+    self.pp, self.dp = layout.pp, layout.dp
+    self.stage, self.dp_rank = layout.pp_rank + 1, layout.dp_rank
+  end
+
+  -- the plan and its chunks
+  local C, plan
+  local sched
+  if P > 1 then
+    local name = o.schedule or "1f1b"
+    sched = M.schedules[name]
+    if not sched then fail(string.format("unknown schedule '%s' (one of %s)", tostring(name), M.schedule_names)) end
+    C = P * sched.v
+    if L % C ~= 0 then
+      fail(string.format("%d layers do not split into the %d chunks of %s on %d stages (%d per stage)", L, C, name, P,
+        sched.v))
+    end
+    if o.layers_per_chunk and o.layers_per_chunk ~= L // C then
+      fail(string.format("--layers-per-chunk %d: %s on %d stages puts %d layers in each of its %d chunks",
+        o.layers_per_chunk, name, P, L // C, C))
+    end
+    plan = sched.fn { stages = P, microbatches = Mb }
+    self.schedule = name
+  elseif self.graph then
+    local k = int_opt(o, "layers_per_chunk", 1, 1)
+    if L % k ~= 0 then fail(string.format("--layers-per-chunk %d does not divide the %d layers", k, L)) end
+    C = L // k
+    plan = M.single_stage_plan(C, Mb, model.cfg.delay_wgrad == true or model.cfg.delay_wgrad == "layers")
+  end
+  self.plan, self.C = plan, C
+
+  local params
+  if plan then
+    plan.owner = plan_.owners(plan)
+    local k = L // C
+    local owner = plan.owner
+    local first, last = owner[1], owner[C]
+    self.first_stage, self.last_stage = self.stage == first, self.stage == last
+    local chunks = {}
+    for c = 1, C do
+      if P == 1 or owner[c] == self.stage then
+        local mods = { name = "chunk" .. c }
+        if c == 1 then mods[#mods + 1] = model.embed end
+        for i = (c - 1) * k + 1, c * k do mods[#mods + 1] = model.layers[i] end
+        chunks[c] = tg.nn.Sequential(mods)
+      end
+    end
+    self.chunks = chunks
+    -- the head: tied when the embedding is on the same stage, else an untied copy on the last stage
+    local head = model.head
+    self.tied_split = first ~= last
+    if self.tied_split then
+      if self.last_stage then
+        local cfg = model.cfg
+        local pad = cfg.make_vocab_size_divisible_by or 1
+        local own = tg.nn.LMHead { hidden_size = cfg.hidden_size, vocab_size = (cfg.vocab_size + pad - 1) // pad * pad,
+          normalization = cfg.normalization, dtype = cfg.dtype, device = cfg.device, name = "lm_head" }
+        -- its norm from the tied head, its projection from the embedding's token table
+        local wte = model.embed:parameters()[1]
+        local by_name = {}
+        for _, p in ipairs(head:parameters()) do by_name[p.name] = p end
+        for _, p in ipairs(own:parameters()) do
+          local from = by_name[p.name]
+          if not from and p:numel() == wte:numel() then
+            from = wte
+            self.head_table = p
+          end
+          if not from then fail("the untied LM head's parameter " .. p.name .. " has no counterpart in the model") end
+          p.data:copy_(from.data)
+          if p.master and from.master then p.master:copy_(from.master) end
+        end
+        self.head = own
+      end
+      -- the model's tied head is not run on any stage: drop it, so the table takes one contribution
+      model.head = nil
+      head = nil
+      collectgarbage()
+      collectgarbage()
+      self.embed_table = model.embed:parameters()[1]
+    elseif self.last_stage then
+      self.head = head
+    end
+    local list = {}
+    for c = 1, C do
+      if chunks[c] then
+        for _, p in ipairs(chunks[c]:parameters()) do list[#list + 1] = p end
+      end
+    end
+    if self.head then
+      for _, p in ipairs(self.head:parameters()) do list[#list + 1] = p end
+    end
+    params = dedup(list)
+    if self.tied_split then
+      -- the communicator of the two copies of the token table (first and last stage of a replica)
+      local ends = self.stage == first or self.stage == last
+      local color = ends and self.dp_rank or (D + world:rank())
+      self.tie = world:split(color, self.stage)
+    end
+  else
+    self.first_stage, self.last_stage = true, true
+    params = model:parameters()
+  end
+  self.params = params
+
+  -- the reduce, driven by the wgrad hooks: on the dp communicator, or the world of one rank
+  local reduce = o.reduce or "ddp"
+  local use_hooks = N > 1 or self.graph or o.hooks == "noop" or o.reduce ~= nil
+  if reduce == "zero1" and self.tied_split then
+    fail("--zero1 with the embedding and the LM head on different pipeline stages is not supported " ..
+      "(use ddp, or a schedule that keeps both on stage 1: zb_v)")
+  end
+  if reduce == "zero1" and P > 1 and (o.adamw or {}).max_norm then
+    fail("--zero1 with --pipeline needs --clip 0 (the norm of the zero1 shards is not summed over the stages)")
+  end
+  local dp = self.dp or (use_hooks and tg.comm.world()) or nil
+  local ao = {}
+  for k, v in pairs(o.adamw or {}) do ao[k] = v end
+  self.max_norm = ao.max_norm
+  if o.hooks == "noop" then
+    for _, p in ipairs(params) do p:register_hook(function() end) end
+    self.hooks = "noop"
+  elseif use_hooks and reduce == "ddp" then
+    self.ddp = require("tegraph.reduce.ddp").new { params = params, comm = dp, op = "avg" }
+    self.hooks = "ddp"
+  elseif use_hooks and reduce == "zero1" then
+    ao.params = params
+    ao.comm = dp
+    self.zero1 = require("tegraph.reduce.zero1").new(ao)
+    self.hooks = "zero1"
+  end
+  if not self.zero1 then
+    ao.sync_norm = false
+    if self.graph then ao.capturable = true end
+    self.adamw = optim.AdamW(params, ao)
+  end
+
+  -- graphed callables, captured in the plan's order (this stage's when pipelined)
+  if self.graph then
+    local cfg = model.cfg
+    local sample = o.sample
+    if not sample then fail("graph mode needs sample = an input batch (B, T) i32") end
+    local h = tg.zeros({ sample:dim(1), sample:dim(2), cfg.hidden_size }, { dtype = cfg.dtype, device = cfg.device })
+    local samples = {}
+    for c = 1, C do samples[c] = c == 1 and sample or h end
+    self.graphed = S.make_graphed(plan, self.chunks, { samples = samples, warmup = 1,
+      stages = P > 1 and { self.stage } or nil })
+  end
+  return self
+end
+
+-- The parameters this rank trains.
+function Trainer:parameters() return self.params end
+
+-- One optimizer step over this replica's microbatches xs, ys (lists of M tensors; on a pipeline
+-- only the first stage reads xs and only the last reads ys). Returns {loss = {loss tensor per
+-- microbatch} (last stage), host_s = seconds to issue the step}.
+function Trainer:step(xs, ys, lr)
+  local t0 = tg.time()
+  local Mb = self.M
+  local losses = {}
+  local scale = 1.0 / Mb
+  tg.step_begin { microbatches = Mb }
+  local ok, err = pcall(function()
+    if not self.plan then
+      local model = self.model
+      for mb = 1, Mb do
+        losses[mb] = model:forward_loss(xs[mb], ys[mb], mb)
+        model:backward(scale, mb)
+      end
+      if model:need_backward_dw() then
+        for mb = 1, Mb do model:backward_dw(mb) end
+      end
+    else
+      local head = self.head
+      S.execute(self.plan, {
+        chunks = self.chunks, graphed = self.graphed, comm = self.P > 1 and self.pp or nil, step = false,
+        inputs = self.first_stage and xs or nil,
+        loss_grad = self.last_stage and function(mb, y)
+          losses[mb] = head:loss(y, ys[mb], mb, -1)
+          local dh = head:backward(scale, mb)
+          if head:need_backward_dw() then head:backward_dw(mb) end
+          return dh
+        end or nil,
+      })
+    end
+  end)
+  if not ok then
+    pcall(tg.step_end)
+    error(err, 0)
+  end
+  tg.step_end() -- the hook check: every parameter's hooks fired once per microbatch
+  if self.ddp then self.ddp:finish() end
+  if self.zero1 then self.zero1:finish() end
+  if self.tie then -- the two copies of the token table take the sum of their gradients
+    local p = self.first_stage and self.embed_table or self.head_table
+    self.tie:all_reduce(p.wgrad, { op = "sum" })
+  end
+  local norm
+  if self.zero1 then
+    norm = self.zero1:step { lr = lr }
+  elseif self.P > 1 and self.max_norm then
+    norm = self:global_norm()
+    self.adamw:step { lr = lr, norm = norm }
+  else
+    self.adamw:step { lr = lr }
+  end
+  self.last_norm = norm
+  return { loss = losses, host_s = tg.time() - t0 }
+end
+
+-- The gradient norm over every stage's parameters (the copy of the token table counted once).
+function Trainer:global_norm()
+  local grads = {}
+  for _, p in ipairs(self.params) do
+    if not (self.tied_split and p == self.head_table) then grads[#grads + 1] = p.wgrad end
+  end
+  local dev = self.params[1].data.device
+  local s = self.sumsq or tg.zeros({ 1 }, { dtype = "f32", device = dev })
+  self.sumsq = s
+  tg.ops.sumsq_multi(grads, s)
+  self.pp:all_reduce(s, { op = "sum" })
+  return math.sqrt(s:totable()[1])
+end
+
+-- The gradient norm of the last step (nil without clipping).
+function Trainer:grad_norm()
+  if self.last_norm then return self.last_norm end
+  if self.adamw then return self.adamw:grad_norm() end
+end
+
+-- Every replica's microbatch losses of step result r as numbers, in global microbatch order
+-- (replica d's microbatch m is number d * M + m), on every rank: the last stages' values summed
+-- into zeros elsewhere, which is exact.
+function Trainer:losses(r)
+  local Mb, D = self.M, self.D
+  local vals = {}
+  for g = 1, Mb * D do vals[g] = 0.0 end
+  if self.last_stage then
+    for m = 1, Mb do vals[self.dp_rank * Mb + m] = r.loss[m]:totable()[1] end
+  end
+  if self.N == 1 then return vals end
+  local t = tg.tensor(vals, { dtype = "f32", device = self.params[1].data.device })
+  self.world:all_reduce(t, { op = "sum" })
+  return t:totable()
+end
+
+-- What the trainer runs, in words.
+function Trainer:describe()
+  local parts = {}
+  if self.plan and self.P > 1 then
+    parts[#parts + 1] = string.format("pipeline %d stages (%s, %d chunks of %d layers)", self.P, self.schedule,
+      self.C, #self.model.layers // self.C)
+  end
+  if self.graph then
+    parts[#parts + 1] = string.format("graphed (%d graphed callable(s) of %d layer(s) per stage%s, delayed wgrad, capturable AdamW)",
+      self.P > 1 and self.C // self.P or self.C, #self.model.layers // self.C, self.tied_split and "" or "")
+  end
+  if self.D > 1 then parts[#parts + 1] = string.format("data parallel x%d", self.D) end
+  if self.hooks then parts[#parts + 1] = "hooks: " .. self.hooks end
+  return table.concat(parts, ", ")
+end
+
+------------------------------------------------------------------------ trace summary
+-- Union length of intervals {a, b} (microseconds).
+local function merge(iv)
+  table.sort(iv, function(x, y) return x[1] < y[1] end)
+  local out = {}
+  for _, x in ipairs(iv) do
+    local l = out[#out]
+    if l and x[1] <= l[2] then
+      if x[2] > l[2] then l[2] = x[2] end
+    else
+      out[#out + 1] = { x[1], x[2] }
+    end
+  end
+  return out
+end
+
+local function total(iv)
+  local s = 0
+  for _, x in ipairs(iv) do s = s + x[2] - x[1] end
+  return s
+end
+
+local function intersect(a, b)
+  local s, i, j = 0, 1, 1
+  while i <= #a and j <= #b do
+    local lo, hi = math.max(a[i][1], b[j][1]), math.min(a[i][2], b[j][2])
+    if hi > lo then s = s + hi - lo end
+    if a[i][2] < b[j][2] then i = i + 1 else j = j + 1 end
+  end
+  return s
+end
+
+-- From tg.trace.events() (while the trace runs): how much of the reduce (all-reduce, reduce-scatter,
+-- all-gather) and of the p2p transfers (send, recv) the compute hid. Compute: the spans on the compute
+-- track and the executor's F/B/W actions. -> {reduce_ms, reduce_hidden_ms, p2p_ms, p2p_hidden_ms,
+-- hooks = count, line}
+function M.overlap(events)
+  local comp, red, p2p, hooks = {}, {}, {}, 0
+  for _, e in ipairs(events) do
+    if e.ph == "X" then
+      local iv = { e.ts, e.ts + e.dur }
+      local name = e.name or ""
+      if e.cat == "action" then
+        if e.op == "F" or e.op == "B" or e.op == "W" or e.op == "B+W" then comp[#comp + 1] = iv
+        elseif e.op and (e.op:find("send", 1, true) or e.op:find("recv", 1, true)) then p2p[#p2p + 1] = iv end
+      elseif e.track == "compute" then
+        comp[#comp + 1] = iv
+      elseif e.track == "comm" then
+        if name:find("send", 1, true) or name:find("recv", 1, true) then p2p[#p2p + 1] = iv
+        else red[#red + 1] = iv end
+      end
+      if e.cat == "hook" or name:find("^hook") then hooks = hooks + 1 end
+    end
+  end
+  comp, red, p2p = merge(comp), merge(red), merge(p2p)
+  local r = { reduce_ms = total(red) * 1e-3, reduce_hidden_ms = intersect(red, comp) * 1e-3,
+    p2p_ms = total(p2p) * 1e-3, p2p_hidden_ms = intersect(p2p, comp) * 1e-3, hooks = hooks }
+  local function pct(h, t) return t > 0 and 100 * h / t or 0 end
+  r.line = string.format("overlap: reduce %.3f ms, %.3f ms hidden by compute (%.0f%%); p2p %.3f ms, %.3f ms hidden " ..
+    "(%.0f%%); %d hook dispatches", r.reduce_ms, r.reduce_hidden_ms, pct(r.reduce_hidden_ms, r.reduce_ms), r.p2p_ms,
+    r.p2p_hidden_ms, pct(r.p2p_hidden_ms, r.p2p_ms), hooks)
+  return r
+end
+
+return M
