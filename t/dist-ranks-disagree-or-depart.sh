@@ -5,8 +5,6 @@
 # the waiting rank fail within seconds naming the departed rank, not at the comm timeout.
 . "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
 skip_unless_mpi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-dist.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
 
 cat >"$tmp/disagree.lua" <<'LUA'
 local tg = require "tegraph"
