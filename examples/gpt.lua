@@ -7,6 +7,7 @@
 --   tegraph run examples/gpt.lua --make-data task.bin # write the built-in task as a .bin file
 --   tegraph run examples/gpt.lua --graph              # layers as graphed callables, delayed wgrad, hook-driven ddp
 --   tegraph run -n 4 examples/gpt.lua --pipeline 2 --schedule zb_h1 --graph   # 2 stages x 2 replicas
+--   tegraph run examples/gpt.lua --text input.txt --out ckpt --save-every 100  # then --resume ckpt
 --   tegraph run examples/gpt.lua --help
 local tg = require "tegraph"
 local nn = require "tegraph.nn"
@@ -14,6 +15,7 @@ local optim = require "tegraph.optim"
 local data = require "tegraph.data"
 local progress = require "tegraph.progress"
 local cli = require "tegraph.cli"
+local checkpoint = require "tegraph.checkpoint"
 local text = require "tegraph.text"
 local train = require "tegraph.train"
 
@@ -45,7 +47,18 @@ local defaults = {
   { "lr", 3e-3, "peak learning rate" },
   { "min-lr", 3e-4, "final learning rate (cosine decay)" },
   { "warmup", 10, "warmup steps" },
-  { "weight-decay", 0.01, "AdamW weight decay (matrices only)" },
+  { "weight-decay", nil, "AdamW weight decay, matrices only (--data: 0.1 as GPT-2's recipe; task: 0.01)", "number" },
+  { "beta1", 0.9, "AdamW beta1" },
+  { "beta2", nil, "AdamW beta2 (--data: 0.95 as GPT-2's recipe; task: 0.99)", "number" },
+  { "eps", 1e-8, "AdamW epsilon" },
+  { "scaled-init", nil, "residual projections drawn with std 0.02/sqrt(2*layers) (GPT-2's recipe; default on with --data)", "number" },
+  { "on-nan", "stop", "a non-finite loss or gradient norm: stop (error naming the step, nothing saved) or skip (no update)" },
+  { "out", nil, "save checkpoints into this directory (at the end, every --save-every steps, and on SIGINT/SIGTERM)" },
+  { "save-every", 0, "save a checkpoint every N steps (0: only at the end)" },
+  { "keep", 0, "keep the newest K checkpoints in --out (0: all)" },
+  { "resume", nil, "resume from a checkpoint (a --out directory: its latest; or one step_N directory)" },
+  { "init-from", nil, "start from GPT-2 weights: a Hugging Face model.safetensors or an llm.c gpt2_*.bin" },
+  { "export-hf", nil, "after training, write the weights as a Hugging Face GPT-2 model.safetensors" },
   { "clip", 1.0, "global gradient-norm clip (0: off)" },
   { "dtype", "f32", "compute dtype: f32 or bf16" },
   { "delay-wgrad", false, "delay weight gradients to backward_dw (TE delay_wgrad_compute)" },
@@ -122,6 +135,16 @@ local function task_batch(B)
   return tg.tensor(xs, { dtype = "i32" }), tg.tensor(ys, { dtype = "i32" })
 end
 
+if opt["on-nan"] ~= "stop" and opt["on-nan"] ~= "skip" then
+  io.stderr:write("gpt.lua: --on-nan must be stop or skip\n")
+  os.exit(2)
+end
+for _, k in ipairs { "save-every", "keep" } do
+  if math.type(opt[k]) ~= "integer" or opt[k] < 0 then
+    io.stderr:write(string.format("gpt.lua: --%s needs an integer >= 0\n", k))
+    os.exit(2)
+  end
+end
 if opt.task ~= "reverse" and opt.task ~= "sort" then
   io.stderr:write("gpt.lua: --task must be reverse or sort\n")
   os.exit(2)
@@ -208,7 +231,16 @@ local model = nn.GPT {
   dtype = opt.dtype,
   delay_wgrad = delay,
   fuse_wgrad_accumulation = opt["fuse-wgrad"],
+  -- GPT-2's recipe (nanoGPT, llm.c): the residual projections start smaller, by 1/sqrt(2 * layers)
+  residual_init_std = (opt["scaled-init"] == nil and loader or (opt["scaled-init"] or 0) ~= 0)
+      and 0.02 / math.sqrt(2 * opt.layers) or nil,
 }
+if opt["init-from"] then
+  local gpt2 = require "tegraph.gpt2"
+  if opt["init-from"]:match("%.safetensors$") then gpt2.load_hf(model, opt["init-from"])
+  else gpt2.load_llmc(model, opt["init-from"]) end
+end
+if opt["export-hf"] and pipelined then error("gpt.lua: --export-hf needs the whole model on each rank (not --pipeline)", 0) end
 -- the step in the mode the flags ask for (tegraph.train): eager, graphed, pipelined; ddp or zero1
 -- driven by the wgrad hooks
 local trainer = train.new {
@@ -216,8 +248,8 @@ local trainer = train.new {
   schedule = opt.schedule, layers_per_chunk = opt["layers-per-chunk"], reduce = opt.zero1 and "zero1" or nil,
   hooks = opt.hooks,
   sample = opt.graph and tg.zeros({ B, T }, { dtype = "i32" }) or nil,
-  adamw = { lr = opt.lr, beta1 = 0.9, beta2 = 0.99, weight_decay = opt["weight-decay"],
-    max_norm = opt.clip > 0 and opt.clip or nil },
+  adamw = { lr = opt.lr, beta1 = opt.beta1, beta2 = opt.beta2 or (loader and 0.95 or 0.99), eps = opt.eps,
+    weight_decay = opt["weight-decay"] or (loader and 0.1 or 0.01), max_norm = opt.clip > 0 and opt.clip or nil },
 }
 local D = trainer.D
 local schedule = optim.cosine_schedule { lr = opt.lr, min_lr = opt["min-lr"], warmup = opt.warmup, total = opt.steps }
@@ -271,8 +303,37 @@ if (opt.val or opt["val-split"]) and pipelined then
   error("gpt.lua: --val/--val-split are not supported with --pipeline (each rank holds only its stage)", 0)
 end
 
+-- Checkpoints (tegraph.checkpoint): this rank's weights (its stage's with --pipeline), the trainer's
+-- optimizer state (per rank: zero1 shards, capturable AdamW's device values), the RNG state, the
+-- loader position, the options and the model's shape. Batches are drawn from math.random seeded by
+-- (seed, step) at each step (every rank draws the same ones), so a resumed run draws what the
+-- uninterrupted one would have.
+local config = {}
+for _, d in ipairs(defaults) do config[d[1]] = opt[d[1]] end
+config.resume, config.out = nil, nil
+for k, v in pairs(checkpoint.model_config(model.cfg)) do config[k] = v end
+if opt.text then -- the tokenizer, for generate.lua --ckpt
+  local dir = opt.tokenizer
+  if dir and dir:sub(1, 1) ~= "/" and os.getenv("PWD") then dir = os.getenv("PWD") .. "/" .. dir end
+  config["model.tokenizer"] = dir or "bytes"
+end
+local function save(step)
+  return trainer:save(opt.out, { step = step, config = config, keep = opt.keep,
+    state = { loader_pos = loader and loader.pos or 0 } })
+end
+local start = 1
+if opt.resume then
+  local info = trainer:load(opt.resume)
+  start = info.step + 1
+  if loader then loader.pos = math.tointeger(tonumber(info.state.loader_pos)) or 0 end
+  print(string.format("resumed from %s (step %d)", info.path, info.step))
+end
+if opt.out then tg.signals.catch() end
+local stop_signal
+
 local host_s, step_s, timed = 0, 0, 0
-for step = 1, opt.steps do
+for step = start, opt.steps do
+  math.randomseed(opt.seed, step)
   local lr = schedule(step)
   -- this replica's microbatches of the step's M x D (every rank draws them all, in order)
   local xs, ys = {}, {}
@@ -283,24 +344,35 @@ for step = 1, opt.steps do
   end
   if step == trace_a then tg.trace.start() end
   local t0 = tg.time()
-  local r = trainer:step(xs, ys, lr)
-  local vals = trainer:losses(r) -- reads the losses: waits for the step
+  local r = trainer:step(xs, ys, lr, { skip_nonfinite = opt["on-nan"] == "skip" })
+  local vals = r.losses or trainer:losses(r) -- reads the losses: waits for the step
   local t1 = tg.time()
   if step > 2 or opt.steps <= 2 then host_s, step_s, timed = host_s + r.host_s, step_s + (t1 - t0), timed + 1 end
+  local loss_sum = 0.0
+  for g = 1, #vals do loss_sum = loss_sum + vals[g] end
+  local loss = loss_sum / #vals -- the step's loss: the mean over its microbatches
+  local norm = trainer:grad_norm()
+  if r.skipped then
+    print(string.format("step %d: non-finite loss or gradient norm (loss %s, gradient norm %s); update skipped " ..
+      "(--on-nan skip)", step, tostring(loss), tostring(r.norm)))
+  end
+  local function finite(x) return x == x and x ~= math.huge and x ~= -math.huge end
+  if opt["on-nan"] == "stop" and not (finite(loss) and (norm == nil or finite(norm))) then
+    local last = opt.out and checkpoint.latest(opt.out)
+    error(string.format("gpt.lua: step %d: non-finite %s (loss %s, gradient norm %s); stopped (--on-nan stop)%s", step,
+      finite(loss) and "gradient norm" or "loss", tostring(loss), norm and tostring(norm) or "not computed",
+      last and ("; the last good checkpoint is " .. last) or ", nothing saved"), 0)
+  end
   if step == trace_b then
     local ov = train.overlap(tg.trace.events())
     local sum = tg.trace.stop(trace_path, { quiet = true })
     print(string.format("%s%s (steps %d..%d) -> %s\n%s%s", world and world:size() > 1 and ("rank " .. world:rank() .. ": ") or "",
       sum.line, trace_a, trace_b, trace_path, world and world:size() > 1 and ("rank " .. world:rank() .. ": ") or "", ov.line))
   end
-  local loss_sum = 0.0
-  for g = 1, #vals do loss_sum = loss_sum + vals[g] end
-  local loss = loss_sum / #vals -- the step's loss: the mean over its microbatches
-  if loss ~= loss then error(string.format("step %d: the loss is NaN", step)) end
   first_loss = first_loss or loss
   last_loss = loss
   losses[#losses + 1] = loss
-  bar:update(step, { loss = loss, lr = lr, norm = trainer:grad_norm() })
+  bar:update(step, { loss = loss, lr = lr, norm = norm })
   if val_batches and not pipelined and (step % opt["eval-every"] == 0 or step == opt.steps) then
     local vl = 0
     for _, xy in ipairs(val_batches) do vl = vl + nn.loss_value(model:eval_loss(xy[1], xy[2])) end
@@ -310,10 +382,34 @@ for step = 1, opt.steps do
     bar:record { step = step, val_loss = vl }
   end
   if step == 2 then steady_t0 = tg.time() end -- after start-up (allocation, first GEMM plans, NCCL connections)
+  if opt.out then
+    local sig = tg.signals.pending()
+    if world then -- every rank stops at the same step
+      local f = tg.tensor({ sig and 1 or 0 }, { dtype = "f32" })
+      world:all_reduce(f, { op = "max" })
+      if f:totable()[1] > 0 then sig = sig or "a signal on another rank" end
+    end
+    if sig then
+      stop_signal = { sig, step, save(step) }
+      break
+    end
+    if opt["save-every"] > 0 and step % opt["save-every"] == 0 and step < opt.steps then save(step) end
+  end
+end
+if stop_signal then
+  bar:finish()
+  print(string.format("gpt: %s: saved a checkpoint of step %d to %s; resume with --resume %s", stop_signal[1],
+    stop_signal[2], stop_signal[3], opt.out))
+  return
+end
+if opt.out and opt.steps >= start then print("saved a checkpoint to " .. save(opt.steps)) end
+if opt["export-hf"] then
+  require("tegraph.gpt2").export_hf(model, opt["export-hf"])
+  print("wrote the weights as a Hugging Face GPT-2 model.safetensors to " .. opt["export-hf"])
 end
 local elapsed = bar:finish()
 tg.stream.current(tg.default_device()):sync()
-local steady = opt.steps > 2 and (opt.steps - 2) * tokens_per_step / (tg.time() - steady_t0) or nil
+local steady = steady_t0 and (opt.steps - 2) * tokens_per_step / (tg.time() - steady_t0) or nil
 
 -- the loss of the first and last 10 steps, which one noisy step does not sway
 local function mean(a, i, j)
@@ -322,8 +418,9 @@ local function mean(a, i, j)
   return n > 0 and s / n or 0 / 0
 end
 local head10, tail10 = mean(losses, 1, 10), mean(losses, #losses - 9, #losses)
-print(string.format("trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (mean of first/last 10 steps %.4f -> %.4f, %.1fx lower)",
-  opt.steps, elapsed, opt.steps * tokens_per_step / elapsed, first_loss, last_loss, head10, tail10, head10 / tail10))
+local ran = #losses
+if #losses > 0 then print(string.format("trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (mean of first/last 10 steps %.4f -> %.4f, %.1fx lower)",
+  ran, elapsed, ran * tokens_per_step / elapsed, first_loss, last_loss, head10, tail10, head10 / tail10)) end
 if steady then print(string.format("steady throughput (steps 3..%d): %.0f tokens/s", opt.steps, steady)) end
 if timed > 0 then
   print(string.format("host time per step %.3f ms of %.3f ms per step (%.1f%%; hooks: %s)", 1e3 * host_s / timed,

@@ -220,9 +220,65 @@ TG_API tg_status tg_max_abs_diff(const tg_tensor *a, const tg_tensor *b, double 
  * advances its offset by each fill. */
 TG_API void tg_manual_seed(uint64_t seed);
 TG_API void tg_rng_state(uint64_t *seed, uint64_t *offset);
+/* Restores a state read with tg_rng_state: the next fills draw as they would have then. */
+TG_API void tg_rng_set_state(uint64_t seed, uint64_t offset);
 TG_API tg_status tg_randn(tg_tensor *t, double mean, double std);
 TG_API tg_status tg_rand(tg_tensor *t, double lo, double hi);
 
+/* ------------------------------------------------------------------ safetensors files
+ * The safetensors format: 8 bytes little-endian header length N, N bytes of
+ * JSON (per tensor {"dtype", "shape", "data_offsets": [begin, end]} relative
+ * to the data, and an optional "__metadata__" map of strings), then the raw
+ * little-endian data. tegraph writes F32, BF16, F16, I32 and U16 tensors and
+ * reads those and I64 and U8 (as i32) and F16 (as f32). */
+typedef struct tg_safetensors tg_safetensors;
+/* Writes n tensors under names (unique, non-empty, not "__metadata__") and
+ * nmeta metadata pairs to path atomically: into "path.tmp", fsync, rename,
+ * fsync of the directory, so path holds the old file or the whole new one.
+ * The tensors are read to the host (blocking). TG_EINVAL naming the tensor,
+ * TG_EIO naming the file. */
+TG_API tg_status tg_safetensors_write(const char *path, int n, const char *const *names, const tg_tensor *const *tensors,
+                                      int nmeta, const char *const *meta_keys, const char *const *meta_values);
+/* Opens (maps) a file and validates all of it: header length, JSON, every
+ * tensor's dtype, shape and data range (inside the data, no overlaps, no
+ * holes, size = numel * dtype size). TG_EIO or TG_EINVAL naming the file and
+ * the tensor otherwise. */
+TG_API tg_status tg_safetensors_open(const char *path, tg_safetensors **out);
+TG_API void tg_safetensors_close(tg_safetensors *f);
+/* The tensors, in the order of their data. */
+TG_API int tg_safetensors_count(const tg_safetensors *f);
+TG_API const char *tg_safetensors_name(const tg_safetensors *f, int i);
+/* The index of a tensor, or -1. */
+TG_API int tg_safetensors_find(const tg_safetensors *f, const char *name);
+/* Its file dtype name ("F32", "BF16", ...), the tegraph dtype it loads as,
+ * and its shape (ndim may be 0: a scalar; *ndim gets the file's count, shape
+ * gets the first TG_MAX_DIMS). TG_EINVAL for an unknown name. */
+TG_API tg_status tg_safetensors_info(const tg_safetensors *f, const char *name, const char **file_dtype, tg_dtype *dtype,
+                                     int *ndim, int64_t shape[TG_MAX_DIMS]);
+/* Reads a tensor into a new tensor on dev in its load dtype (a scalar as
+ * shape (1)); TG_EINVAL naming file and tensor when it has more than
+ * TG_MAX_DIMS dimensions or an I64 value does not fit i32. */
+TG_API tg_status tg_safetensors_read(const tg_safetensors *f, const char *name, tg_device dev, tg_tensor **out);
+/* Reads a tensor into dst: same number of elements and shape (ignoring
+ * leading 1s), dtypes converted between f32 / bf16 / f16 and between the
+ * integer types. TG_EINVAL naming file, tensor and both shapes or dtypes. */
+TG_API tg_status tg_safetensors_read_into(const tg_safetensors *f, const char *name, tg_tensor *dst);
+/* Metadata: the value of key or NULL; the number of pairs and each one. */
+TG_API const char *tg_safetensors_metadata(const tg_safetensors *f, const char *key);
+TG_API int tg_safetensors_metadata_count(const tg_safetensors *f);
+TG_API const char *tg_safetensors_metadata_key(const tg_safetensors *f, int i);
+/* Writes len bytes to path atomically (temporary name, fsync, rename, fsync
+ * of the directory). TG_EIO naming the file. */
+TG_API tg_status tg_write_file_atomic(const char *path, const void *data, size_t len);
+/* ------------------------------------------------------------------ signals (opt-in)
+ * The library installs no signal handlers by itself. A training loop that
+ * wants to stop cleanly on SIGINT / SIGTERM calls tg_signals_catch(1): the
+ * first such signal only sets a flag, read with tg_signals_pending() (the
+ * signal number, 0 if none); a second one restores the previous handler and
+ * re-raises, ending the process at once. tg_signals_catch(0) restores the
+ * previous handlers and clears the flag. */
+TG_API tg_status tg_signals_catch(int on);
+TG_API int tg_signals_pending(void);
 /* ------------------------------------------------------------------ streams and graphs
  * All device work is issued on a stream. On the CPU a stream is a command
  * buffer: commands run at once, or are recorded while capturing. On CUDA it
@@ -431,6 +487,38 @@ TG_API tg_tensor *tg_param_grad(const tg_param *p);
 /* Its f32 gradient when the module fuses wgrad accumulation, else NULL. */
 TG_API tg_tensor *tg_param_main_grad(const tg_param *p);
 
+/* ------------------------------------------------------------------ forward pre-hooks
+ * A module's forward pre-hooks run on the host before its forward: before
+ * the module's own forward runs, or before the replay of the F graph that
+ * holds it (graphed callables, and plain captures: before each replay of the
+ * graph that captured the forward). They are never captured and never run
+ * during a graphed set's warm-up; work they issue on the current stream
+ * precedes the forward. ZeRO-style training gathers parameters in them. */
+typedef struct tg_module tg_module;
+
+typedef struct tg_forward_info {
+    int microbatch; /* 1-based microbatch of the forward about to run */
+    int chunk;      /* pipeline chunk of the module (module option chunk, default 1) */
+    int64_t step;   /* 1-based index of the open step (0 outside steps) */
+} tg_forward_info;
+
+/* A forward pre-hook: ud as given to tg_module_add_forward_pre_hook. An error
+ * (tg_error) aborts the forward or replay before it runs, prefixed "forward
+ * pre-hook N of MODULE (microbatch M)". */
+typedef tg_status (*tg_forward_pre_hook_fn)(void *ud, tg_module *m, const tg_forward_info *info);
+
+/* Adds fn as a forward pre-hook of m (hooks run in the order added); *id
+ * (when id is non-NULL) gets its handle (> 0, unique per module). free_ud
+ * (may be NULL) is called with ud when the hook is removed or m goes. */
+TG_API tg_status tg_module_add_forward_pre_hook(tg_module *m, tg_forward_pre_hook_fn fn, void *ud,
+                                                void (*free_ud)(void *ud), int *id);
+/* Removes the pre-hook with handle id (TG_EINVAL naming m when it has none;
+ * TG_ESTATE while m's pre-hooks run). */
+TG_API tg_status tg_module_remove_forward_pre_hook(tg_module *m, int id);
+TG_API int tg_module_forward_pre_hook_count(const tg_module *m);
+/* The module's name ("h.0.attn"; "" when unnamed). */
+TG_API const char *tg_module_name(const tg_module *m);
+
 /* ------------------------------------------------------------------ runtime (embedding)
  * A runtime is a Lua 5.4 state with the tegraph library loaded
  * (`tegraph` is require-able and also the global `tg`). */
@@ -480,6 +568,9 @@ TG_API tg_tensor *tg_lua_totensor(struct lua_State *L, int idx);
  * module:parameters()). Raises a Lua error when it is not one. The parameter
  * lives at least as long as its Lua value or its module. */
 TG_API tg_param *tg_lua_checkparam(struct lua_State *L, int idx);
+/* The module at stack index idx (a tegraph.Module). Raises a Lua error when
+ * it is not one. It lives at least as long as its Lua value. */
+TG_API tg_module *tg_lua_checkmodule(struct lua_State *L, int idx);
 /* Pushes a new, empty Lua tensor and returns its handle slot (NULL inside).
  * Acquire the tensor straight into the slot (tg_tensor_new(..., slot)) so
  * Lua owns it from the start and a later error cannot leak it. */

@@ -11,6 +11,7 @@ DIST_SH_TESTS = \
 	t/dist-launcher-stops-ranks.sh \
 	t/dist-pipeline-matches-single-process.sh \
 	t/dist-pipeline-peer-stops-the-run.sh \
+	t/checkpoint-resume-is-exact.sh \
 	t/dist-gpt-modes-give-the-eager-losses.sh \
 	t/dist-zero-bubble-on-ranks.sh
 TESTS += $(DIST_LUA_TESTS) $(DIST_SH_TESTS)

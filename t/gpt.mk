@@ -12,15 +12,19 @@ GPT_LUA_TESTS = \
 	t/adamw-capturable-clipped-replay-equals-eager.lua \
 	t/adamw-capturable-bad-use-errors.lua \
 	t/data-bin-files-load-and-fail-clearly.lua \
-	t/gpt-example-loss-falls.lua
+	t/gpt-example-loss-falls.lua \
+	t/safetensors-round-trip-and-bad-files.lua \
+	t/gpt2-weights-in-and-out.lua
 GPT_SH_TESTS = \
-	t/gpt-graph-without-hook-dispatch-fails-at-step-end.sh
+	t/gpt-graph-without-hook-dispatch-fails-at-step-end.sh \
+	t/gpt-on-nan-stops-or-skips.sh
 TESTS += $(GPT_LUA_TESTS) $(GPT_SH_TESTS)
 EXTRA_DIST += $(GPT_LUA_TESTS) $(GPT_SH_TESTS) examples/gpt.lua
 # Text in and out: tokenizers, text files, generation with a KV cache.
 TEXT_LUA_TESTS = \
 	t/text-bpe-merges-by-rank-and-round-trips.lua \
 	t/text-kv-cache-decoding-matches-full-recompute.lua \
-	t/text-gpt-trains-on-a-text-file.lua
+	t/text-gpt-trains-on-a-text-file.lua \
+	t/checkpoint-text-run-generates-from-its-checkpoint.lua
 TESTS += $(TEXT_LUA_TESTS)
 EXTRA_DIST += $(TEXT_LUA_TESTS) t/lib/small_bpe.lua examples/generate.lua

@@ -27,7 +27,9 @@ end
 --          num_attention_heads=, num_layers=, ffn_hidden_size=4*hidden_size,
 --          normalization="LayerNorm", activation="gelu", dtype="f32",
 --          delay_wgrad=false, fuse_wgrad_accumulation=false, init_std=0.02,
---          device=, make_vocab_size_divisible_by=1}
+--          device=, make_vocab_size_divisible_by=1, residual_init_std=init_std}
+-- residual_init_std: the std of the layers' residual projections (attn.proj and mlp.fc2 weights);
+-- GPT-2's recipe (nanoGPT, llm.c) is init_std / sqrt(2 * num_layers).
 -- delay_wgrad = "layers" delays the transformer layers' wgrad only (the embedding and
 -- the LM head compute theirs in backward, so the tied table's two contributions keep
 -- their order). gpt.layers lists the transformer layers.
@@ -44,7 +46,7 @@ local GPT_KEYS = {
   vocab_size = true, max_position_embeddings = true, hidden_size = true, num_attention_heads = true,
   num_layers = true, ffn_hidden_size = true, normalization = true, activation = true, dtype = true,
   delay_wgrad = true, fuse_wgrad_accumulation = true, init_std = true, device = true,
-  make_vocab_size_divisible_by = true,
+  make_vocab_size_divisible_by = true, residual_init_std = true,
 }
 local GPT_RENAMED = {
   vocab = "vocab_size", context = "max_position_embeddings", width = "hidden_size", heads = "num_attention_heads",
@@ -119,7 +121,21 @@ function nn.GPT(cfg)
     hidden_size = cfg.hidden_size, vocab_size = table_vocab, tied = embed, normalization = cfg.normalization,
     name = "lm_head",
   })
-  return setmetatable({ cfg = cfg, embed = embed, layers = layers, body = body, head = head }, GPT)
+  local self = setmetatable({ cfg = cfg, embed = embed, layers = layers, body = body, head = head }, GPT)
+  local rstd = cfg.residual_init_std
+  if rstd ~= nil then
+    if type(rstd) ~= "number" or not (rstd >= 0) then
+      raise("nn.GPT: cfg.residual_init_std must be a number >= 0, got " .. tostring(rstd))
+    end
+    for _, p in ipairs(self:parameters()) do -- drawn in f32 and rounded, as the modules' own init
+      if p.name:match("^h%.%d+%.attn%.proj%.weight$") or p.name:match("^h%.%d+%.mlp%.fc2%.weight$") then
+        local w = core.randn(p.shape, { std = rstd, device = p.data.device })
+        if p.master then p.master:copy_(w) end
+        p.data:copy_(w)
+      end
+    end
+  end
+  return self
 end
 
 -- All parameters, each once (the tied token table belongs to the embedding).

@@ -267,6 +267,42 @@ function AdamW:zero_grad()
   for _, p in ipairs(self.params) do p:zero_grad() end
 end
 
+-- Checkpoint state (tegraph.checkpoint): the tensors to save and restore, each
+-- { name =, t = } with t the live tensor (read when saving, written into when
+-- loading): per parameter NAME.m and NAME.v, and NAME.master for a bf16
+-- parameter's f32 master (the f32 parameter itself is the model's weight).
+function AdamW:state_tensors()
+  local out = {}
+  for i, p in ipairs(self.params) do
+    local s = self.state[i]
+    if s.lowp then out[#out + 1] = { name = p.name .. ".master", t = s.p } end
+    out[#out + 1] = { name = p.name .. ".m", t = s.m }
+    out[#out + 1] = { name = p.name .. ".v", t = s.v }
+  end
+  return out
+end
+
+-- The host values of the state: the step count and the lr (capturable: those on the device).
+function AdamW:state_values()
+  return { kind = "AdamW", t = self:step_count(), lr = self.lr }
+end
+
+-- Restores state_values (after the tensors were read into state_tensors).
+function AdamW:load_state_values(v)
+  local t, lr = math.tointeger(tonumber(v.t)), tonumber(v.lr)
+  if not t or t < 0 or not lr then
+    raise(string.format("AdamW: bad checkpoint state (step count %s, lr %s)", tostring(v.t), tostring(v.lr)))
+  end
+  self.t = t
+  self.lr = lr
+  if self.capturable then
+    for _, grp in ipairs(self.groups) do
+      grp.step_t:fill_(t)
+      grp.lr_t:fill_(lr)
+    end
+  end
+end
+
 ------------------------------------------------------------------------ schedules
 -- Linear warmup from 0 to lr over `warmup` steps, then cosine decay to
 -- min_lr at step `total` (constant after). Steps count from 1.

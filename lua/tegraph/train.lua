@@ -270,8 +270,10 @@ function Trainer:parameters() return self.params end
 
 -- One optimizer step over this replica's microbatches xs, ys (lists of M tensors; on a pipeline
 -- only the first stage reads xs and only the last reads ys). Returns {loss = {loss tensor per
--- microbatch} (last stage), host_s = seconds to issue the step}.
-function Trainer:step(xs, ys, lr)
+-- microbatch} (last stage), host_s = seconds to issue the step}. o.skip_nonfinite: the losses and
+-- the gradient norm are read before the update (a sync), and a non-finite one leaves the update
+-- out on every rank: the result then has skipped = true, and losses (as Trainer:losses) and norm.
+function Trainer:step(xs, ys, lr, o)
   local t0 = tg.time()
   local Mb = self.M
   local losses = {}
@@ -312,6 +314,36 @@ function Trainer:step(xs, ys, lr)
     local p = self.first_stage and self.embed_table or self.head_table
     self.tie:all_reduce(p.wgrad, { op = "sum" })
   end
+  if o and o.skip_nonfinite then
+    local r = { loss = losses, host_s = tg.time() - t0 }
+    r.losses = self:losses(r)
+    local bad = false
+    for _, v in ipairs(r.losses) do
+      if v ~= v or v == math.huge or v == -math.huge then bad = true end
+    end
+    if not bad then
+      local n
+      if self.zero1 then n = self.zero1:grad_norm()
+      elseif self.P > 1 then n = self:global_norm()
+      else n = optim.grad_norm(self.params) end
+      r.norm = n
+      bad = n ~= n or n == math.huge
+    end
+    if bad then
+      r.skipped = true
+      self.last_norm = r.norm
+      return r
+    end
+    self:update(lr)
+    r.host_s = tg.time() - t0
+    return r
+  end
+  self:update(lr)
+  return { loss = losses, host_s = tg.time() - t0 }
+end
+
+-- The optimizer step after the reduce (the norm over every stage when pipelined and clipping).
+function Trainer:update(lr)
   local norm
   if self.zero1 then
     norm = self.zero1:step { lr = lr }
@@ -322,7 +354,46 @@ function Trainer:step(xs, ys, lr)
     self.adamw:step { lr = lr }
   end
   self.last_norm = norm
-  return { loss = losses, host_s = tg.time() - t0 }
+end
+
+------------------------------------------------------------------------ checkpoints
+-- The optimizer whose state a checkpoint holds: zero1 (this rank's shards) or AdamW.
+function Trainer:optimizer() return self.zero1 or self.adamw end
+
+-- The layout a checkpoint must be resumed on: the pipeline's stages and chunk placement (the data-
+-- parallel width is the world size, which tegraph.checkpoint checks itself).
+function Trainer:layout()
+  if self.P == 1 then return "pipeline 1" end
+  return string.format("pipeline %d (%s, %d chunks of %d layers)", self.P, self.schedule, self.C,
+    #self.model.layers // self.C)
+end
+
+-- The checkpoint options of this rank: its parameters (its stage's when pipelined), the model file
+-- they go to (model.safetensors, or model.stage<k>.safetensors written by the stage's first replica).
+function Trainer:checkpoint_options(o)
+  local c = {}
+  for k, v in pairs(o or {}) do c[k] = v end
+  c.params, c.optimizer, c.comm, c.layout = self.params, self:optimizer(), self.world, self:layout()
+  if self.P > 1 then
+    c.model_file = string.format("model.stage%d.safetensors", self.stage)
+    c.writes_model = self.dp_rank == 0
+  end
+  return c
+end
+
+-- Saves a training checkpoint into dir (every rank calls it): o = {step=, config=, state=, keep=}
+-- as tegraph.checkpoint.save. Returns the checkpoint's path.
+function Trainer:save(dir, o)
+  return require("tegraph.checkpoint").save(dir, self:checkpoint_options(o))
+end
+
+-- Loads a checkpoint written by Trainer:save on the same layout (every rank calls it) into this
+-- rank's parameters and optimizer state; refused, with nothing loaded, for another layout.
+-- Returns tegraph.checkpoint.load's {step=, state=, config=, path=}.
+function Trainer:load(path)
+  local ok, info = pcall(require("tegraph.checkpoint").load, path, self:checkpoint_options())
+  if not ok then error(info, 0) end
+  return info
 end
 
 -- The gradient norm over every stage's parameters (the copy of the token table counted once).

@@ -27,6 +27,10 @@ typedef enum tg_debug_flag {
      * communicator's creation and the first collective of each kind and label are checked); read per
      * collective. */
     TG_DEBUG_COMM_CHECK,
+    /* "graph_share_any_order": a graphed set shares microbatch 1's graphs and buffers with every microbatch
+     * even when its order interleaves microbatches (the reuse-too-early bug, for the test that proves the
+     * lifetime check matters); read by tg_graphed_new for the set it makes. */
+    TG_DEBUG_GRAPH_SHARE_ANY_ORDER,
     TG_DEBUG_COUNT
 } tg_debug_flag;
 

@@ -50,3 +50,9 @@ void tg_rng_reserve(uint64_t n, uint64_t *seed, uint64_t *offset)
     *offset = rng_offset;
     rng_offset += n;
 }
+
+void tg_rng_set_state(uint64_t seed, uint64_t offset)
+{
+    rng_seed = seed;
+    rng_offset = offset;
+}

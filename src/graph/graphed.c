@@ -31,6 +31,9 @@ struct tg_graphed {
     tg_pool *pool;
     tg_device dev;
     int skip_hooks_after_w; /* TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY when the set was made */
+    int shared;          /* every microbatch replays microbatch 1's graphs (tg_graphed_shared) */
+    struct tg_graph_action *capture_order; /* test switch graph_share_any_order: microbatch 1's actions */
+    int ncapture;        /* actions of the order captured: all, or microbatch 1's block when shared */
     tg_stream *on;       /* the next replay call's stream (tg_graphed_replay_on), or NULL */
     tg_event *wait;      /* and the event it waits for first, or NULL */
 };
@@ -39,6 +42,22 @@ static int capturing_depth; /* warm-up or capture in progress */
 int tg_graph_capturing(void) { return capturing_depth > 0; }
 
 static struct entry *entry_of(tg_graphed *g, int chunk, int mb) { return &g->e[(chunk - 1) * g->mbs + (mb - 1)]; }
+/* The entry whose graphs replay for (chunk, mb): microbatch 1's when shared. */
+static struct entry *replay_entry(tg_graphed *g, int chunk, int mb) { return entry_of(g, chunk, g->shared ? 1 : mb); }
+
+/* Whether the order is M blocks, block m being block 1 with microbatch m: the
+ * microbatches run one after another, each through the same actions. */
+static int order_is_sequential(const tg_graphed *g)
+{
+    if (g->norder % g->mbs) return 0;
+    int len = g->norder / g->mbs;
+    for (int m = 1; m <= g->mbs; m++)
+        for (int k = 0; k < len; k++) {
+            const struct tg_graph_action *a = &g->order[(m - 1) * len + k], *b = &g->order[k];
+            if (a->op != b->op || a->chunk != b->chunk || a->mb != m || b->mb != 1) return 0;
+        }
+    return 1;
+}
 
 /* ------------------------------------------------------------------ wgrad sets (filled by the engine's capture observer) */
 static tg_status set_add(struct wgrad_set *s, tg_param *p)
@@ -329,8 +348,9 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples)
     tg_stream *s = tg_stream_current(g->dev);
     if (!s) return TG_ENOMEM;
     tg_status st = TG_OK;
-    for (int i = 0; i < g->norder && st == TG_OK; i++) {
-        const struct tg_graph_action *a = &g->order[i];
+    const struct tg_graph_action *co = g->capture_order ? g->capture_order : g->order;
+    for (int i = 0; i < g->ncapture && st == TG_OK; i++) {
+        const struct tg_graph_action *a = &co[i];
         tg_module *m = g->chunks[a->chunk - 1];
         struct entry *e = entry_of(g, a->chunk, a->mb);
         const tg_tensor *x = samples[a->chunk - 1];
@@ -412,6 +432,21 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     }
     if (st == TG_OK) st = validate_order(g);
     if (st == TG_OK) {
+        int share_any = tg_debug_get(TG_DEBUG_GRAPH_SHARE_ANY_ORDER);
+        g->shared = !o->no_share && g->mbs > 1 && (order_is_sequential(g) || share_any);
+        g->ncapture = g->norder;
+        if (g->shared && order_is_sequential(g)) g->ncapture = g->norder / g->mbs;
+        else if (g->shared) { /* the reuse-too-early bug on purpose (tests): microbatch 1's actions only */
+            struct tg_graph_action *o1 = malloc((size_t)g->norder * sizeof *o1);
+            if (!o1) st = tg_error(TG_ENOMEM, "out of host memory");
+            int k = 0;
+            for (int i = 0; o1 && i < g->norder; i++)
+                if (g->order[i].mb == 1) o1[k++] = g->order[i];
+            g->capture_order = o1;
+            g->ncapture = k;
+        }
+    }
+    if (st == TG_OK) {
         g->pool = o->pool ? tg_pool_retain(o->pool) : NULL;
         if (!g->pool) st = tg_pool_new(dev, &g->pool);
     }
@@ -490,6 +525,7 @@ void tg_graphed_free(tg_graphed *g)
     free(g->chunks);
     free(g->has_w);
     free(g->order);
+    free(g->capture_order);
     free(g);
 }
 
@@ -518,10 +554,11 @@ static tg_status replay_forward(tg_graphed *g, int chunk, int mb, const tg_tenso
 {
     *y = NULL;
     TG_TRY(check_order(g, 'F', chunk, &mb));
-    struct entry *e = entry_of(g, chunk, mb);
+    struct entry *e = replay_entry(g, chunk, mb);
     char what[64];
     snprintf(what, sizeof what, "graphed forward chunk %d mb %d input", chunk, mb);
     TG_TRY(check_like(what, x, e->in));
+    TG_TRY(tg_module_run_forward_pre_hooks(g->chunks[chunk - 1], mb));
     if (!tg_tensor_same_memory(x, e->in)) TG_TRY(tg_copy(e->in, x));
     TG_TRY(replay(g, e->f, 'F', chunk, mb));
     mark_forward(g->chunks[chunk - 1]);
@@ -533,7 +570,7 @@ static tg_status replay_backward(tg_graphed *g, int chunk, int mb, const tg_tens
 {
     *dx = NULL;
     TG_TRY(check_order(g, 'B', chunk, &mb));
-    struct entry *e = entry_of(g, chunk, mb);
+    struct entry *e = replay_entry(g, chunk, mb);
     char what[64];
     snprintf(what, sizeof what, "graphed backward chunk %d mb %d gradient", chunk, mb);
     if (dy) {
@@ -552,7 +589,7 @@ static tg_status replay_backward_dw(tg_graphed *g, int chunk, int mb)
     if (chunk >= 1 && chunk <= g->nchunks && !g->has_w[chunk - 1])
         return tg_error(TG_ESTATE, "graphed backward_dw: chunk %d has no W graph (none of its modules delays wgrad)", chunk);
     TG_TRY(check_order(g, 'W', chunk, &mb));
-    struct entry *e = entry_of(g, chunk, mb);
+    struct entry *e = replay_entry(g, chunk, mb);
     TG_TRY(zero_first_targets(&e->wset));
     TG_TRY(replay(g, e->w, 'W', chunk, mb));
     advance(g);
@@ -620,6 +657,14 @@ void tg_graphed_reset(tg_graphed *g)
 }
 int tg_graphed_has_w(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks && g->has_w[chunk - 1]; }
 int tg_graphed_nchunks(const tg_graphed *g) { return g->nchunks; }
+int tg_graphed_shared(const tg_graphed *g) { return g->shared; }
+
+int tg_graphed_ngraphs(const tg_graphed *g)
+{
+    int n = 0;
+    for (int i = 0; i < g->nchunks * g->mbs; i++) n += !!g->e[i].f + !!g->e[i].b + !!g->e[i].w;
+    return n;
+}
 tg_module *tg_graphed_chunk(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks ? g->chunks[chunk - 1] : NULL; }
 
 void tg_graphed_memory(const tg_graphed *g, size_t *peak, size_t *naive)

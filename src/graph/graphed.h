@@ -24,6 +24,8 @@ typedef struct tg_graphed_opts {
     int warmup;   /* eager warm-up iterations before capture; 0: the default, TG_GRAPHED_WARMUP.
                      One at least runs: it finds the output shapes and which chunks delay wgrad */
     tg_pool *pool; /* graph memory (shared between graphed sets); NULL: a new one */
+    int no_share;  /* 1: one set of graphs and static buffers per microbatch even when the order would
+                      let every microbatch share microbatch 1's (see tg_graphed_shared) */
 } tg_graphed_opts;
 
 /* Warms up (hooks silenced), discovers which chunks delay wgrad, then captures
@@ -59,6 +61,16 @@ int tg_graphed_has_w(const tg_graphed *g, int chunk);
  * take without reuse across microbatches whose buffers do not overlap. */
 void tg_graphed_memory(const tg_graphed *g, size_t *peak, size_t *naive);
 int tg_graphed_nchunks(const tg_graphed *g);
+/* Whether the set captured microbatch 1's graphs only and replays them, with
+ * its static buffers, for every microbatch. That is done when the order runs
+ * the microbatches one after another, each the same sequence of actions as
+ * microbatch 1 (no pipeline: a microbatch's F, B and W all come before the next
+ * microbatch's first action), so no microbatch's buffers or saved activations
+ * are live while another's are written; overwrite or accumulate is decided at
+ * replay, so one graph serves every microbatch (Megatron's reuse_cudagraphs). */
+int tg_graphed_shared(const tg_graphed *g);
+/* The number of graphs the set holds. */
+int tg_graphed_ngraphs(const tg_graphed *g);
 tg_module *tg_graphed_chunk(const tg_graphed *g, int chunk);
 
 /* True while any graphed set warms up or captures (tg.graph.capturing()). */

@@ -12,6 +12,7 @@ libtegraph_la_SOURCES += \
 	%D%/lua_graph.h %D%/lua_graph.c \
 	%D%/lua_sched.h %D%/lua_sched.c \
 	%D%/lua_trace.c \
+	%D%/lua_io.c \
 	%D%/lua_text.c \
 	%D%/lua_comm.h %D%/lua_comm.c
 

@@ -181,6 +181,13 @@ static int l_rng_state(lua_State *L)
     return 2;
 }
 
+/* tg.rng_set_state(seed, offset): restores what tg.rng_state returned */
+static int l_rng_set_state(lua_State *L)
+{
+    tg_rng_set_state((uint64_t)luaL_checkinteger(L, 1), (uint64_t)luaL_checkinteger(L, 2));
+    return 0;
+}
+
 static tg_device_type device_type_check(lua_State *L, int idx)
 {
     static const char *const names[] = {"cpu", "cuda", NULL};
@@ -344,6 +351,7 @@ static const luaL_Reg core_funcs[] = {
     {"arange", l_arange},
     {"manual_seed", l_manual_seed},
     {"rng_state", l_rng_state},
+    {"rng_set_state", l_rng_set_state},
     {"device_count", l_device_count},
     {"default_device", l_default_device},
     {"devices", l_devices},
@@ -366,6 +374,7 @@ int tg_lua_open_core(lua_State *L)
     tgl_open_sched(L); /* core.sched: schedule executor, traces (src/sched) */
     tgl_open_comm(L); /* core.comm: communicators (src/dist) */
     tgl_open_trace(L); /* core.trace: the trace (src/trace) */
+    tgl_open_io(L);    /* core.save, core.load, core.safetensors, core.fs, core.signals (src/io) */
     tgl_open_text(L);  /* core.tokenizer, core.sampler (src/text) */
     lua_pushstring(L, tg_version());
     lua_setfield(L, -2, "version");

@@ -117,6 +117,21 @@ static int g_memory(lua_State *L)
     return 2;
 }
 
+/* c:shared() -> whether every microbatch replays microbatch 1's graphs and buffers; c:graphs() -> graphs held. */
+static int g_shared(lua_State *L)
+{
+    int chunk;
+    lua_pushboolean(L, tg_graphed_shared(graphed_check(L, 1, &chunk)));
+    return 1;
+}
+
+static int g_graphs(lua_State *L)
+{
+    int chunk;
+    lua_pushinteger(L, tg_graphed_ngraphs(graphed_check(L, 1, &chunk)));
+    return 1;
+}
+
 static int g_has_w(lua_State *L)
 {
     int chunk;
@@ -159,7 +174,7 @@ static int g_tostring(lua_State *L)
 
 static const luaL_Reg graphed_methods[] = {
     {"forward", g_forward}, {"backward", g_backward}, {"backward_dw", g_backward_dw},
-    {"reset", g_reset},     {"memory", g_memory},     {"has_w", g_has_w},
+    {"reset", g_reset},     {"memory", g_memory}, {"shared", g_shared}, {"graphs", g_graphs},     {"has_w", g_has_w},
     {"free", g_free},       {NULL, NULL},
 };
 
@@ -234,6 +249,11 @@ static int l_make_graphed(lua_State *L)
     lua_getfield(L, 2, "order");
     if (lua_istable(L, -1)) o.order = read_order(L, lua_gettop(L), &o.norder);
     else if (!lua_isnil(L, -1)) return luaL_error(L, "make_graphed: opts.order must be a list of {op=, chunk=, mb=}");
+    lua_getfield(L, 2, "share");
+    if (!lua_isnil(L, -1)) {
+        luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.share a boolean");
+        o.no_share = !lua_toboolean(L, -1);
+    }
     lua_getfield(L, 2, "pool");
     if (!lua_isnil(L, -1)) {
         struct tgl_pool *p = luaL_checkudata(L, -1, TGL_POOL);

@@ -73,6 +73,8 @@ void tgl_open_trace(lua_State *L);
 /* The step API (lua_step.c): sets core.step_begin, step_end, step_index,
  * step_open and hook_check on the table at the top of the stack. */
 void tgl_open_step(lua_State *L);
+/* Files and signals (lua_io.c): sets core.save, load, safetensors, write_atomic, fs and signals. */
+void tgl_open_io(lua_State *L);
 /* Tokenizers and the sampler (lua_text.c): sets core.tokenizer and core.sampler. */
 void tgl_open_text(lua_State *L);
 

@@ -253,6 +253,69 @@ static int m_register_wgrad_hook(lua_State *L)
     return 1;
 }
 
+/* The pre-hook trampoline: fn(module, {microbatch=, chunk=, step=}). */
+struct pre_call {
+    struct tgl_ref *fn;
+    tg_module *m;
+    const tg_forward_info *info;
+};
+
+static int pre_body(lua_State *L)
+{
+    struct pre_call *c = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn->ref); /* +1: fn */
+    module_push(L, c->m);                          /* +1 */
+    lua_createtable(L, 0, 3);                      /* +1: info */
+    lua_pushinteger(L, c->info->microbatch);
+    lua_setfield(L, -2, "microbatch");
+    lua_pushinteger(L, c->info->chunk);
+    lua_setfield(L, -2, "chunk");
+    lua_pushinteger(L, (lua_Integer)c->info->step);
+    lua_setfield(L, -2, "step");
+    lua_call(L, 2, 0);
+    return 0;
+}
+
+static tg_status pre_trampoline(void *ud, tg_module *m, const tg_forward_info *info)
+{
+    struct tgl_ref *fn = ud;
+    struct pre_call c = {fn, m, info};
+    return tgl_protected_call(fn, pre_body, &c, "a Lua forward pre-hook");
+}
+
+/* m:register_forward_pre_hook(fn) -> m, id: fn(module, info) before each
+ * forward of m (or replay of the F graph holding it); id is the handle for
+ * m:remove_forward_pre_hook(id). */
+static int m_register_forward_pre_hook(lua_State *L)
+{
+    struct tgl_module *u = tgl_module_box(L, 1);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    struct tgl_ref *r = tgl_ref_new(L, 2);
+    int id = 0;
+    tg_status st = tg_module_add_forward_pre_hook(u->m, pre_trampoline, r, tgl_ref_free, &id);
+    if (st != TG_OK) {
+        tgl_ref_free(r);
+        tgl_check(L, st);
+    }
+    lua_settop(L, 1);
+    lua_pushinteger(L, id);
+    return 2;
+}
+
+/* m:remove_forward_pre_hook(id) (an error naming m when it has no such pre-hook). */
+static int m_remove_forward_pre_hook(lua_State *L)
+{
+    struct tgl_module *u = tgl_module_box(L, 1);
+    lua_Integer id = luaL_checkinteger(L, 2);
+    char label[160];
+    if (id < 1 || id > INT32_MAX)
+        luaL_argerror(L, 2, lua_pushfstring(L, "%s has no forward pre-hook with id %I", tg_module_label(u->m, label, sizeof label), id));
+    tgl_check(L, tg_module_remove_forward_pre_hook(u->m, (int)id));
+    return 0;
+}
+
+tg_module *tg_lua_checkmodule(lua_State *L, int idx) { return tgl_module_box(L, idx)->m; }
+
 static int m_zero_grad(lua_State *L)
 {
     struct tgl_module *u = tgl_module_box(L, 1);
@@ -319,6 +382,8 @@ static const luaL_Reg m_methods[] = {
     {"loss", m_loss},
     {"parameters", m_parameters},
     {"register_wgrad_hook", m_register_wgrad_hook},
+    {"register_forward_pre_hook", m_register_forward_pre_hook},
+    {"remove_forward_pre_hook", m_remove_forward_pre_hook},
     {"zero_grad", m_zero_grad},
     {"num_parameters", m_num_parameters},
     {"children", m_children},

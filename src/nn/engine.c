@@ -161,6 +161,9 @@ struct captured {
     tg_tensor **zero;   /* scratch for the zeroing launch (nt entries) */
     tg_module **fwd;    /* modules whose forward was captured (references) */
     int nf, fcap;
+    tg_module **pre;    /* modules with forward pre-hooks whose forward was captured (references) */
+    int *pre_mb;        /* and its microbatch, capture order */
+    int np, pcap;
     int skip_hooks;     /* TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY at capture (tests) */
 };
 
@@ -173,6 +176,9 @@ static void captured_free(void *ud)
         tg_tensor_free(c->target[i]);
     }
     for (int i = 0; i < c->nf; i++) tg_module_release(c->fwd[i]);
+    for (int i = 0; i < c->np; i++) tg_module_release(c->pre[i]);
+    free(c->pre);
+    free(c->pre_mb);
     free(c->wp);
     free(c->wmb);
     free(c->tp);
@@ -258,11 +264,52 @@ tg_status tg_engine_note_forward(tg_module *m)
     return TG_OK;
 }
 
+/* Runs m's forward pre-hooks for mb, in a host span when tracing. */
+static tg_status pre_fire(tg_module *m, int mb)
+{
+    char label[160];
+    tg_forward_info info = {.microbatch = mb, .chunk = m->opts.chunk, .step = tg_step_index()};
+    int sp = -1;
+    if (tg_trace_on) {
+        char name[200];
+        snprintf(name, sizeof name, "pre-hooks %s", m->name && m->name[0] ? m->name : m->vt->type);
+        struct tg_trace_about a = {.cat = "hook", .chunk = info.chunk, .mb = mb, .step = info.step};
+        sp = tg_trace_open(NULL, TG_TRACK_HOST, name, &a);
+    }
+    tg_status st = TG_OK;
+    m->pre_dispatching++;
+    for (int i = 0; i < m->npre && st == TG_OK; i++) {
+        st = m->pre_hooks[i].fn(m->pre_hooks[i].ud, m, &info);
+        if (st != TG_OK)
+            tg_error_prefix(st, "forward pre-hook %d of %s (microbatch %d)", i + 1, tg_module_label(m, label, sizeof label), mb);
+    }
+    m->pre_dispatching--;
+    tg_trace_close(sp, NULL);
+    return st;
+}
+
+tg_status tg_engine_forward_pre(tg_module *m, int mb)
+{
+    if (!m->npre || eng.quiet) return TG_OK;
+    if (!tg_device_capturing(m->opts.device)) return pre_fire(m, mb);
+    if (eng.observer) return TG_OK; /* the graph layer's capture: its F replays run them */
+    char label[160];
+    struct captured *c;
+    TG_TRY(captured_of(m->opts.device, tg_module_label(m, label, sizeof label), &c));
+    int cap = c->pcap;
+    if (!grow((void **)&c->pre, &cap, c->np, sizeof *c->pre) || !grow((void **)&c->pre_mb, &c->pcap, c->np, sizeof *c->pre_mb))
+        return tg_error(TG_ENOMEM, "out of host memory");
+    c->pre[c->np] = tg_module_retain(m);
+    c->pre_mb[c->np++] = mb;
+    return TG_OK;
+}
+
 static tg_status captured_before(void *ud, tg_stream *s)
 {
     (void)s;
     struct captured *c = ud;
     char a[64];
+    for (int i = 0; i < c->np; i++) TG_TRY(pre_fire(c->pre[i], c->pre_mb[i]));
     for (int i = 0; i < c->nw; i++)
         if (eng.open && c->wmb[i] > eng.microbatches)
             return tg_error(TG_EINVAL, "replay of a graph that computes the wgrad of %s for microbatch %d, but step %lld has %d microbatches",

@@ -142,8 +142,10 @@ tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const 
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
     else if (!x) st = tg_error(TG_EINVAL, "no input tensor");
     else {
-        int sp = tg_trace_on ? span_begin(m, "forward", mb) : -1;
-        if (!res) {
+        if (m->npre) st = tg_engine_forward_pre(m, mb);
+        int sp = st == TG_OK && tg_trace_on ? span_begin(m, "forward", mb) : -1;
+        if (st != TG_OK) {
+        } else if (!res) {
             st = m->vt->forward(m, mb, x, y);
         } else if (m->vt->forward_res && !tg_debug_get(TG_DEBUG_UNFUSED_RESIDUAL)) {
             st = m->vt->forward_res(m, mb, x, res, y);
@@ -410,6 +412,9 @@ void tg_module_release(tg_module *m)
     saved_list_free(m->saved);
     saved_list_free(m->wq_head);
     free(m->open_mb);
+    for (int i = 0; i < m->npre; i++)
+        if (m->pre_hooks[i].free_ud) m->pre_hooks[i].free_ud(m->pre_hooks[i].ud);
+    free(m->pre_hooks);
     for (int i = 0; i < m->nparams; i++) {
         if (m->params[i]->owner == m) m->params[i]->owner = NULL;
         tg_param_release(m->params[i]);
@@ -419,6 +424,50 @@ void tg_module_release(tg_module *m)
     free(m->children);
     free(m->name);
     free(m);
+}
+
+/* ------------------------------------------------------------------ forward pre-hooks */
+tg_status tg_module_add_forward_pre_hook(tg_module *m, tg_forward_pre_hook_fn fn, void *ud, void (*free_ud)(void *),
+                                         int *id)
+{
+    char label[160];
+    if (id) *id = 0;
+    if (!m) return tg_error(TG_EINVAL, "add_forward_pre_hook: no module");
+    if (!fn) return tg_error(TG_EINVAL, "add_forward_pre_hook on %s: no function", tg_module_label(m, label, sizeof label));
+    struct tg_pre_hook *h = realloc(m->pre_hooks, (size_t)(m->npre + 1) * sizeof *h);
+    if (!h) return tg_error(TG_ENOMEM, "out of host memory");
+    m->pre_hooks = h;
+    m->pre_hooks[m->npre++] = (struct tg_pre_hook){.fn = fn, .ud = ud, .free_ud = free_ud, .id = ++m->last_pre_id};
+    if (id) *id = m->last_pre_id;
+    return TG_OK;
+}
+
+tg_status tg_module_remove_forward_pre_hook(tg_module *m, int id)
+{
+    char label[160];
+    if (!m) return tg_error(TG_EINVAL, "remove_forward_pre_hook: no module");
+    tg_module_label(m, label, sizeof label);
+    if (m->pre_dispatching)
+        return tg_error(TG_ESTATE, "remove_forward_pre_hook on %s: its pre-hooks are running (remove it after)", label);
+    for (int i = 0; i < m->npre; i++) {
+        if (m->pre_hooks[i].id != id) continue;
+        struct tg_pre_hook h = m->pre_hooks[i];
+        memmove(&m->pre_hooks[i], &m->pre_hooks[i + 1], (size_t)(m->npre - i - 1) * sizeof *m->pre_hooks);
+        m->npre--;
+        if (h.free_ud) h.free_ud(h.ud);
+        return TG_OK;
+    }
+    return tg_error(TG_EINVAL, "remove_forward_pre_hook on %s: no pre-hook with id %d", label, id);
+}
+
+int tg_module_forward_pre_hook_count(const tg_module *m) { return m ? m->npre : 0; }
+const char *tg_module_name(const tg_module *m) { return m->name ? m->name : ""; }
+
+tg_status tg_module_run_forward_pre_hooks(tg_module *m, int mb)
+{
+    if (m->npre) TG_TRY(tg_engine_forward_pre(m, mb));
+    for (int i = 0; i < m->nchildren; i++) TG_TRY(tg_module_run_forward_pre_hooks(m->children[i], mb));
+    return TG_OK;
 }
 
 /* ------------------------------------------------------------------ helpers for module code */

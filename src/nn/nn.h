@@ -5,7 +5,7 @@
 #include "core/core.h"
 #include "core/ops_nn.h"
 
-typedef struct tg_module tg_module;
+/* tg_module is declared in tegraph.h (forward pre-hooks are public). */
 
 /* ------------------------------------------------------------------ hooks
  * The hook contract (docs/ARCHITECTURE.md), the info a hook gets and the hook
@@ -15,6 +15,14 @@ struct tg_hook {
     void *ud;
     void (*free_ud)(void *ud); /* called when the hook is removed or the parameter goes; may be NULL */
     int id;                    /* the handle tg_param_add_hook gave (> 0) */
+};
+
+/* A forward pre-hook (tegraph.h). */
+struct tg_pre_hook {
+    tg_forward_pre_hook_fn fn;
+    void *ud;
+    void (*free_ud)(void *ud);
+    int id;
 };
 
 struct tg_param {
@@ -85,6 +93,14 @@ void tg_engine_set_capture_observer(tg_capture_observer fn, void *ud);
  * or, while m's device captures outside the graph layer, records m in the
  * graph being captured (its replays mark it). */
 tg_status tg_engine_note_forward(tg_module *m);
+/* Before a forward of m for mb: runs m's forward pre-hooks, or, while m's
+ * device captures outside the graph layer, records them in the graph being
+ * captured (they run before each of its replays). Nothing while quiet or while
+ * the graph layer captures (its F replays run them). */
+tg_status tg_engine_forward_pre(tg_module *m, int mb);
+/* Runs the forward pre-hooks of m and of every module under it, in forward
+ * (pre-)order, for mb: before the replay of an F graph holding m. */
+tg_status tg_module_run_forward_pre_hooks(tg_module *m, int mb);
 /* Graph warm-up: while quiet, wgrads are neither recorded nor fired and
  * always accumulate (the graph layer restores the gradients afterwards). */
 void tg_engine_set_quiet(int on);
@@ -165,6 +181,9 @@ struct tg_module {
     struct tg_saved *saved;      /* forward contexts by microbatch */
     struct tg_saved *wq_head, *wq_tail; /* wgrad store (FIFO) */
     int64_t forward_step;        /* step of the last forward (for the hook check) */
+    struct tg_pre_hook *pre_hooks; /* forward pre-hooks, in the order added */
+    int npre, last_pre_id;
+    int pre_dispatching;         /* the engine runs m's pre-hooks (they cannot be removed meanwhile) */
     /* microbatch bookkeeping for calls with mb = 0 (src/nn/module.c) */
     int64_t mb_step;             /* step that fwd_last belongs to */
     int fwd_last;                /* microbatch of m's last forward in that step */

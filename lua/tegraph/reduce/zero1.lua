@@ -7,6 +7,15 @@
 --   z:finish()        -- every bucket reduce-scattered (waits)
 --   z:step{ lr = }    -- AdamW on the local shard, then all-gather: every rank has the new parameters
 --
+-- With model = (a module, or a list of modules: the chunks holding params),
+-- step() only starts the all-gathers (the bucket of the first layers first)
+-- and each module that owns parameters gets a forward pre-hook that waits for
+-- its buckets and copies them into its parameters just before its forward
+-- runs or its F graph replays, so the gather of later layers overlaps the
+-- forward of earlier ones. z:gather() completes every pending gather at once
+-- (before reading parameters outside a forward: evaluation of other modules,
+-- checkpoints); step() does it first too.
+--
 -- Layout: buckets are padded to a multiple of the group size; rank r owns
 -- elements [r*n, (r+1)*n) of each bucket (n = numel / size) of the grad
 -- buffer and of a parameter buffer with the same layout (f32 master values).
@@ -38,6 +47,8 @@ function M.new(o)
     max_norm = o.max_norm,
     t = 0,
     pending = {},
+    gathers = {}, -- bucket index -> all-gather request not yet copied into the parameters
+    ngathers = 0,
   }, Zero1)
   self.tracker = reduce.tracker {
     name = "zero1",
@@ -57,8 +68,9 @@ function M.new(o)
   -- the f32 parameter buffer: master values in the grad buffer's layout
   self.pbuf = core.zeros({ gb.numel }, { dtype = "f32", device = dev, name = "zero1.params" })
   self.params = gb:params()
-  self.views = {}
+  self.views, self.index = {}, {}
   for i, p in ipairs(self.params) do
+    self.index[p] = i
     local v = self.pbuf:narrow(gb:offset(p), p:numel())
     v:copy_(p.master or p.data)
     self.views[i] = v
@@ -90,8 +102,93 @@ function M.new(o)
       end
     end
   end
+  if o.model ~= nil then self:hook_forward(o.model) end
   return self
 end
+
+-- Module m's own parameters: those it lists that none of its children list.
+local function own_params(m)
+  local under = {}
+  for _, c in ipairs(m:children()) do
+    for _, p in ipairs(c:parameters()) do under[p] = true end
+  end
+  local own = {}
+  for _, p in ipairs(m:parameters()) do
+    if not under[p] then own[#own + 1] = p end
+  end
+  return own
+end
+
+-- Registers the forward pre-hooks that complete the gathers of the buckets
+-- holding each module's own parameters (model: a module or a list of them).
+function Zero1:hook_forward(model)
+  local mods = type(model) == "userdata" and { model } or model
+  if type(mods) ~= "table" then raise("zero1: model must be a module or a list of modules") end
+  local bucket_of = {}
+  for bi, b in ipairs(self.buckets) do
+    for _, p in ipairs(b.params) do bucket_of[p] = bi end
+  end
+  local covered, hooks = {}, {}
+  local function walk(m)
+    local list, listed = {}, {}
+    for _, p in ipairs(own_params(m)) do
+      local bi = bucket_of[p]
+      covered[p] = true
+      if bi and not listed[bi] then
+        listed[bi] = true
+        list[#list + 1] = bi
+      end
+    end
+    if #list > 0 then hooks[#hooks + 1] = { m, list } end
+    for _, c in ipairs(m:children()) do walk(c) end
+  end
+  for i, m in ipairs(mods) do
+    if type(m) ~= "userdata" or not m.register_forward_pre_hook then
+      raise(string.format("zero1: model[%d] is not a module (%s)", i, type(m)))
+    end
+    walk(m)
+  end
+  for _, p in ipairs(self.params) do
+    if not covered[p] then
+      raise(string.format("zero1: parameter '%s' belongs to no module of model, so no forward would gather it", p.name))
+    end
+  end
+  for _, h in ipairs(hooks) do
+    local list = h[2]
+    h[1]:register_forward_pre_hook(function()
+      if self.ngathers == 0 then return end
+      for _, bi in ipairs(list) do self:gather_bucket(bi) end
+    end)
+  end
+  self.overlap = true
+  return self
+end
+
+-- Waits for bucket bi's all-gather (when pending) and copies it into its parameters.
+function Zero1:gather_bucket(bi)
+  local r = self.gathers[bi]
+  if not r then return end
+  self.gathers[bi] = nil
+  self.ngathers = self.ngathers - 1
+  r:wait()
+  for _, p in ipairs(self.buckets[bi].params) do
+    local v = self.views[self.index[p]]
+    if p.master then
+      p.master:copy_(v)
+      p.data:copy_(v) -- rounded to bf16, as optim.AdamW does
+    else
+      p.data:copy_(v)
+    end
+  end
+end
+
+-- Completes every pending all-gather (in forward order).
+function Zero1:gather()
+  for bi = #self.buckets, 1, -1 do self:gather_bucket(bi) end
+end
+
+-- The number of buckets whose all-gather is started and not yet copied into the parameters.
+function Zero1:pending_gathers() return self.ngathers end
 
 -- Waits for every bucket's reduce-scatter (the step check first, as ddp).
 function Zero1:finish()
@@ -116,6 +213,7 @@ end
 -- gradient norm when clipping.
 function Zero1:step(o)
   o = o or {}
+  self:gather() -- AdamW updates the shards the pending gathers send
   local max_norm = o.max_norm or self.max_norm
   local norm, scale
   if max_norm then
@@ -131,21 +229,45 @@ function Zero1:step(o)
     args.weight_decay = seg.wd
     ops.adamw_step(seg.param, nil, seg.grad, seg.m, seg.v, args)
   end
-  local reqs = {}
-  for bi, s in ipairs(self.shards) do
-    reqs[bi] = self.comm:all_gather(s.bucket, s.param, { async = true })
+  -- buckets are in backward order: the last holds the first layers, gathered first
+  for bi = #self.shards, 1, -1 do
+    local s = self.shards[bi]
+    self.gathers[bi] = self.comm:all_gather(s.bucket, s.param, { async = true })
+    self.ngathers = self.ngathers + 1
   end
+  if not self.overlap then self:gather() end
+  return norm
+end
+
+-- Checkpoint state (tegraph.checkpoint): this rank's shard of each bucket of
+-- the f32 parameters and its m and v, so every rank saves and restores its own.
+function Zero1:state_tensors()
+  local out = {}
+  for bi, s in ipairs(self.shards) do
+    out[#out + 1] = { name = string.format("zero1.bucket%d.param", bi), t = s.param }
+    out[#out + 1] = { name = string.format("zero1.bucket%d.m", bi), t = s.m }
+    out[#out + 1] = { name = string.format("zero1.bucket%d.v", bi), t = s.v }
+  end
+  return out
+end
+
+function Zero1:state_values()
+  return { kind = "zero1", t = self.t, lr = self.lr, world_size = self.comm:size() }
+end
+
+-- Restores the host values, then gathers the loaded shards into every
+-- parameter (master and data), as a step does.
+function Zero1:load_state_values(v)
+  local t = math.tointeger(tonumber(v.t))
+  if not t or t < 0 then raise(string.format("zero1: bad checkpoint step count %s", tostring(v.t))) end
+  self.t, self.lr = t, tonumber(v.lr) or self.lr
+  local reqs = {}
+  for bi, s in ipairs(self.shards) do reqs[bi] = self.comm:all_gather(s.bucket, s.param, { async = true }) end
   for _, r in ipairs(reqs) do r:wait() end
   for i, p in ipairs(self.params) do
-    local v = self.views[i]
-    if p.master then
-      p.master:copy_(v)
-      p.data:copy_(v) -- rounded to bf16, as optim.AdamW does
-    else
-      p.data:copy_(v)
-    end
+    if p.master then p.master:copy_(self.views[i]) end
+    p.data:copy_(self.views[i])
   end
-  return norm
 end
 
 function Zero1:zero_grad() self.grad_buffer:zero() end

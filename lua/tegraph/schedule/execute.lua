@@ -81,7 +81,9 @@ function M.make_graphed(plan, chunks, opts)
   if not only and #chunks ~= C then
     raise(string.format("schedule.make_graphed: %d chunks for a plan of %d", #chunks, C))
   end
-  local base = { microbatches = plan.microbatches, warmup = opts.warmup, pool = opts.pool }
+  -- share = false: transfers between stages hold a chunk's static output or input gradient past the
+  -- stage's next microbatch, which a set shared across microbatches would overwrite
+  local base = { microbatches = plan.microbatches, warmup = opts.warmup, pool = opts.pool, share = false }
   local function with(o2)
     for k, v in pairs(base) do o2[k] = v end
     return o2

@@ -1,0 +1,354 @@
+-- tegraph.checkpoint: training checkpoints — a directory per saved step with the model weights (one
+-- safetensors file other tools can load), each rank's optimizer state, RNG state and caller state, and
+-- the config; atomic writes, a `latest` pointer, the last K kept; loading checks everything first.
+--
+--   DIR/latest                           the name of the newest complete checkpoint ("step_00000100")
+--   DIR/step_00000100/model.safetensors  the parameters by name (metadata: step, config.*); with a
+--                                        pipeline one file per stage, model.stage<k>.safetensors
+--   DIR/step_00000100/rank0.safetensors  rank 0's optimizer state (f32 masters, m, v), metadata: step,
+--                                        world_size, layout, optimizer values, rng_seed/rng_offset,
+--                                        state.* (caller's)
+--   DIR/step_00000100/config.json        the config (for people and tools)
+--
+-- A checkpoint is written into step_N.tmp and renamed to step_N once every file in it is written and
+-- synced, then `latest` is replaced (temporary name, fsync, rename): a crash leaves the previous one.
+local raise = require "tegraph.raise"
+local core = require "tegraph.core"
+
+local M = {}
+
+local function join(a, b) return a .. "/" .. b end
+
+local function step_name(step) return string.format("step_%08d", step) end
+
+-- A flat table of strings, numbers and booleans as JSON (keys sorted).
+local function json_quote(s)
+  return '"' .. s:gsub('[%c"\\]', function(c)
+    if c == '"' then return '\\"' elseif c == "\\" then return "\\\\" end
+    return string.format("\\u%04x", c:byte())
+  end) .. '"'
+end
+
+function M.to_json(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = tostring(k) end
+  table.sort(keys)
+  local out = {}
+  for _, k in ipairs(keys) do
+    local v = t[k]
+    local s
+    if type(v) == "number" then
+      s = math.type(v) == "integer" and tostring(v) or (v == v and v ~= math.huge and v ~= -math.huge) and
+          string.format("%.17g", v) or "null"
+    elseif type(v) == "boolean" then
+      s = tostring(v)
+    else
+      s = json_quote(tostring(v))
+    end
+    out[#out + 1] = "  " .. json_quote(k) .. ": " .. s
+  end
+  return "{\n" .. table.concat(out, ",\n") .. "\n}\n"
+end
+
+local function barrier(comm)
+  if comm and comm:size() > 1 then comm:barrier() end
+end
+
+-- The optimizer's state tensors and values (optim.AdamW, reduce.zero1 or anything with
+-- state_tensors / state_values / load_state_values).
+local function opt_state(opt)
+  if not opt then return {}, {} end
+  for _, f in ipairs { "state_tensors", "state_values", "load_state_values" } do
+    if type(opt[f]) ~= "function" then raise("checkpoint: the optimizer has no " .. f .. "()") end
+  end
+  return opt:state_tensors(), opt:state_values()
+end
+
+-- The parameters a checkpoint holds: o.params, or o.model's.
+local function params_of(o, who)
+  if o.params then return o.params end
+  if not o.model then raise(who .. ": model= or params= is required") end
+  return o.model:parameters()
+end
+
+-- The shape of an nn.GPT as config entries ("model.<key>"), which load_model rebuilds it from.
+local MODEL_KEYS = { "vocab_size", "max_position_embeddings", "hidden_size", "num_attention_heads", "num_layers",
+  "ffn_hidden_size", "normalization", "activation", "dtype", "make_vocab_size_divisible_by" }
+function M.model_config(cfg)
+  local out = {}
+  for _, k in ipairs(MODEL_KEYS) do
+    if cfg[k] ~= nil then out["model." .. k] = cfg[k] end
+  end
+  return out
+end
+
+-- checkpoint.save(dir, {model= or params=, optimizer=, step=, config={...}, state={...}, comm=, keep=K,
+-- layout=, model_file=, writes_model=}) -> the checkpoint's path. Every rank of comm calls it (each
+-- writes its own optimizer state; rank 0 the config and the pointer; the model file is written by rank
+-- 0, or by the ranks with writes_model = true, each into its model_file, default model.safetensors).
+-- layout: a string a resume must match. keep = K > 0 removes all but the newest K checkpoints of dir.
+function M.save(dir, o)
+  if type(dir) ~= "string" or dir == "" then raise("checkpoint.save: a directory is required") end
+  if math.type(o.step) ~= "integer" or o.step < 0 then raise("checkpoint.save: step (an integer >= 0) is required") end
+  local comm = o.comm
+  local rank, size = comm and comm:rank() or 0, comm and comm:size() or 1
+  local final = join(dir, step_name(o.step))
+  local tmp = final .. ".tmp"
+  if rank == 0 then
+    core.fs.mkdir(dir)
+    if core.fs.isdir(tmp) then core.fs.remove_dir(tmp) end -- left by a crash
+    core.fs.mkdir(tmp)
+  end
+  barrier(comm)
+  local seed, offset = core.rng_state()
+  local meta = { format = "tegraph checkpoint 1", step = o.step, world_size = size, rank = rank,
+    rng_seed = seed, rng_offset = offset, layout = o.layout }
+  for k, v in pairs(o.state or {}) do meta["state." .. k] = v end
+  local tensors = {}
+  local specs, values = opt_state(o.optimizer)
+  for _, e in ipairs(specs) do tensors[e.name] = e.t end
+  for k, v in pairs(values) do meta["optimizer." .. k] = v end
+  core.save(join(tmp, "rank" .. rank .. ".safetensors"), tensors, meta)
+  local writes_model = o.writes_model
+  if writes_model == nil then writes_model = rank == 0 end
+  if writes_model then
+    local weights, wmeta = {}, { format = "tegraph model 1", step = o.step }
+    for _, p in ipairs(params_of(o, "checkpoint.save")) do weights[p.name] = p.data end
+    for k, v in pairs(o.config or {}) do wmeta["config." .. k] = v end
+    core.save(join(tmp, o.model_file or "model.safetensors"), weights, wmeta)
+  end
+  if rank == 0 then core.write_atomic(join(tmp, "config.json"), M.to_json(o.config or {})) end
+  barrier(comm)
+  if rank == 0 then
+    core.fs.sync_dir(tmp)
+    if core.fs.isdir(final) then core.fs.remove_dir(final) end
+    local ok, err = os.rename(tmp, final)
+    if not ok then raise("checkpoint.save: " .. tostring(err)) end
+    core.fs.sync_dir(dir)
+    core.write_atomic(join(dir, "latest"), step_name(o.step) .. "\n")
+    if o.keep and o.keep > 0 then
+      local steps = {}
+      for _, n in ipairs(core.fs.list(dir)) do
+        if n:match("^step_%d+$") then steps[#steps + 1] = n end
+      end
+      for i = 1, #steps - o.keep do core.fs.remove_dir(join(dir, steps[i])) end
+    end
+  end
+  barrier(comm)
+  return final
+end
+
+-- The checkpoint a path names: a checkpoint directory itself, or a run directory (its `latest`).
+function M.resolve(path)
+  if type(path) ~= "string" then raise("checkpoint: a path is required") end
+  local f = io.open(join(path, "latest"), "r")
+  if f then
+    local name = (f:read("l") or ""):match("^%s*(.-)%s*$")
+    f:close()
+    if not name:match("^step_%d+$") then raise(string.format("%s/latest: does not name a checkpoint ('%s')", path, name)) end
+    return join(path, name)
+  end
+  for _, n in ipairs { "model.safetensors", "model.stage1.safetensors" } do
+    local m = io.open(join(path, n), "rb")
+    if m then
+      m:close()
+      return path
+    end
+  end
+  raise(string.format("%s: no checkpoint there (neither a 'latest' file nor model.safetensors)", path))
+end
+
+-- The newest checkpoint of a run directory, or nil.
+function M.latest(dir)
+  local ok, p = pcall(M.resolve, dir)
+  return ok and p or nil
+end
+
+-- Checks that a file holds exactly the tensors of targets ({name=, t=} list), each with the target's
+-- shape and dtype; the error names the file and the tensor.
+local function check_one(file, path, name, t, what)
+  what = what or "model"
+  local info = file:info(name)
+  if not info then error(string.format("%s: %s tensor '%s' is missing from the file", path, what, name), 0) end
+  local tshape = t:shape()
+  local fs = info.shape and ("[" .. table.concat(info.shape, ",") .. "]") or ("(" .. tostring(info.ndim) .. " dimensions)")
+  if fs ~= "[" .. table.concat(tshape, ",") .. "]" then
+    error(string.format("%s: tensor '%s' has shape %s in the file, the %s has [%s]", path, name, fs, what,
+      table.concat(tshape, ",")), 0)
+  end
+  if info.file_dtype ~= ({ f32 = "F32", bf16 = "BF16", i32 = "I32", u16 = "U16", f16 = "F16" })[t.dtype] then
+    error(string.format("%s: tensor '%s' is %s in the file, the %s has %s", path, name, info.file_dtype, what, t.dtype), 0)
+  end
+end
+
+local function check(file, path, targets, what)
+  local want = {}
+  for _, e in ipairs(targets) do
+    want[e.name] = e.t
+    check_one(file, path, e.name, e.t, what)
+  end
+  for _, n in ipairs(file:names()) do
+    if not want[n] then error(string.format("%s: tensor '%s' in the file is not in the %s", path, n, what), 0) end
+  end
+end
+
+-- checkpoint.load(path, {model= or params=, optimizer=, comm=, layout=, model_file=}) -> {step=,
+-- state={...}, config={...}, path=}. path: a checkpoint or a run directory (its latest). Every file is
+-- opened and checked first (the world size and the layout, then names, shapes and dtypes against the
+-- parameters and optimizer); only then is anything copied, so a refused checkpoint leaves the model
+-- and optimizer as they were.
+function M.load(path, o)
+  local ok, dir = pcall(M.resolve, path)
+  if not ok then raise(dir) end
+  local comm = o.comm
+  local rank, size = comm and comm:rank() or 0, comm and comm:size() or 1
+  local targets = {}
+  for _, p in ipairs(params_of(o, "checkpoint.load")) do targets[#targets + 1] = { name = p.name, t = p.data } end
+  local specs = opt_state(o.optimizer)
+  local mpath, rpath = join(dir, o.model_file or "model.safetensors"), join(dir, "rank" .. rank .. ".safetensors")
+  local okr, rf = pcall(core.safetensors.open, rpath)
+  if not okr then
+    local any = io.open(join(dir, "rank0.safetensors"), "rb")
+    if any then
+      any:close()
+      raise(string.format("%s: no state for rank %d: the checkpoint was written by fewer ranks than this run's %d", dir,
+        rank, size))
+    end
+    raise(rf)
+  end
+  local rmeta = rf:metadata()
+  local mf
+  local good, err = pcall(function()
+    if tonumber(rmeta.world_size) ~= size then
+      error(string.format("%s: written by %s ranks; resume it on %s ranks (this run has %d)", dir,
+        tostring(rmeta.world_size), tostring(rmeta.world_size), size), 0)
+    end
+    if o.layout and rmeta.layout and rmeta.layout ~= o.layout then
+      error(string.format("%s: written with the layout '%s'; this run has '%s' (resume on the same layout)", dir,
+        rmeta.layout, o.layout), 0)
+    end
+    mf = core.safetensors.open(mpath)
+    check(mf, mpath, targets, "model")
+    check(rf, rpath, specs, "optimizer")
+    if o.optimizer and rmeta["optimizer.kind"] ~= o.optimizer:state_values().kind then
+      error(string.format("%s: optimizer state of %s, this run uses %s", rpath, tostring(rmeta["optimizer.kind"]),
+        o.optimizer:state_values().kind), 0)
+    end
+  end)
+  if not good then
+    if mf then mf:close() end
+    rf:close()
+    raise(err)
+  end
+  local meta = mf:metadata()
+  for _, e in ipairs(targets) do mf:read_into(e.name, e.t) end
+  for _, e in ipairs(specs) do rf:read_into(e.name, e.t) end
+  mf:close()
+  rf:close()
+  local ovals, state, config = {}, {}, {}
+  for k, v in pairs(rmeta) do
+    local ok2 = k:match("^optimizer%.(.+)$")
+    if ok2 then ovals[ok2] = v end
+    local s = k:match("^state%.(.+)$")
+    if s then state[s] = v end
+  end
+  for k, v in pairs(meta) do
+    local c = k:match("^config%.(.+)$")
+    if c then config[c] = v end
+  end
+  if o.optimizer then o.optimizer:load_state_values(ovals) end
+  core.rng_set_state(math.tointeger(tonumber(rmeta.rng_seed)) or 0, math.tointeger(tonumber(rmeta.rng_offset)) or 0)
+  return { step = math.tointeger(tonumber(rmeta.step)), state = state, config = config, path = dir }
+end
+
+-- Reads one metadata value as the Lua value it was saved from (numbers and booleans come back as strings).
+local function value(s)
+  if s == "true" then return true elseif s == "false" then return false end
+  local n = tonumber(s)
+  if n and math.type(n) == "float" and n == math.floor(n) and not s:find("[.eE]") then n = math.tointeger(n) end
+  return n or s
+end
+
+-- checkpoint.load_model(path [, {device =}]) -> model, meta: an nn.GPT rebuilt from a checkpoint's config
+-- (the model.* entries gpt.lua records) with its weights loaded (every stage file of a pipelined run).
+-- meta = {step=, config=, tokenizer= (the tokenizer directory, or "bytes", when the run had --text),
+-- path=}. Errors name the checkpoint and what is missing or does not match.
+function M.load_model(path, o)
+  o = o or {}
+  local ok, dir = pcall(M.resolve, path)
+  if not ok then raise(dir) end
+  local files = {}
+  local function exists(p)
+    local f = io.open(p, "rb")
+    if f then f:close() end
+    return f ~= nil
+  end
+  if exists(join(dir, "model.safetensors")) then
+    files[1] = join(dir, "model.safetensors")
+  else
+    while exists(join(dir, string.format("model.stage%d.safetensors", #files + 1))) do
+      files[#files + 1] = join(dir, string.format("model.stage%d.safetensors", #files + 1))
+    end
+  end
+  local opened = {}
+  local function close_all() for _, f in ipairs(opened) do f:close() end end
+  for i, p in ipairs(files) do
+    local okf, f = pcall(core.safetensors.open, p)
+    if not okf then
+      close_all()
+      raise(f)
+    end
+    opened[i] = f
+  end
+  local config, mmeta = {}, opened[1]:metadata()
+  for k, v in pairs(mmeta) do
+    local c = k:match("^config%.(.+)$")
+    if c then config[c] = value(v) end
+  end
+  local cfg = {}
+  for _, k in ipairs(MODEL_KEYS) do cfg[k] = config["model." .. k] end
+  for _, k in ipairs { "vocab_size", "max_position_embeddings", "hidden_size", "num_attention_heads", "num_layers" } do
+    if math.type(cfg[k]) ~= "integer" then
+      close_all()
+      raise(string.format("%s: the config has no model.%s (not a checkpoint of a GPT written by gpt.lua)", files[1], k))
+    end
+  end
+  cfg.device = o.device
+  local model = require("tegraph.nn").GPT(cfg)
+  -- every parameter from the file holding it; a name in no file, or a tensor of another shape, is refused
+  local where, names = {}, {}
+  for _, p in ipairs(model:parameters()) do names[p.name] = true end
+  for i, f in ipairs(opened) do
+    for _, n in ipairs(f:names()) do where[n] = where[n] or i end
+  end
+  local good, err = pcall(function()
+    for i, f in ipairs(opened) do
+      for _, n in ipairs(f:names()) do
+        -- a pipeline's last stage holds its own copy of the tied token table as lm_head.weight
+        if not names[n] and not (#opened > 1 and n == "lm_head.weight") then
+          error(string.format("%s: tensor '%s' in the file is not in the model", files[i], n), 0)
+        end
+      end
+    end
+    for _, p in ipairs(model:parameters()) do
+      local i = where[p.name]
+      if not i then error(string.format("%s: tensor '%s' of the model is in no model file of it", dir, p.name), 0) end
+      check_one(opened[i], files[i], p.name, p.data)
+    end
+  end)
+  if not good then
+    close_all()
+    raise(err)
+  end
+  for _, p in ipairs(model:parameters()) do
+    local i = where[p.name]
+    opened[i]:read_into(p.name, p.data)
+    if p.master then p.master:copy_(p.data) end
+  end
+  close_all()
+  local tk = config["model.tokenizer"]
+  return model, { step = math.tointeger(tonumber(mmeta.step)), config = config,
+    tokenizer = tk and tostring(tk) or nil, path = dir }
+end
+
+return M

@@ -1,0 +1,108 @@
+#!/bin/sh
+# checkpoint-resume-is-exact.sh — examples/gpt.lua run for N steps, saved, and resumed gives the same losses bit for
+# bit as the uninterrupted run: f32 and bf16, the built-in task and a --data token file, eager and --graph, one
+# rank and (under mpirun) two: data parallel (ddp, and zero1 with its shards per rank) and --pipeline 2 (1f1b,
+# a model file per stage); SIGTERM saves at the next step boundary and exits 0 saying where, and a resume from it
+# continues exactly; a resume on another number of ranks, or on another pipeline layout, is refused.
+. "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
+GPT="$SRCDIR/examples/gpt.lua"
+SMALL="--width 32 --layers 2 --heads 2 --batch 4 --microbatches 2 --quiet --samples 0 --eval 0 --steps 8 --warmup 2"
+
+# losses FILE [FROM]: "step loss" lines of a --log file, the loss with all its digits, from step FROM on
+losses() { sed -n 's/^{"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1" | awk -v f="${2:-1}" '$1 >= f'; }
+
+echo "1..19"
+k=0
+"$TEGRAPH" run "$GPT" --make-data "$tmp/task.bin" --tokens 4000 >/dev/null 2>&1
+for mode in "f32" "bf16" "f32 --data $tmp/task.bin --vocab 12 --context 16" "bf16 --delay-wgrad --fuse-wgrad" "f32 --graph"; do
+    set -- $mode
+    dt=$1
+    shift
+    k=$((k + 1))
+    name=$dt$k
+    "$TEGRAPH" run "$GPT" $SMALL --dtype "$dt" "$@" --log "$tmp/$name.full" >/dev/null 2>"$tmp/err"
+    "$TEGRAPH" run "$GPT" $SMALL --dtype "$dt" "$@" --out "$tmp/$name.ck" --save-every 3 >/dev/null 2>>"$tmp/err"
+    "$TEGRAPH" run "$GPT" $SMALL --dtype "$dt" "$@" --resume "$tmp/$name.ck/step_00000003" --log "$tmp/$name.res" \
+        >"$tmp/out" 2>>"$tmp/err"
+    a=$(losses "$tmp/$name.full" 4)
+    b=$(losses "$tmp/$name.res")
+    ok $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) \
+        "$mode: 3 steps, save, resume, 5 more give the losses of 8 uninterrupted steps bit for bit ($(echo $b | head -c 80); $(head -n 1 "$tmp/err"))"
+done
+"$TEGRAPH" run "$GPT" $SMALL --out "$tmp/keep" --save-every 3 --keep 2 >/dev/null 2>"$tmp/err"
+ls "$tmp/keep" >"$tmp/ls"
+ok $([ "$(tr '\n' ' ' <"$tmp/ls")" = "latest step_00000006 step_00000008 " ]; echo $?) \
+    "--keep 2 leaves the newest two checkpoints and the pointer ($(tr '\n' ' ' <"$tmp/ls"))"
+ok $([ "$(cat "$tmp/keep/latest")" = step_00000008 ]; echo $?) "latest names the last checkpoint"
+
+# SIGTERM: the run saves at the next step boundary and exits 0 with a line saying where
+"$TEGRAPH" run "$GPT" $SMALL --steps 400 --out "$tmp/sig" --log "$tmp/sig.log" >"$tmp/sig.out" 2>&1 &
+pid=$!
+i=0
+while [ "$i" -lt 600 ] && ! grep -q '"step":3,' "$tmp/sig.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+ok $rc "SIGTERM during training: exit 0 (got $rc: $(tail -n 1 "$tmp/sig.out"))"
+ok $(grep -q "^gpt: SIGTERM: saved a checkpoint of step [0-9]* to $tmp/sig/step_[0-9]*; resume with --resume" "$tmp/sig.out"; echo $?) \
+    "... and a line names the signal, the step and the checkpoint"
+stopped=$(sed -n 's/^gpt: SIGTERM: saved a checkpoint of step \([0-9]*\).*/\1/p' "$tmp/sig.out")
+ok $([ -n "$stopped" ] && [ "$stopped" -lt 400 ] && [ "$(cat "$tmp/sig/latest")" = "$(printf 'step_%08d' "$stopped")" ]; echo $?) \
+    "... at a step before the end ($stopped), which latest names"
+"$TEGRAPH" run "$GPT" $SMALL --steps 400 --resume "$tmp/sig" --log "$tmp/sig.res" >/dev/null 2>"$tmp/err"
+"$TEGRAPH" run "$GPT" $SMALL --steps 400 --log "$tmp/sig.full" >/dev/null 2>>"$tmp/err"
+a=$(losses "$tmp/sig.full" $((stopped + 1)))
+b=$(losses "$tmp/sig.res")
+ok $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) "the run resumed after SIGTERM gives the uninterrupted losses bit for bit"
+
+"$TEGRAPH" run "$GPT" $SMALL --resume "$tmp/f321.ck" --width 64 >"$tmp/out" 2>&1
+ok $(grep -q "model.safetensors: tensor 'embed.wte' has shape \[12,32\] in the file, the model has \[12,64\]" "$tmp/out"; echo $?) \
+    "a checkpoint of another model size is refused naming the tensor and both shapes"
+
+# two ranks (mpirun on CPU ranks)
+if [ -z "${TG_MPIRUN:-}" ] || { [ "$(id -u)" = 0 ] && [ -z "${OMPI_ALLOW_RUN_AS_ROOT:-}" ]; }; then
+    for i in 1 2 3 4 5 6 7; do echo "ok $((n + i)) # SKIP no usable mpirun"; done
+    exit $((fails != 0))
+fi
+MPI="$TG_MPIRUN -np 2 --oversubscribe"
+bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --log "$tmp/r2.full" >/dev/null 2>"$tmp/err"
+bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --out "$tmp/r2.ck" --save-every 3 >/dev/null 2>>"$tmp/err"
+ok $([ -f "$tmp/r2.ck/step_00000003/rank0.safetensors" ] && [ -f "$tmp/r2.ck/step_00000003/rank1.safetensors" ]; echo $?) \
+    "two ranks: each rank saves its optimizer state ($(head -n 1 "$tmp/err"))"
+bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --resume "$tmp/r2.ck/step_00000003" --log "$tmp/r2.res" >/dev/null 2>>"$tmp/err"
+a=$(losses "$tmp/r2.full" 4)
+b=$(losses "$tmp/r2.res")
+ok $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) "two ranks: save at 3, resume, 5 more give the uninterrupted losses bit for bit"
+"$TEGRAPH" run "$GPT" $SMALL --resume "$tmp/r2.ck" >"$tmp/out" 2>&1
+rc=$?
+ok $([ $rc -ne 0 ] && grep -q "written by 2 ranks; resume it on 2 ranks (this run has 1)" "$tmp/out"; echo $?) \
+    "a 2-rank checkpoint resumed on 1 rank is refused, saying why ($(grep -m1 ranks "$tmp/out"))"
+
+# zero1: each rank saves and restores its own shards of the f32 parameters, m and v
+bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --zero1 --log "$tmp/z.full" >/dev/null 2>"$tmp/err"
+bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --zero1 --out "$tmp/z.ck" --save-every 3 >/dev/null 2>>"$tmp/err"
+bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --zero1 --resume "$tmp/z.ck/step_00000003" --log "$tmp/z.res" \
+    >/dev/null 2>>"$tmp/err"
+a=$(losses "$tmp/z.full" 4)
+b=$(losses "$tmp/z.res")
+ok $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) \
+    "two ranks --zero1: save at 3, resume, 5 more give the uninterrupted losses bit for bit ($(head -n 1 "$tmp/err"))"
+
+# --pipeline 2 (1f1b): each stage's weights in its own model file, each rank's optimizer state
+P="--pipeline 2 --schedule 1f1b"
+bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL $P --log "$tmp/p.full" >/dev/null 2>"$tmp/err"
+bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL $P --out "$tmp/p.ck" --save-every 3 >/dev/null 2>>"$tmp/err"
+ok $([ -f "$tmp/p.ck/step_00000003/model.stage1.safetensors" ] && [ -f "$tmp/p.ck/step_00000003/model.stage2.safetensors" ] \
+    && [ -f "$tmp/p.ck/step_00000003/rank1.safetensors" ]; echo $?) \
+    "--pipeline 2: a model file per stage and an optimizer file per rank ($(ls "$tmp/p.ck/step_00000003" | tr '\n' ' '))"
+bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL $P --resume "$tmp/p.ck/step_00000003" --log "$tmp/p.res" \
+    >/dev/null 2>>"$tmp/err"
+a=$(losses "$tmp/p.full" 4)
+b=$(losses "$tmp/p.res")
+ok $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) \
+    "--pipeline 2: save at 3, resume, 5 more give the uninterrupted losses bit for bit ($(head -n 1 "$tmp/err"))"
+bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --resume "$tmp/p.ck" >"$tmp/out" 2>&1
+rc=$?
+ok $([ $rc -ne 0 ] && grep -q "written with the layout 'pipeline 2 (1f1b, 2 chunks of 1 layers)'; this run has 'pipeline 1'" \
+    "$tmp/out"; echo $?) "a --pipeline 2 checkpoint resumed without a pipeline is refused, naming both layouts"
+finish
