@@ -199,7 +199,7 @@ end
 -- and optimizer as they were.
 function M.load(path, o)
   local ok, dir = pcall(M.resolve, path)
-  if not ok then raise(dir) end
+  if not ok then error(dir, 0) end -- resolve's message already names the caller's line
   local comm = o.comm
   local rank, size = comm and comm:rank() or 0, comm and comm:size() or 1
   local targets = {}
@@ -276,7 +276,7 @@ end
 function M.load_model(path, o)
   o = o or {}
   local ok, dir = pcall(M.resolve, path)
-  if not ok then raise(dir) end
+  if not ok then error(dir, 0) end -- resolve's message already names the caller's line
   local files = {}
   local function exists(p)
     local f = io.open(p, "rb")
