@@ -8,9 +8,10 @@
 #   tokens    the token-file loader (tegraph.data, src/core/data.c) on file bytes
 #   schedule  the schedule validator (and the simulator on plans it accepts)
 #   lua_api   random programs of Lua API calls: create / view / close / capture / replay / hooks / step
-# Targets for the safetensors reader and the tokenizer go here too: a driver fuzz/NAME.lua (or a C
-# target with its own rule) and its name in FUZZ_TARGETS, seeds in fuzz/seeds/NAME/.
-FUZZ_TARGETS = tokens schedule lua_api
+#   safetensors  the safetensors reader (tg.safetensors.open, info, read, metadata)
+# Another target (the tokenizer's files, ...): a driver fuzz/NAME.lua and its name in FUZZ_TARGETS,
+# seeds in fuzz/seeds/NAME/.
+FUZZ_TARGETS = tokens schedule lua_api safetensors
 FUZZ_SECONDS = 60
 FUZZ_SAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS = -g -O1 -std=gnu11 $(FUZZ_SAN)
