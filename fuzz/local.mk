@@ -22,9 +22,10 @@ FUZZ_LIB_OBJS = $(patsubst %.c,fuzz/obj/%.o,$(filter %.c,$(libtegraph_la_SOURCES
 EXTRA_DIST += fuzz/harness.c $(FUZZ_TARGETS:%=fuzz/%.lua) fuzz/seeds
 CLEANFILES += $(FUZZ_TARGETS:%=fuzz/fuzz-%)
 
+# the library's objects carry libFuzzer's coverage instrumentation (its edges guide the fuzzing)
 fuzz/obj/%.o: $(top_srcdir)/%.c config.h
 	@$(MKDIR_P) $(@D)
-	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CPPFLAGS) $(FUZZ_CFLAGS) -c -o $@ $<
+	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
 
 fuzz/fuzz-%: $(top_srcdir)/fuzz/harness.c $(top_srcdir)/fuzz/%.lua $(FUZZ_LIB_OBJS)
 	$(AM_V_CCLD)$(FUZZ_CC) $(FUZZ_CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer \
