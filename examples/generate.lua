@@ -39,9 +39,10 @@ local function load_model()
       num_attention_heads = opt.heads, num_layers = opt.layers, dtype = opt.dtype,
       make_vocab_size_divisible_by = opt.vocab >= 1024 and 64 or 1 }, nil
   end
-  local ok, ckpt = pcall(require, "tegraph.checkpoint")
-  if not ok then error("generate.lua: --ckpt needs the tegraph.checkpoint module, which this build lacks", 0) end
-  return ckpt.load_model(opt.ckpt)
+  local ckpt = require "tegraph.checkpoint"
+  local ok, model, meta = pcall(ckpt.load_model, opt.ckpt)
+  if not ok then error("generate.lua: --ckpt " .. opt.ckpt .. ": " .. tostring(model), 0) end
+  return model, meta
 end
 
 -- Generates from model (an nn.GPT) with tokenizer tok; streams the first sequence when not benchmarking.

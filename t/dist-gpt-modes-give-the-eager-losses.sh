@@ -6,6 +6,10 @@
 # and -n 4 --pipeline 2 (2 stages x 2 replicas, 2 microbatches each: the ddp average sums the replicas' gradients).
 . "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
 skip_unless_mpi
+# the CPU proof: every run on CPU ranks, the single-process reference too (a host with one GPU cannot give two
+# ranks a GPU each, and CPU and GPU sums differ)
+TG_DEVICE=cpu
+export TG_DEVICE
 dir=$tmp
 GPT="$SRCDIR/examples/gpt.lua"
 ARGS="--steps 5 --layers 4 --quiet --samples 0 --eval 0 --seed 1234"

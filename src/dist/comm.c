@@ -145,6 +145,11 @@ static tg_status world_nccl(tg_comm *c)
     const char *dev_env = getenv("TG_DEVICE");
     if (ndev == 0 || c->size == 1) return TG_OK;
     if (dev_env && strcmp(dev_env, "cpu") == 0) return TG_OK;
+    if (c->local_size > ndev)
+        return tg_error(TG_EINVAL,
+                        "NCCL setup: %d ranks on this host but %d GPU(s) visible: NCCL needs a GPU of its own per rank; "
+                        "run fewer ranks, or the ranks on the CPU (--device cpu or TG_DEVICE=cpu)",
+                        c->local_size, ndev);
     int dev = (c->local_rank >= 0 ? c->local_rank : c->rank) % ndev;
     char name[32];
     /* Tensors of this rank default to its GPU (respecting CUDA_VISIBLE_DEVICES). */
