@@ -126,6 +126,11 @@ cudaError_t tg_cuda_embedding_backward_dw(void *dwte, void *dwpe, const void *do
                                           int64_t v, int64_t tmax, float accumulate, void *scratch,
                                           size_t scratch_bytes, cudaStream_t st);
 
+/* Notes the first of the n ids outside [0, v) (other than ignore_index when has_ignore) in *first / *limit
+ * (struct tg_index_check, src/backend/backend.h): atomicMin of position << 32 | id. */
+cudaError_t tg_cuda_index_check(unsigned long long *first, long long *limit, const int32_t *ids, int64_t n, int64_t v,
+                                int has_ignore, int ignore_index, cudaStream_t st);
+
 cudaError_t tg_cuda_cross_entropy_forward(float *loss, float *losses, const void *logits, const int32_t *targets,
                                           tg_dtype dt, int64_t n, int64_t v, int ignore_index, cudaStream_t st);
 cudaError_t tg_cuda_cross_entropy_backward(void *dlogits, const void *logits, const int32_t *targets,

@@ -17,6 +17,7 @@ libtegraph_la_SOURCES += \
 	%D%/attention_kv.cu \
 	%D%/embedding.cu \
 	%D%/cross_entropy.cu \
+	%D%/index_check.cu \
 	%D%/adamw.cu \
 	%D%/sumsq_multi.cu \
 	%D%/zero_multi.cu
@@ -24,7 +25,7 @@ libtegraph_la_SOURCES += \
 %D%/layernorm.lo %D%/rmsnorm.lo: %D%/norm.cuh
 %D%/layernorm.lo %D%/rmsnorm.lo %D%/bias.lo %D%/attention.lo %D%/embedding.lo: %D%/colsum.cuh
 %D%/fill.lo %D%/cast.lo %D%/binary.lo %D%/axpby.lo %D%/reduce.lo %D%/rand.lo %D%/layernorm.lo %D%/rmsnorm.lo \
-%D%/gelu.lo %D%/swiglu.lo %D%/bias.lo %D%/attention.lo %D%/embedding.lo %D%/cross_entropy.lo %D%/adamw.lo \
+%D%/gelu.lo %D%/swiglu.lo %D%/bias.lo %D%/attention.lo %D%/embedding.lo %D%/cross_entropy.lo %D%/index_check.lo %D%/adamw.lo \
 %D%/sumsq_multi.lo %D%/zero_multi.lo %D%/attention_kv.lo: %D%/common.cuh %D%/kernels.h
 # nvcc's host code (kernel registration, static guards) needs the C++ runtime.
 libtegraph_la_LIBADD += -lstdc++

@@ -151,7 +151,9 @@ TG_API int tg_tensor_ndim(const tg_tensor *t);
 TG_API int64_t tg_tensor_dim(const tg_tensor *t, int i);
 TG_API int64_t tg_tensor_numel(const tg_tensor *t);
 TG_API tg_device tg_tensor_device(const tg_tensor *t);
-/* Address of the first element (device memory for CUDA tensors). */
+/* Address of the first element (device memory for CUDA tensors). While the
+ * current stream of t's device captures, the graph being captured keeps t's
+ * storage (or the graph pool it came from) alive until tg_graph_free. */
 TG_API void *tg_tensor_data(const tg_tensor *t);
 /* Optional name (NULL if none); the tensor keeps its own copy. */
 TG_API const char *tg_tensor_name(const tg_tensor *t);
@@ -165,7 +167,9 @@ TG_API int tg_tensor_same_memory(const tg_tensor *a, const tg_tensor *b);
 
 /* Host <-> tensor transfers of raw elements in the tensor's dtype (blocking:
  * they synchronise the current stream). Fail with TG_ECAPTURE while the
- * device captures. */
+ * device captures. A read also fails (TG_EINVAL, naming the id and its
+ * position) when work that ran before it met a token id outside its embedding
+ * table or a cross-entropy target outside the vocabulary. */
 TG_API tg_status tg_tensor_write(tg_tensor *t, const void *src, size_t bytes);
 TG_API tg_status tg_tensor_read(const tg_tensor *t, void *dst, size_t bytes);
 /* Reads the tensor converted to double (n = numel). */

@@ -35,3 +35,8 @@ t_cuda_modules_match_cpu_t_LDFLAGS = -static
 # Modules against PyTorch autograd (skips where torch is not importable).
 TESTS += t/cuda-modules-match-torch.sh
 EXTRA_DIST += t/cuda-modules-match-torch.sh t/torch-check.lua t/torch_check.py
+
+# Lua tests of the CUDA backend (they skip without a device).
+CUDA_LUA_TESTS = t/cuda-bad-ids-fail-at-the-next-read.lua
+TESTS += $(CUDA_LUA_TESTS)
+EXTRA_DIST += $(CUDA_LUA_TESTS)

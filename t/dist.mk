@@ -13,7 +13,8 @@ DIST_SH_TESTS = \
 	t/dist-pipeline-peer-stops-the-run.sh \
 	t/checkpoint-resume-is-exact.sh \
 	t/dist-gpt-modes-give-the-eager-losses.sh \
-	t/dist-zero-bubble-on-ranks.sh
+	t/dist-zero-bubble-on-ranks.sh \
+	t/dist-rank-exit-with-a-request-in-flight.sh
 TESTS += $(DIST_LUA_TESTS) $(DIST_SH_TESTS)
 
 check_PROGRAMS += t/dist-world-calls-outside-a-job.t

@@ -14,7 +14,9 @@ GPT_LUA_TESTS = \
 	t/data-bin-files-load-and-fail-clearly.lua \
 	t/gpt-example-loss-falls.lua \
 	t/safetensors-round-trip-and-bad-files.lua \
-	t/gpt2-weights-in-and-out.lua
+	t/gpt2-weights-in-and-out.lua \
+	t/gpt-refuses-bad-options-up-front.lua \
+	t/gpt-max-skips-stops-a-run-of-skipped-steps.lua
 GPT_SH_TESTS = \
 	t/gpt-graph-without-hook-dispatch-fails-at-step-end.sh \
 	t/gpt-on-nan-stops-or-skips.sh

@@ -184,4 +184,23 @@ do
   t.ok(ok, "warm-up leaves parameters' gradients as they were")
 end
 
+-- Partial capture (graph_modules): bad names, sample counts, a set over a model whose modules another set replays.
+do
+  local inner = tg.nn.Linear(4, 4, { name = "pm.fc" })
+  local model = tg.nn.Sequential{ tg.nn.Linear(4, 4, { name = "pm.in" }), inner, name = "pm" }
+  local x4 = tg.randn({ 3, 4 })
+  t.error_like(function() tg.graph.graph_modules(model, { "attn" }, { sample = x4 }) end,
+    "graph_modules: no module under the model is named attn", "a name no module has is refused, naming it")
+  t.error_like(function() tg.graph.graph_modules(model, { "fc", "in" }, { sample = { x4 } }) end,
+    "graph_modules: 1 sample inputs for 2 modules %(pm%.in, pm%.fc%)", "a wrong number of samples names the modules")
+  local set = tg.graph.graph_modules(model, { "fc" }, { sample = x4 })
+  t.is(inner.exec_mode, "graphed", "the named module runs graphed")
+  t.error_like(function() tg.graph.make_graphed(model, { sample = x4 }) end,
+    "chunk 1 holds Linear 'pm%.fc', whose calls another graphed set replays", "graphing a model around a module graphed in place is refused")
+  set:free()
+  t.is(inner.exec_mode, "eager", "after free the module runs eagerly again")
+  t.error_like(function() tg.graph.make_graphed({ model, inner }, { sample = { x4, x4 }, in_place = true }) end,
+    "chunks graphed in place must not contain each other", "in place, a chunk inside another chunk is refused")
+end
+
 t.done_testing()

@@ -1,4 +1,6 @@
--- graph-mode-matrix-transformer-layers.lua — the mode matrix (t/lib/mode_matrix.lua) on TransformerLayer chunks
+-- graph-mode-matrix-transformer-layers.lua — the mode matrix (t/lib/mode_matrix.lua) on TransformerLayer chunks,
+-- partial mode: every layer's attention and MLP graphed in place, norms and residual adds eager (compared with
+-- eager whose residual adds are unfused too, as the partial mode's are)
 -- (layernorm+gelu, rmsnorm+swiglu), whose residual adds run inside GEMMs and norm kernels and whose GELU
 -- backward runs in fc2's dgrad: {eager, graphed} x {delay_wgrad off, on} x {fused accumulation off, on}, two
 -- orders: identical gradients after every step, identical hook info sequences, identical parameters.
@@ -34,6 +36,7 @@ for m = 1, M do
 end
 
 local MM = require "mode_matrix" -- t/lib/mode_matrix.lua
-MM.run{ t = t, build = build, xs = xs, dys = dys, sample = { xs[1], tg.zeros({ 2, TOK, H }) }, steps = STEPS }
+MM.run{ t = t, build = build, xs = xs, dys = dys, sample = { xs[1], tg.zeros({ 2, TOK, H }) }, steps = STEPS,
+  partial = { "attn", "mlp" }, partial_sample = tg.zeros({ 2, TOK, D }), unfused = true, full = true }
 
 t.done_testing()

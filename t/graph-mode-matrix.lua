@@ -1,4 +1,4 @@
--- graph-mode-matrix.lua — {eager, graphed} x {delay_wgrad off, on} x {fused accumulation off, on}, two orders:
+-- graph-mode-matrix.lua — {eager, graphed, partial (c1's MLP and c2's LayerNormLinear graphed in place)} x {delay_wgrad off, on} x {fused accumulation off, on}, two orders:
 -- identical gradients after every step, identical hook info sequences, identical parameters after the optimizer.
 local tg = require "tegraph"
 local t = require "tap"
@@ -33,7 +33,8 @@ for m = 1, M do
 end
 
 local MM = require "mode_matrix" -- t/lib/mode_matrix.lua
-MM.run{ t = t, build = build, xs = xs, dys = dys, sample = { xs[1], tg.zeros({ TOK, H }) }, steps = STEPS }
+MM.run{ t = t, build = build, xs = xs, dys = dys, sample = { xs[1], tg.zeros({ TOK, H }) }, steps = STEPS,
+  partial = { "mlp", "lnl" }, partial_sample = tg.zeros({ TOK, H }), full = true }
 
 -- TransformerEngine's bug on purpose: no hook dispatch after W replays -> the step check names the parameters.
 -- The graphed set reads the switch when it is made.

@@ -5,7 +5,10 @@ LUA_TESTS = \
 	t/lua-errors-name-the-problem.lua \
 	t/lua-capture-replay.lua \
 	t/debug-switches-are-named-and-read-once.lua \
-	t/cli-parse-accepts-gpt-flags-and-rejects-bad-ones.lua
+	t/cli-parse-accepts-gpt-flags-and-rejects-bad-ones.lua \
+	t/lifetimes-across-the-lua-boundary.lua \
+	t/size-arithmetic-is-checked.lua \
+	t/accepted-but-wrong-is-refused.lua
 LUA_SH_TESTS = \
 	t/cli-exit-codes.sh \
 	t/cli-run-help-and-e-on-ranks.sh \

@@ -3,6 +3,7 @@ SCHEDULE_TESTS = \
 	t/schedule-generators-pass-validate.lua \
 	t/schedule-bubbles-match-formulas.lua \
 	t/schedule-validate-names-the-offender.lua \
-	t/schedule-svg-and-cli.lua
+	t/schedule-svg-and-cli.lua \
+	t/schedule-cli-bounds-its-input.lua
 TESTS += $(SCHEDULE_TESTS)
 EXTRA_DIST += $(SCHEDULE_TESTS)

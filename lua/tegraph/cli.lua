@@ -6,6 +6,7 @@
 --     { "steps", 150, "optimizer steps" },                   -- kind from the default: number
 --     { "vocab", nil, "vocabulary size", "number" },          -- nil default: say the kind
 --     { "quiet", false, "no progress lines" },               -- boolean: --quiet, --quiet=1|true|yes|0|false|no
+--     { "layers", 2, "transformer layers", min = 1 },         -- numbers may have bounds: min =, max =
 --   }, arg)
 --
 -- Bad input prints "PROG: what is wrong" and the usage on stderr and exits 2 (a usage error, like the
@@ -41,7 +42,13 @@ local function index(defaults)
     end
     if name == "help" then error("cli: --help is built in, not an option", 0) end
     if known[name] then error("cli: option --" .. name .. " is listed twice", 0) end
-    known[name] = { default = d[2], help = d[3] or "", kind = kind_of(d) }
+    local kind = kind_of(d)
+    for _, b in ipairs { "min", "max" } do
+      if d[b] ~= nil and (kind ~= "number" or type(d[b]) ~= "number") then
+        error(string.format("cli: option --%s: %s needs a number option and a number bound", name, b), 0)
+      end
+    end
+    known[name] = { default = d[2], help = d[3] or "", kind = kind, min = d.min, max = d.max }
   end
   return known
 end
@@ -99,6 +106,12 @@ function M.try(defaults, argv)
         local int = math.tointeger(num)
         if not int and math.type(d.default) == "integer" then
           return nil, "--" .. name .. " needs an integer (got '" .. val .. "')"
+        end
+        if d.min and num < d.min then
+          return nil, "--" .. name .. " must be at least " .. tostring(d.min) .. " (got '" .. val .. "')"
+        end
+        if d.max and num > d.max then
+          return nil, "--" .. name .. " must be at most " .. tostring(d.max) .. " (got '" .. val .. "')"
         end
         o[name] = int or num
       else

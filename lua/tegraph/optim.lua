@@ -66,6 +66,37 @@ end
 
 local function finite(x) return x == x and x ~= math.huge and x ~= -math.huge end
 
+-- Checks AdamW's numeric options (o.lr, beta1/beta2 or betas, eps, weight_decay, max_norm) and returns
+-- lr, beta1, beta2, eps, weight_decay with their defaults; errors name `who` and point at `level` as raise()
+-- counts from check_options (2: its caller, 3: the caller's caller).
+function optim.check_options(o, who, level)
+  level = level or 2
+  local function number_opt(name, v, ok, want)
+    if type(v) ~= "number" or not finite(v) or not ok(v) then
+      raise(string.format("%s: %s must be %s (got %s)", who, name, want,
+        type(v) == "number" and tostring(v) or type(v)), level + 1)
+    end
+  end
+  local lr = o.lr or 1e-3
+  local beta1 = o.beta1 or (o.betas and o.betas[1]) or 0.9
+  local beta2 = o.beta2 or (o.betas and o.betas[2]) or 0.999
+  local eps = o.eps or 1e-8
+  local weight_decay = o.weight_decay or 0.0
+  number_opt("lr", lr, function() return true end, "a finite number")
+  number_opt("lr", lr, function(v) return v >= 0 end, ">= 0")
+  number_opt("beta1", beta1, function(v) return v >= 0 and v < 1 end, "a number in [0, 1)")
+  number_opt("beta2", beta2, function(v) return v >= 0 and v < 1 end, "a number in [0, 1)")
+  number_opt("eps", eps, function() return true end, "a finite number")
+  number_opt("eps", eps, function(v) return v > 0 end, "> 0")
+  number_opt("weight_decay", weight_decay, function() return true end, "a finite number")
+  number_opt("weight_decay", weight_decay, function(v) return v >= 0 end, ">= 0")
+  if o.max_norm ~= nil then
+    number_opt("max_norm", o.max_norm, function() return true end, "a finite number")
+    number_opt("max_norm", o.max_norm, function(v) return v > 0 end, "> 0")
+  end
+  return lr, beta1, beta2, eps, weight_decay
+end
+
 -- optim.AdamW(params, {lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
 --   weight_decay=0, no_decay=fn(p)->bool, max_norm=nil, foreach=true, sync_norm=true, capturable=false})
 -- bf16 parameters are updated through their f32 master copy (p.master),
@@ -91,13 +122,20 @@ local function finite(x) return x == x and x ~= math.huge and x ~= -math.huge en
 function optim.AdamW(params, o)
   o = o or {}
   if type(params) ~= "table" or #params == 0 then raise("AdamW: needs a non-empty list of parameters") end
+  for i, p in ipairs(params) do
+    if not core.nn.is_parameter(p) then
+      raise(string.format("AdamW: params[%d] is a %s, not a parameter (module:parameters() gives them)", i,
+        type(p) == "userdata" and tostring(p) or type(p)))
+    end
+  end
+  local lr, beta1, beta2, eps, weight_decay = optim.check_options(o, "AdamW", 3)
   local self = setmetatable({
     params = params,
-    lr = o.lr or 1e-3,
-    beta1 = o.beta1 or (o.betas and o.betas[1]) or 0.9,
-    beta2 = o.beta2 or (o.betas and o.betas[2]) or 0.999,
-    eps = o.eps or 1e-8,
-    weight_decay = o.weight_decay or 0.0,
+    lr = lr,
+    beta1 = beta1,
+    beta2 = beta2,
+    eps = eps,
+    weight_decay = weight_decay,
     max_norm = o.max_norm,
     foreach = o.foreach ~= false,
     sync_norm = o.sync_norm ~= false,
@@ -108,10 +146,6 @@ function optim.AdamW(params, o)
   }, AdamW)
   if o.capturable ~= nil and type(o.capturable) ~= "boolean" then
     raise(string.format("AdamW: capturable must be a boolean (got %s)", type(o.capturable)))
-  end
-  if self.capturable and (type(self.lr) ~= "number" or not finite(self.lr)) then -- it becomes a device value
-    raise(string.format("AdamW: lr must be a finite number (got %s%s)", type(self.lr),
-      type(self.lr) == "number" and (" " .. tostring(self.lr)) or ""))
   end
   local no_decay = o.no_decay or default_no_decay
   local of = {}
@@ -156,6 +190,7 @@ local function set_lr(self, lr, who)
     raise(string.format("%s: lr must be a finite number (got %s%s)", who, type(lr),
       type(lr) == "number" and (" " .. tostring(lr)) or ""))
   end
+  if lr < 0 then raise(string.format("%s: lr must be >= 0 (got %s)", who, tostring(lr))) end
   if self.capturable then
     for _, grp in ipairs(self.groups) do
       if core.stream.capturing(grp.device) then
@@ -177,7 +212,8 @@ function AdamW:step_count()
   return math.tointeger(self.groups[1].step_t:totable()[1])
 end
 
--- One update. o: {lr=, max_norm=, sync_norm=} override the constructor's
+-- One update; refused before any parameter has a gradient (a step then would
+-- only apply weight decay). o: {lr=, max_norm=, sync_norm=} override the constructor's
 -- (capturable: lr= is set_lr, so it stays for the next steps, and is refused
 -- while capturing). Clipping is folded into the update as a gradient scale; a non-finite
 -- gradient norm skips the update (parameters and moments unchanged; the step
@@ -187,7 +223,29 @@ end
 -- more parameters than this optimizer's (pipeline stages sum theirs first).
 function AdamW:step(o)
   o = o or {}
+  if o.lr ~= nil and not self.capturable then -- capturable: set_lr below checks it
+    if type(o.lr) ~= "number" or not finite(o.lr) then
+      raise(string.format("AdamW:step: lr must be a finite number (got %s)", tostring(o.lr)))
+    end
+    if o.lr < 0 then raise(string.format("AdamW:step: lr must be >= 0 (got %s)", tostring(o.lr))) end
+  end
+  if o.max_norm ~= nil and (type(o.max_norm) ~= "number" or not finite(o.max_norm) or o.max_norm <= 0) then
+    raise(string.format("AdamW:step: max_norm must be a finite number > 0 (got %s)", tostring(o.max_norm)))
+  end
   if self.capturable and o.lr ~= nil then set_lr(self, o.lr, "AdamW:step{lr=}") end
+  -- once any parameter has a gradient, steps go on (the check reads no device); a captured step
+  -- changes nothing now, so it may be captured before the gradients exist
+  if not self.has_grad and not core.stream.capturing(self.groups[1].device) then
+    for _, p in ipairs(self.params) do
+      if p.has_grad then
+        self.has_grad = true
+        break
+      end
+    end
+    if not self.has_grad then
+      raise("AdamW:step: no parameter has a gradient yet (run a backward pass before the first step)")
+    end
+  end
   local lr = o.lr or self.lr
   local max_norm = o.max_norm or self.max_norm
   local sync_norm = self.sync_norm

@@ -55,9 +55,16 @@ local P = {}
 P.__index = P
 
 -- progress.new{total=steps, tokens_per_step=n, log=FILE.jsonl, tty=auto,
---   out=io.stdout, every=1 (plain lines: print every n steps, and the last)}
+--   out=io.stdout, every=1 (plain lines: print every n steps, and the last),
+--   max_skips=nil (update raises after this many consecutive skipped steps)}
+-- A step given skipped = true, or else whose norm is not finite, was skipped
+-- by the optimizer: the line counts the skipped steps, the log marks them
+-- (skipped = true).
 function progress.new(o)
   o = o or {}
+  if o.max_skips ~= nil and (math.type(o.max_skips) ~= "integer" or o.max_skips < 1) then
+    raise(string.format("progress.new: max_skips must be an integer >= 1 (got %s)", tostring(o.max_skips)))
+  end
   local self = setmetatable({
     total = o.total,
     tokens_per_step = o.tokens_per_step or 0,
@@ -68,6 +75,9 @@ function progress.new(o)
     last_step = 0,
     rate = nil,
     width = 0,
+    skipped = 0,           -- steps skipped for a non-finite gradient norm so far
+    consecutive_skips = 0, -- of them, the last ones in a row
+    max_skips = o.max_skips,
   }, P)
   if o.tty == nil then
     self.tty = core.isatty(self.out)
@@ -82,10 +92,19 @@ function progress.new(o)
   return self
 end
 
--- Records step `step` with metrics m = {loss=, lr=, norm=, ...} (any extra
+-- Records step `step` with metrics m = {loss=, lr=, norm=, skipped=, ...} (any extra
 -- numeric fields go to the log). Returns the line shown.
 function P:update(step, m)
   m = m or {}
+  local skipped = m.skipped -- given, or: a non-finite norm means the optimizer skipped the step
+  if skipped == nil then
+    skipped = type(m.norm) == "number" and (m.norm ~= m.norm or m.norm == math.huge or m.norm == -math.huge)
+  end
+  if skipped then
+    self.skipped, self.consecutive_skips = self.skipped + 1, self.consecutive_skips + 1
+  elseif m.skipped ~= nil or m.norm ~= nil then
+    self.consecutive_skips = 0
+  end
   local now = core.time()
   local elapsed = now - self.start
   local dt = now - (self.last_t or self.start)
@@ -101,6 +120,7 @@ function P:update(step, m)
   if m.loss then parts[#parts + 1] = string.format("loss %.4f", m.loss) end
   if m.lr then parts[#parts + 1] = string.format("lr %.2e", m.lr) end
   if m.norm then parts[#parts + 1] = string.format("norm %.3f", m.norm) end
+  if self.skipped > 0 then parts[#parts + 1] = string.format("skipped %d", self.skipped) end
   if self.rate then parts[#parts + 1] = string.format("%.0f tok/s", self.rate) end
   parts[#parts + 1] = "elapsed " .. progress.duration(elapsed)
   if eta then parts[#parts + 1] = "eta " .. progress.duration(eta) end
@@ -117,12 +137,19 @@ function P:update(step, m)
   end
 
   if self.log then
-    local rec = { step = step, elapsed_s = elapsed, tokens_per_s = self.rate, eta_s = eta }
+    local rec = { step = step, elapsed_s = elapsed, tokens_per_s = self.rate, eta_s = eta,
+      skipped = skipped or nil, skipped_total = self.skipped > 0 and self.skipped or nil }
     for k, v in pairs(m) do
       if type(v) == "number" or type(v) == "string" or type(v) == "boolean" then rec[k] = v end
     end
     self.log:write(progress.json(rec, { "step", "loss", "lr", "norm", "tokens_per_s", "elapsed_s", "eta_s" }), "\n")
     self.log:flush()
+  end
+  if self.max_skips and self.consecutive_skips >= self.max_skips then
+    if self.tty and self.width > 0 then self.out:write("\n") end
+    self.width = 0
+    raise(string.format("step %d: %d steps in a row skipped: the loss or gradient norm is not finite (loss %s, " ..
+      "gradient norm %s)", step, self.consecutive_skips, tostring(m.loss), tostring(m.norm)))
   end
   return line
 end

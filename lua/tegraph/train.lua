@@ -5,7 +5,7 @@
 --   local train = require "tegraph.train"
 --   local tr = train.new{ model = gpt, microbatches = M, graph = true, pipeline = 2, schedule = "1f1b",
 --     comm = tg.comm.world(), reduce = "ddp", adamw = {lr =, weight_decay =, max_norm =, ...},
---     sample = idx }
+--     sample = idx, graph_modules = {"attn", "mlp"} }
 --   for step = 1, steps do
 --     local xs, ys = ...                      -- this replica's microbatches (lists of M tensors)
 --     local r = tr:step(xs, ys, lr)           -- r.host_s: host time to issue the step
@@ -18,6 +18,8 @@
 --                     F/B/W graphs per microbatch (delayed wgrad), captured and run in one plan's
 --                     order: every forward, then the backwards, the W of a chunk right after the
 --                     last microbatch's B of that chunk (its bucket reduce overlaps the rest)
+--   graph_modules     P = 1, eager step with the named modules of every layer (attn, mlp) graphed in place
+--                     (tg.graph.graph_modules; Megatron's --cuda-graph-modules)
 --   P > 1             the layers split into P x V chunks (V = 2 for interleaved and zb_v), this rank
 --                     runs stage pp_rank + 1 of the schedule over the pp communicator, eager or graphed
 -- Chunk 1 holds the embedding, the last chunk's output feeds the LM head, which runs eagerly on the
@@ -65,6 +67,13 @@ function M.single_stage_plan(C, Mb, delayed)
 end
 
 local function fail(msg) error("train: " .. msg, 0) end
+
+-- "attn,mlp" -> {"attn", "mlp"} (a command line's list of module names).
+function M.split_names(s)
+  local out = {}
+  for name in tostring(s):gmatch("[^,%s]+") do out[#out + 1] = name end
+  return out
+end
 
 local function int_opt(o, k, lo, default)
   local v = o[k]
@@ -262,6 +271,27 @@ function M.new(o)
     self.graphed = S.make_graphed(plan, self.chunks, { samples = samples, warmup = 1,
       stages = P > 1 and { self.stage } or nil })
   end
+
+  -- partial capture: the named modules of every layer graphed in place, the rest of the step eager
+  if o.graph_modules ~= nil then
+    local names = o.graph_modules
+    if type(names) ~= "table" or #names == 0 then
+      fail("graph_modules must be a list of module names, e.g. {\"attn\", \"mlp\"}")
+    end
+    if plan then fail("graph_modules (partial capture) runs with the eager single-stage step, not with graph or pipeline") end
+    local sample = o.sample
+    if not sample then fail("graph_modules needs sample = an input batch (B, T) i32") end
+    local cfg = model.cfg
+    local h = tg.zeros({ sample:dim(1), sample:dim(2), cfg.hidden_size }, { dtype = cfg.dtype, device = cfg.device })
+    local order = {} -- the eager step's: F and B of each microbatch, then the delayed wgrads
+    for mb = 1, Mb do
+      order[#order + 1] = { op = "F", mb = mb }
+      order[#order + 1] = { op = "B", mb = mb }
+    end
+    for mb = 1, Mb do order[#order + 1] = { op = "W", mb = mb } end
+    self.partial = tg.graph.graph_modules(model.body, names, { sample = h, microbatches = Mb, order = order, warmup = 1 })
+    self.partial_names = table.concat(names, ",")
+  end
   return self
 end
 
@@ -442,6 +472,9 @@ function Trainer:describe()
   if self.graph then
     parts[#parts + 1] = string.format("graphed (%d graphed callable(s) of %d layer(s) per stage%s, delayed wgrad, capturable AdamW)",
       self.P > 1 and self.C // self.P or self.C, #self.model.layers // self.C, self.tied_split and "" or "")
+  end
+  if self.partial then
+    parts[#parts + 1] = string.format("partial capture (%d modules graphed: %s)", #self.partial.modules, self.partial_names)
   end
   if self.D > 1 then parts[#parts + 1] = string.format("data parallel x%d", self.D) end
   if self.hooks then parts[#parts + 1] = "hooks: " .. self.hooks end

@@ -265,12 +265,32 @@ struct tg_attention_kv_args {
     int n_head;
 };
 
-/* out[b,t] = wte[idx[b,t]] + wpe[t]; ids outside [0, v) give wte rows of zeros. */
+/* Ids outside their table, found by the kernels that take them: one record
+ * per device, in its memory. first[k] is the smallest (position << 32 | id as
+ * u32) seen by check k (TG_INDEX_*), ~0 when none; limit[k] the table size.
+ * The CPU op layer reads it right after the kernel; otherwise it is read
+ * where the host next reads a tensor of the device (tg_tensor_read). */
+enum { TG_INDEX_EMBEDDING, TG_INDEX_TARGET, TG_INDEX_CHECKS };
+struct tg_index_check {
+    unsigned long long first[TG_INDEX_CHECKS];
+    long long limit[TG_INDEX_CHECKS];
+};
+/* The record of s's device (allocated with the device's first stream). */
+struct tg_index_check *tg_index_check_of(tg_stream *s);
+/* Notes that a kernel with checks was issued (or captured) on the device. */
+void tg_index_check_arm(tg_stream *s);
+/* Reads and clears the record when armed: TG_EINVAL naming the first bad id
+ * of each check, else TG_OK. s must not be capturing. */
+tg_status tg_index_check_poll(tg_stream *s);
+
+/* out[b,t] = wte[idx[b,t]] + wpe[t]; ids outside [0, v) give wte rows of zeros
+ * and are noted in *check (TG_INDEX_EMBEDDING). */
 struct tg_embedding_forward_args {
     void *out;                 /* (b, t, c) dt */
     const int32_t *idx;        /* (b, t) */
     const void *wte;           /* (v, c) dt */
     const void *wpe;           /* (tmax, c) dt, may be NULL */
+    struct tg_index_check *check;
     tg_dtype dt;
     int64_t b, t, c, v;
 };
@@ -295,6 +315,7 @@ struct tg_cross_entropy_forward_args {
     float *losses;             /* (n) */
     const void *logits;        /* (n, v) dt */
     const int32_t *targets;    /* (n) */
+    struct tg_index_check *check; /* targets outside [0, v) other than ignore_index: TG_INDEX_TARGET */
     tg_dtype dt;
     int64_t n, v;
     int ignore_index;
@@ -392,6 +413,7 @@ struct tg_event {
     int timing;  /* elapsed time can be asked for */
     int kept;    /* recorded inside a CPU capture: the graph writes it at each replay, so it is never freed */
     int recorded; /* CUDA: cudaEventRecord was called on it (directly or into a captured graph) */
+    int refcount; /* its owner's, plus one per graph that recorded or waited for it while capturing */
     void *impl;  /* cudaEvent_t / CPU: struct with the host time of the record */
 };
 

@@ -505,9 +505,24 @@ tg_status cpu_attention_backward(tg_stream *s, const struct tg_attention_backwar
 }
 
 /* ------------------------------------------------------------------ embedding */
+/* Notes the first of the n ids outside [0, v) (ignore: an id that is never bad) in check k. */
+static void index_scan(struct tg_index_check *check, int k, const int32_t *ids, int64_t n, int64_t v, int has_ignore,
+                       int ignore)
+{
+    if (!check) return;
+    for (int64_t r = 0; r < n; r++) {
+        const int32_t id = ids[r];
+        if ((id >= 0 && id < v) || (has_ignore && id == ignore)) continue;
+        const unsigned long long key = (unsigned long long)(r < 0xffffffffLL ? r : 0xffffffffLL) << 32 | (uint32_t)id;
+        if (key < check->first[k]) check->first[k] = key, check->limit[k] = v;
+        return;
+    }
+}
+
 static void embedding_forward_run(const void *p)
 {
     const struct tg_embedding_forward_args *a = p;
+    index_scan(a->check, TG_INDEX_EMBEDDING, a->idx, a->b * a->t, a->v, 0, 0);
     const int64_t BT = a->b * a->t, C = a->c;
 #pragma omp parallel for schedule(static) if (BT * C > CPU_PAR_MIN)
     for (int64_t r = 0; r < BT; r++) {
@@ -615,6 +630,7 @@ static void ce_row_stats(const void *logits, tg_dtype dt, int64_t o, int64_t v, 
 static void cross_entropy_forward_run(const void *p)
 {
     const struct tg_cross_entropy_forward_args *a = p;
+    index_scan(a->check, TG_INDEX_TARGET, a->targets, a->n, a->v, 1, a->ignore_index);
     const int64_t N = a->n, V = a->v;
 #pragma omp parallel for schedule(static) if (N * V > CPU_PAR_MIN)
     for (int64_t r = 0; r < N; r++) {

@@ -305,6 +305,9 @@ static tg_status cuda_embedding_forward(tg_stream *s, const struct tg_embedding_
     TG_TRY(float_only("embedding_forward", a->dt));
     LAUNCH(s, tg_cuda_embedding_forward(a->out, a->idx, a->wte, a->wpe, a->dt, a->b, a->t, a->c, a->v,
                                         tg_cuda_stream(s)));
+    if (a->check)
+        LAUNCH(s, tg_cuda_index_check(&a->check->first[TG_INDEX_EMBEDDING], &a->check->limit[TG_INDEX_EMBEDDING], a->idx,
+                                      a->b * a->t, a->v, 0, 0, tg_cuda_stream(s)));
     return TG_OK;
 }
 
@@ -328,6 +331,9 @@ static tg_status cuda_cross_entropy_forward(tg_stream *s, const struct tg_cross_
     TG_TRY(float_only("cross_entropy_forward", a->dt));
     LAUNCH(s, tg_cuda_cross_entropy_forward(a->loss, a->losses, a->logits, a->targets, a->dt, a->n, a->v,
                                             a->ignore_index, tg_cuda_stream(s)));
+    if (a->check)
+        LAUNCH(s, tg_cuda_index_check(&a->check->first[TG_INDEX_TARGET], &a->check->limit[TG_INDEX_TARGET], a->targets,
+                                      a->n, a->v, 1, a->ignore_index, tg_cuda_stream(s)));
     return TG_OK;
 }
 

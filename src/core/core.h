@@ -4,6 +4,7 @@
 
 #include "config.h"
 #include "tegraph.h"
+#include "core/checked.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -79,6 +80,8 @@ tg_status tg_storage_new(tg_pool *pool, tg_device dev, size_t bytes, struct tg_s
 void tg_storage_release(struct tg_storage *s);
 /* The pool pushed for dev on this thread, or NULL. */
 tg_pool *tg_pool_current(tg_device dev);
+/* 1 while p is on this thread's stack of pushed pools. */
+int tg_pool_pushed(const tg_pool *p);
 /* Allocation from a pool (256-byte aligned) and its release. */
 tg_status tg_pool_alloc(tg_pool *p, size_t bytes, void **out);
 void tg_pool_free_range(tg_pool *p, void *ptr, size_t bytes);
@@ -92,6 +95,12 @@ struct tg_stream {
     tg_status capture_error;  /* first op error while capturing (capture is then invalid) */
     char capture_msg[256];
     void *impl;               /* backend stream (cudaStream_t); NULL on the CPU */
+};
+
+/* A set of pointers (open addressing, power-of-two capacity; NULL is empty). */
+struct tg_ptrset {
+    void **slots;
+    size_t cap, n;
 };
 
 /* Host work bound to a graph by a layer above the core (the step engine:
@@ -108,9 +117,13 @@ struct tg_graph {
     tg_device dev;
     const struct tg_backend *be;
     size_t ncmds;
-    tg_pool *pools[8]; /* pools kept alive by this graph */
+    tg_pool *pools[8]; /* pools kept alive by this graph (tg_graph_keep_pool) */
     int npools;
     struct tg_graph_host host; /* fn NULL: none */
+    /* What the captured work reads and writes, retained while the graph lives:
+     * storages from the device allocator, and the pools of pool storages
+     * (a pool's ranges may be reused by later captures, its blocks stay). */
+    struct tg_ptrset held_storages, held_pools, held_events;
     void *impl;        /* backend graph: CPU command list / cudaGraphExec_t */
 };
 
@@ -119,6 +132,12 @@ struct tg_graph {
  * capturing last; NULL when dev does not capture. */
 tg_graph *tg_device_capture_graph(tg_device dev);
 
+/* Retains t's storage (or its pool) for the graph work on its device now goes
+ * to (tg_device_capture_graph), if any; called by tg_tensor_data. */
+void tg_capture_hold(const tg_tensor *t);
+/* Retains e for g (an event recorded or waited for inside g's capture). */
+tg_status tg_graph_hold_event(tg_graph *g, tg_event *e);
+
 /* Per-device bookkeeping: current stream, default stream, capture count. */
 int tg_device_valid(tg_device d);
 const struct tg_backend *tg_backend_for(tg_device d);
@@ -126,8 +145,14 @@ void tg_device_capture_count(tg_stream *s, int delta);
 /* Name of a stream of d that captures now (for messages). */
 const char *tg_device_capturer_name(tg_device d);
 void tg_device_forget_stream(tg_stream *s);
+/* Makes the device's index-check record (backend.h) with its first stream. */
+void tg_device_index_init(tg_stream *s);
 /* Remembers the first op error while s captures (end_capture then fails); returns st. */
 tg_status tg_stream_note_error(tg_stream *s, tg_status st);
+
+/* TG_OK when v is exactly representable in dt's integers (float dtypes: always);
+ * else TG_EINVAL "what: value v [at index i] does not fit dt" (index < 0: none). */
+tg_status tg_value_fits(tg_dtype dt, double v, const char *what, long long index);
 
 /* Copies/converts raw elements; used by host transfers and the CPU backend. */
 float tg_bf16_to_f32(uint16_t h);

@@ -20,9 +20,9 @@ tg_status tg_tokens_u16_windows(const unsigned char *bytes, size_t len, int64_t 
     int64_t ntok = first >= 0 && (size_t)first <= len ? (int64_t)((len - (size_t)first) / 2) : 0;
     for (int64_t r = 0; r < b; r++) {
         int64_t st = starts[r];
-        if (st < 0 || st + t + 1 > ntok)
+        if (st < 0 || st > ntok || t + 1 > ntok - st)
             return tg_error(TG_EINVAL, "token_windows: window %lld starts at %lld; it needs tokens up to %lld but there are %lld",
-                            (long long)(r + 1), (long long)st, (long long)(st + t + 1), (long long)ntok);
+                            (long long)(r + 1), (long long)st, st < 0 || st > INT64_MAX - t - 1 ? (long long)INT64_MAX : (long long)(st + t + 1), (long long)ntok);
         const unsigned char *p = bytes + first + 2 * st;
         for (int64_t i = 0; i <= t; i++) {
             int32_t v = (int32_t)u16_at(p, i);

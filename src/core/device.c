@@ -11,6 +11,8 @@ struct tg_device_state {
     tg_stream *current; /* NULL: the default stream */
     int capturing;      /* streams of this device now capturing */
     tg_stream *capturer; /* the stream that began capturing last (for messages) */
+    struct tg_index_check *index_rec; /* device memory (backend.h), made with the device's first stream */
+    int index_armed;                  /* a kernel with checks was issued (or captured) on the device */
 };
 
 static struct tg_device_state cpu_state;
@@ -182,3 +184,48 @@ const char *tg_device_capturer_name(tg_device d)
 }
 
 int tg_device_capturing(tg_device dev) { return state_of(dev)->capturing > 0; }
+
+/* ------------------------------------------------------------------ index checks */
+static const struct tg_index_check index_clear = {.first = {~0ULL, ~0ULL}, .limit = {0, 0}};
+
+void tg_device_index_init(tg_stream *s)
+{
+    struct tg_device_state *st = state_of(s->dev);
+    if (st->index_rec) return;
+    void *p = NULL;
+    if (s->be->alloc(s->dev.index, sizeof index_clear, &p) != TG_OK) return; /* kernels then skip the check */
+    if (s->be->memcpy(s, p, &index_clear, sizeof index_clear, TG_H2D) != TG_OK || s->be->stream_sync(s) != TG_OK) {
+        s->be->free(s->dev.index, p);
+        return;
+    }
+    st->index_rec = p;
+}
+
+struct tg_index_check *tg_index_check_of(tg_stream *s) { return state_of(s->dev)->index_rec; }
+
+void tg_index_check_arm(tg_stream *s)
+{
+    struct tg_device_state *st = state_of(s->dev);
+    if (st->index_rec) st->index_armed = 1;
+}
+
+tg_status tg_index_check_poll(tg_stream *s)
+{
+    struct tg_device_state *st = state_of(s->dev);
+    struct tg_index_check rec;
+    if (!st->index_armed || s->capture) return TG_OK;
+    TG_TRY(s->be->memcpy(s, &rec, st->index_rec, sizeof rec, TG_D2H)); /* armed stays: replays run the kernels again */
+    if (rec.first[TG_INDEX_EMBEDDING] == ~0ULL && rec.first[TG_INDEX_TARGET] == ~0ULL) return TG_OK;
+    TG_TRY(s->be->memcpy(s, st->index_rec, &index_clear, sizeof index_clear, TG_H2D));
+    TG_TRY(s->be->stream_sync(s));
+    int k = rec.first[TG_INDEX_EMBEDDING] != ~0ULL ? TG_INDEX_EMBEDDING : TG_INDEX_TARGET;
+    long long pos = (long long)(rec.first[k] >> 32), lim = rec.limit[k];
+    int32_t id = (int32_t)(uint32_t)(rec.first[k] & 0xffffffffULL);
+    if (k == TG_INDEX_EMBEDDING)
+        return tg_error(TG_EINVAL, "embedding: token id %d at position %lld is outside the table of %lld rows (ids 0 to %lld)",
+                        (int)id, pos, lim, lim - 1);
+    return tg_error(TG_EINVAL,
+                    "cross_entropy: target %d at row %lld is outside the vocabulary of %lld (targets 0 to %lld, or the "
+                    "ignore_index)",
+                    (int)id, pos, lim, lim - 1);
+}

@@ -11,6 +11,7 @@ tg_status tg_event_new(tg_device dev, int timing, tg_event **out)
     e->dev = dev;
     e->be = tg_backend_for(dev);
     e->timing = timing != 0;
+    e->refcount = 1;
     tg_status st = e->be->event_init(e);
     if (st != TG_OK) {
         free(e);
@@ -22,7 +23,7 @@ tg_status tg_event_new(tg_device dev, int timing, tg_event **out)
 
 void tg_event_free(tg_event *e)
 {
-    if (!e) return;
+    if (!e || --e->refcount > 0) return; /* a graph that captured a record of it or a wait for it keeps it */
     e->be->event_destroy(e);
     free(e);
 }
@@ -42,12 +43,14 @@ static tg_status check_stream(const char *what, const tg_event *e, const tg_stre
 tg_status tg_event_record(tg_event *e, tg_stream *s)
 {
     TG_TRY(check_stream("event record", e, s));
+    if (s->capture) TG_TRY(tg_stream_note_error(s, tg_graph_hold_event(s->capture, e)));
     return tg_stream_note_error(s, e->be->event_record(e, s));
 }
 
 tg_status tg_stream_wait_event(tg_stream *s, tg_event *e)
 {
     TG_TRY(check_stream("stream wait event", e, s));
+    if (s->capture) TG_TRY(tg_stream_note_error(s, tg_graph_hold_event(s->capture, e)));
     return tg_stream_note_error(s, e->be->stream_wait_event(s, e));
 }
 

@@ -1,6 +1,7 @@
 # src/core: tensors, storage and pools, streams and graphs, ops, errors, RNG, token-file decoding.
 libtegraph_la_SOURCES += \
 	%D%/core.h \
+	%D%/checked.h \
 	%D%/error.c \
 	%D%/debug.h %D%/debug.c \
 	%D%/dtype.c \

@@ -155,6 +155,13 @@ void tg_pool_pop(tg_pool *p)
     pool_depth--;
 }
 
+int tg_pool_pushed(const tg_pool *p)
+{
+    for (int i = 0; i < pool_depth; i++)
+        if (pool_stack[i] == p) return 1;
+    return 0;
+}
+
 tg_pool *tg_pool_current(tg_device dev)
 {
     for (int i = pool_depth - 1; i >= 0; i--)

@@ -55,6 +55,7 @@ tg_status tg_fill(tg_tensor *t, double value)
     struct tg_fill_args a = {.dst = tg_tensor_data(t), .dt = t->dtype, .n = tg_tensor_numel(t), .value = value};
     tg_status st = need_kernel((const void *)s->be->fill, s, "fill");
     if (st == TG_OK && t->dtype == TG_F16) st = tg_error(TG_ENOTSUP, "fill: f16 is not supported yet");
+    if (st == TG_OK) st = tg_value_fits(t->dtype, value, "fill", -1);
     if (st == TG_OK) st = s->be->fill(s, &a);
     return tg_stream_note_error(s, st);
 }

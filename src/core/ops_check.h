@@ -157,4 +157,17 @@ static inline tg_status stream_for(const char *op, const char *name, const tg_te
         return tg_stream_note_error(s, st_);                                                           \
     } while (0)
 
+/* ISSUE for kernels that check ids (backend.h, tg_index_check): on the CPU
+ * outside a capture the work has run, so a bad id fails this call; elsewhere
+ * it fails the device's next host read. */
+#define ISSUE_CHECKED(s, op, fn, args, checks)                                                         \
+    do {                                                                                               \
+        tg_status st_ = (checks);                                                                      \
+        if (st_ == TG_OK) st_ = kernel(op, s, (const void *)(s)->be->fn);                              \
+        if (st_ == TG_OK) st_ = (s)->be->fn(s, args);                                                  \
+        if (st_ == TG_OK) tg_index_check_arm(s);                                                       \
+        if (st_ == TG_OK && (s)->be->type == TG_CPU && !(s)->capture) st_ = tg_index_check_poll(s);    \
+        return tg_stream_note_error(s, st_);                                                           \
+    } while (0)
+
 #endif

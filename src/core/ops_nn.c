@@ -417,8 +417,9 @@ tg_status tg_embedding_forward(tg_tensor *out, const tg_tensor *idx, const tg_te
     if (st == TG_OK)
         a = (struct tg_embedding_forward_args){.out = tg_tensor_data(out), .idx = tg_tensor_data(idx),
                                                .wte = tg_tensor_data(wte), .wpe = wpe ? tg_tensor_data(wpe) : NULL,
-                                               .dt = out->dtype, .b = b, .t = t, .c = c, .v = wte->shape[0]};
-    ISSUE(s, op, embedding_forward, &a, st);
+                                               .check = tg_index_check_of(s), .dt = out->dtype, .b = b, .t = t,
+                                               .c = c, .v = wte->shape[0]};
+    ISSUE_CHECKED(s, op, embedding_forward, &a, st);
 }
 
 tg_status tg_embedding_backward_dw(tg_tensor *dwte, tg_tensor *dwpe, const tg_tensor *dout, const tg_tensor *idx,
@@ -483,9 +484,9 @@ tg_status tg_cross_entropy_forward(tg_tensor *loss, tg_tensor *losses, const tg_
     if (st == TG_OK)
         a = (struct tg_cross_entropy_forward_args){.loss = tg_tensor_data(loss), .losses = tg_tensor_data(losses),
                                                    .logits = tg_tensor_data(logits), .targets = tg_tensor_data(targets),
-                                                   .dt = logits->dtype, .n = rows(logits), .v = cols(logits),
-                                                   .ignore_index = ignore_index};
-    ISSUE(s, op, cross_entropy_forward, &a, st);
+                                                   .check = tg_index_check_of(s), .dt = logits->dtype,
+                                                   .n = rows(logits), .v = cols(logits), .ignore_index = ignore_index};
+    ISSUE_CHECKED(s, op, cross_entropy_forward, &a, st);
 }
 
 tg_status tg_cross_entropy_backward(tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,

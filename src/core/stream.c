@@ -17,6 +17,7 @@ tg_status tg_stream_new(tg_device dev, const char *name, tg_stream **out)
         free(s);
         return st;
     }
+    tg_device_index_init(s);
     *out = s;
     return TG_OK;
 }
@@ -123,11 +124,85 @@ tg_status tg_graph_keep_pool(tg_graph *g, tg_pool *pool)
     return TG_OK;
 }
 
+/* ------------------------------------------------------------------ what a graph holds */
+static size_t ptr_hash(const void *p, size_t cap)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x & (cap - 1);
+}
+
+/* Adds p; *added is 1 when it was not there. */
+static tg_status ptrset_add(struct tg_ptrset *set, void *p, int *added)
+{
+    *added = 0;
+    if (2 * (set->n + 1) > set->cap) {
+        size_t cap = set->cap ? 2 * set->cap : 64;
+        void **slots = calloc(cap, sizeof *slots);
+        if (!slots) return tg_error(TG_ENOMEM, "capture: out of host memory recording what the graph uses");
+        for (size_t i = 0; i < set->cap; i++) {
+            if (!set->slots[i]) continue;
+            size_t h = ptr_hash(set->slots[i], cap);
+            while (slots[h]) h = (h + 1) & (cap - 1);
+            slots[h] = set->slots[i];
+        }
+        free(set->slots);
+        set->slots = slots;
+        set->cap = cap;
+    }
+    size_t h = ptr_hash(p, set->cap);
+    while (set->slots[h]) {
+        if (set->slots[h] == p) return TG_OK;
+        h = (h + 1) & (set->cap - 1);
+    }
+    set->slots[h] = p;
+    set->n++;
+    *added = 1;
+    return TG_OK;
+}
+
+void tg_capture_hold(const tg_tensor *t)
+{
+    struct tg_storage *st = t->storage;
+    tg_graph *g = tg_device_capture_graph(st->dev);
+    if (!g) return;
+    int added;
+    tg_status rc = st->pool ? ptrset_add(&g->held_pools, st->pool, &added)
+                            : ptrset_add(&g->held_storages, st, &added);
+    if (rc != TG_OK) {
+        tg_stream *s = tg_stream_current(st->dev);
+        if (s && s->capture) tg_stream_note_error(s, rc);
+        return;
+    }
+    if (!added) return;
+    if (st->pool) tg_pool_retain(st->pool);
+    else st->refcount++;
+}
+
+tg_status tg_graph_hold_event(tg_graph *g, tg_event *e)
+{
+    int added;
+    TG_TRY(ptrset_add(&g->held_events, e, &added));
+    if (added) e->refcount++;
+    return TG_OK;
+}
+
 void tg_graph_free(tg_graph *g)
 {
     if (!g) return;
     if (g->impl) g->be->graph_destroy(g);
     if (g->host.free_ud) g->host.free_ud(g->host.ud);
     for (int i = 0; i < g->npools; i++) tg_pool_release(g->pools[i]);
+    for (size_t i = 0; i < g->held_storages.cap; i++)
+        if (g->held_storages.slots[i]) tg_storage_release(g->held_storages.slots[i]);
+    for (size_t i = 0; i < g->held_pools.cap; i++)
+        if (g->held_pools.slots[i]) tg_pool_release(g->held_pools.slots[i]);
+    for (size_t i = 0; i < g->held_events.cap; i++)
+        if (g->held_events.slots[i]) tg_event_free(g->held_events.slots[i]);
+    free(g->held_storages.slots);
+    free(g->held_pools.slots);
+    free(g->held_events.slots);
     free(g);
 }

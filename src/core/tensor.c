@@ -114,6 +114,7 @@ int64_t tg_tensor_numel(const tg_tensor *t) { return tg_numel_of(t->ndim, t->sha
 tg_device tg_tensor_device(const tg_tensor *t) { return t->storage->dev; }
 void *tg_tensor_data(const tg_tensor *t)
 {
+    if (tg_device_capturing(t->storage->dev)) tg_capture_hold(t); /* the graph keeps what it uses */
     return (char *)t->storage->data + (size_t)t->offset * tg_dtype_size(t->dtype);
 }
 const char *tg_tensor_name(const tg_tensor *t) { return t->name; }
@@ -178,7 +179,8 @@ tg_status tg_tensor_read(const tg_tensor *t, void *dst, size_t bytes)
 {
     TG_TRY(host_io_check(t, bytes, "read"));
     tg_stream *s = tg_stream_current(tg_tensor_device(t));
-    return s->be->memcpy(s, dst, tg_tensor_data(t), bytes, TG_D2H);
+    TG_TRY(s->be->memcpy(s, dst, tg_tensor_data(t), bytes, TG_D2H));
+    return tg_index_check_poll(s); /* ids outside their table in work that ran before this read */
 }
 
 static double elem_to_f64(const void *p, tg_dtype dt, size_t i)
@@ -198,7 +200,7 @@ static void f64_to_elem(void *p, tg_dtype dt, size_t i, double v)
     switch (dt) {
     case TG_F32: ((float *)p)[i] = (float)v; break;
     case TG_BF16: ((uint16_t *)p)[i] = tg_f32_to_bf16((float)v); break;
-    /* integers: truncate toward zero and clamp, NaN -> 0 (like the cast kernels) */
+    /* integers: callers check with tg_value_fits first; the clamp is a last guard */
     case TG_I32: ((int32_t *)p)[i] = v != v ? 0 : v <= -2147483648.0 ? INT32_MIN : v >= 2147483647.0 ? INT32_MAX : (int32_t)v; break;
     case TG_U16: ((uint16_t *)p)[i] = v != v || v <= 0 ? 0 : v >= 65535.0 ? 65535 : (uint16_t)v; break;
     default: TG_ASSERT(!"dtype without host conversion");
@@ -219,10 +221,25 @@ tg_status tg_tensor_read_f64(const tg_tensor *t, double *dst, size_t n)
     return st;
 }
 
+tg_status tg_value_fits(tg_dtype dt, double v, const char *what, long long index)
+{
+    double lo, hi;
+    if (dt == TG_I32) lo = -2147483648.0, hi = 2147483647.0;
+    else if (dt == TG_U16) lo = 0.0, hi = 65535.0;
+    else return TG_OK; /* float dtypes round */
+    if (v == v && v >= lo && v <= hi && v == (double)(int64_t)v) return TG_OK;
+    char at[48] = "";
+    if (index >= 0) snprintf(at, sizeof at, " at index %lld", index);
+    return tg_error(TG_EINVAL, "%s: value %.17g%s does not fit %s (integers %.0f to %.0f)", what, v, at, tg_dtype_name(dt), lo,
+                    hi);
+}
+
 tg_status tg_tensor_write_f64(tg_tensor *t, const double *src, size_t n)
 {
     if (t->dtype == TG_F16) return tg_error(TG_ENOTSUP, "f16 tensors are not supported yet");
     if (n != (size_t)tg_tensor_numel(t)) return tg_error(TG_EINVAL, "write: %zu values given for a tensor of %lld", n, (long long)tg_tensor_numel(t));
+    for (size_t i = 0; i < n && (t->dtype == TG_I32 || t->dtype == TG_U16); i++)
+        TG_TRY(tg_value_fits(t->dtype, src[i], "write", (long long)i));
     size_t bytes = tg_tensor_bytes(t);
     void *tmp = malloc(bytes ? bytes : 1);
     if (!tmp) return tg_error(TG_ENOMEM, "out of host memory");

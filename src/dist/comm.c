@@ -13,6 +13,7 @@
 
 static tg_comm *world;
 static tg_comm *live;          /* every live communicator (world included) */
+static tg_comm_req *live_reqs; /* every request not yet freed */
 static double timeout_s = -1;  /* < 0: not read from the environment yet */
 static int finalized;
 
@@ -610,6 +611,9 @@ static tg_status req_new(tg_comm *c, const char *what, const char *desc, tg_tens
     if (!r) return tg_error(TG_ENOMEM, "out of host memory");
     r->comm = c;
     c->refcount++;
+    r->live_next = live_reqs;
+    if (live_reqs) live_reqs->live_prev = r;
+    live_reqs = r;
     r->what = what;
     snprintf(r->desc, sizeof r->desc, "%s", desc);
     span_describe(r, what, b ? b : a);
@@ -680,6 +684,9 @@ void tg_comm_req_free(tg_comm_req *r)
     /* after a failure the transport may still use the buffers: keep them */
     if (!r->failed) req_drop_tensors(r);
     release_comm(r->comm);
+    if (r->live_prev) r->live_prev->live_next = r->live_next;
+    else if (live_reqs == r) live_reqs = r->live_next;
+    if (r->live_next) r->live_next->live_prev = r->live_prev;
     free(r);
 }
 
@@ -902,7 +909,23 @@ tg_status tg_world_drain(void)
 void tg_world_finalize(void)
 {
     if (finalized) return;
+    /* Requests still in flight (a rank exiting with an async collective pending):
+     * complete them first (the transport's timeout bounds the wait). One that
+     * cannot complete may still be in use by the transport: then the
+     * communicators are left as they are and MPI is not finalised (the
+     * launcher ends the job), rather than freeing what it uses. */
+    int stuck = 0;
+    for (tg_comm_req *r = live_reqs; r; r = r->live_next) {
+        if (r->done && !r->failed) continue;
+        if (!r->done && tg_comm_req_wait(r) == TG_OK) continue;
+        if (!stuck)
+            fprintf(stderr, "tegraph: rank %d exits with a request that did not complete: %s (communicators and MPI are "
+                            "left for the launcher to end)\n",
+                    world ? world->rank : 0, r->errmsg[0] ? r->errmsg : tg_last_error());
+        stuck = 1;
+    }
     finalized = 1;
+    if (stuck) return;
     /* communicators still referenced by Lua or requests are torn down here;
      * their owners must not use them afterwards (the process is ending). */
     while (live) {

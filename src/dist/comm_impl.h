@@ -69,6 +69,7 @@ struct tg_comm_req {
     int span;                                /* -1: none */
     char span_name[96];                      /* "all_reduce ddp bucket 2" */
     char span_args[224];                     /* JSON members: op, bytes, label, step */
+    struct tg_comm_req *live_prev, *live_next; /* every request not yet freed (tg_world_finalize completes them) */
 };
 
 /* Opens r's trace span on s (NULL: host time) when it has one; returns its id or -1. */

@@ -36,6 +36,7 @@ struct tg_graphed {
     int ncapture;        /* actions of the order captured: all, or microbatch 1's block when shared */
     tg_stream *on;       /* the next replay call's stream (tg_graphed_replay_on), or NULL */
     tg_event *wait;      /* and the event it waits for first, or NULL */
+    struct tg_module_route *routes; /* per chunk, when in place (partial capture); else NULL */
 };
 
 static int capturing_depth; /* warm-up or capture in progress */
@@ -394,6 +395,35 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples)
     return st;
 }
 
+/* The first module under m (m included) whose calls a graphed set replays; NULL when none. */
+static const tg_module *routed_under(const tg_module *m)
+{
+    if (m->route) return m;
+    for (int i = 0; i < m->nchildren; i++) {
+        const tg_module *r = routed_under(m->children[i]);
+        if (r) return r;
+    }
+    return NULL;
+}
+
+static int holds(const tg_module *m, const tg_module *x)
+{
+    if (m == x) return 1;
+    for (int i = 0; i < m->nchildren; i++)
+        if (holds(m->children[i], x)) return 1;
+    return 0;
+}
+
+static tg_status route_forward(void *ctx, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
+{
+    return tg_graphed_forward(ctx, chunk, mb, x, y);
+}
+static tg_status route_backward(void *ctx, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
+{
+    return tg_graphed_backward(ctx, chunk, mb, dy, dx);
+}
+static tg_status route_backward_dw(void *ctx, int chunk, int mb) { return tg_graphed_backward_dw(ctx, chunk, mb); }
+
 tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts *o, tg_graphed **out)
 {
     *out = NULL;
@@ -411,6 +441,15 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
             return tg_error(TG_EINVAL, "make_graphed: chunk %d or its sample is on another device than chunk 1", c + 1);
         if (tg_module_need_backward_dw(chunks[c]))
             return tg_error(TG_ESTATE, "make_graphed: chunk %d has queued wgrad work (call backward_dw first)", c + 1);
+        const tg_module *r = routed_under(chunks[c]);
+        char label[160];
+        if (r)
+            return tg_error(TG_ESTATE, "make_graphed: chunk %d holds %s, whose calls another graphed set replays (free that set first)",
+                            c + 1, tg_module_label(r, label, sizeof label));
+        for (int d = 0; o->in_place && d < nchunks; d++)
+            if (d != c && holds(chunks[c], chunks[d]))
+                return tg_error(TG_EINVAL, "make_graphed: chunk %d (%s) holds chunk %d: chunks graphed in place must not contain each other",
+                                c + 1, tg_module_label(chunks[c], label, sizeof label), d + 1);
     }
     tg_graphed *g = calloc(1, sizeof *g);
     if (!g) return tg_error(TG_ENOMEM, "out of host memory");
@@ -496,6 +535,19 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
         tg_graphed_free(g);
         return st;
     }
+    if (o->in_place) {
+        g->routes = calloc((size_t)nchunks, sizeof *g->routes);
+        if (!g->routes) {
+            tg_graphed_free(g);
+            return tg_error(TG_ENOMEM, "out of host memory");
+        }
+        for (int c = 0; c < nchunks; c++) {
+            g->routes[c] = (struct tg_module_route){.ctx = g, .chunk = c + 1, .has_w = g->has_w[c], .forward = route_forward,
+                                                    .backward = route_backward, .backward_dw = route_backward_dw};
+            g->chunks[c]->route = &g->routes[c];
+            g->chunks[c]->route_wpend = 0;
+        }
+    }
     tg_graphed_reset(g);
     *out = g;
     return TG_OK;
@@ -517,6 +569,7 @@ void tg_graphed_free(tg_graphed *g)
         set_free(&e->wset);
     }
     for (int c = 0; g->chunks && c < g->nchunks; c++) {
+        if (g->chunks[c] && g->routes) g->chunks[c]->route = NULL, g->chunks[c]->route_wpend = 0;
         if (g->chunks[c]) set_mode(g->chunks[c], "eager");
         tg_module_release(g->chunks[c]);
     }
@@ -526,6 +579,7 @@ void tg_graphed_free(tg_graphed *g)
     free(g->has_w);
     free(g->order);
     free(g->capture_order);
+    free(g->routes);
     free(g);
 }
 

@@ -26,6 +26,10 @@ typedef struct tg_graphed_opts {
     tg_pool *pool; /* graph memory (shared between graphed sets); NULL: a new one */
     int no_share;  /* 1: one set of graphs and static buffers per microbatch even when the order would
                       let every microbatch share microbatch 1's (see tg_graphed_shared) */
+    int in_place;  /* 1: partial capture. The chunks are modules inside a model that runs eagerly; after
+                      capture their own calls (tg_module_forward / backward / backward_dw, as their parents
+                      make them) replay the chunk's graphs, in the set's order; a residual a parent hands
+                      them is added after the replay. Undone by tg_graphed_free. */
 } tg_graphed_opts;
 
 /* Warms up (hooks silenced), discovers which chunks delay wgrad, then captures

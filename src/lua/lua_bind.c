@@ -2,6 +2,7 @@
 #include "lua/lua_bind.h"
 #include "core/core.h" /* tg_error */
 
+#include <limits.h>
 #include <stdlib.h>
 
 #define TGL_ANCHOR "tegraph.nn.anchor"   /* registry: the anchor box of this state */
@@ -142,6 +143,19 @@ int tgl_field_bool(lua_State *L, int t, const char *k)
     lua_pop(L, 1);
     return v;
 }
+
+int tgl_checkint(lua_State *L, int idx)
+{
+    lua_Integer v = luaL_checkinteger(L, idx);
+    if (v < INT_MIN || v > INT_MAX) {
+        const char *msg = lua_pushfstring(L, "integer %I is out of range (%d to %d)", v, INT_MIN, INT_MAX);
+        if (idx > 0) luaL_argerror(L, idx, msg);
+        luaL_error(L, "%s", msg);
+    }
+    return (int)v;
+}
+
+int tgl_optint(lua_State *L, int idx, int def) { return lua_isnoneornil(L, idx) ? def : tgl_checkint(L, idx); }
 
 /* A metatable with methods behind an __index closure, __gc, __tostring. */
 void tgl_new_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction index, lua_CFunction gc,

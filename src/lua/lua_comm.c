@@ -205,8 +205,9 @@ static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o
     }
     if (lua_getfield(L, idx, "root") != LUA_TNIL) {
         int isint;
-        o->root = (int)lua_tointegerx(L, -1, &isint);
-        if (!isint) luaL_error(L, "%s: root must be an integer rank", what);
+        lua_Integer root = lua_tointegerx(L, -1, &isint);
+        if (!isint || root < INT_MIN || root > INT_MAX) luaL_error(L, "%s: root must be an integer rank", what);
+        o->root = (int)root;
     }
     if (name) tg_comm_label_next(name); /* copied: the string may go with the pops below */
     lua_pop(L, 4);
@@ -277,7 +278,7 @@ static int l_broadcast(lua_State *L)
     struct op_opts o = {TG_COMM_SUM, 0, 0};
     tg_comm *c = comm_arg(L, &a);
     tg_tensor *t = tgl_tensor_check(L, a);
-    if (lua_isinteger(L, a + 1)) o.root = (int)lua_tointeger(L, a + 1);
+    if (lua_isinteger(L, a + 1)) o.root = tgl_checkint(L, a + 1);
     else opts_read(L, a + 1, "broadcast", &o);
     tg_comm_req **slot = req_slot(L, o.async, a);
     return op_return(L, tg_comm_broadcast(c, t, o.root, slot), o.async, a);
@@ -289,7 +290,7 @@ static int p2p(lua_State *L, int is_send)
     struct op_opts o;
     tg_comm *c = comm_arg(L, &a);
     tg_tensor *t = tgl_tensor_check(L, a);
-    int peer = (int)luaL_checkinteger(L, a + 1);
+    int peer = tgl_checkint(L, a + 1);
     opts_read(L, a + 2, is_send ? "send" : "recv", &o);
     tg_comm_req **slot = req_slot(L, o.async, a);
     return op_return(L, is_send ? tg_comm_send(c, t, peer, slot) : tg_comm_recv(c, t, peer, slot), o.async, a);
@@ -365,8 +366,8 @@ static int l_split(lua_State *L)
     int a;
     tg_comm *c = comm_arg(L, &a);
     if (lua_type(L, a) == LUA_TTABLE) return split_layout(L, c, a);
-    int color = (int)luaL_checkinteger(L, a);
-    int key = (int)luaL_optinteger(L, a + 1, tg_comm_rank(c));
+    int color = tgl_checkint(L, a);
+    int key = tgl_optint(L, a + 1, tg_comm_rank(c));
     comm_push(L, NULL); /* +1 */
     tgl_check(L, tg_comm_split(c, color, key, &((struct tgl_comm *)lua_touserdata(L, -1))->c));
     return 1;

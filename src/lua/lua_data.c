@@ -11,8 +11,14 @@ static const unsigned char *u16_span(lua_State *L, int sidx, lua_Integer first, 
 {
     size_t len;
     const char *s = luaL_checklstring(L, sidx, &len);
-    if (first < 0 || count < 0 || (size_t)first + 2 * (size_t)count > len)
-        luaL_error(L, "token bytes [%d, %d) outside the %d bytes given", (int)first, (int)(first + 2 * count), (int)len);
+    size_t two = 0, end = 0;
+    int sized = first >= 0 && count >= 0 && tg_mul_size((size_t)count, 2, &two) && tg_add_size((size_t)first, two, &end);
+    if (!sized || end > len) {
+        if (sized && end <= (size_t)LUA_MAXINTEGER)
+            luaL_error(L, "token bytes [%I, %I) outside the %I bytes given", first, (lua_Integer)end, (lua_Integer)len);
+        luaL_error(L, "token bytes: %I tokens from byte %I are outside the %I bytes given", count, first,
+                   (lua_Integer)len);
+    }
     return (const unsigned char *)s + first;
 }
 
@@ -43,7 +49,15 @@ static int o_token_windows(lua_State *L)
     lua_Integer b = luaL_len(L, 3);
     luaL_argcheck(L, b >= 1 && t >= 1, 3, "need at least one window of at least one token");
     /* +1: scratch: the starts, then x and y */
-    int64_t *starts = lua_newuserdatauv(L, (size_t)b * sizeof *starts + (size_t)(2 * b * t) * sizeof(int32_t), 0);
+    size_t bt = 0, sbytes = 0, tbytes = 0, bytes = 0;
+    if (!tg_mul_size((size_t)b, (size_t)t, &bt) || !tg_mul_size(bt, 2 * sizeof(int32_t), &tbytes) ||
+        !tg_mul_size((size_t)b, sizeof(int64_t), &sbytes) || !tg_add_size(sbytes, tbytes, &bytes) ||
+        bt > (size_t)INT64_MAX / 2)
+        return luaL_error(L, "token_windows: %I windows of %I tokens are too many", b, t);
+    if ((size_t)t > len / 2) /* no window can fit: refuse before allocating for them */
+        return luaL_error(L, "token_windows: windows of %I tokens do not fit in the %I bytes given", t,
+                          (lua_Integer)len);
+    int64_t *starts = lua_newuserdatauv(L, bytes, 0);
     int32_t *buf = (int32_t *)(starts + b);
     for (lua_Integer r = 0; r < b; r++) {
         lua_rawgeti(L, 3, r + 1);

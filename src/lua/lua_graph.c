@@ -192,10 +192,10 @@ static struct tg_graph_action *read_order(lua_State *L, int idx, int *n)
             luaL_error(L, "make_graphed: order[%d].op is %s (expected \"F\", \"B\" or \"W\")", i, op ? op : "missing");
         a[i - 1].op = op[0];
         lua_getfield(L, -2, "chunk");
-        a[i - 1].chunk = lua_isnil(L, -1) ? 1 : (int)luaL_checkinteger(L, -1);
+        a[i - 1].chunk = lua_isnil(L, -1) ? 1 : tgl_checkint(L, -1);
         lua_getfield(L, -3, "mb");
         if (!lua_isinteger(L, -1)) luaL_error(L, "make_graphed: order[%d].mb is not an integer", i);
-        a[i - 1].mb = (int)lua_tointeger(L, -1);
+        a[i - 1].mb = tgl_checkint(L, -1);
         lua_pop(L, 4);
     }
     return a;
@@ -243,9 +243,9 @@ static int l_make_graphed(lua_State *L)
     }
     o.samples = samples;
     lua_getfield(L, 2, "microbatches");
-    o.microbatches = lua_isnil(L, -1) ? 1 : (int)luaL_checkinteger(L, -1);
+    o.microbatches = lua_isnil(L, -1) ? 1 : tgl_checkint(L, -1);
     lua_getfield(L, 2, "warmup");
-    if (!lua_isnil(L, -1)) o.warmup = (int)luaL_checkinteger(L, -1);
+    if (!lua_isnil(L, -1)) o.warmup = tgl_checkint(L, -1);
     lua_getfield(L, 2, "order");
     if (lua_istable(L, -1)) o.order = read_order(L, lua_gettop(L), &o.norder);
     else if (!lua_isnil(L, -1)) return luaL_error(L, "make_graphed: opts.order must be a list of {op=, chunk=, mb=}");
@@ -253,6 +253,11 @@ static int l_make_graphed(lua_State *L)
     if (!lua_isnil(L, -1)) {
         luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.share a boolean");
         o.no_share = !lua_toboolean(L, -1);
+    }
+    lua_getfield(L, 2, "in_place");
+    if (!lua_isnil(L, -1)) {
+        luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.in_place a boolean");
+        o.in_place = lua_toboolean(L, -1);
     }
     lua_getfield(L, 2, "pool");
     if (!lua_isnil(L, -1)) {
@@ -294,8 +299,19 @@ static int l_capturing(lua_State *L)
     return 1;
 }
 
+/* tg.graph.full_capture(microbatches): the engine's full-iteration capture mode for the captures that follow
+ * (0: off); tg.graph.capture_step uses it around tg.stream.capture. */
+static int l_full_capture(lua_State *L)
+{
+    lua_Integer m = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, m >= 0 && m <= 1 << 20, 1, "microbatches must be >= 0");
+    tg_engine_set_full_capture((int)m);
+    return 0;
+}
+
 static const luaL_Reg graph_funcs[] = {
     {"make_graphed", l_make_graphed},
+    {"full_capture", l_full_capture},
     {"capturing", l_capturing},
     {NULL, NULL},
 };

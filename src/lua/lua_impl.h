@@ -6,6 +6,7 @@
 #include "tegraph.h"
 
 #include <lauxlib.h>
+#include <limits.h>
 #include <lua.h>
 #include <lualib.h>
 
@@ -77,5 +78,10 @@ void tgl_open_step(lua_State *L);
 void tgl_open_io(lua_State *L);
 /* Tokenizers and the sampler (lua_text.c): sets core.tokenizer and core.sampler. */
 void tgl_open_text(lua_State *L);
+
+/* luaL_checkinteger / luaL_optinteger for C int arguments: a value outside
+ * the int range is refused (never truncated). */
+int tgl_checkint(lua_State *L, int idx);
+int tgl_optint(lua_State *L, int idx, int def);
 
 #endif

@@ -187,7 +187,7 @@ static int m_loss(lua_State *L)
     struct tgl_module *u = tgl_module_box(L, 1);
     tg_tensor *x = tgl_protocol_tensor(L, 2, "loss(x, targets, mb)"), *targets = tgl_tensor_check(L, 3);
     int mb = tgl_mb_arg(L, 4);
-    int ignore = (int)luaL_optinteger(L, 5, -1);
+    int ignore = tgl_optint(L, 5, -1);
     tg_tensor **slot = tgl_tensor_push(L);
     lua_State *prev = tgl_nn_enter(L);
     tg_status st = tg_lm_head_forward_loss(u->m, mb, x, targets, ignore, slot);
@@ -505,7 +505,7 @@ static tg_module *wrap_table(lua_State *L, int idx)
     o.delay_wgrad = has_dw && tgl_field_bool(L, idx, "delay_wgrad");
     if (lua_getfield(L, idx, "name") == LUA_TSTRING) o.name = lua_tostring(L, -1); /* stays in the table */
     lua_pop(L, 1);
-    if (lua_getfield(L, idx, "chunk") != LUA_TNIL) o.chunk = (int)luaL_checkinteger(L, -1);
+    if (lua_getfield(L, idx, "chunk") != LUA_TNIL) o.chunk = tgl_checkint(L, -1);
     lua_pop(L, 1);
 
     struct tg_callback_module_fns fns = {cb_forward, cb_backward, has_dw ? cb_backward_dw : NULL, tgl_ref_free};

@@ -31,6 +31,7 @@ int tgl_hook_add(lua_State *L, struct tg_param *p, int fnidx);
 /* Pushes a new tensor handle on t's storage (nil for NULL). */
 void tgl_push_tensor_ref(lua_State *L, const tg_tensor *t);
 int tgl_nn_parameter(lua_State *L); /* tg.nn.Parameter */
+int tgl_nn_is_parameter(lua_State *L); /* tg.nn.is_parameter */
 void tgl_open_param(lua_State *L);
 
 /* Modules (lua_module.c). User value 1: fields table (a Lua-table module's

@@ -134,7 +134,11 @@ static void read_common(lua_State *L, tg_module_opts *o)
     if (lua_getfield(L, 1, "bias") != LUA_TNIL) o->bias = lua_toboolean(L, -1);
     o->delay_wgrad = tgl_field_bool(L, 1, "delay_wgrad");
     o->fuse_wgrad_accumulation = tgl_field_bool(L, 1, "fuse_wgrad_accumulation");
-    if (lua_getfield(L, 1, "chunk") != LUA_TNIL) o->chunk = (int)luaL_checkinteger(L, -1);
+    if (lua_getfield(L, 1, "chunk") != LUA_TNIL) {
+        lua_Integer chunk = luaL_checkinteger(L, -1);
+        if (chunk < 1 || chunk > INT_MAX) luaL_error(L, "option 'chunk' = %I is out of range (1 to %d)", chunk, INT_MAX);
+        o->chunk = (int)chunk;
+    }
     if (lua_getfield(L, 1, "name") != LUA_TNIL) o->name = luaL_checkstring(L, -1);
     if (lua_getfield(L, 1, "eps") != LUA_TNIL) o->eps = (double)luaL_checknumber(L, -1);
     if (lua_getfield(L, 1, "init_std") != LUA_TNIL) o->init_std = (double)luaL_checknumber(L, -1);
@@ -160,8 +164,19 @@ static int64_t int_opt(lua_State *L, const struct ctor *c, const char *k, int64_
         return def;
     }
     if (v == 0) luaL_error(L, "%s: option '%s' must be a positive integer, got %s", c->name, k, push_got(L, -1));
+    if (v > INT_MAX) luaL_error(L, "%s: option '%s' = %I is too large (at most %d)", c->name, k, (lua_Integer)v, INT_MAX);
     lua_pop(L, 1);
     return v;
+}
+
+/* ffn_hidden_size, by default 4 * hidden_size (h is at most INT_MAX: no wrap), refused beyond INT_MAX. */
+static int64_t ffn_opt(lua_State *L, const struct ctor *c, int64_t h)
+{
+    int64_t f = int_opt(L, c, "ffn_hidden_size", 4 * h);
+    if (f > INT_MAX)
+        luaL_error(L, "%s: ffn_hidden_size = 4 * hidden_size = %I is too large (at most %d; give ffn_hidden_size)", c->name,
+                   (lua_Integer)f, INT_MAX);
+    return f;
 }
 
 /* A string option; def when absent. */
@@ -242,7 +257,7 @@ static int nn_layernorm_mlp(lua_State *L)
     const struct ctor *c = &layernorm_mlp_c;
     tg_module_opts o;
     ctor_args(L, c, &o);
-    int64_t h = int_opt(L, c, "hidden_size", -1), f = int_opt(L, c, "ffn_hidden_size", 4 * h);
+    int64_t h = int_opt(L, c, "hidden_size", -1), f = ffn_opt(L, c, h);
     const char *norm = str_opt(L, c, "normalization", "LayerNorm"), *act = str_opt(L, c, "activation", "gelu");
     tg_module **slot = tgl_module_newbox(L, 0);
     CTOR_END(L, slot, tg_layernorm_mlp_new(h, f, norm, act, &o, slot));
@@ -272,7 +287,7 @@ static int nn_transformer_layer(lua_State *L)
     const struct ctor *c = &transformer_layer_c;
     tg_module_opts o;
     ctor_args(L, c, &o);
-    int64_t h = int_opt(L, c, "hidden_size", -1), f = int_opt(L, c, "ffn_hidden_size", 4 * h);
+    int64_t h = int_opt(L, c, "hidden_size", -1), f = ffn_opt(L, c, h);
     int64_t nh = int_opt(L, c, "num_attention_heads", -1);
     if (nh > INT_MAX) luaL_error(L, "%s: num_attention_heads %I is too large", c->name, (lua_Integer)nh);
     const char *norm = str_opt(L, c, "normalization", "LayerNorm"), *act = str_opt(L, c, "activation", "gelu");
@@ -361,6 +376,7 @@ static const luaL_Reg nn_funcs[] = {
     {"Sequential", nn_sequential},
     {"Module", tgl_nn_module},
     {"Parameter", tgl_nn_parameter},
+    {"is_parameter", tgl_nn_is_parameter},
     {NULL, NULL},
 };
 

@@ -170,7 +170,7 @@ static int o_attention_kv(lua_State *L)
 static int o_attention_forward(lua_State *L)
 {
     tg_tensor *qkv = tgl_tensor_check(L, 1);
-    int nh = (int)luaL_checkinteger(L, 2);
+    int nh = tgl_checkint(L, 2);
     luaL_argcheck(L, nh >= 1, 2, "n_head must be >= 1");
     luaL_argcheck(L, tg_tensor_ndim(qkv) == 3, 1, "qkv must be (B, T, 3C)");
     int64_t b = tg_tensor_dim(qkv, 0), t = tg_tensor_dim(qkv, 1), c = tg_tensor_dim(qkv, 2) / 3;
@@ -185,7 +185,7 @@ static int o_attention_backward(lua_State *L)
 {
     tg_tensor *dout = tgl_tensor_check(L, 1), *qkv = tgl_tensor_check(L, 2), *out = tgl_tensor_check(L, 3);
     tg_tensor *lse = tgl_tensor_check(L, 4);
-    int nh = (int)luaL_checkinteger(L, 5);
+    int nh = tgl_checkint(L, 5);
     tg_tensor *dqkv = push_like(L, qkv, tg_tensor_dtype(qkv));
     tgl_check(L, tg_attention_backward(dqkv, dout, qkv, out, lse, nh));
     return 1;
@@ -215,7 +215,7 @@ static int o_embedding_backward_dw(lua_State *L)
 static int o_cross_entropy_forward(lua_State *L)
 {
     tg_tensor *logits = tgl_tensor_check(L, 1), *targets = tgl_tensor_check(L, 2);
-    int ignore = (int)luaL_optinteger(L, 3, -1);
+    int ignore = tgl_optint(L, 3, -1);
     int64_t two = 2, n = tg_tensor_numel(targets);
     tg_tensor *loss = push_new(L, logits, TG_F32, 1, &two), *losses = push_new(L, logits, TG_F32, 1, &n);
     tgl_check(L, tg_cross_entropy_forward(loss, losses, logits, targets, ignore));
@@ -227,7 +227,7 @@ static int o_cross_entropy_backward(lua_State *L)
 {
     tg_tensor *logits = tgl_tensor_check(L, 1), *targets = tgl_tensor_check(L, 2), *loss = tgl_tensor_check(L, 3);
     double dloss = (double)luaL_optnumber(L, 4, 1.0);
-    int ignore = (int)luaL_optinteger(L, 5, -1);
+    int ignore = tgl_optint(L, 5, -1);
     tg_tensor *dlogits = push_like(L, logits, tg_tensor_dtype(logits));
     tgl_check(L, tg_cross_entropy_backward(dlogits, logits, targets, loss, dloss, ignore));
     return 1;

@@ -66,13 +66,15 @@ static int p_index(lua_State *L)
     else if (strcmp(k, "data") == 0)
         tgl_push_tensor_ref(L, p->data);
     else if (strcmp(k, "grad") == 0)
-        tgl_push_tensor_ref(L, p->grad);
+        p->grad_written = 1, tgl_push_tensor_ref(L, p->grad); /* the script may write it */
     else if (strcmp(k, "main_grad") == 0)
-        tgl_push_tensor_ref(L, p->main_grad);
+        p->grad_written = 1, tgl_push_tensor_ref(L, p->main_grad);
     else if (strcmp(k, "master") == 0)
         tgl_push_tensor_ref(L, p->master);
     else if (strcmp(k, "wgrad") == 0)
-        tgl_push_tensor_ref(L, tg_param_wgrad_target(p));
+        p->grad_written = 1, tgl_push_tensor_ref(L, tg_param_wgrad_target(p));
+    else if (strcmp(k, "has_grad") == 0)
+        lua_pushboolean(L, p->grad_written);
     else if (strcmp(k, "shape") == 0) {
         int64_t shape[TG_MAX_DIMS];
         for (int i = 0; i < tg_tensor_ndim(p->data); i++) shape[i] = tg_tensor_dim(p->data, i);
@@ -137,6 +139,17 @@ static tg_status hook_trampoline(void *ud, tg_param *p, const tg_hook_info *info
 
 int tgl_hook_add(lua_State *L, tg_param *p, int fnidx)
 {
+    fnidx = lua_absindex(L, fnidx);
+    for (int i = 0; i < p->nhooks; i++) { /* the same Lua function twice would fire twice */
+        if (p->hooks[i].fn != hook_trampoline) continue;
+        const struct tgl_ref *h = p->hooks[i].ud;
+        lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref); /* +1 */
+        int same = lua_rawequal(L, -1, fnidx);
+        lua_pop(L, 1);
+        if (same)
+            luaL_error(L, "register hook on %s: this function is already one of its hooks (hook id %d); it would fire twice",
+                       p->name, p->hooks[i].id);
+    }
     struct tgl_ref *r = tgl_ref_new(L, fnidx);
     int id = 0;
     tg_status st = tg_param_add_hook(p, hook_trampoline, r, tgl_ref_free, &id);
@@ -195,6 +208,14 @@ static int p_set_main_grad(lua_State *L)
 static int p_numel(lua_State *L)
 {
     lua_pushinteger(L, (lua_Integer)tg_tensor_numel(tgl_param_check(L, 1)->data));
+    return 1;
+}
+
+/* tg.nn.is_parameter(v): true for a live tegraph.Param. */
+int tgl_nn_is_parameter(lua_State *L)
+{
+    struct tgl_param *u = luaL_testudata(L, 1, TGL_PARAM);
+    lua_pushboolean(L, u != NULL && u->p != NULL);
     return 1;
 }
 

@@ -11,7 +11,7 @@
 static int opt_int(lua_State *L, int t, const char *k, int def)
 {
     lua_getfield(L, t, k);
-    int v = lua_isnil(L, -1) ? def : (int)luaL_checkinteger(L, -1);
+    int v = lua_isnil(L, -1) ? def : tgl_checkint(L, -1);
     lua_pop(L, 1);
     return v;
 }
@@ -38,7 +38,7 @@ static void plan_read(lua_State *L, int idx, tg_sched_plan *p)
     for (int c = 1; c <= p->nchunks; c++) {
         lua_geti(L, -1, c);
         if (!lua_isinteger(L, -1)) luaL_error(L, "schedule: plan.owner[%d] is not a stage number", c);
-        owner[c - 1] = (int)lua_tointeger(L, -1);
+        owner[c - 1] = tgl_checkint(L, -1);
         lua_pop(L, 1);
     }
     lua_pop(L, 1);
@@ -62,7 +62,7 @@ static void plan_read(lua_State *L, int idx, tg_sched_plan *p)
             int *dst[3] = {&a[i - 1].chunk, &a[i - 1].mb, &a[i - 1].peer};
             for (int k = 0; k < 3; k++) {
                 lua_getfield(L, -1, keys[k]);
-                if (lua_isinteger(L, -1)) *dst[k] = (int)lua_tointeger(L, -1);
+                if (lua_isinteger(L, -1)) *dst[k] = tgl_checkint(L, -1);
                 else if (k < 2 || a[i - 1].op >= TG_SCHED_SEND_FWD)
                     luaL_error(L, "schedule: stage %d action %d (%s): %s is not an integer", s, i, op, keys[k]);
                 else *dst[k] = 0;

@@ -66,6 +66,16 @@ static int st_gc(lua_State *L)
     return 0;
 }
 
+/* stream:close() and <close>: refused while the stream captures (the capture
+ * still records into it and ends on it). */
+static int st_close(lua_State *L)
+{
+    struct tgl_stream *u = luaL_checkudata(L, 1, TGL_STREAM);
+    if (u->owned && u->s && tg_stream_capturing(u->s))
+        return luaL_error(L, "stream '%s' is capturing: close it after its capture ends", tg_stream_name(u->s));
+    return st_gc(L);
+}
+
 static int st_sync(lua_State *L)
 {
     tgl_check(L, tg_stream_sync(stream_check(L, 1)));
@@ -222,6 +232,16 @@ static int p_gc(lua_State *L)
     if (u->p) tg_pool_release(u->p);
     u->p = NULL;
     return 0;
+}
+
+/* pool:close() and <close>: refused while the pool is pushed (pool:scope or a
+ * capture with pool =); graphs that use its memory keep it alive after. */
+static int p_close(lua_State *L)
+{
+    struct tgl_pool *u = luaL_checkudata(L, 1, TGL_POOL);
+    if (u->p && tg_pool_pushed(u->p))
+        return luaL_error(L, "pool is in use by pool:scope or a capture (pool =): close it after that returns");
+    return p_gc(L);
 }
 
 /* pool:stats() -> {used=, peak=, reserved=} in bytes */
@@ -406,13 +426,13 @@ static const luaL_Reg stream_methods[] = {
     {"name", st_name},
     {"capturing", st_capturing},
     {"wait", st_wait},
-    {"close", st_gc},
+    {"close", st_close},
     {NULL, NULL},
 };
 static const luaL_Reg stream_meta[] = {
     {"__index", NULL},
     {"__gc", st_gc},
-    {"__close", st_gc},
+    {"__close", st_close},
     {"__eq", st_eq},
     {"__tostring", st_tostring},
     {NULL, NULL},
@@ -434,13 +454,13 @@ static const luaL_Reg graph_meta[] = {
 static const luaL_Reg pool_methods[] = {
     {"stats", p_stats},
     {"scope", p_scope},
-    {"close", p_gc},
+    {"close", p_close},
     {NULL, NULL},
 };
 static const luaL_Reg pool_meta[] = {
     {"__index", NULL},
     {"__gc", p_gc},
-    {"__close", p_gc},
+    {"__close", p_close},
     {"__tostring", p_tostring},
     {NULL, NULL},
 };

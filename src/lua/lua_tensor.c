@@ -1,5 +1,6 @@
 /* lua_tensor.c — the tegraph.Tensor userdata: fields, methods, arithmetic metamethods. */
 #include "lua/lua_impl.h"
+#include "core/checked.h"
 
 #include <math.h>
 #include <string.h>
@@ -624,21 +625,30 @@ static int t_view(lua_State *L)
         luaL_argcheck(L, top >= 2 && top - 1 <= TG_MAX_DIMS, 2, "shape must have 1 to 4 dimensions");
         for (nd = 0; nd < top - 1; nd++) shape[nd] = (int64_t)luaL_checkinteger(L, nd + 2);
     }
+    int fits = 1, zero = 0;
     for (int i = 0; i < nd; i++) {
         if (shape[i] == -1 && infer < 0)
             infer = i;
         else if (shape[i] < 0)
             luaL_argerror(L, 2, "shape entries must be >= 0 (one may be -1)");
-        else
-            known *= shape[i];
+        else if (shape[i] == 0)
+            zero = 1;
     }
-    if (infer >= 0) shape[infer] = known ? n / known : 0;
-    if (numel_of(nd, shape) != n) {
+    for (int i = 0; !zero && i < nd; i++) /* a zero dimension makes the product 0, whatever the others */
+        if (i != infer && !tg_mul_i64(known, shape[i], &known)) fits = 0;
+    if (zero) known = 0;
+    if (fits && infer >= 0) shape[infer] = known ? n / known : 0;
+    int64_t total = 1;
+    for (int i = 0; fits && !zero && i < nd; i++) fits = tg_mul_i64(total, shape[i], &total);
+    if (zero) total = 0;
+    if (!fits || total != n) {
         int64_t ts[TG_MAX_DIMS];
         get_shape(t, ts);
+        if (infer >= 0 && !fits) shape[infer] = -1;
         shape_str(nd, shape, a, sizeof a);
         shape_str(tg_tensor_ndim(t), ts, b, sizeof b);
-        return luaL_error(L, "view: shape %s has %d elements, the tensor %s has %d", a, (int)numel_of(nd, shape), b, (int)n);
+        if (!fits) return luaL_error(L, "view: shape %s has more elements than fit in 64 bits, the tensor %s has %I", a, b, (lua_Integer)n);
+        return luaL_error(L, "view: shape %s has %I elements, the tensor %s has %I", a, (lua_Integer)total, b, (lua_Integer)n);
     }
     tg_tensor **slot = tgl_tensor_push(L);
     tgl_check(L, tg_tensor_view(t, 0, nd, shape, slot));

@@ -14,6 +14,8 @@ static struct {
     int microbatches;    /* of the open step */
     int check;           /* hook check at step end */
     int quiet;           /* graph warm-up: wgrads neither recorded nor fired */
+    int full;            /* full-iteration capture of a step of this many microbatches (0: none): hooks fire
+                            while capturing, so their device work is captured */
     tg_capture_observer observer; /* told of wgrads issued while capturing */
     void *observer_ud;
     tg_param *live;      /* every parameter not yet freed, oldest first */
@@ -37,6 +39,9 @@ void tg_engine_unlink(tg_param *p)
     else if (eng.live_tail == p) eng.live_tail = p->prev_live;
     p->next_live = p->prev_live = NULL;
 }
+
+static int hook_depth; /* wgrad hooks running now (nested: a hook's own work fired more) */
+int tg_hooks_running(void) { return hook_depth > 0; }
 
 int tg_step_open(void) { return eng.open; }
 int64_t tg_step_index(void) { return eng.open ? eng.count : 0; }
@@ -92,7 +97,7 @@ double tg_param_wgrad_accumulate(const tg_param *p)
 {
     /* Captured work replays with the value baked in, so graphs always
      * accumulate (the grad buffers are zeroed at the start of a step). */
-    if (!eng.open || eng.quiet || tg_device_capturing(tg_tensor_device(p->data))) return 1.0;
+    if (!eng.open || eng.quiet || (tg_device_capturing(tg_tensor_device(p->data)) && !eng.full)) return 1.0;
     if (p->step_seen != eng.count) return 0.0;
     return p->contributed > 0 ? 1.0 : 0.0;
 }
@@ -104,9 +109,13 @@ void tg_engine_set_capture_observer(tg_capture_observer fn, void *ud)
 }
 
 void tg_engine_set_quiet(int on) { eng.quiet = on != 0; }
+void tg_engine_set_full_capture(int microbatches) { eng.full = microbatches > 0 ? microbatches : 0; }
+int tg_engine_full_capture(void) { return eng.full; }
 
-/* Counts one contribution of p for mb and fires p's hooks when mb is complete. */
-static tg_status wgrad_fire(tg_param *p, int mb)
+/* Counts one contribution of p for mb and, when mb is complete, counts a firing
+ * and runs p's hooks (hooks = 0: counts only, for the replay of a full-iteration
+ * capture whose hooks' device work is in the graph). */
+static tg_status wgrad_count(tg_param *p, int mb, int hooks)
 {
     if (mb < 1) return tg_error(TG_EINVAL, "wgrad of %s: microbatch %d (microbatches count from 1)", p->name, mb);
     if (eng.open && mb > eng.microbatches)
@@ -119,6 +128,7 @@ static tg_status wgrad_fire(tg_param *p, int mb)
     if (++p->contrib_mb[mb - 1] % per_mb != 0) return TG_OK; /* more contributions of mb to come */
     p->fired++;
     p->fired_mb[mb - 1]++;
+    if (!hooks) return TG_OK;
     /* Outside steps the engine knows of no later microbatch: each firing is the last. */
     tg_hook_info info = {.microbatch = mb,
                          .last = eng.open ? p->fired == eng.microbatches : 1,
@@ -133,11 +143,13 @@ static tg_status wgrad_fire(tg_param *p, int mb)
         sp = tg_trace_open(NULL, TG_TRACK_HOST, name, &a);
     }
     p->dispatching++;
+    hook_depth++;
     for (int i = 0; i < p->nhooks && st == TG_OK; i++) {
         st = p->hooks[i].fn(p->hooks[i].ud, p, &info);
         if (st != TG_OK) tg_error_prefix(st, "wgrad hook %d of %s (microbatch %d)", i + 1, p->name, mb);
     }
     p->dispatching--;
+    hook_depth--;
     tg_trace_close(sp, NULL);
     return st;
 }
@@ -165,6 +177,8 @@ struct captured {
     int *pre_mb;        /* and its microbatch, capture order */
     int np, pcap;
     int skip_hooks;     /* TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY at capture (tests) */
+    int full;           /* a full-iteration capture (its microbatches; 0: not one): hooks and pre-hooks ran while capturing, their device
+                           work and the first-contribution overwrites are in the graph; a replay only counts */
 };
 
 static void captured_free(void *ud)
@@ -217,6 +231,7 @@ static tg_status captured_of(tg_device dev, const char *what, struct captured **
     struct captured *c = calloc(1, sizeof *c);
     if (!c) return tg_error(TG_ENOMEM, "out of host memory");
     c->skip_hooks = tg_debug_get(TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY);
+    c->full = eng.full;
     g->host = (struct tg_graph_host){.before = captured_before, .after = captured_after, .free_ud = captured_free, .ud = c};
     *out = c;
     return TG_OK;
@@ -249,10 +264,8 @@ static tg_status record_wgrad(tg_param *p, int mb)
 
 tg_status tg_engine_note_forward(tg_module *m)
 {
-    if (!tg_device_capturing(m->opts.device)) {
-        m->forward_step = tg_step_index();
-        return TG_OK;
-    }
+    if (!tg_device_capturing(m->opts.device) || eng.full) m->forward_step = tg_step_index();
+    if (!tg_device_capturing(m->opts.device)) return TG_OK;
     if (eng.observer || eng.quiet) return TG_OK; /* the graph layer's capture: it marks forwards at replay */
     char label[160];
     struct captured *c;
@@ -291,7 +304,8 @@ static tg_status pre_fire(tg_module *m, int mb)
 tg_status tg_engine_forward_pre(tg_module *m, int mb)
 {
     if (!m->npre || eng.quiet) return TG_OK;
-    if (!tg_device_capturing(m->opts.device)) return pre_fire(m, mb);
+    /* a full-iteration capture runs them now: their device work (a gather) is captured */
+    if (!tg_device_capturing(m->opts.device) || (eng.full && !eng.observer)) return pre_fire(m, mb);
     if (eng.observer) return TG_OK; /* the graph layer's capture: its F replays run them */
     char label[160];
     struct captured *c;
@@ -309,6 +323,12 @@ static tg_status captured_before(void *ud, tg_stream *s)
     (void)s;
     struct captured *c = ud;
     char a[64];
+    if (c->full && !eng.open)
+        return tg_error(TG_ESTATE, "replay of a full-iteration capture outside a step (it holds a whole step: open one of %d microbatches first)",
+                        c->full);
+    if (c->full && eng.microbatches != c->full)
+        return tg_error(TG_EINVAL, "replay of a full-iteration capture of %d microbatches in a step of %d", c->full,
+                        eng.microbatches);
     for (int i = 0; i < c->np; i++) TG_TRY(pre_fire(c->pre[i], c->pre_mb[i]));
     for (int i = 0; i < c->nw; i++)
         if (eng.open && c->wmb[i] > eng.microbatches)
@@ -320,7 +340,7 @@ static tg_status captured_before(void *ud, tg_stream *s)
         if (!tg_tensor_same_memory(tg_param_wgrad_target(p), c->target[i]))
             return tg_error(TG_ESTATE, "replay: the wgrad target of %s (%s) was replaced after the graph was captured (capture again)",
                             p->name, tg_tensor_shape_str(c->target[i], a, sizeof a));
-        if (tg_param_wgrad_accumulate(p) == 0.0) c->zero[nz++] = c->target[i];
+        if (!c->full && tg_param_wgrad_accumulate(p) == 0.0) c->zero[nz++] = c->target[i];
     }
     return tg_zero_multi(c->zero, nz);
 }
@@ -334,16 +354,20 @@ static tg_status captured_after(void *ud, tg_stream *s)
         c->fwd[i]->exec_mode = "captured";
     }
     if (c->skip_hooks) return TG_OK; /* TransformerEngine's bug, on purpose (tests) */
-    for (int i = 0; i < c->nw; i++) TG_TRY(wgrad_fire(c->wp[i], c->wmb[i]));
+    for (int i = 0; i < c->nw; i++) TG_TRY(wgrad_count(c->wp[i], c->wmb[i], !c->full));
     return TG_OK;
 }
 
 tg_status tg_param_wgrad_done(tg_param *p, int mb)
 {
+    p->grad_written = 1;
     if (eng.quiet) return TG_OK;
-    if (tg_device_capturing(tg_tensor_device(p->data)))
-        return eng.observer ? eng.observer(eng.observer_ud, p, mb) : record_wgrad(p, mb);
-    return wgrad_fire(p, mb);
+    if (tg_device_capturing(tg_tensor_device(p->data))) {
+        if (eng.observer) return eng.observer(eng.observer_ud, p, mb);
+        TG_TRY(record_wgrad(p, mb));
+        return eng.full ? wgrad_count(p, mb, 1) : TG_OK;
+    }
+    return wgrad_count(p, mb, 1);
 }
 
 /* "[1,0,1,1]" of p's firings per microbatch of the open step. */

@@ -14,6 +14,20 @@ static void call_enter(void)
     if (call_depth++ == 0) error_named = 0;
 }
 
+/* A module call from a wgrad hook while a module call is running (the hook's
+ * own module, or one around it, is mid-backward): refused, naming the call. */
+static tg_status reentrant(tg_module *m, const char *what, int mb)
+{
+    char label[160], mbs[32] = "";
+    if (call_depth == 0 || !tg_hooks_running()) return TG_OK;
+    error_named = 1;
+    if (mb > 0) snprintf(mbs, sizeof mbs, " (microbatch %d)", mb);
+    return tg_error(TG_ESTATE,
+                    "%s %s%s called from a wgrad hook while a module call runs: hooks must not call modules' forward, "
+                    "backward or backward_dw",
+                    tg_module_label(m, label, sizeof label), what, mbs);
+}
+
 static tg_status call_leave(tg_module *m, const char *what, int mb, tg_status st)
 {
     call_depth--;
@@ -128,6 +142,10 @@ tg_status tg_nn_add_residual(const tg_tensor *dres, tg_tensor **dx)
     return TG_OK;
 }
 
+/* A routed module's calls replay its graphs inside steps; outside steps (an evaluation forward,
+ * generation) it runs eagerly, since no backward follows to keep the graphs' order. */
+static int routed(const tg_module *m) { return m->route && tg_step_open(); }
+
 tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
 {
     return tg_module_forward_res(m, mb, x, NULL, y);
@@ -136,15 +154,21 @@ tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor 
 tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
 {
     *y = NULL;
+    TG_TRY(reentrant(m, "forward", mb));
     call_enter();
     tg_status st = TG_OK;
     if (mb == 0) mb = tg_module_next_forward(m);
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
     else if (!x) st = tg_error(TG_EINVAL, "no input tensor");
     else {
-        if (m->npre) st = tg_engine_forward_pre(m, mb);
-        int sp = st == TG_OK && tg_trace_on ? span_begin(m, "forward", mb) : -1;
+        /* a routed module's F replay runs its pre-hooks and its own trace span */
+        int r = routed(m);
+        if (m->npre && !r) st = tg_engine_forward_pre(m, mb);
+        int sp = st == TG_OK && tg_trace_on && !r ? span_begin(m, "forward", mb) : -1;
         if (st != TG_OK) {
+        } else if (r) { /* the residual add runs eagerly, after the replay */
+            st = m->route->forward(m->route->ctx, m->route->chunk, mb, x, y);
+            if (st == TG_OK && res) st = tg_nn_add_residual(res, y);
         } else if (!res) {
             st = m->vt->forward(m, mb, x, y);
         } else if (m->vt->forward_res && !tg_debug_get(TG_DEBUG_UNFUSED_RESIDUAL)) {
@@ -172,6 +196,7 @@ tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tenso
 tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx)
 {
     *dx = NULL;
+    TG_TRY(reentrant(m, "backward", mb));
     call_enter();
     tg_status st = TG_OK;
     if (mb == 0) {
@@ -187,8 +212,13 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
     }
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
     else {
-        int sp = tg_trace_on ? span_begin(m, "backward", mb) : -1;
-        if (!dres) {
+        int r = routed(m);
+        int sp = tg_trace_on && !r ? span_begin(m, "backward", mb) : -1;
+        if (r) {
+            st = m->route->backward(m->route->ctx, m->route->chunk, mb, dy, dx);
+            if (st == TG_OK && m->route->has_w) m->route_wpend++;
+            if (st == TG_OK && dres) st = tg_nn_add_residual(dres, dx);
+        } else if (!dres) {
             st = m->vt->backward(m, mb, dy, dx);
         } else if (m->vt->backward_res && !tg_debug_get(TG_DEBUG_UNFUSED_RESIDUAL)) {
             st = m->vt->backward_res(m, mb, dy, dres, dx);
@@ -211,6 +241,7 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
  * when there is none (checked before anything is popped). */
 static tg_module *wrong_head(tg_module *m, int mb)
 {
+    if (m->route_wpend) return NULL; /* the graphed set checks its own order */
     if (!is_composite(m)) return m->wq_head && m->wq_head->mb != mb ? m : NULL;
     for (int i = m->nchildren - 1; i >= 0; i--) {
         tg_module *bad = wrong_head(m->children[i], mb);
@@ -219,9 +250,28 @@ static tg_module *wrong_head(tg_module *m, int mb)
     return NULL;
 }
 
-/* Pops and computes the head of m's store (leaf) or of each child's that has one. */
-static tg_status pop_wgrad(tg_module *m)
+/* The first leaf under m whose store's head was queued in a step other than
+ * the one open now (wgrads do not carry over into the next step; outside
+ * steps a store may be drained); NULL when none. */
+static tg_module *stale_head(tg_module *m)
 {
+    int64_t now = tg_step_index();
+    if (!is_composite(m)) return now && m->wq_head && m->wq_head->step != now ? m : NULL;
+    for (int i = m->nchildren - 1; i >= 0; i--) {
+        tg_module *bad = stale_head(m->children[i]);
+        if (bad) return bad;
+    }
+    return NULL;
+}
+
+/* Pops and computes the head of m's store (leaf) or of each child's that has one. */
+static tg_status pop_wgrad(tg_module *m, int mb)
+{
+    if (m->route && m->route_wpend) {
+        tg_status st = m->route->backward_dw(m->route->ctx, m->route->chunk, mb);
+        if (st == TG_OK) m->route_wpend--;
+        return st;
+    }
     if (!is_composite(m)) {
         struct tg_saved *item = m->wq_head;
         m->wq_head = item->next;
@@ -237,7 +287,7 @@ static tg_status pop_wgrad(tg_module *m)
      * (tied embedding) then gets its contributions in the same order */
     tg_status st = TG_OK;
     for (int i = m->nchildren - 1; i >= 0 && st == TG_OK; i--)
-        if (tg_module_need_backward_dw(m->children[i])) st = pop_wgrad(m->children[i]);
+        if (tg_module_need_backward_dw(m->children[i])) st = pop_wgrad(m->children[i], mb);
     return st;
 }
 
@@ -247,6 +297,7 @@ tg_status tg_module_backward_dw(tg_module *m, int mb)
     if (mb < 0)
         return tg_error(TG_EINVAL, "%s backward_dw: microbatch %d (microbatches count from 1)",
                         tg_module_label(m, label, sizeof label), mb);
+    TG_TRY(reentrant(m, "backward_dw", mb));
     if (!tg_module_need_backward_dw(m)) goto empty;
     tg_module *bad = mb ? wrong_head(m, mb) : NULL;
     if (bad == m)
@@ -255,8 +306,17 @@ tg_status tg_module_backward_dw(tg_module *m, int mb)
     if (bad)
         return tg_error(TG_ESTATE, "%s backward_dw (microbatch %d): the wgrad store of %s has microbatch %d at its head (W must follow B order)",
                         tg_module_label(m, label, sizeof label), mb, tg_module_label(bad, other, sizeof other), bad->wq_head->mb);
+    if ((bad = stale_head(m)) != NULL) {
+        char when[48] = "outside steps";
+        if (bad->wq_head->step) snprintf(when, sizeof when, "in step %lld", (long long)bad->wq_head->step);
+        return tg_error(TG_ESTATE,
+                        "%s backward_dw (microbatch %d): the wgrad of microbatch %d on %s was queued %s, and step %lld is "
+                        "open (a step's delayed wgrads must be run before its step_end)",
+                        tg_module_label(m, label, sizeof label), mb, bad->wq_head->mb,
+                        tg_module_label(bad, other, sizeof other), when, (long long)tg_step_index());
+    }
     call_enter();
-    return call_leave(m, "backward_dw", mb, pop_wgrad(m));
+    return call_leave(m, "backward_dw", mb, pop_wgrad(m, mb));
 empty:
     return tg_error(TG_ESTATE, "backward_dw with nothing queued on %s (delay_wgrad is %s: each backward %s)",
                     tg_module_label(m, label, sizeof label), m->opts.delay_wgrad ? "on" : "off",
@@ -314,7 +374,7 @@ tg_status tg_module_set_delay_wgrad(tg_module *m, int on)
 
 int tg_module_need_backward_dw(const tg_module *m)
 {
-    if (m->wq_head) return 1;
+    if (m->wq_head || m->route_wpend) return 1;
     if (!is_composite(m)) return 0;
     for (int i = 0; i < m->nchildren; i++)
         if (tg_module_need_backward_dw(m->children[i])) return 1;
@@ -619,6 +679,7 @@ tg_status tg_module_wgrad_or_queue(tg_module *m, struct tg_saved *item)
         return st;
     }
     item->next = NULL;
+    item->step = tg_step_index();
     if (m->wq_tail) m->wq_tail->next = item;
     else m->wq_head = item;
     m->wq_tail = item;

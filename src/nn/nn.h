@@ -38,6 +38,7 @@ struct tg_param {
     int nhooks;
     int last_hook_id;     /* ids handed out so far */
     int dispatching;      /* the engine is running p's hooks (they cannot be removed meanwhile) */
+    int grad_written;     /* a wgrad was computed into it, or its gradient was handed to a script */
     int refcount;
     tg_module *owner;     /* not a reference; NULL once the owning module is gone */
     /* engine bookkeeping (src/nn/engine.c) */
@@ -80,6 +81,8 @@ tg_status tg_step_begin(int microbatches);
 tg_status tg_step_end(void);
 int tg_step_open(void);
 int64_t tg_step_index(void);
+/* 1 while the engine runs wgrad hooks. */
+int tg_hooks_running(void);
 int tg_step_microbatches(void);
 void tg_hook_check_set(int on); /* default on */
 int tg_hook_check_get(void);
@@ -104,6 +107,16 @@ tg_status tg_module_run_forward_pre_hooks(tg_module *m, int mb);
 /* Graph warm-up: while quiet, wgrads are neither recorded nor fired and
  * always accumulate (the graph layer restores the gradients afterwards). */
 void tg_engine_set_quiet(int on);
+/* Full-iteration capture of a step of `microbatches` (0: off). While on, work
+ * captured outside the graph layer behaves as in an eager step: overwrite or
+ * accumulate is decided as eagerly (a step is open), hooks and forward
+ * pre-hooks run during the capture, so their device work (a reduce, a gather)
+ * is captured, and forwards mark the step. The graph records the forwards and
+ * the wgrad contributions; its replay, which must run in an open step of that
+ * many microbatches, zeroes nothing, runs no hooks, and counts the recorded
+ * contributions and forwards, so the step check holds. */
+void tg_engine_set_full_capture(int microbatches);
+int tg_engine_full_capture(void);
 
 /* Records that one wgrad contribution of p for microbatch mb is issued; when
  * all p->contributors contributions of mb are in, fires p's hooks. While the
@@ -135,6 +148,7 @@ void tg_module_opts_default(tg_module_opts *o);
 /* One saved forward context (per module, per microbatch) and one queued wgrad item. */
 struct tg_saved {
     int mb;
+    int64_t step;     /* tg_step_index() when queued in the wgrad store (0: outside steps) */
     tg_tensor *t[8];  /* saved tensors (owned) */
     int n;
     int64_t ival;     /* a module-specific integer (LM head: ignore_index) */
@@ -166,6 +180,19 @@ struct tg_module_vtbl {
     int (*can_delay)(const tg_module *m);
 };
 
+/* Partial capture: a module whose own calls replay chunk `chunk` of a graphed
+ * set (src/graph), so the parent that holds it runs the rest eagerly and calls
+ * the graphs in place of the child. The graph layer fills it in; nn only calls
+ * through it. */
+struct tg_module_route {
+    void *ctx;
+    int chunk;
+    int has_w; /* the chunk has W graphs: each backward leaves one backward_dw waiting */
+    tg_status (*forward)(void *ctx, int chunk, int mb, const tg_tensor *x, tg_tensor **y);
+    tg_status (*backward)(void *ctx, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx);
+    tg_status (*backward_dw)(void *ctx, int chunk, int mb);
+};
+
 struct tg_module {
     const struct tg_module_vtbl *vt;
     char *name;
@@ -189,6 +216,8 @@ struct tg_module {
     int fwd_last;                /* microbatch of m's last forward in that step */
     int *open_mb;                /* microbatches forwarded and not yet backwarded, oldest first */
     int nopen, open_cap;
+    const struct tg_module_route *route; /* set while a graphed set replays m's calls (partial capture) */
+    int route_wpend;             /* routed backwards whose backward_dw has not run */
     void *impl;                  /* module-specific state */
 };
 

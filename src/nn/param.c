@@ -78,6 +78,11 @@ tg_status tg_param_add_hook(tg_param *p, tg_hook_fn fn, void *ud, void (*free_ud
     if (id) *id = 0;
     if (!p) return tg_error(TG_EINVAL, "add_hook: no parameter");
     if (!fn) return tg_error(TG_EINVAL, "add_hook on %s: no function", p->name);
+    if (p->dispatching) return tg_error(TG_ESTATE, "add_hook on %s: its hooks are running (add it after)", p->name);
+    for (int i = 0; i < p->nhooks; i++)
+        if (p->hooks[i].fn == fn && p->hooks[i].ud == ud)
+            return tg_error(TG_EINVAL, "add_hook on %s: this hook (function and data) is already registered as hook id %d",
+                            p->name, p->hooks[i].id);
     struct tg_hook *h = realloc(p->hooks, (size_t)(p->nhooks + 1) * sizeof *h);
     if (!h) return tg_error(TG_ENOMEM, "out of host memory");
     p->hooks = h;

@@ -1,9 +1,15 @@
 -- mode_matrix.lua — the graphed-callables mode matrix used by the graph-mode-matrix tests: two chunks,
 -- {eager, graphed} x {delay_wgrad off, on} x {fused accumulation off, on}, two orders (all F then B+W in
 -- reverse; 1F1B-like with W deferred). Checks identical gradients after every step, identical hook info
--- sequences per delay setting, identical parameters after a plain SGD step.
+-- sequences per delay setting, identical parameters after a plain SGD step. With `partial` (module names), a
+-- "partial" mode too: the chunks run eagerly with those modules graphed in place (tg.graph.graph_modules).
+-- With `full`, a "full" mode: the whole step (every action and the SGD) captured once with
+-- tg.graph.capture_step and replayed per step.
 --   require("mode_matrix").run{ t = tap, build = fn(delay, fuse) -> {chunk1, chunk2}, xs = {...}, dys = {...},
---                               sample = {x of chunk 1, x of chunk 2}, steps = 3 }
+--                               sample = {x of chunk 1, x of chunk 2}, steps = 3,
+--                               partial = {"mlp", ...}, partial_sample = x of those modules, unfused = true }
+-- A module graphed in place gets its parent's residual added after its replay, so with `unfused` the partial
+-- mode is compared with an eager run that adds residuals unfused too (tg.debug "unfused_residual").
 local tg = require "tegraph"
 local G = require "grads"
 local MM = {}
@@ -72,13 +78,17 @@ function MM.run(cfg)
           tostring(info.last), info.chunk, info.step - step0 + 1)
       end)
     end
-    local g
+    local g, pset
     if mode == "graphed" then
       g = tg.graph.make_graphed(chunks, { sample = cfg.sample, microbatches = M, order = order })
+    elseif mode == "partial" then
+      pset = tg.graph.graph_modules(chunks, cfg.partial, { sample = cfg.partial_sample, microbatches = M, order = order })
+      for _, m in ipairs(pset.modules) do
+        t.is(m.exec_mode, "graphed", string.format("partial: %s runs graphed", m.name))
+      end
     end
     local steps = {}
-    for step = 1, STEPS do
-      tg.step_begin{ microbatches = M }
+    local function one_step()
       local acts, dacts = {}, {}
       for _, a in ipairs(order) do
         local c, m = a.chunk, a.mb
@@ -94,9 +104,7 @@ function MM.run(cfg)
           if g then g[c]:backward_dw(m) else chunks[c]:backward_dw(m) end
         end
       end
-      tg.step_end()
-      steps[step] = grads_of(chunks, fuse)
-      -- plain SGD on the gradient the mode produced (same arithmetic in every mode)
+      -- plain SGD on the gradient the mode produced (same arithmetic in every mode); the gradients stay
       for _, c in ipairs(chunks) do
         for _, p in ipairs(c:parameters()) do
           local grad = fuse and p.main_grad or p.grad
@@ -104,6 +112,21 @@ function MM.run(cfg)
         end
       end
     end
+    if mode == "full" then -- the whole step (every F, B, W and the SGD) captured once, then replayed
+      local st = tg.graph.capture_step(one_step, { microbatches = M })
+      for step = 1, STEPS do
+        st:replay()
+        steps[step] = grads_of(chunks, fuse)
+      end
+    else
+      for step = 1, STEPS do
+        tg.step_begin{ microbatches = M }
+        one_step()
+        tg.step_end()
+        steps[step] = grads_of(chunks, fuse)
+      end
+    end
+    if pset then pset:free() end
     return steps, log, params_of(chunks), g
   end
 
@@ -112,17 +135,36 @@ function MM.run(cfg)
     local oname, order = ord[1], ord[2]
     local ref_steps, ref_params
     local ref_log = {} -- per delay setting: the firing sequence must match exactly
-    for _, mode in ipairs{ "eager", "graphed" } do
+    local modes = { "eager", "graphed" }
+    if cfg.partial and cfg.unfused then
+      modes[#modes + 1] = "eager-unfused"
+    end
+    if cfg.partial then modes[#modes + 1] = "partial" end
+    if cfg.full then
+      if cfg.unfused then -- back to the first reference (eager with fused residual adds)
+        modes[#modes + 1] = "eager-fused"
+      end
+      modes[#modes + 1] = "full"
+    end
+    for _, mode in ipairs(modes) do
+      if mode == "eager-unfused" or mode == "eager-fused" then -- a new reference: eager with the residual adds
+        ref_steps, ref_params, ref_log = nil, nil, {}                -- the modes that follow run
+        tg.debug("unfused_residual", mode == "eager-unfused")
+      end
       for _, delay in ipairs{ false, true } do
         for _, fuse in ipairs{ false, true } do
           local label = string.format("%s order, %s, delay_wgrad=%s, fuse=%s", oname, mode, tostring(delay), tostring(fuse))
-          local steps, log, params = run(mode, delay, fuse, order)
-          t.is(#log, STEPS * M * NPARAMS, label .. ": every parameter's hooks fired once per microbatch per step")
+          local steps, log, params = run(mode:match("^eager") and "eager" or mode, delay, fuse, order)
+          if mode == "full" then -- the hooks ran while the step was captured; replays count their firings
+            t.is(#log, M * NPARAMS, label .. ": every parameter's hooks fired once per microbatch, during the capture")
+          else
+            t.is(#log, STEPS * M * NPARAMS, label .. ": every parameter's hooks fired once per microbatch per step")
+          end
           local rlog = ref_log[delay]
           if not rlog then
             ref_log[delay] = log
           else
-            local same_log = #log == #rlog
+            local same_log = #log == #rlog or (mode == "full" and #log <= #rlog)
             for i = 1, #log do same_log = same_log and log[i] == rlog[i] end
             t.ok(same_log, label .. ": hook info sequence identical to eager with the same delay setting")
           end
@@ -144,6 +186,7 @@ function MM.run(cfg)
         end
       end
     end
+    tg.debug("unfused_residual", false)
   end
 end
 

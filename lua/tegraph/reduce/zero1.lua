@@ -35,6 +35,7 @@ local function default_no_decay(p) return #p.shape < 2 end
 
 function M.new(o)
   if type(o) ~= "table" or type(o.params) ~= "table" then raise("zero1: params (a list) is required") end
+  require("tegraph.optim").check_options(o, "zero1", 3) -- AdamW's options, refused as AdamW refuses them
   local c = o.comm or core.comm.world()
   local size, rank = c:size(), c:rank()
   local self = setmetatable({

@@ -6,18 +6,27 @@ usage: tegraph schedule NAME --stages P --microbatches M [options]
   NAME                 gpipe, 1f1b, interleaved, zb_h1, zb_v, or all (a bubble table of every one)
   -p, --stages P       pipeline stages
   -m, --microbatches M microbatches per step
-  -v, --chunks V       chunks per stage (interleaved; default 2)
+  -v, --chunks V       chunks per stage (interleaved; default 2; zb_v has 2, the others 1)
   --svg FILE           also draw the simulated timeline to FILE
   --costs F=1,B=1,W=1,comm=0
-                       per-op costs for the simulation (a fused B costs B+W)
+                       per-op costs for the simulation (a fused B costs B+W), finite and >= 0
   --comm               list the send/recv actions in the table too
+Bounds: P <= 1024, M <= 65536, V <= 64, P x max(V, 2) x M <= 65536.
 ]]
+
+-- Bounds on the command line's sizes: the table and the simulation stay within seconds and memory.
+local MAX = { stages = 1024, microbatches = 65536, chunks = 64 }
+local MAX_COMPUTES = 65536 -- stages x chunks x microbatches (each has an F, a B and a W): about 10 s
 
 local function parse_costs(s)
   local costs = {}
-  for k, v in s:gmatch("([%a_]+)=([^,]+)") do
-    local n = tonumber(v)
-    if not n or not ({ F = 1, B = 1, W = 1, comm = 1 })[k] then return nil, "bad --costs entry " .. k .. "=" .. v end
+  for entry in s:gmatch("[^,]+") do
+    local k, v = entry:match("^%s*([%a_]+)=(.-)%s*$")
+    local n = v and tonumber(v)
+    if not k or not n or not ({ F = 1, B = 1, W = 1, comm = 1 })[k] then return nil, "bad --costs entry " .. entry end
+    if n ~= n or n < 0 or n == math.huge then
+      return nil, "--costs " .. entry .. ": a cost must be a finite number >= 0"
+    end
     costs[k] = n
   end
   return costs
@@ -57,6 +66,7 @@ local function parse(args)
     if o[k] ~= nil then
       local n = math.tointeger(tonumber(o[k]))
       if not n or n < 1 then return nil, "--" .. k .. " must be a positive integer, got " .. o[k] end
+      if n > MAX[k] then return nil, "--" .. k .. " " .. n .. " is too large (at most " .. MAX[k] .. ")" end
       o[k] = n
     end
   end
@@ -99,6 +109,12 @@ return function(S)
       errf:write("tegraph schedule: NAME, --stages and --microbatches are required\n", USAGE)
       return 2
     end
+    local computes = o.stages * math.max(o.chunks or 2, 2) * o.microbatches
+    if computes > MAX_COMPUTES then
+      errf:write(string.format("tegraph schedule: %d stages x %d chunks x %d microbatches is too large (at most %d " ..
+        "microbatch-chunks)\n", o.stages, math.max(o.chunks or 2, 2), o.microbatches, MAX_COMPUTES))
+      return 2
+    end
     if o.name == "all" then
       out:write(string.format("P=%d M=%d%s\n%-12s %8s %9s  %-20s %-20s %s\n", o.stages, o.microbatches,
         o.chunks and (" V=" .. o.chunks) or "", "schedule", "bubble", "makespan", "idle per stage",
@@ -118,6 +134,11 @@ return function(S)
     local g = by_name[o.name]
     if not g then
       errf:write("tegraph schedule: unknown schedule '", o.name, "'\n", USAGE)
+      return 2
+    end
+    if o.chunks and not g.chunks and o.chunks ~= (g.fixed_chunks or 1) then
+      errf:write(string.format("tegraph schedule: %s has %d chunk%s per stage; -v %d does not apply\n", g.name,
+        g.fixed_chunks or 1, (g.fixed_chunks or 1) == 1 and "" or "s", o.chunks))
       return 2
     end
     local ok, plan = build(g, o)

@@ -66,12 +66,44 @@ function M.run(plan, cost, blocking)
     return true
   end
 
-  local progress = true
-  while progress do
-    progress = false
-    for s = 1, P do
-      while pc[s] <= #plan[s] and step(s) do progress = true end
+  -- A worklist of stages that may move: each stage runs until it blocks; a blocked stage is woken
+  -- by the event it waits for (the matching send posted, or its peer meeting it), so the whole run
+  -- is O(actions + stages).
+  local queue, queued, head = {}, {}, 1
+  local waiting = {} -- buffered: transfer key -> the stage whose recv waits for it
+  local function wake(s)
+    if not queued[s] then
+      queued[s] = true
+      queue[#queue + 1] = s
     end
+  end
+  for s = 1, P do wake(s) end
+  local function step_and_wake(s)
+    local i = pc[s]
+    local a = plan[s][i]
+    local q = a.peer
+    local qpc = q and plan[q] and pc[q]
+    if not step(s) then
+      if not blocking and a.op:sub(1, 4) == "recv" then waiting[xfer_key(a, s)] = s end
+      return false
+    end
+    if blocking and q and plan[q] and pc[q] ~= qpc then
+      wake(q) -- the rendezvous moved the peer too
+    elseif not blocking and a.op:sub(1, 4) == "send" then
+      local key = xfer_key(a, s)
+      local w = waiting[key]
+      if w then
+        waiting[key] = nil
+        wake(w)
+      end
+    end
+    return true
+  end
+  while head <= #queue do
+    local s = queue[head]
+    head = head + 1
+    queued[s] = nil
+    while pc[s] <= #plan[s] and step_and_wake(s) do end
   end
 
   local first

@@ -31,7 +31,7 @@ M.generators = {
   { name = "1f1b", fn = M.one_f_one_b, aliases = { "one_f_one_b" } },
   { name = "interleaved", fn = M.interleaved, chunks = true },
   { name = "zb_h1", fn = M.zb_h1, aliases = { "zb-h1", "zbh1" } },
-  { name = "zb_v", fn = M.zb_v, aliases = { "zb-v", "zbv" } },
+  { name = "zb_v", fn = M.zb_v, aliases = { "zb-v", "zbv" }, fixed_chunks = 2 },
 }
 
 M.cli = require("tegraph.schedule.cli")(M)

@@ -61,7 +61,13 @@ end
 function M.cost_fn(costs)
   if type(costs) == "function" then return costs end
   costs = costs or {}
+  if type(costs) ~= "table" then raise("schedule: costs must be a table {F=, B=, W=, comm=} or a function") end
   local F, B, W, comm = costs.F or 1, costs.B or 1, costs.W or 1, costs.comm or 0
+  for k, v in pairs { F = F, B = B, W = W, comm = comm } do
+    if type(v) ~= "number" or v ~= v or v < 0 or v == math.huge then
+      raise(string.format("schedule: cost %s must be a finite number >= 0 (got %s)", k, tostring(v)))
+    end
+  end
   return function(a)
     if a.op == "F" then return F
     elseif a.op == "B" then return a.w and (B + W) or B
@@ -77,39 +83,51 @@ function M.timeline(plan, cost)
   local finish = {} -- "F:c:m" -> finish time of that compute
   local pc, clock, times = {}, {}, {}
   for s = 1, P do pc[s], clock[s], times[s] = 1, 0, {} end
-  local function dep_time(op, c, m)
-    return finish[op .. ":" .. c .. ":" .. m]
+  -- A worklist: a stage runs until a dependency is missing, then waits for that compute's finish
+  -- (which wakes it), so the whole timeline is O(actions + stages).
+  local queue, head, waiting = {}, 1, {} -- waiting: dependency key -> stages waiting for it
+  for s = 1, P do queue[s] = s end
+  local function done(key, t)
+    finish[key] = t
+    local w = waiting[key]
+    if w then
+      waiting[key] = nil
+      for _, q in ipairs(w) do queue[#queue + 1] = q end
+    end
   end
-  local progress = true
-  while progress do
-    progress = false
-    for s = 1, P do
-      while pc[s] <= #plan[s] do
-        local a = plan[s][pc[s]]
-        local c, m, need = a.chunk, a.mb, {}
-        if a.op == "F" then
-          if c > 1 then need[1] = dep_time("F", c - 1, m) or false end
-        elseif a.op == "B" then
-          need[1] = dep_time("F", c, m) or false
-          if c < C then need[2] = dep_time("B", c + 1, m) or false end
-        else
-          need[1] = dep_time("B", c, m) or false
-        end
-        local t0 = clock[s]
-        local ready = true
-        for _, t in ipairs(need) do
-          if t == false then ready = false break end
-          if t > t0 then t0 = t end
-        end
-        if not ready then break end
-        local d = cost(a, s)
-        times[s][pc[s]] = { t0, t0 + d }
-        clock[s] = t0 + d
-        finish[a.op .. ":" .. c .. ":" .. m] = t0 + d
-        if a.op == "B" and a.w then finish["W:" .. c .. ":" .. m] = t0 + d end
-        pc[s] = pc[s] + 1
-        progress = true
+  while head <= #queue do
+    local s = queue[head]
+    head = head + 1
+    while pc[s] <= #plan[s] do
+      local a = plan[s][pc[s]]
+      local c, m, need = a.chunk, a.mb, {}
+      if a.op == "F" then
+        if c > 1 then need[1] = "F:" .. (c - 1) .. ":" .. m end
+      elseif a.op == "B" then
+        need[1] = "F:" .. c .. ":" .. m
+        if c < C then need[2] = "B:" .. (c + 1) .. ":" .. m end
+      else
+        need[1] = "B:" .. c .. ":" .. m
       end
+      local t0 = clock[s]
+      local missing
+      for _, key in ipairs(need) do
+        local t = finish[key]
+        if t == nil then missing = key break end
+        if t > t0 then t0 = t end
+      end
+      if missing then
+        local w = waiting[missing] or {}
+        w[#w + 1] = s
+        waiting[missing] = w
+        break
+      end
+      local d = cost(a, s)
+      times[s][pc[s]] = { t0, t0 + d }
+      clock[s] = t0 + d
+      pc[s] = pc[s] + 1
+      done(a.op .. ":" .. c .. ":" .. m, t0 + d)
+      if a.op == "B" and a.w then done("W:" .. c .. ":" .. m, t0 + d) end
     end
   end
   for s = 1, P do

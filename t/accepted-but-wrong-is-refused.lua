@@ -1,0 +1,176 @@
+-- accepted-but-wrong-is-refused.lua — inputs that used to run to a wrong result are refused with a message naming them:
+-- token ids outside the embedding table and targets outside the vocabulary (at once on the CPU, and at the next read
+-- after a replay), values that do not fit an integer dtype, a delayed wgrad popped in a later step, module calls from
+-- a wgrad hook, the same hook twice, AdamW options and parameters, a step before any gradient, make_graphed warm-up,
+-- script option bounds and steps skipped for a non-finite gradient norm.
+local tg = require "tegraph"
+local optim = require "tegraph.optim"
+local progress = require "tegraph.progress"
+local cli = require "tegraph.cli"
+local tap = require "tap"
+
+------------------------------------------------------------------------ ids outside their table
+-- on the CPU, where a bad id is refused at once (a GPU records it for the next read:
+-- t/cuda-bad-ids-fail-at-the-next-read.lua)
+local CPU = "cpu"
+local emb = tg.nn.Embedding { num_embeddings = 8, embedding_dim = 4, max_position_embeddings = 4, device = CPU }
+tap.error_like(function() return emb:forward(tg.tensor({ { 1, 2, 9, 3 } }, { dtype = "i32", device = CPU })) end,
+  "accepted%-but%-wrong%-is%-refused%.lua:%d+: .*embedding: token id 9 at position 2 is outside the table of 8 rows %(ids 0 to 7%)",
+  "an Embedding id past the table is refused at once, naming the id and its position")
+tap.error_like(function() return emb:forward(tg.tensor({ { -3, 2, 1, 3 }, { 0, 0, 0, 0 } }, { dtype = "i32", device = CPU })) end,
+  "token id %-3 at position 0", "a negative id is refused too")
+local y = emb:forward(tg.tensor({ { 7, 0, 1, 2 } }, { dtype = "i32", device = CPU }))
+tap.is(#y:shape(), 3, "ids inside the table still embed")
+local logits = tg.randn({ 4, 8 }, { device = CPU })
+tap.error_like(function() return tg.ops.cross_entropy_forward(logits, tg.tensor({ 1, 2, 3, 70 }, { dtype = "i32", device = CPU })) end,
+  "cross_entropy: target 70 at row 3 is outside the vocabulary of 8 %(targets 0 to 7, or the ignore_index%)",
+  "a cross-entropy target past the vocabulary is refused, naming it and its row")
+local loss = tg.ops.cross_entropy_forward(logits, tg.tensor({ 1, -1, 3, 7 }, { dtype = "i32", device = CPU }))
+tap.is(loss:totable()[2], 3, "the ignore_index (-1) is not a bad target: 3 rows counted")
+tap.error_like(function() return tg.ops.cross_entropy_forward(logits, tg.tensor({ 1, -1, 3, 7 }, { dtype = "i32", device = CPU }), 5) end,
+  "target %-1 at row 1", "with another ignore_index, -1 is a bad target")
+-- captured: the ids change before a replay; the next read of the device names the bad id
+local ids = tg.tensor({ { 1, 2, 3, 3 } }, { dtype = "i32", device = CPU })
+local wte = emb:parameters()[1].data
+local pool = tg.pool(CPU)
+local out
+local g = tg.stream.capture(function() out = tg.ops.embedding_forward(ids, wte) end, { pool = pool, device = CPU })
+ids:copy_(tg.tensor({ { 1, 2, 3, 12 } }, { dtype = "i32", device = CPU }))
+g:replay()
+tap.error_like(function() return out:totable() end, "embedding: token id 12 at position 3 is outside the table of 8 rows",
+  "a replay with a bad id fails the next read of the device, naming the id")
+tap.lives_ok(function() return out:totable() end, "... once: the record is cleared")
+ids:copy_(tg.tensor({ { 1, 2, 3, 4 } }, { dtype = "i32", device = CPU }))
+g:replay()
+tap.lives_ok(function() return out:totable() end, "a replay with good ids reads fine")
+
+------------------------------------------------------------------------ integer dtypes
+tap.error_like(function() return tg.tensor({ 1, 3e9 }, { dtype = "i32" }) end,
+  "write: value 3000000000 at index 1 does not fit i32 %(integers %-2147483648 to 2147483647%)", "3e9 into i32 is refused")
+tap.error_like(function() return tg.tensor({ 1.5 }, { dtype = "i32" }) end, "value 1.5 at index 0 does not fit i32",
+  "1.5 into i32 is refused, not truncated")
+tap.error_like(function() return tg.tensor({ 70000 }, { dtype = "u16" }) end, "value 70000 at index 0 does not fit u16 %(integers 0 to 65535%)",
+  "70000 into u16 is refused, not clamped")
+tap.error_like(function() return tg.tensor({ -1 }, { dtype = "u16" }) end, "value %-1 at index 0 does not fit u16", "-1 into u16 is refused")
+tap.error_like(function() return tg.zeros({ 2 }, { dtype = "i32" }):fill_(0 / 0) end, "fill: value .*nan.* does not fit i32",
+  "NaN as an i32 fill is refused")
+tap.error_like(function() return tg.zeros({ 2 }, { dtype = "i32" }):fill_(2 ^ 31) end, "fill: value 2147483648 does not fit i32",
+  "2^31 as an i32 fill is refused")
+tap.is(tg.tensor({ -2 ^ 31, 2 ^ 31 - 1 }, { dtype = "i32" }):totable()[1], -2147483648, "the i32 range itself is accepted")
+tap.is(tg.tensor({ 65535 }, { dtype = "u16" }):totable()[1], 65535, "the u16 range itself is accepted")
+
+------------------------------------------------------------------------ the wgrad store and hooks
+local lin = tg.nn.Linear(4, 4, { delay_wgrad = true })
+local x, dy = tg.randn { 2, 4 }, tg.randn { 2, 4 }
+tg.step_begin { microbatches = 1 }
+lin:forward(x, 1)
+lin:backward(dy, 1)
+tg.step_end()
+tg.step_begin { microbatches = 1 }
+tap.error_like(function() lin:backward_dw(1) end,
+  "Linear backward_dw %(microbatch 1%): the wgrad of microbatch 1 on Linear was queued in step %d+, and step %d+ is open %(a step's delayed wgrads must be run before its step_end%)",
+  "a wgrad queued in one step and popped in the next is refused, naming both steps")
+tg.step_end()
+tap.lives_ok(function() lin:backward_dw(1) end, "outside steps the store may be drained")
+tap.ok(not lin:need_backward_dw(), "... and is empty after")
+
+local lin2 = tg.nn.Linear(4, 4)
+local calls = 0
+lin2:register_wgrad_hook(function() calls = calls + 1; lin2:forward(x) end)
+lin2:forward(x, 1)
+tap.error_like(function() lin2:backward(dy, 1) end,
+  "Linear forward called from a wgrad hook while a module call runs: hooks must not call modules' forward, backward or backward_dw",
+  "a hook calling its module's forward re-entrantly is refused")
+local lin3 = tg.nn.Linear(4, 4)
+lin3:register_wgrad_hook(function() lin3:backward(dy, 1) end)
+lin3:forward(x, 1)
+tap.error_like(function() lin3:backward(dy, 1) end, "Linear backward %(microbatch 1%) called from a wgrad hook",
+  "a hook calling its module's backward re-entrantly is refused")
+
+local p = lin2:parameters()[1]
+local f = function() end
+p:register_hook(f)
+tap.error_like(function() p:register_hook(f) end, "register hook on weight: this function is already one of its hooks %(hook id %d+%); it would fire twice",
+  "the same hook function registered twice is refused")
+tap.error_like(function() lin2:register_wgrad_hook(f) end, "already one of its hooks",
+  "... through register_wgrad_hook too")
+local fired = 0
+local lin4 = tg.nn.Linear(4, 4)
+local h = function() fired = fired + 1 end
+lin4:register_wgrad_hook(h)
+lin4:forward(x, 1)
+lin4:backward(dy, 1)
+tap.is(fired, 2, "one registration fires once per parameter (weight, bias)")
+
+------------------------------------------------------------------------ AdamW
+local function params()
+  return { tg.nn.Parameter("w", tg.randn { 3, 2 }), tg.nn.Parameter("b", tg.randn { 2 }) }
+end
+local bad = {
+  { { lr = -1e-3 }, "accepted%-but%-wrong%-is%-refused%.lua:%d+: AdamW: lr must be >= 0 %(got %-0.001%)", "a negative lr (at the caller's line)" },
+  { { lr = 0 / 0 }, "AdamW: lr must be a finite number", "a NaN lr" },
+  { { lr = math.huge }, "AdamW: lr must be a finite number %(got inf%)", "an infinite lr" },
+  { { beta1 = 1 }, "AdamW: beta1 must be a number in %[0, 1%) %(got 1%)", "beta1 = 1" },
+  { { beta2 = -0.1 }, "AdamW: beta2 must be a number in %[0, 1%)", "a negative beta2" },
+  { { betas = { 0.9, 1.5 } }, "AdamW: beta2 must be a number in %[0, 1%) %(got 1.5%)", "betas = {0.9, 1.5}" },
+  { { eps = 0 }, "AdamW: eps must be > 0 %(got 0%)", "eps = 0" },
+  { { eps = -1e-8 }, "AdamW: eps must be > 0", "a negative eps" },
+  { { weight_decay = -0.1 }, "AdamW: weight_decay must be >= 0", "a negative weight_decay" },
+  { { max_norm = 0 }, "AdamW: max_norm must be > 0", "max_norm = 0" },
+}
+for _, b in ipairs(bad) do
+  tap.error_like(function() optim.AdamW(params(), b[1]) end, b[2], b[3] .. " is refused at construction")
+end
+tap.error_like(function() require("tegraph.reduce.zero1").new { params = params(), eps = 0 } end,
+  "accepted%-but%-wrong%-is%-refused%.lua:%d+: zero1: eps must be > 0", "zero1 refuses AdamW's bad options the same way")
+tap.error_like(function() optim.AdamW({ tg.randn { 2 } }) end, "AdamW: params%[1%] is a tegraph.Tensor .*not a parameter",
+  "a tensor in the parameter list is refused at construction")
+tap.error_like(function() optim.AdamW({ params()[1], "w" }) end, "AdamW: params%[2%] is a string, not a parameter",
+  "a string in the parameter list is refused")
+local ps = params()
+local before = ps[1].data:totable()
+local opt = optim.AdamW(ps, { lr = 0.1, weight_decay = 0.5 })
+tap.error_like(function() opt:step() end, "AdamW:step: no parameter has a gradient yet %(run a backward pass before the first step%)",
+  "a step before any gradient is refused")
+tap.is_deeply(ps[1].data:totable(), before, "... and the weights did not change")
+tap.error_like(function() opt:step { lr = -1 } end, "AdamW:step: lr must be >= 0", "step{lr = -1} is refused")
+local m = tg.nn.Linear(2, 2)
+local om = optim.AdamW(m:parameters(), { lr = 0.1 })
+m:forward(tg.randn { 3, 2 }, 1)
+m:backward(tg.randn { 3, 2 }, 1)
+tap.lives_ok(function() om:step() end, "after a backward pass the step runs")
+
+------------------------------------------------------------------------ make_graphed, script options, skipped steps
+tap.error_like(function() tg.graph.make_graphed(tg.nn.Linear(4, 4), { sample = tg.zeros { 2, 4 }, warmup = -5 }) end,
+  "make_graphed: warmup must be >= 1 %(got %-5%)", "make_graphed{warmup = -5} is refused")
+
+local defs = { { "layers", 2, "layers", min = 1 }, { "lr", 0.1, "lr", min = 0, max = 1 } }
+local o, err = cli.try(defs, { "--layers", "-1" })
+tap.ok(o == nil and err == "--layers must be at least 1 (got '-1')", "cli: a value under min is refused, naming the option")
+o, err = cli.try(defs, { "--lr=2" })
+tap.ok(o == nil and err == "--lr must be at most 1 (got '2')", "cli: a value over max is refused")
+o = cli.try(defs, { "--layers", "3", "--lr", "0" })
+tap.ok(o and o.layers == 3 and o.lr == 0, "cli: values within the bounds are accepted")
+tap.error_like(function() cli.try({ { "name", "x", "a string", min = 1 } }, {}) end, "min needs a number option",
+  "cli: a bound on a string option is the script's error")
+
+local lines = {}
+local sink = { write = function(self, ...) for _, v in ipairs { ... } do lines[#lines + 1] = v end return self end, flush = function() end }
+local bar = progress.new { total = 10, out = sink, tty = false, every = 1, max_skips = 3 }
+bar:update(1, { loss = 1, norm = 0.5 })
+local l2 = bar:update(2, { loss = 1, norm = math.huge })
+tap.like(l2, "skipped 1", "a step with an infinite gradient norm is counted in the progress line")
+bar:update(3, { loss = 1, norm = 0 / 0 })
+tap.is(bar.skipped, 2, "... NaN too")
+bar:update(4, { loss = 1, norm = 0.3 })
+tap.is(bar.consecutive_skips, 0, "a finite norm ends the run of skips")
+bar:update(5, { loss = 1, norm = math.huge })
+bar:update(6, { loss = 1, norm = math.huge })
+tap.error_like(function() bar:update(7, { loss = 1, norm = math.huge }) end,
+  "step 7: 3 steps in a row skipped: the loss or gradient norm is not finite %(loss 1, gradient norm inf%)", "max_skips steps in a row stop the run")
+local bar2 = progress.new { total = 10, out = sink, tty = false, every = 1, max_skips = 2 }
+bar2:update(1, { loss = 0 / 0, norm = 1.0, skipped = true })
+tap.is(bar2.skipped, 1, "a step reported skipped (a NaN loss) counts though its norm is finite")
+tap.error_like(function() bar2:update(2, { loss = 0 / 0, skipped = true }) end, "step 2: 2 steps in a row skipped",
+  "... and two in a row stop a run with max_skips = 2")
+tap.done_testing()

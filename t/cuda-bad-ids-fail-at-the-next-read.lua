@@ -1,0 +1,27 @@
+-- cuda-bad-ids-fail-at-the-next-read.lua — on a GPU an embedding id outside the table or a cross-entropy target
+-- outside the vocabulary does not fail the launch (no synchronisation is added): the device records the first bad
+-- one, and the next host read of the device (the loss) fails naming it and its position; the record is then
+-- cleared, and good ids read fine. Without a CUDA device it skips.
+local tg = require "tegraph"
+local tap = require "tap"
+if tg.device_count("cuda") == 0 then tap.skip_all("no CUDA device") end
+local dev = "cuda:0"
+
+local wte = tg.randn({ 8, 4 }, { device = dev })
+local ids = tg.tensor({ { 1, 2, 3, 3 }, { 0, 9, 1, 12 } }, { dtype = "i32", device = dev })
+local out
+tap.lives_ok(function() out = tg.ops.embedding_forward(ids, wte) end, "an embedding with a bad id launches without a sync")
+tap.error_like(function() return out:totable() end, "embedding: token id 9 at position 5 is outside the table of 8 rows",
+  "the next read names the first bad id and its position")
+tap.lives_ok(function() return out:totable() end, "the record is cleared after it was reported")
+
+local logits = tg.randn({ 4, 8 }, { device = dev })
+local loss
+tap.lives_ok(function()
+  loss = tg.ops.cross_entropy_forward(logits, tg.tensor({ 1, -1, 30, 7 }, { dtype = "i32", device = dev }))
+end, "a cross-entropy with a bad target launches")
+tap.error_like(function() return loss:totable() end, "cross_entropy: target 30 at row 2 is outside the vocabulary of 8",
+  "reading the loss names the target and its row")
+loss = tg.ops.cross_entropy_forward(logits, tg.tensor({ 1, -1, 3, 7 }, { dtype = "i32", device = dev }))
+tap.is(loss:totable()[2], 3, "good targets (and the ignore_index) read fine: 3 rows counted")
+tap.done_testing()
