@@ -45,15 +45,6 @@ end
 raises_here(function() build_schedule(-1) end, "stages must be >= 1, got %-1",
   "called from a user helper: the helper's line")
 
--- an error of a C call the library makes (nn.GPT building its layers) names the user's line too
-local function gpt_with_ffn(n)
-  line = here(); local m = tg.nn.GPT { vocab_size = 16, max_position_embeddings = 8, hidden_size = 8,
-    num_attention_heads = 2, num_layers = 1, ffn_hidden_size = n }
-  return m
-end
-raises_here(function() gpt_with_ffn(2 ^ 62) end, "%[4611686018427387904,8%]",
-  "a C error inside nn.GPT (a 2^62-wide MLP)")
-
 -- a schedule that stalls is named at the simulate call
 local bad = tg.schedule.gpipe { stages = 2, microbatches = 2 }
 bad[1], bad[2] = bad[2], bad[1]

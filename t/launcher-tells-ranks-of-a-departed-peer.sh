@@ -14,8 +14,10 @@ LUA
 cat >"$tmp/stay.lua" <<'LUA'
 local tg = require "tegraph"
 local t0 = os.time()
-while os.time() < t0 + 2 do end -- both ranks run 2 s: neither leaves before the other looks
-print(string.format("rank %s: departed %s", os.getenv("TG_RANK"), tostring(tg.comm.departed())))
+while os.time() < t0 + 1 do end -- both ranks run 3 s and look after 1 s, while neither has left
+local d = tg.comm.departed()
+while os.time() < t0 + 3 do end
+print(string.format("rank %s: departed %s", os.getenv("TG_RANK"), tostring(d)))
 LUA
 echo "1..4"
 TG_LAUNCHER=fork TG_DEVICE=cpu "$TEGRAPH" run -n 3 "$tmp/job.lua" >"$tmp/job.out" 2>&1
