@@ -200,7 +200,7 @@ static void misuse(void)
     append(&b, dx);
     ok(a.n == b.n && memcmp(a.g, b.g, a.n * sizeof *a.g) == 0, "after refused misuse, dx fused = dx unfused (same bits)");
     /* fc2's dgelu consumed fc1's pre-activation for microbatch 1: a second one is refused */
-    tg_tensor_free(y);
+    tg_tensor_free(dx), tg_tensor_free(y);
     CHECK(tg_module_forward(m, 1, x, &y));
     CHECK(tg_linear_backward_dgelu(fc2, 1, dy, fc1, &dh));
     CHECK(tg_module_forward(fc2, 1, dh, &dx)); /* fc2 saved again, fc1 still waiting for dh */

@@ -11,3 +11,4 @@ include $(srcdir)/t/schedule.mk
 include $(srcdir)/t/dist.mk
 include $(srcdir)/t/sched.mk
 include $(srcdir)/t/trace.mk
+include $(srcdir)/t/errors.mk

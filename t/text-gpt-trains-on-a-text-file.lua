@@ -85,7 +85,8 @@ tap.like(out, "%-%-tokenizer goes with %-%-text", "--tokenizer without --text is
 ok, out = run("generate.lua", "--prompt 'the cat' --max-tokens 12 --context 8")
 tap.ok(ok and out:match("^the cat") and out:match("generated 12 tokens"), "generate.lua streams past the context")
 ok, out = run("generate.lua", "--ckpt " .. base .. "/none --max-tokens 2")
-tap.ok(not ok and out:match("ckpt"), "generate.lua --ckpt fails clearly when it cannot load")
+tap.ok(not ok and out:find(base .. "/none: no checkpoint there", 1, true) ~= nil,
+  "generate.lua --ckpt fails clearly when it cannot load, naming the path")
 
 -- bad tokenizer files
 local function bad(name, vocab, merges, pattern, what)

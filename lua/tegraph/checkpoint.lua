@@ -12,6 +12,7 @@
 --
 -- A checkpoint is written into step_N.tmp and renamed to step_N once every file in it is written and
 -- synced, then `latest` is replaced (temporary name, fsync, rename): a crash leaves the previous one.
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 
 local M = {}
@@ -58,7 +59,7 @@ end
 local function opt_state(opt)
   if not opt then return {}, {} end
   for _, f in ipairs { "state_tensors", "state_values", "load_state_values" } do
-    if type(opt[f]) ~= "function" then error("checkpoint: the optimizer has no " .. f .. "()", 3) end
+    if type(opt[f]) ~= "function" then raise("checkpoint: the optimizer has no " .. f .. "()") end
   end
   return opt:state_tensors(), opt:state_values()
 end
@@ -66,7 +67,7 @@ end
 -- The parameters a checkpoint holds: o.params, or o.model's.
 local function params_of(o, who)
   if o.params then return o.params end
-  if not o.model then error(who .. ": model= or params= is required", 3) end
+  if not o.model then raise(who .. ": model= or params= is required") end
   return o.model:parameters()
 end
 
@@ -87,8 +88,8 @@ end
 -- 0, or by the ranks with writes_model = true, each into its model_file, default model.safetensors).
 -- layout: a string a resume must match. keep = K > 0 removes all but the newest K checkpoints of dir.
 function M.save(dir, o)
-  if type(dir) ~= "string" or dir == "" then error("checkpoint.save: a directory is required", 2) end
-  if math.type(o.step) ~= "integer" or o.step < 0 then error("checkpoint.save: step (an integer >= 0) is required", 2) end
+  if type(dir) ~= "string" or dir == "" then raise("checkpoint.save: a directory is required") end
+  if math.type(o.step) ~= "integer" or o.step < 0 then raise("checkpoint.save: step (an integer >= 0) is required") end
   local comm = o.comm
   local rank, size = comm and comm:rank() or 0, comm and comm:size() or 1
   local final = join(dir, step_name(o.step))
@@ -122,7 +123,7 @@ function M.save(dir, o)
     core.fs.sync_dir(tmp)
     if core.fs.isdir(final) then core.fs.remove_dir(final) end
     local ok, err = os.rename(tmp, final)
-    if not ok then error("checkpoint.save: " .. tostring(err), 2) end
+    if not ok then raise("checkpoint.save: " .. tostring(err)) end
     core.fs.sync_dir(dir)
     core.write_atomic(join(dir, "latest"), step_name(o.step) .. "\n")
     if o.keep and o.keep > 0 then
@@ -139,12 +140,12 @@ end
 
 -- The checkpoint a path names: a checkpoint directory itself, or a run directory (its `latest`).
 function M.resolve(path)
-  if type(path) ~= "string" then error("checkpoint: a path is required", 3) end
+  if type(path) ~= "string" then raise("checkpoint: a path is required") end
   local f = io.open(join(path, "latest"), "r")
   if f then
     local name = (f:read("l") or ""):match("^%s*(.-)%s*$")
     f:close()
-    if not name:match("^step_%d+$") then error(string.format("%s/latest: does not name a checkpoint ('%s')", path, name), 3) end
+    if not name:match("^step_%d+$") then raise(string.format("%s/latest: does not name a checkpoint ('%s')", path, name)) end
     return join(path, name)
   end
   for _, n in ipairs { "model.safetensors", "model.stage1.safetensors" } do
@@ -154,7 +155,7 @@ function M.resolve(path)
       return path
     end
   end
-  error(string.format("%s: no checkpoint there (neither a 'latest' file nor model.safetensors)", path), 3)
+  raise(string.format("%s: no checkpoint there (neither a 'latest' file nor model.safetensors)", path))
 end
 
 -- The newest checkpoint of a run directory, or nil.
@@ -198,7 +199,7 @@ end
 -- and optimizer as they were.
 function M.load(path, o)
   local ok, dir = pcall(M.resolve, path)
-  if not ok then error(dir, 2) end
+  if not ok then error(dir, 0) end -- resolve's message already names the caller's line
   local comm = o.comm
   local rank, size = comm and comm:rank() or 0, comm and comm:size() or 1
   local targets = {}
@@ -210,10 +211,10 @@ function M.load(path, o)
     local any = io.open(join(dir, "rank0.safetensors"), "rb")
     if any then
       any:close()
-      error(string.format("%s: no state for rank %d: the checkpoint was written by fewer ranks than this run's %d", dir,
-        rank, size), 2)
+      raise(string.format("%s: no state for rank %d: the checkpoint was written by fewer ranks than this run's %d", dir,
+        rank, size))
     end
-    error(rf, 2)
+    raise(rf)
   end
   local rmeta = rf:metadata()
   local mf
@@ -237,7 +238,7 @@ function M.load(path, o)
   if not good then
     if mf then mf:close() end
     rf:close()
-    error(err, 2)
+    raise(err)
   end
   local meta = mf:metadata()
   for _, e in ipairs(targets) do mf:read_into(e.name, e.t) end
@@ -275,7 +276,7 @@ end
 function M.load_model(path, o)
   o = o or {}
   local ok, dir = pcall(M.resolve, path)
-  if not ok then error(dir, 2) end
+  if not ok then error(dir, 0) end -- resolve's message already names the caller's line
   local files = {}
   local function exists(p)
     local f = io.open(p, "rb")
@@ -295,7 +296,7 @@ function M.load_model(path, o)
     local okf, f = pcall(core.safetensors.open, p)
     if not okf then
       close_all()
-      error(f, 2)
+      raise(f)
     end
     opened[i] = f
   end
@@ -309,7 +310,7 @@ function M.load_model(path, o)
   for _, k in ipairs { "vocab_size", "max_position_embeddings", "hidden_size", "num_attention_heads", "num_layers" } do
     if math.type(cfg[k]) ~= "integer" then
       close_all()
-      error(string.format("%s: the config has no model.%s (not a checkpoint of a GPT written by gpt.lua)", files[1], k), 2)
+      raise(string.format("%s: the config has no model.%s (not a checkpoint of a GPT written by gpt.lua)", files[1], k))
     end
   end
   cfg.device = o.device
@@ -337,7 +338,7 @@ function M.load_model(path, o)
   end)
   if not good then
     close_all()
-    error(err, 2)
+    raise(err)
   end
   for _, p in ipairs(model:parameters()) do
     local i = where[p.name]

@@ -1,4 +1,5 @@
 -- tegraph.data: llm.c / nanoGPT token files (.bin): reading into i32 batches, writing small ones.
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 local ops = core.ops
 
@@ -21,44 +22,45 @@ Loader.__index = Loader
 function data.open(path, o)
   o = o or {}
   local f, err = io.open(path, "rb")
-  if not f then error(string.format("%s: cannot open token file: %s", path, err), 2) end
-  local bytes = f:read("a")
+  if not f then raise(string.format("%s: cannot open token file: %s", path, err)) end
+  local bytes, rerr = f:read("a")
   f:close()
+  if not bytes then raise(string.format("%s: cannot read token file: %s", path, rerr or "read failed")) end
   local first, ntok
   local magic = #bytes >= 4 and string.unpack("<i4", bytes) or nil
   if magic == data.MAGIC or (not o.vocab and #bytes < data.HEADER_BYTES) then
     if #bytes < data.HEADER_BYTES then
-      error(string.format("%s: truncated token file: %d bytes, shorter than the %d-byte llm.c header", path, #bytes,
-        data.HEADER_BYTES), 2)
+      raise(string.format("%s: truncated token file: %d bytes, shorter than the %d-byte llm.c header", path, #bytes,
+        data.HEADER_BYTES))
     end
     local version
     magic, version, ntok = string.unpack("<i4i4i4", bytes)
     if version ~= data.VERSION then
-      error(string.format("%s: unsupported version %d (expected %d: uint16 tokens)", path, version, data.VERSION), 2)
+      raise(string.format("%s: unsupported version %d (expected %d: uint16 tokens)", path, version, data.VERSION))
     end
-    if ntok < 0 then error(string.format("%s: negative token count %d in the header", path, ntok), 2) end
+    if ntok < 0 then raise(string.format("%s: negative token count %d in the header", path, ntok)) end
     local have = (#bytes - data.HEADER_BYTES) // 2
     if have < ntok then
-      error(string.format("%s: truncated token file: the header says %d tokens but the file holds %d (%d bytes)", path,
-        ntok, have, #bytes), 2)
+      raise(string.format("%s: truncated token file: the header says %d tokens but the file holds %d (%d bytes)", path,
+        ntok, have, #bytes))
     end
     first = data.HEADER_BYTES
   elseif o.vocab then -- nanoGPT: uint16 tokens without a header
     if #bytes % 2 ~= 0 then
-      error(string.format("%s: %d bytes: not a headerless uint16 token file (odd size)", path, #bytes), 2)
+      raise(string.format("%s: %d bytes: not a headerless uint16 token file (odd size)", path, #bytes))
     end
     first, ntok = 0, #bytes // 2
   else
-    error(string.format("%s: bad magic %s in the header (expected %d: an llm.c .bin token file; a headerless " ..
+    raise(string.format("%s: bad magic %s in the header (expected %d: an llm.c .bin token file; a headerless " ..
       "nanoGPT .bin loads when the vocabulary size is given: --vocab)", path, magic and tostring(magic) or "(none)",
-      data.MAGIC), 2)
+      data.MAGIC))
   end
-  if ntok < 2 then error(string.format("%s: %d tokens, need at least 2", path, ntok), 2) end
+  if ntok < 2 then raise(string.format("%s: %d tokens, need at least 2", path, ntok)) end
   local max, at = ops.u16_scan(bytes, first, ntok)
   local vocab = o.vocab
   if vocab then
     if max >= vocab then
-      error(string.format("%s: token id %d at position %d is >= the vocabulary size %d", path, max, at, vocab), 2)
+      raise(string.format("%s: token id %d at position %d is >= the vocabulary size %d", path, max, at, vocab))
     end
   else
     vocab = math.max(256, max + 1)
@@ -70,12 +72,12 @@ end
 -- Two loaders over the same tokens: the first 1 - frac of them and the last frac (a validation split).
 function Loader:split(frac)
   if type(frac) ~= "number" or frac <= 0 or frac >= 1 then
-    error(string.format("%s: the split fraction must be in (0, 1), got %s", self.path, tostring(frac)), 2)
+    raise(string.format("%s: the split fraction must be in (0, 1), got %s", self.path, tostring(frac)))
   end
   local nval = math.floor(self.ntok * frac)
   local ntrain = self.ntok - nval
   if nval < 2 or ntrain < 2 then
-    error(string.format("%s: %d tokens are too few to hold out %.3g of them", self.path, self.ntok, frac), 2)
+    raise(string.format("%s: %d tokens are too few to hold out %.3g of them", self.path, self.ntok, frac))
   end
   local function part(first, n, tag)
     return setmetatable({ path = self.path .. " (" .. tag .. ")", bytes = self.bytes, first = first, ntok = n,
@@ -87,7 +89,7 @@ end
 -- count batches of (B, T) windows at fixed, evenly spaced offsets (the same every call): for evaluation.
 function Loader:eval_batches(B, T, count)
   if T + 1 > self.ntok then
-    error(string.format("%s: %d tokens, too few for windows of %d (+1)", self.path, self.ntok, T), 2)
+    raise(string.format("%s: %d tokens, too few for windows of %d (+1)", self.path, self.ntok, T))
   end
   local last = self.ntok - T - 1
   local n = B * count
@@ -114,7 +116,7 @@ end
 -- windows, wrapping to the start at the end of the file.
 function Loader:batch(B, T, mode)
   if T + 1 > self.ntok then
-    error(string.format("%s: %d tokens, too few for windows of %d (+1)", self.path, self.ntok, T), 2)
+    raise(string.format("%s: %d tokens, too few for windows of %d (+1)", self.path, self.ntok, T))
   end
   local starts = {}
   local last = self.ntok - T - 1 -- largest valid start (0-based)
@@ -142,18 +144,18 @@ end
 -- data.write_u16(path, u16): writes the token bytes u16 (little-endian uint16, e.g. tok:encode(s, {out = "u16"}))
 -- as an llm.c .bin file, through a temporary name and a rename (a reader never sees half a file).
 function data.write_u16(path, u16)
-  if #u16 % 2 ~= 0 then error(string.format("%s: odd number of token bytes", path), 2) end
+  if #u16 % 2 ~= 0 then raise(string.format("%s: odd number of token bytes", path)) end
   local n = #u16 // 2
   -- a name of its own per writer: ranks tokenizing the same file each write theirs, the last rename wins
   local tmp = string.format("%s.tmp%d.%s", path, os.time(), tostring({}):match("0x(%x+)") or tostring(math.random(1 << 30)))
   local f, err = io.open(tmp, "wb")
-  if not f then error(string.format("%s: cannot write token file: %s", path, err), 2) end
+  if not f then raise(string.format("%s: cannot write token file: %s", path, err)) end
   local ok, werr = f:write(string.pack("<i4i4i4", data.MAGIC, data.VERSION, n), string.rep("\0", data.HEADER_BYTES - 12), u16)
   f:close()
   if ok then ok, werr = os.rename(tmp, path) end
   if not ok then
     os.remove(tmp)
-    error(string.format("%s: cannot write token file: %s", path, werr), 2)
+    raise(string.format("%s: cannot write token file: %s", path, werr))
   end
   return n
 end
@@ -166,10 +168,11 @@ end
 function data.tokenize(path, tok, o)
   o = o or {}
   local f, err = io.open(path, "rb")
-  if not f then error(string.format("%s: cannot open text file: %s", path, err), 2) end
-  local text = f:read("a")
+  if not f then raise(string.format("%s: cannot open text file: %s", path, err)) end
+  local text, rerr = f:read("a")
   f:close()
-  if #text < 2 then error(string.format("%s: %d bytes of text, too few to train on", path, #text), 2) end
+  if not text then raise(string.format("%s: cannot read text file: %s", path, rerr or "read failed")) end
+  if #text < 2 then raise(string.format("%s: %d bytes of text, too few to train on", path, #text)) end
   local id = (o.tokenizer_id or "") .. "|" .. tok.kind .. "|" .. tok.vocab_size
   local out = string.format("%s.%s.bin", path, ops.hash64(text, id))
   local cf = io.open(out, "rb")
@@ -182,7 +185,7 @@ function data.tokenize(path, tok, o)
     end
   end
   if tok.vocab_size > 65536 then
-    error(string.format("%s: the tokenizer's %d ids do not fit uint16 token files", path, tok.vocab_size), 2)
+    raise(string.format("%s: the tokenizer's %d ids do not fit uint16 token files", path, tok.vocab_size))
   end
   local u16 = tok:encode(text, { out = "u16", progress = o.progress })
   local n = data.write_u16(out, u16)
@@ -198,7 +201,7 @@ function data.write(path, tokens)
   for i = 1, n do
     local t = tokens[i]
     if math.type(t) ~= "integer" or t < 0 or t > 65535 then
-      error(string.format("%s: token %d is %s, expected an integer in 0..65535", path, i, tostring(t)), 2)
+      raise(string.format("%s: token %d is %s, expected an integer in 0..65535", path, i, tostring(t)))
     end
     chunk[#chunk + 1] = string.pack("<I2", t)
     if #chunk == 4096 then
@@ -208,10 +211,10 @@ function data.write(path, tokens)
   end
   parts[#parts + 1] = table.concat(chunk)
   local f, err = io.open(path, "wb")
-  if not f then error(string.format("%s: cannot write token file: %s", path, err), 2) end
+  if not f then raise(string.format("%s: cannot write token file: %s", path, err)) end
   local ok, werr = f:write(table.concat(parts))
   f:close()
-  if not ok then error(string.format("%s: cannot write token file: %s", path, werr), 2) end
+  if not ok then raise(string.format("%s: cannot write token file: %s", path, werr)) end
   return n
 end
 

@@ -5,6 +5,7 @@
 -- ln_f (with or without "transformer."), the head tied to wte. HF's Conv1D stores weights [in, out];
 -- tegraph's linear weights are [out, in], so those are transposed both ways. The q, k, v column order
 -- of c_attn is tegraph's (q | k | v, heads contiguous in each).
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 
 local M = {}
@@ -59,7 +60,7 @@ local function shape_str(s) return "[" .. table.concat(s, ",") .. "]" end
 function M.load_hf(model, path)
   local cfg = model.cfg
   local ok, f = pcall(core.safetensors.open, path)
-  if not ok then error(f, 2) end
+  if not ok then raise(f) end
   local prefix = f:info("transformer.wte.weight") and "transformer." or ""
   local by = params_by_name(model)
   local C = cfg.hidden_size
@@ -94,7 +95,7 @@ function M.load_hf(model, path)
   end)
   if not good then
     f:close()
-    error(err, 2)
+    raise(err)
   end
   for _, e in ipairs(plan) do
     local t = f:read(e.hname, { device = e.p.data.device })
@@ -132,16 +133,16 @@ M.LLMC_MAGIC = 20240326
 -- channels=, padded_vocab_size=}
 function M.read_llmc_header(path)
   local f, err = io.open(path, "rb")
-  if not f then error(string.format("%s: cannot open: %s", path, err), 2) end
+  if not f then raise(string.format("%s: cannot open: %s", path, err)) end
   local hdr = f:read(1024)
   f:close()
-  if not hdr or #hdr < 1024 then error(string.format("%s: truncated: shorter than the 1024-byte llm.c header", path), 2) end
+  if not hdr or #hdr < 1024 then raise(string.format("%s: truncated: shorter than the 1024-byte llm.c header", path)) end
   local magic, version, maxT, V, L, NH, C, Vp = string.unpack("<i4i4i4i4i4i4i4i4", hdr)
   if magic ~= M.LLMC_MAGIC then
-    error(string.format("%s: bad magic %d (expected %d: an llm.c GPT-2 model file)", path, magic, M.LLMC_MAGIC), 2)
+    raise(string.format("%s: bad magic %d (expected %d: an llm.c GPT-2 model file)", path, magic, M.LLMC_MAGIC))
   end
   if version ~= 3 and version ~= 5 then
-    error(string.format("%s: unsupported version %d (3: f32, 5: bf16)", path, version), 2)
+    raise(string.format("%s: unsupported version %d (3: f32, 5: bf16)", path, version))
   end
   return { version = version, dtype = version == 3 and "f32" or "bf16", max_seq_len = maxT, vocab_size = V,
     num_layers = L, num_heads = NH, channels = C, padded_vocab_size = Vp ~= 0 and Vp or V }
@@ -154,14 +155,14 @@ function M.load_llmc(model, path)
   local cfg = model.cfg
   local C, L, V, Vp, T = h.channels, h.num_layers, h.vocab_size, h.padded_vocab_size, h.max_seq_len
   local function need(what, have, want)
-    if have ~= want then error(string.format("%s: the file has %s %d, the model %d", path, what, have, want), 3) end
+    if have ~= want then raise(string.format("%s: the file has %s %d, the model %d", path, what, have, want)) end
   end
   need("channels", C, cfg.hidden_size)
   need("layers", L, cfg.num_layers)
   need("heads", h.num_heads, cfg.num_attention_heads)
   need("vocab size", V, cfg.vocab_size)
   if cfg.max_position_embeddings > T then
-    error(string.format("%s: the file's context is %d, shorter than the model's %d", path, T, cfg.max_position_embeddings), 2)
+    raise(string.format("%s: the file's context is %d, shorter than the model's %d", path, T, cfg.max_position_embeddings))
   end
   local F = (cfg.ffn_hidden_size or 4 * C)
   need("ffn width", 4 * C, F)
@@ -184,11 +185,11 @@ function M.load_llmc(model, path)
     total = total + (e[3] and L or 1) * n
   end
   local f, err = io.open(path, "rb")
-  if not f then error(string.format("%s: cannot open: %s", path, err), 2) end
+  if not f then raise(string.format("%s: cannot open: %s", path, err)) end
   local size = f:seek("end")
   if size < 1024 + total * esize then
     f:close()
-    error(string.format("%s: truncated: %d bytes, the header's sizes need %d", path, size, 1024 + total * esize), 2)
+    raise(string.format("%s: truncated: %d bytes, the header's sizes need %d", path, size, 1024 + total * esize))
   end
   f:seek("set", 1024)
   local by = params_by_name(model)

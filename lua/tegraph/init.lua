@@ -1,4 +1,5 @@
 -- tegraph: the Lua library — the C core (tensors, streams, graphs) plus Lua-side helpers.
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 
 local M = {}
@@ -43,7 +44,7 @@ setmetatable(M, {
 -- The set's modules are in `set.modules`; g:free() makes them run eagerly again.
 function M.graph.graph_modules(model, names, opts)
   opts = opts or {}
-  if type(names) ~= "table" or #names == 0 then error("graph_modules: names must be a list of module names, e.g. {\"attn\", \"mlp\"}", 2) end
+  if type(names) ~= "table" or #names == 0 then raise("graph_modules: names must be a list of module names, e.g. {\"attn\", \"mlp\"}") end
   local chunks = (type(model) == "table" and model.forward == nil) and model or { model }
   local mods, of_chunk = {}, {}
   local function wanted(name)
@@ -65,8 +66,8 @@ function M.graph.graph_modules(model, names, opts)
     walk(m, c)
   end
   if #mods == 0 then
-    error(string.format("graph_modules: no module under the model is named %s or ends with one of those names",
-      table.concat(names, ", ")), 2)
+    raise(string.format("graph_modules: no module under the model is named %s or ends with one of those names",
+      table.concat(names, ", ")))
   end
   local nmb = opts.microbatches or 1
   local order = opts.order
@@ -86,7 +87,7 @@ function M.graph.graph_modules(model, names, opts)
   for i, a in ipairs(order) do
     local c = type(a) == "table" and (a.chunk or 1)
     if not c or (a.op ~= "F" and a.op ~= "B" and a.op ~= "W") or math.type(a.mb) ~= "integer" or not of_chunk[c] then
-      error(string.format("graph_modules: order[%d] must be {op = \"F\"|\"B\"|\"W\", mb = integer, chunk = 1..%d}", i, #chunks), 2)
+      raise(string.format("graph_modules: order[%d] must be {op = \"F\"|\"B\"|\"W\", mb = integer, chunk = 1..%d}", i, #chunks))
     end
     local list = of_chunk[c]
     local first, last, step = 1, #list, 1
@@ -94,7 +95,7 @@ function M.graph.graph_modules(model, names, opts)
     for k = first, last, step do expanded[#expanded + 1] = { op = a.op, chunk = list[k], mb = a.mb } end
   end
   local sample = opts.sample
-  if sample == nil then error("graph_modules: opts.sample is missing (a tensor, or a list with one per module)", 2) end
+  if sample == nil then raise("graph_modules: opts.sample is missing (a tensor, or a list with one per module)") end
   if type(sample) ~= "table" then
     local s = {}
     for k = 1, #mods do s[k] = sample end
@@ -102,7 +103,7 @@ function M.graph.graph_modules(model, names, opts)
   elseif #sample ~= #mods then
     local t = {}
     for _, m in ipairs(mods) do t[#t + 1] = m.name end
-    error(string.format("graph_modules: %d sample inputs for %d modules (%s)", #sample, #mods, table.concat(t, ", ")), 2)
+    raise(string.format("graph_modules: %d sample inputs for %d modules (%s)", #sample, #mods, table.concat(t, ", ")))
   end
   local set = M.graph.make_graphed(mods, { sample = sample, microbatches = nmb, order = expanded, warmup = opts.warmup,
     pool = opts.pool, share = opts.share, in_place = true })
@@ -120,18 +121,18 @@ end
 -- the step check. opts: microbatches = (default 1), stream =, pool = (default: a new one). step.graph is the graph.
 function M.graph.capture_step(fn, opts)
   opts = opts or {}
-  if type(fn) ~= "function" then error("capture_step: fn must be a function that runs one whole training step", 2) end
+  if type(fn) ~= "function" then raise("capture_step: fn must be a function that runs one whole training step") end
   local nmb = opts.microbatches or 1
   if math.type(nmb) ~= "integer" or nmb < 1 then
-    error("capture_step: opts.microbatches must be an integer >= 1 (got " .. tostring(nmb) .. ")", 2)
+    raise("capture_step: opts.microbatches must be an integer >= 1 (got " .. tostring(nmb) .. ")")
   end
   M.step_begin{ microbatches = nmb }
   M.graph.full_capture(nmb)
   local ok, g = pcall(M.stream.capture, fn, { stream = opts.stream, pool = opts.pool or M.pool() })
   M.graph.full_capture(0)
   local closed, err = pcall(M.step_end)
-  if not ok then error("capture_step: " .. tostring(g), 2) end
-  if not closed then error("capture_step: the captured step fails the step check: " .. tostring(err), 2) end
+  if not ok then raise("capture_step: " .. tostring(g)) end
+  if not closed then raise("capture_step: the captured step fails the step check: " .. tostring(err)) end
   local step = { graph = g, microbatches = nmb }
   function step.replay(self, s, ev)
     M.step_begin{ microbatches = nmb }
@@ -139,7 +140,7 @@ function M.graph.capture_step(fn, opts)
     if s then rok, rerr = pcall(g.replay, g, s, ev) else rok, rerr = pcall(g.replay, g) end
     if not rok then
       pcall(M.step_end)
-      error(rerr, 2)
+      raise(rerr)
     end
     M.step_end()
   end

@@ -1,4 +1,5 @@
 -- tegraph.nn: the C modules (tg.nn.Linear, ...) plus Lua helpers: loss values, a GPT builder, a Lua Linear layer.
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 
 local nn = core.nn -- the C constructors live here already; this file adds to them
@@ -57,35 +58,35 @@ local GPT_RENAMED = {
 local function check_keys(what, o, known, renamed)
   for k in pairs(o) do
     if not known[k] then
-      if renamed[k] then error(string.format("%s: unknown option '%s' (use %s)", what, tostring(k), renamed[k]), 3) end
+      if renamed[k] then raise(string.format("%s: unknown option '%s' (use %s)", what, tostring(k), renamed[k])) end
       local names = {}
       for n in pairs(known) do names[#names + 1] = n end
       table.sort(names)
-      error(string.format("%s: unknown option '%s' (known: %s)", what, tostring(k), table.concat(names, ", ")), 3)
+      raise(string.format("%s: unknown option '%s' (known: %s)", what, tostring(k), table.concat(names, ", ")))
     end
   end
 end
 
 function nn.GPT(cfg)
-  if type(cfg) ~= "table" then error("nn.GPT: expected a table of options, got " .. type(cfg), 2) end
+  if type(cfg) ~= "table" then raise("nn.GPT: expected a table of options, got " .. type(cfg)) end
   check_keys("nn.GPT", cfg, GPT_KEYS, GPT_RENAMED)
   for _, k in ipairs { "vocab_size", "max_position_embeddings", "hidden_size", "num_attention_heads", "num_layers" } do
     if math.type(cfg[k]) ~= "integer" or cfg[k] < 1 then
-      error("nn.GPT: cfg." .. k .. " (a positive integer) is required, got " .. tostring(cfg[k]), 2)
+      raise("nn.GPT: cfg." .. k .. " (a positive integer) is required, got " .. tostring(cfg[k]))
     end
   end
   if cfg.hidden_size % cfg.num_attention_heads ~= 0 then
-    error(string.format("nn.GPT: hidden_size %d is not a multiple of num_attention_heads %d", cfg.hidden_size,
-      cfg.num_attention_heads), 2)
+    raise(string.format("nn.GPT: hidden_size %d is not a multiple of num_attention_heads %d", cfg.hidden_size,
+      cfg.num_attention_heads))
   end
   local pad = cfg.make_vocab_size_divisible_by or 1
   if math.type(pad) ~= "integer" or pad < 1 then
-    error("nn.GPT: cfg.make_vocab_size_divisible_by must be a positive integer, got " ..
-      tostring(cfg.make_vocab_size_divisible_by), 2)
+    raise("nn.GPT: cfg.make_vocab_size_divisible_by must be a positive integer, got " ..
+      tostring(cfg.make_vocab_size_divisible_by))
   end
   local table_vocab = (cfg.vocab_size + pad - 1) // pad * pad
   if cfg.delay_wgrad ~= nil and type(cfg.delay_wgrad) ~= "boolean" and cfg.delay_wgrad ~= "layers" then
-    error("nn.GPT: cfg.delay_wgrad must be a boolean or \"layers\", got " .. tostring(cfg.delay_wgrad), 2)
+    raise("nn.GPT: cfg.delay_wgrad must be a boolean or \"layers\", got " .. tostring(cfg.delay_wgrad))
   end
   local common = {
     dtype = cfg.dtype,
@@ -124,7 +125,7 @@ function nn.GPT(cfg)
   local rstd = cfg.residual_init_std
   if rstd ~= nil then
     if type(rstd) ~= "number" or not (rstd >= 0) then
-      error("nn.GPT: cfg.residual_init_std must be a number >= 0, got " .. tostring(rstd), 2)
+      raise("nn.GPT: cfg.residual_init_std must be a number >= 0, got " .. tostring(rstd))
     end
     for _, p in ipairs(self:parameters()) do -- drawn in f32 and rounded, as the modules' own init
       if p.name:match("^h%.%d+%.attn%.proj%.weight$") or p.name:match("^h%.%d+%.mlp%.fc2%.weight$") then
@@ -228,7 +229,7 @@ end
 -- A key/value cache for batch B: per layer a (B, max_position_embeddings, hidden_size) key and value tensor in
 -- the model's dtype on its device; cache.pos counts the positions it holds.
 function GPT:kv_cache(B)
-  if math.type(B) ~= "integer" or B < 1 then error("kv_cache: batch must be a positive integer, got " .. tostring(B), 2) end
+  if math.type(B) ~= "integer" or B < 1 then raise("kv_cache: batch must be a positive integer, got " .. tostring(B)) end
   local plan = decode_plan(self)
   local T, C = self.cfg.max_position_embeddings, self.cfg.hidden_size
   local o = { dtype = plan.wte.dtype, device = plan.wte.device }
@@ -246,10 +247,10 @@ end
 function GPT:decode(cache, idx)
   local plan = decode_plan(self)
   local B, Tn = idx:dim(1), idx:dim(2)
-  if B ~= cache.batch then error(string.format("decode: idx has %d rows, the cache %d", B, cache.batch), 2) end
+  if B ~= cache.batch then raise(string.format("decode: idx has %d rows, the cache %d", B, cache.batch)) end
   if cache.pos + Tn > cache.size then
-    error(string.format("decode: positions %d..%d exceed the context %d (slide the window: reset cache.pos)", cache.pos,
-      cache.pos + Tn - 1, cache.size), 2)
+    raise(string.format("decode: positions %d..%d exceed the context %d (slide the window: reset cache.pos)", cache.pos,
+      cache.pos + Tn - 1, cache.size))
   end
   local x = ops.embedding_forward(idx, plan.wte, plan.wpe:narrow(cache.pos + 1, Tn))
   local H = self.cfg.num_attention_heads
@@ -279,15 +280,15 @@ function GPT:generate(prompts, n, opts)
   opts = opts or {}
   local T = self.cfg.max_position_embeddings
   local B = #prompts
-  if B < 1 then error("generate: no prompts", 2) end
+  if B < 1 then raise("generate: no prompts") end
   local L0 = #prompts[1]
   for b = 1, B do
-    if #prompts[b] ~= L0 then error(string.format("generate: prompt %d has %d tokens, prompt 1 has %d", b, #prompts[b], L0), 2) end
+    if #prompts[b] ~= L0 then raise(string.format("generate: prompt %d has %d tokens, prompt 1 has %d", b, #prompts[b], L0)) end
   end
-  if L0 < 1 then error("generate: empty prompt", 2) end
+  if L0 < 1 then raise("generate: empty prompt") end
   local keep = opts.keep or math.max(1, T // 2)
   if math.type(keep) ~= "integer" or keep < 1 or keep >= T and T > 1 then
-    error(string.format("generate: keep %s must be an integer in 1..%d", tostring(keep), math.max(1, T - 1)), 2)
+    raise(string.format("generate: keep %s must be an integer in 1..%d", tostring(keep), math.max(1, T - 1)))
   end
   local sampler = core.sampler { temperature = opts.temperature or 0, top_k = opts.top_k or 0, top_p = opts.top_p or 1,
     seed = opts.seed or 0 }
@@ -369,18 +370,18 @@ local function lua_linear_args(nin, nout, opts)
   for i = 1, 2 do
     local v = args[i]
     if math.type(v) ~= "integer" or v < 1 then
-      error(string.format("nn.LuaLinear: argument #%d (%s) must be a positive integer, got %s", i,
+      raise(string.format("nn.LuaLinear: argument #%d (%s) must be a positive integer, got %s", i,
         i == 1 and "in_features" or "out_features",
-        v == nil and "no value" or type(v) == "number" and tostring(v) or "a " .. type(v)), 3)
+        v == nil and "no value" or type(v) == "number" and tostring(v) or "a " .. type(v)))
     end
   end
   if opts ~= nil and type(opts) ~= "table" then
-    error("nn.LuaLinear: argument #3 (options) must be a table, got a " .. type(opts), 3)
+    raise("nn.LuaLinear: argument #3 (options) must be a table, got a " .. type(opts))
   end
   local o = { in_features = nin, out_features = nout }
   for k, v in pairs(opts or {}) do
     if k == "in_features" or k == "out_features" then
-      error("nn.LuaLinear: " .. k .. " is given as an argument and again in the options", 3)
+      raise("nn.LuaLinear: " .. k .. " is given as an argument and again in the options")
     end
     o[k] = v
   end
@@ -391,13 +392,13 @@ function nn.LuaLinear(o, out_features, opts)
   if type(o) ~= "table" then
     o = lua_linear_args(o, out_features, opts)
   elseif out_features ~= nil or opts ~= nil then
-    error("nn.LuaLinear: takes (in_features, out_features [, options]) or one options table, not a table then more arguments", 2)
+    raise("nn.LuaLinear: takes (in_features, out_features [, options]) or one options table, not a table then more arguments")
   end
   check_keys("nn.LuaLinear", o, LUA_LINEAR_KEYS, { ["in"] = "in_features", out = "out_features" })
   local nin, nout = o.in_features, o.out_features
   for _, k in ipairs { "in_features", "out_features" } do
     if math.type(o[k]) ~= "integer" or o[k] < 1 then
-      error(string.format("nn.LuaLinear: option '%s' must be a positive integer, got %s", k, tostring(o[k])), 2)
+      raise(string.format("nn.LuaLinear: option '%s' must be a positive integer, got %s", k, tostring(o[k])))
     end
   end
   local name = o.name or "lua_linear"
@@ -418,7 +419,7 @@ function nn.LuaLinear(o, out_features, opts)
 
   function self:forward(x, mb)
     if x:dim(-1) ~= nin then
-      error(string.format("%s: input's last dimension is %d, expected %d", name, x:dim(-1), nin))
+      raise(string.format("%s: input's last dimension is %d, expected %d", name, x:dim(-1), nin))
     end
     local x2 = x:view(-1, nin)
     local y = ops.matmul(x2, W.data, false, true) -- (N, out) = x @ W^T
@@ -429,7 +430,7 @@ function nn.LuaLinear(o, out_features, opts)
 
   function self:backward(dy, mb)
     local x2 = self.saved[mb]
-    if not x2 then error(string.format("%s: backward of microbatch %d before its forward", name, mb)) end
+    if not x2 then raise(string.format("%s: backward of microbatch %d before its forward", name, mb)) end
     self.saved[mb] = nil
     local dy2 = dy:view(-1, nout)
     local dx = ops.matmul(dy2, W.data) -- dgrad (=): (N, in) = dy @ W

@@ -1,4 +1,5 @@
 -- tegraph.optim: AdamW with f32 master weights, global-norm gradient clipping, LR schedules.
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 local ops = core.ops
 
@@ -66,13 +67,13 @@ end
 local function finite(x) return x == x and x ~= math.huge and x ~= -math.huge end
 
 -- Checks AdamW's numeric options (o.lr, beta1/beta2 or betas, eps, weight_decay, max_norm) and returns
--- lr, beta1, beta2, eps, weight_decay with their defaults; errors name `who` and point at `level` as error()
+-- lr, beta1, beta2, eps, weight_decay with their defaults; errors name `who` and point at `level` as raise()
 -- counts from check_options (2: its caller, 3: the caller's caller).
 function optim.check_options(o, who, level)
   level = level or 2
   local function number_opt(name, v, ok, want)
     if type(v) ~= "number" or not finite(v) or not ok(v) then
-      error(string.format("%s: %s must be %s (got %s)", who, name, want,
+      raise(string.format("%s: %s must be %s (got %s)", who, name, want,
         type(v) == "number" and tostring(v) or type(v)), level + 1)
     end
   end
@@ -120,11 +121,11 @@ end
 -- differ from the host's in the last bit of a bias correction.
 function optim.AdamW(params, o)
   o = o or {}
-  if type(params) ~= "table" or #params == 0 then error("AdamW: needs a non-empty list of parameters", 2) end
+  if type(params) ~= "table" or #params == 0 then raise("AdamW: needs a non-empty list of parameters") end
   for i, p in ipairs(params) do
     if not core.nn.is_parameter(p) then
-      error(string.format("AdamW: params[%d] is a %s, not a parameter (module:parameters() gives them)", i,
-        type(p) == "userdata" and tostring(p) or type(p)), 2)
+      raise(string.format("AdamW: params[%d] is a %s, not a parameter (module:parameters() gives them)", i,
+        type(p) == "userdata" and tostring(p) or type(p)))
     end
   end
   local lr, beta1, beta2, eps, weight_decay = optim.check_options(o, "AdamW", 3)
@@ -144,7 +145,7 @@ function optim.AdamW(params, o)
     groups = {}, -- foreach: { {device=, entries={...}, params={...}, sumsq=(1) f32}, ... } by device
   }, AdamW)
   if o.capturable ~= nil and type(o.capturable) ~= "boolean" then
-    error(string.format("AdamW: capturable must be a boolean (got %s)", type(o.capturable)), 2)
+    raise(string.format("AdamW: capturable must be a boolean (got %s)", type(o.capturable)))
   end
   local no_decay = o.no_decay or default_no_decay
   local of = {}
@@ -186,15 +187,15 @@ end
 -- parameters' device captures, since the write would be captured instead.
 local function set_lr(self, lr, who)
   if type(lr) ~= "number" or not finite(lr) then
-    error(string.format("%s: lr must be a finite number (got %s%s)", who, type(lr),
-      type(lr) == "number" and (" " .. tostring(lr)) or ""), 3)
+    raise(string.format("%s: lr must be a finite number (got %s%s)", who, type(lr),
+      type(lr) == "number" and (" " .. tostring(lr)) or ""))
   end
-  if lr < 0 then error(string.format("%s: lr must be >= 0 (got %s)", who, tostring(lr)), 3) end
+  if lr < 0 then raise(string.format("%s: lr must be >= 0 (got %s)", who, tostring(lr))) end
   if self.capturable then
     for _, grp in ipairs(self.groups) do
       if core.stream.capturing(grp.device) then
-        error(string.format("%s: %s is capturing; a capturable optimizer's lr is a device value, set it " ..
-          "between replays (opt:set_lr), not inside the captured step", who, tostring(grp.device)), 3)
+        raise(string.format("%s: %s is capturing; a capturable optimizer's lr is a device value, set it " ..
+          "between replays (opt:set_lr), not inside the captured step", who, tostring(grp.device)))
       end
     end
     for _, grp in ipairs(self.groups) do grp.lr_t:fill_(lr) end
@@ -224,12 +225,12 @@ function AdamW:step(o)
   o = o or {}
   if o.lr ~= nil and not self.capturable then -- capturable: set_lr below checks it
     if type(o.lr) ~= "number" or not finite(o.lr) then
-      error(string.format("AdamW:step: lr must be a finite number (got %s)", tostring(o.lr)), 2)
+      raise(string.format("AdamW:step: lr must be a finite number (got %s)", tostring(o.lr)))
     end
-    if o.lr < 0 then error(string.format("AdamW:step: lr must be >= 0 (got %s)", tostring(o.lr)), 2) end
+    if o.lr < 0 then raise(string.format("AdamW:step: lr must be >= 0 (got %s)", tostring(o.lr))) end
   end
   if o.max_norm ~= nil and (type(o.max_norm) ~= "number" or not finite(o.max_norm) or o.max_norm <= 0) then
-    error(string.format("AdamW:step: max_norm must be a finite number > 0 (got %s)", tostring(o.max_norm)), 2)
+    raise(string.format("AdamW:step: max_norm must be a finite number > 0 (got %s)", tostring(o.max_norm)))
   end
   if self.capturable and o.lr ~= nil then set_lr(self, o.lr, "AdamW:step{lr=}") end
   -- once any parameter has a gradient, steps go on (the check reads no device); a captured step
@@ -242,7 +243,7 @@ function AdamW:step(o)
       end
     end
     if not self.has_grad then
-      error("AdamW:step: no parameter has a gradient yet (run a backward pass before the first step)", 2)
+      raise("AdamW:step: no parameter has a gradient yet (run a backward pass before the first step)")
     end
   end
   local lr = o.lr or self.lr
@@ -252,9 +253,9 @@ function AdamW:step(o)
   -- the device-clip path reads the norm back when sync_norm: inside a capture that read would fail after
   -- half the step was captured; say what to do before anything is issued
   if sync_norm and max_norm and self.foreach and #self.groups == 1 and core.stream.capturing(self.groups[1].device) then
-    error(string.format("AdamW:step: %s is capturing and sync_norm reads the gradient norm on the host; capture " ..
+    raise(string.format("AdamW:step: %s is capturing and sync_norm reads the gradient norm on the host; capture " ..
       "the step with sync_norm = false (AdamW{sync_norm = false} or step{sync_norm = false}) and read the norm " ..
-      "after a replay with opt:grad_norm()", tostring(self.groups[1].device)), 2)
+      "after a replay with opt:grad_norm()", tostring(self.groups[1].device)))
   end
   self.t = self.t + 1
   self.last_norm, self.last_sumsq = nil, nil
@@ -267,7 +268,7 @@ function AdamW:step(o)
     if self.capturable then args.lr, args.step = grp.lr_t, grp.step_t end
   end
   if o.norm ~= nil and (type(o.norm) ~= "number" or o.norm ~= o.norm or o.norm < 0) then
-    error("AdamW:step: norm must be a non-negative number (got " .. tostring(o.norm) .. ")", 2)
+    raise("AdamW:step: norm must be a non-negative number (got " .. tostring(o.norm) .. ")")
   end
   if self.foreach and max_norm and #self.groups == 1 and o.norm == nil then
     -- the whole clip on the device: sum of squares, then the factor read by the update kernel
@@ -348,7 +349,7 @@ end
 function AdamW:load_state_values(v)
   local t, lr = math.tointeger(tonumber(v.t)), tonumber(v.lr)
   if not t or t < 0 or not lr then
-    error(string.format("AdamW: bad checkpoint state (step count %s, lr %s)", tostring(v.t), tostring(v.lr)), 2)
+    raise(string.format("AdamW: bad checkpoint state (step count %s, lr %s)", tostring(v.t), tostring(v.lr)))
   end
   self.t = t
   self.lr = lr
@@ -367,7 +368,7 @@ end
 function optim.cosine_schedule(o)
   local lr, warmup, total, min_lr = o.lr, o.warmup or 0, o.total, o.min_lr or 0.0
   if type(lr) ~= "number" or type(total) ~= "number" then
-    error("cosine_schedule: lr and total (numbers) are required", 2)
+    raise("cosine_schedule: lr and total (numbers) are required")
   end
   return function(step)
     if warmup > 0 and step <= warmup then return lr * step / warmup end

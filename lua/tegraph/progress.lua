@@ -1,4 +1,5 @@
 -- tegraph.progress: training progress (step, loss, tokens/s, elapsed, ETA) on a terminal or a log, plus JSONL metrics.
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 
 local progress = {}
@@ -62,7 +63,7 @@ P.__index = P
 function progress.new(o)
   o = o or {}
   if o.max_skips ~= nil and (math.type(o.max_skips) ~= "integer" or o.max_skips < 1) then
-    error(string.format("progress.new: max_skips must be an integer >= 1 (got %s)", tostring(o.max_skips)), 2)
+    raise(string.format("progress.new: max_skips must be an integer >= 1 (got %s)", tostring(o.max_skips)))
   end
   local self = setmetatable({
     total = o.total,
@@ -85,7 +86,7 @@ function progress.new(o)
   end
   if o.log then
     local f, err = io.open(o.log, "w")
-    if not f then error(string.format("%s: cannot open the metrics log: %s", o.log, err), 2) end
+    if not f then raise(string.format("%s: cannot open the metrics log: %s", o.log, err)) end
     self.log = f
   end
   return self
@@ -147,8 +148,8 @@ function P:update(step, m)
   if self.max_skips and self.consecutive_skips >= self.max_skips then
     if self.tty and self.width > 0 then self.out:write("\n") end
     self.width = 0
-    error(string.format("step %d: %d steps in a row skipped: the loss or gradient norm is not finite (loss %s, " ..
-      "gradient norm %s)", step, self.consecutive_skips, tostring(m.loss), tostring(m.norm)), 2)
+    raise(string.format("step %d: %d steps in a row skipped: the loss or gradient norm is not finite (loss %s, " ..
+      "gradient norm %s)", step, self.consecutive_skips, tostring(m.loss), tostring(m.norm)))
   end
   return line
 end

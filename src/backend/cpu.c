@@ -91,7 +91,7 @@ static tg_status cpu_device_describe(int index, char *name, size_t n, size_t *to
 static tg_status cpu_alloc(int index, size_t bytes, void **out)
 {
     *out = cpu_aligned_alloc(bytes);
-    if (!*out) return tg_error(TG_ENOMEM, "cpu: cannot allocate %zu bytes", bytes);
+    if (!*out) return tg_error(TG_ENOMEM, "cpu: out of host memory allocating %zu bytes (%.1f GiB)", bytes, (double)bytes / (1u << 30));
     return TG_OK;
 }
 

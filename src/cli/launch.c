@@ -8,6 +8,7 @@
 #endif
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -141,7 +142,7 @@ static const char *self_exe(const char *argv0)
 }
 
 static const char *const own_vars[] = {"TG_RANK", "TG_WORLD_SIZE", "TG_LOCAL_RANK", "TG_LOCAL_WORLD_SIZE",
-                                       "TG_NCCL_ID", "TG_RANK_PREFIX", NULL};
+                                       "TG_NCCL_ID", "TG_RANK_PREFIX", "TG_DEPARTED_FD", NULL};
 
 static int is_own_var(const char *kv, int drop_device)
 {
@@ -164,11 +165,11 @@ static char *fmt_var(const char *name, const char *fmt, int v)
 
 /* The environment of rank r: ours, minus stale rank variables, plus its own
  * (entries from *own on were allocated here: free_rank_env frees them). */
-static char **rank_env(int r, int n, const char *nccl_id, int ndev, size_t *own)
+static char **rank_env(int r, int n, const char *nccl_id, int ndev, int departed_fd, size_t *own)
 {
     size_t count = 0;
     while (environ[count]) count++;
-    char **env = calloc(count + 9, sizeof *env);
+    char **env = calloc(count + 10, sizeof *env);
     if (!env) return NULL;
     size_t k = 0;
     for (size_t i = 0; i < count; i++)
@@ -180,6 +181,7 @@ static char **rank_env(int r, int n, const char *nccl_id, int ndev, size_t *own)
     env[k++] = fmt_var("TG_LOCAL_WORLD_SIZE", "%d", n);
     env[k++] = fmt_var("TG_RANK_PREFIX", "%d", 0); /* the launcher prefixes (and drains) their stderr */
     if (ndev > 0) env[k++] = fmt_var("TG_DEVICE", "cuda:%d", r % ndev);
+    if (departed_fd >= 0) env[k++] = fmt_var("TG_DEPARTED_FD", "%d", departed_fd);
     if (nccl_id) {
         size_t len = strlen(nccl_id) + 12;
         char *s = malloc(len);
@@ -271,19 +273,33 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
     sigaction(SIGHUP, &sa, NULL);
     fflush(stdout);
     fflush(stderr);
+    /* each rank's pipe of departures: "R\n" when rank R exits 0 while it still runs */
+    int *tell = calloc((size_t)n, sizeof *tell);
+    if (!tell) return launch_error("%s", "out of memory", 1);
+    signal(SIGPIPE, SIG_IGN);
     int started = 0, rc = 0;
     for (int r = 0; r < n; r++) {
         size_t own = 0;
-        char **env = rank_env(r, n, nccl_id, ndev, &own);
+        int dep[2] = {-1, -1};
+        tell[r] = -1;
+        if (pipe(dep) == 0) { /* neither end leaks into the other ranks (close-on-exec) */
+            fcntl(dep[0], F_SETFD, FD_CLOEXEC);
+            fcntl(dep[1], F_SETFD, FD_CLOEXEC);
+            fcntl(dep[1], F_SETFL, O_NONBLOCK);
+            tell[r] = dep[1];
+        }
+        char **env = rank_env(r, n, nccl_id, ndev, dep[0], &own);
         int fds[2] = {-1, -1};
         if (!env || (prefix && pipe(fds) != 0)) {
             free_rank_env(env, own);
+            if (dep[0] >= 0) close(dep[0]);
             rc = launch_error("%s", "out of memory or file descriptors", 1);
             break;
         }
         pid_t pid = fork();
         if (pid == 0) {
             setpgid(0, 0); /* its own group: stopping a rank stops what it started too */
+            if (dep[0] >= 0) fcntl(dep[0], F_SETFD, 0); /* its departures pipe survives exec */
             if (prefix) {
                 dup2(fds[1], 2);
                 close(fds[0]);
@@ -294,6 +310,7 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
             _exit(127);
         }
         free_rank_env(env, own); /* the child has its copy */
+        if (dep[0] >= 0) close(dep[0]);
         rel[r].fd = -1;
         if (prefix) {
             close(fds[1]);
@@ -345,6 +362,14 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
             alive[r] = 0;
             if (--running == 0) drain_until = now_s() + 2.0; /* what the ranks started may still hold their stderr */
             int bad = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            if (tell[r] >= 0) close(tell[r]);
+            tell[r] = -1;
+            if (!bad && running > 0) { /* the others may be waiting for it in a collective: tell them */
+                char msg[16];
+                int len = snprintf(msg, sizeof msg, "%d\n", r);
+                for (int q = 0; q < started; q++)
+                    if (alive[q] && tell[q] >= 0) (void)!write(tell[q], msg, (size_t)len);
+            }
             if (bad && !failed) {
                 char how[96];
                 describe_status(status, how, sizeof how);
@@ -388,6 +413,9 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
         relay_flush(&rel[r], 1);
         if (rel[r].fd >= 0) close(rel[r].fd);
     }
+    for (int r = 0; r < n; r++)
+        if (tell[r] >= 0) close(tell[r]);
+    free(tell);
     free(pids);
     free(alive);
     free(rel);

@@ -14,6 +14,7 @@ static const char *const names[TG_DEBUG_COUNT] = {
     [TG_DEBUG_GEMM_BLOCKED] = "gemm_blocked",
     [TG_DEBUG_EPILOGUE_UNFUSED] = "epilogue_unfused",
     [TG_DEBUG_ALLOC_DIRECT] = "alloc_direct",
+    [TG_DEBUG_COMM_CHECK] = "comm_check",
 };
 
 static int flags[TG_DEBUG_COUNT];

@@ -23,6 +23,10 @@ typedef enum tg_debug_flag {
     /* "alloc_direct": the CUDA allocator caches nothing (a cudaMalloc / cudaFree per block, so a memory
      * checker sees every overrun); read once, when the CUDA backend first probes its devices. */
     TG_DEBUG_ALLOC_DIRECT,
+    /* "comm_check": every collective compares its arguments across the ranks first (without it, only a
+     * communicator's creation and the first collective of each kind and label are checked); read per
+     * collective. */
+    TG_DEBUG_COMM_CHECK,
     /* "graph_share_any_order": a graphed set shares microbatch 1's graphs and buffers with every microbatch
      * even when its order interleaves microbatches (the reuse-too-early bug, for the test that proves the
      * lifetime check matters); read by tg_graphed_new for the set it makes. */

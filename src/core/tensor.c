@@ -45,7 +45,18 @@ tg_status tg_tensor_new_in(tg_pool *pool, tg_dtype dt, int ndim, const int64_t *
     TG_TRY(check_shape(ndim, shape, "tensor"));
     size_t bytes = (size_t)tg_numel_of(ndim, shape) * tg_dtype_size(dt);
     struct tg_storage *st;
-    TG_TRY(tg_storage_new(pool, dev, bytes, &st));
+    tg_status as = tg_storage_new(pool, dev, bytes, &st);
+    if (as == TG_ENOMEM) {
+        /* Say which tensor could not be had: its shape, dtype, bytes and device. */
+        char sh[128], dn[32];
+        size_t k = 0;
+        for (int j = 0; j < ndim && k < sizeof sh; j++)
+            k += (size_t)snprintf(sh + k, sizeof sh - k, j ? ",%lld" : "[%lld", (long long)shape[j]);
+        if (k < sizeof sh) snprintf(sh + k, sizeof sh - k, ndim ? "]" : "[]");
+        return tg_error_prefix(as, "tensor %s %s (%zu bytes) on %s", sh, tg_dtype_name(dt), bytes,
+                               tg_device_str(dev, dn, sizeof dn));
+    }
+    if (as != TG_OK) return as;
     tg_status s = handle_new(st, 0, dt, ndim, shape, out);
     tg_storage_release(st); /* the handle holds the only reference */
     return s;

@@ -2,10 +2,14 @@
 #include "trace/trace.h"
 #include "dist/comm_impl.h"
 #include "nn/nn.h"
+#include "core/debug.h"
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static tg_comm *world;
 static tg_comm *live;          /* every live communicator (world included) */
@@ -52,6 +56,35 @@ void tg_comm_set_timeout(double seconds)
 }
 
 
+/* Departures told by the launcher: it writes "R\n" on this rank's pipe (fd TG_DEPARTED_FD) when
+ * rank R exits successfully while others still run. */
+static pthread_mutex_t departed_lock = PTHREAD_MUTEX_INITIALIZER;
+static int departed_fd = -2; /* -2: not read from the environment yet; -1: none */
+static int departed_rank = -1;
+static double departed_since;
+
+int tg_comm_departed(double *since)
+{
+    pthread_mutex_lock(&departed_lock);
+    if (departed_fd == -2) {
+        const char *e = getenv("TG_DEPARTED_FD");
+        departed_fd = e && *e ? atoi(e) : -1;
+        if (departed_fd >= 0 && fcntl(departed_fd, F_SETFL, fcntl(departed_fd, F_GETFL) | O_NONBLOCK) != 0)
+            departed_fd = -1;
+    }
+    char buf[64];
+    ssize_t n;
+    while (departed_fd >= 0 && departed_rank < 0 && (n = read(departed_fd, buf, sizeof buf - 1)) > 0) {
+        buf[n] = '\0';
+        departed_rank = atoi(buf);
+        departed_since = tg_comm_now();
+    }
+    int r = departed_rank;
+    if (since) *since = departed_since;
+    pthread_mutex_unlock(&departed_lock);
+    return r;
+}
+
 /* Started by an MPI launcher (mpirun, mpiexec, srun with PMI). */
 static int under_mpi(void)
 {
@@ -78,6 +111,7 @@ static void destroy_comm(tg_comm *c)
     unlink_comm(c);
     if (c->nccl) c->nccl_tr->destroy(c->nccl);
     if (c->mpi) c->mpi_tr->destroy(c->mpi);
+    free(c->checked);
     free(c);
 }
 
@@ -150,6 +184,8 @@ static tg_status world_nccl(tg_comm *c)
 }
 #endif
 
+static tg_status check_creation(tg_comm *c, const char *what);
+
 static void finalize_at_exit(void) { tg_world_finalize(); }
 
 int tg_comm_world_ready(void) { return world != NULL; }
@@ -207,7 +243,7 @@ tg_status tg_comm_world(tg_comm **out)
     }
     world = c;
     *out = c;
-    return TG_OK;
+    return check_creation(c, "comm world");
 }
 
 int tg_comm_rank(const tg_comm *c) { return c->rank; }
@@ -343,7 +379,7 @@ tg_status tg_comm_split(tg_comm *c, int color, int key, tg_comm **out)
     }
     link_comm(s);
     *out = s;
-    return TG_OK;
+    return check_creation(s, "comm split");
 }
 
 void tg_comm_free(tg_comm *c)
@@ -413,8 +449,124 @@ static int overlap(const tg_tensor *a, const tg_tensor *b)
     return a0 < b1 && b0 < a1;
 }
 
-/* ------------------------------------------------------------------ requests */
+/* ------------------------------------------------------------------ cross-rank argument check */
+/* A collective whose ranks pass different sizes, dtypes or ops fails inside the transport in ways that
+ * do not say what differed (a truncation error, or a wrong result on some ranks). Before such a call,
+ * the ranks all-gather a small signature of their arguments and compare: always at a communicator's
+ * creation and at the first call of each kind and label (each ddp bucket's first all-reduce), and at
+ * every call while the comm_check debug flag is on. The decision to check depends only on what the
+ * ranks are meant to share (call kind, label, the flag), so matching programs check the same calls. */
+enum { SIG_WORDS = 16, SIG_MAGIC = 0x74677367 };
+enum { K_CREATE, K_ALL_REDUCE, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST };
+static const char *const kind_names[] = {"creation", "all_reduce", "reduce_scatter", "all_gather", "broadcast"};
 static _Thread_local char next_label[64];
+static int comms_made; /* communicators this process made: the same count on every rank of a job */
+
+/* "all_reduce of 4096 f32 (sum) on cpu 'ddp bucket 2'" from a signature. */
+static void sig_describe(const int32_t *w, char *buf, size_t n)
+{
+    char label[33];
+    memcpy(label, w + 8, 32);
+    label[32] = '\0';
+    int kind = w[2];
+    if (w[0] != SIG_MAGIC || kind < 0 || kind > K_BROADCAST) {
+        snprintf(buf, n, "(not a tegraph collective)");
+        return;
+    }
+    if (kind == K_CREATE) {
+        snprintf(buf, n, "communicator #%d of %d ranks (tegraph %d.%d.%d)", w[1], w[3], w[4] >> 16, (w[4] >> 8) & 255,
+                 w[4] & 255);
+        return;
+    }
+    int64_t numel = (int64_t)(uint32_t)w[5] | (int64_t)w[6] << 32;
+    char extra[32] = "";
+    if (kind == K_BROADCAST) snprintf(extra, sizeof extra, " (root %d)", w[3]);
+    else if (kind != K_ALL_GATHER) snprintf(extra, sizeof extra, " (%s)", tg_comm_op_name((tg_comm_op)w[3]));
+    snprintf(buf, n, "call #%d: %s of %lld %s%s on %s%s%s%s", w[1], kind_names[kind], (long long)numel,
+             tg_dtype_name((tg_dtype)w[4]), extra, w[7] == TG_CPU ? "cpu" : "cuda", label[0] ? " '" : "", label,
+             label[0] ? "'" : "");
+}
+
+/* All-gathers this rank's signature over c and compares; names two ranks that differ. */
+static tg_status sig_exchange(tg_comm *c, const char *what, const int32_t *mine, tg_device dev)
+{
+    int64_t n1 = SIG_WORDS, nall = (int64_t)SIG_WORDS * c->size;
+    tg_tensor *a = NULL, *all = NULL;
+    int32_t *w = malloc(sizeof(int32_t) * (size_t)nall);
+    char saved[sizeof next_label];
+    memcpy(saved, next_label, sizeof saved);
+    next_label[0] = '\0';
+    tg_status st = w ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
+    if (st == TG_OK) st = tg_tensor_new(TG_I32, 1, &n1, dev, &a);
+    if (st == TG_OK) st = tg_tensor_new(TG_I32, 1, &nall, dev, &all);
+    if (st == TG_OK) st = tg_tensor_write(a, mine, sizeof(int32_t) * SIG_WORDS);
+    if (st == TG_OK) {
+        c->checking = 1;
+        st = tg_comm_all_gather(c, all, a, NULL);
+        c->checking = 0;
+        if (st != TG_OK) st = tg_error_prefix(st, "%s: comparing the ranks' arguments", what);
+    }
+    if (st == TG_OK) st = tg_tensor_read(all, w, sizeof(int32_t) * (size_t)nall);
+    memcpy(next_label, saved, sizeof saved);
+    for (int r = 1; st == TG_OK && r < c->size; r++) {
+        if (memcmp(w, w + (size_t)r * SIG_WORDS, sizeof(int32_t) * SIG_WORDS) == 0) continue;
+        char d0[160], dr[160];
+        sig_describe(w, d0, sizeof d0);
+        sig_describe(w + (size_t)r * SIG_WORDS, dr, sizeof dr);
+        st = tg_error(TG_EINVAL, "%s: the ranks disagree: rank 0 has %s; rank %d has %s", what, d0, r, dr);
+    }
+    tg_tensor_free(a);
+    tg_tensor_free(all);
+    free(w);
+    return st;
+}
+
+/* The device a check's tensors live on: the host when MPI is there, else this rank's GPU. */
+static tg_device check_device(const tg_comm *c) { return c->mpi ? (tg_device){TG_CPU, 0} : c->cuda_dev; }
+
+static tg_status check_creation(tg_comm *c, const char *what)
+{
+    int32_t w[SIG_WORDS] = {SIG_MAGIC, comms_made++, K_CREATE, c->size, 0};
+    int maj = 0, min = 0, pat = 0;
+    sscanf(tg_version(), "%d.%d.%d", &maj, &min, &pat);
+    w[4] = maj << 16 | min << 8 | pat;
+    if (c->size == 1 || (!c->mpi && !c->nccl)) return TG_OK;
+    return sig_exchange(c, what, w, check_device(c));
+}
+
+/* Called by each collective after its own argument checks, before anything is issued. */
+static tg_status cross_check(tg_comm *c, int kind, const tg_tensor *t, tg_comm_op op, int root)
+{
+    if (c->checking) return TG_OK;
+    int64_t seq = c->seq++;
+    if (c->size == 1) return TG_OK;
+    char key[40];
+    snprintf(key, sizeof key, "%d %.36s", kind, next_label);
+    int first = 1;
+    for (int i = 0; i < c->nchecked && first; i++) first = strcmp(c->checked[i], key) != 0;
+    if (!first && !tg_debug_get(TG_DEBUG_COMM_CHECK)) return TG_OK;
+    /* inside a group ops launch together at its end (NCCL): no blocking exchange there; the next call
+     * of the kind outside a group is checked instead */
+    if (c->group_depth > 0) return TG_OK;
+    if (first) {
+        if (c->nchecked == c->capchecked) {
+            int cap = c->capchecked ? 2 * c->capchecked : 16;
+            void *p = realloc(c->checked, sizeof *c->checked * (size_t)cap);
+            if (!p) return tg_error(TG_ENOMEM, "out of host memory");
+            c->checked = p;
+            c->capchecked = cap;
+        }
+        memcpy(c->checked[c->nchecked++], key, sizeof key);
+    }
+    int64_t numel = tg_tensor_numel(t);
+    int32_t w[SIG_WORDS] = {SIG_MAGIC, (int32_t)seq, kind, kind == K_BROADCAST ? root : kind == K_ALL_GATHER ? 0 : (int32_t)op,
+                            (int32_t)t->dtype, (int32_t)(uint32_t)numel, (int32_t)(numel >> 32),
+                            (int32_t)tg_tensor_device(t).type};
+    memcpy(w + 8, next_label, strnlen(next_label, 32)); /* the label's first 32 bytes, zero-padded */
+    return sig_exchange(c, kind_names[kind], w, tg_tensor_device(t));
+}
+
+/* ------------------------------------------------------------------ requests */
 
 void tg_comm_label_next(const char *label)
 {
@@ -465,6 +617,7 @@ static tg_status req_new(tg_comm *c, const char *what, const char *desc, tg_tens
     r->what = what;
     snprintf(r->desc, sizeof r->desc, "%s", desc);
     span_describe(r, what, b ? b : a);
+    if (c->checking) r->span_name[0] = '\0'; /* the argument check is no op of the program's */
     tg_status st = TG_OK;
     if (a) st = tg_tensor_ref(a, &r->keep[0]);
     if (st == TG_OK && b) st = tg_tensor_ref(b, &r->keep[1]);
@@ -581,6 +734,7 @@ tg_status tg_comm_all_reduce(tg_comm *c, tg_tensor *t, tg_comm_op op, tg_comm_re
     if (op == TG_COMM_AVG && t->dtype == TG_I32) return tg_error(TG_EINVAL, "all_reduce: avg of i32 (use sum)");
     snprintf(extra, sizeof extra, " (%s)", tg_comm_op_name(op));
     describe(desc, sizeof desc, "all_reduce", t, extra);
+    TG_TRY(cross_check(c, K_ALL_REDUCE, t, op, 0));
     TG_TRY(req_new(c, "all_reduce", desc, t, NULL, &r));
     r->tr = tr;
     return finish_issue(r, tr ? tr->all_reduce(impl, t, op, r) : TG_OK, req);
@@ -608,6 +762,7 @@ tg_status tg_comm_reduce_scatter(tg_comm *c, tg_tensor *out, tg_tensor *in, tg_c
     if (op == TG_COMM_AVG && in->dtype == TG_I32) return tg_error(TG_EINVAL, "reduce_scatter: avg of i32 (use sum)");
     snprintf(extra, sizeof extra, " (%s)", tg_comm_op_name(op));
     describe(desc, sizeof desc, "reduce_scatter", in, extra);
+    TG_TRY(cross_check(c, K_REDUCE_SCATTER, in, op, 0));
     TG_TRY(req_new(c, "reduce_scatter", desc, out, in, &r));
     r->tr = tr;
     tg_status st = TG_OK;
@@ -635,6 +790,7 @@ tg_status tg_comm_all_gather(tg_comm *c, tg_tensor *out, tg_tensor *in, tg_comm_
     if (overlap(out, in) && in->offset != out->offset + (int64_t)c->rank * n)
         return tg_error(TG_EINVAL, "all_gather: in overlaps out but is not rank %d's slice of it", c->rank);
     describe(desc, sizeof desc, "all_gather", in, NULL);
+    TG_TRY(cross_check(c, K_ALL_GATHER, in, TG_COMM_SUM, 0));
     TG_TRY(req_new(c, "all_gather", desc, out, in, &r));
     r->tr = tr;
     tg_status st = TG_OK;
@@ -656,6 +812,7 @@ tg_status tg_comm_broadcast(tg_comm *c, tg_tensor *t, int root, tg_comm_req **re
     TG_TRY(pick(c, "broadcast", t, &tr, &impl));
     snprintf(extra, sizeof extra, " (root %d)", root);
     describe(desc, sizeof desc, "broadcast", t, extra);
+    TG_TRY(cross_check(c, K_BROADCAST, t, TG_COMM_SUM, root));
     TG_TRY(req_new(c, "broadcast", desc, t, NULL, &r));
     r->tr = tr;
     return finish_issue(r, tr ? tr->broadcast(impl, t, root, r) : TG_OK, req);

@@ -143,5 +143,9 @@ int tg_gradbuf_index(const tg_gradbuf *g, const struct tg_param *p);
 
 /* Monotonic seconds (op timeouts). */
 double tg_comm_now(void);
+/* A rank of the job that has left it (its script ended) while this one runs, as told by the launcher
+ * (`tegraph run -n` on GPUs: TG_DEPARTED_FD); -1 when none. *since: when this rank learned it. Safe
+ * from any thread. */
+int tg_comm_departed(double *since);
 
 #endif

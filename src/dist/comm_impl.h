@@ -47,6 +47,10 @@ struct tg_comm {
     const struct tg_comm_transport *nccl_tr;
     tg_device cuda_dev;
     int group_depth;                         /* open tg_comm_group_begin calls */
+    int64_t seq;                             /* collectives issued on this communicator */
+    int checking;                            /* inside a cross-rank argument check */
+    char (*checked)[40];                     /* the "kind label" pairs whose first call was checked */
+    int nchecked, capchecked;
     struct tg_comm *next;                    /* all live communicators (abort, finalize) */
 };
 

@@ -20,12 +20,103 @@ struct mpi_group {
 struct mpi_req {
     MPI_Request req;
     struct mpi_group *g;
+    int peer;           /* p2p: the other rank (in g); -1: a collective */
     int avg;            /* divide the result by size */
     tg_tensor *result;  /* what avg divides / tmp is copied into */
     void *tmp;          /* host temporary (reduce_scatter in place) */
 };
 
 static int we_initialised;
+
+/* Departures: a rank whose script ends tells every other rank, on a communicator of its own, before
+ * MPI_Finalize. A rank waiting on an op that needs a departed rank fails after DEPART_GRACE_S (time
+ * for what the departed rank sent last to arrive) instead of waiting out the timeout. */
+#define TG_MPI_TAG_DEPART 0x7468
+#define DEPART_GRACE_S 3.0
+static MPI_Comm ctl = MPI_COMM_NULL;
+static MPI_Request ctl_rq = MPI_REQUEST_NULL;
+static int ctl_msg, world_rank, world_size;
+static double *gone_at; /* per world rank: when its departure was seen (0: still here) */
+
+static void departures_start(void)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    if (world_size < 2 || ctl != MPI_COMM_NULL) return;
+    gone_at = calloc((size_t)world_size, sizeof *gone_at);
+    if (!gone_at || MPI_Comm_dup(MPI_COMM_WORLD, &ctl) != MPI_SUCCESS) {
+        ctl = MPI_COMM_NULL;
+        return;
+    }
+    MPI_Comm_set_errhandler(ctl, MPI_ERRORS_RETURN);
+    if (MPI_Irecv(&ctl_msg, 1, MPI_INT, MPI_ANY_SOURCE, TG_MPI_TAG_DEPART, ctl, &ctl_rq) != MPI_SUCCESS)
+        ctl_rq = MPI_REQUEST_NULL;
+}
+
+/* Takes in the departures that arrived. */
+static void departures_poll(void)
+{
+    while (ctl_rq != MPI_REQUEST_NULL) {
+        int flag = 0;
+        MPI_Status stt;
+        if (MPI_Test(&ctl_rq, &flag, &stt) != MPI_SUCCESS || !flag) return;
+        if (stt.MPI_SOURCE >= 0 && stt.MPI_SOURCE < world_size && gone_at[stt.MPI_SOURCE] == 0)
+            gone_at[stt.MPI_SOURCE] = tg_comm_now();
+        if (MPI_Irecv(&ctl_msg, 1, MPI_INT, MPI_ANY_SOURCE, TG_MPI_TAG_DEPART, ctl, &ctl_rq) != MPI_SUCCESS)
+            ctl_rq = MPI_REQUEST_NULL;
+    }
+}
+
+/* A departed world rank that the op on g (with peer, or any member when peer < 0) needs, gone for
+ * longer than the grace period; -1 when none. */
+static int departed_peer(const struct mpi_group *g, int peer)
+{
+    if (!gone_at) return -1;
+    departures_poll();
+    double now = tg_comm_now();
+    MPI_Group wg, gg;
+    int found = -1;
+    for (int r = 0; r < world_size && found < 0; r++) {
+        if (gone_at[r] == 0 || now - gone_at[r] < DEPART_GRACE_S) continue;
+        int in_g = MPI_UNDEFINED;
+        MPI_Comm_group(MPI_COMM_WORLD, &wg);
+        MPI_Comm_group(g->comm, &gg);
+        MPI_Group_translate_ranks(wg, 1, &r, gg, &in_g);
+        MPI_Group_free(&wg);
+        MPI_Group_free(&gg);
+        if (in_g != MPI_UNDEFINED && (peer < 0 || in_g == peer)) found = r;
+    }
+    return found;
+}
+
+/* Tells the other ranks this one is leaving (its script ended), then stops listening. */
+static void departures_end(void)
+{
+    if (ctl == MPI_COMM_NULL) return;
+    MPI_Request *rq = calloc((size_t)world_size, sizeof *rq);
+    int n = 0;
+    for (int r = 0; rq && r < world_size; r++)
+        if (r != world_rank && MPI_Isend(&world_rank, 1, MPI_INT, r, TG_MPI_TAG_DEPART, ctl, &rq[n]) == MPI_SUCCESS) n++;
+    double t0 = tg_comm_now();
+    int all = 0;
+    while (n > 0 && !all && tg_comm_now() - t0 < 2.0) {
+        if (MPI_Testall(n, rq, &all, MPI_STATUSES_IGNORE) != MPI_SUCCESS) break;
+        if (!all) sched_yield();
+    }
+    for (int i = 0; !all && i < n; i++)
+        if (rq[i] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&rq[i]);
+            MPI_Request_free(&rq[i]);
+        }
+    free(rq);
+    if (ctl_rq != MPI_REQUEST_NULL) {
+        MPI_Cancel(&ctl_rq);
+        MPI_Wait(&ctl_rq, MPI_STATUS_IGNORE);
+    }
+    MPI_Comm_free(&ctl);
+    free(gone_at);
+    gone_at = NULL;
+}
 static MPI_Datatype bf16_type = MPI_DATATYPE_NULL;
 static MPI_Op bf16_op[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}; /* sum, max, min */
 
@@ -113,6 +204,7 @@ tg_status tg_mpi_world(void **impl, int *rank, int *size, int *local_rank, int *
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     TG_TRY(types_init());
     MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup");
+    departures_start();
     TG_TRY(group_new(dup, &g));
     *rank = g->rank;
     *size = g->size;
@@ -134,7 +226,7 @@ tg_status tg_mpi_local(void *impl, int *local_rank, int *local_size)
 
 /* Polls r until it completes or the timeout passes (never blocks inside MPI,
  * so a dead or missing peer turns into an error, not a hang). */
-static tg_status poll_wait(MPI_Request *rq, const char *desc, const struct mpi_group *g)
+static tg_status poll_wait(MPI_Request *rq, const char *desc, const struct mpi_group *g, int peer)
 {
     double t0 = tg_comm_now(), limit = tg_comm_timeout();
     unsigned spins = 0;
@@ -147,6 +239,12 @@ static tg_status poll_wait(MPI_Request *rq, const char *desc, const struct mpi_g
             sched_yield();
             continue;
         }
+        int gone = departed_peer(g, peer);
+        if (gone >= 0)
+            return tg_error(TG_EDEVICE,
+                            "%s on rank %d of %d cannot complete: rank %d left the job (its script ended) %g s ago "
+                            "without making this call",
+                            desc, g->rank, g->size, gone, tg_comm_now() - gone_at[gone]);
         if (tg_comm_now() - t0 > limit)
             return tg_error(TG_EDEVICE,
                             "%s on rank %d of %d did not complete within %g s: another rank died, failed or did not "
@@ -162,7 +260,7 @@ tg_status tg_mpi_bcast_bytes(void *impl, void *buf, size_t n, int root)
     struct mpi_group *g = impl;
     MPI_Request rq;
     MPI_TRY(MPI_Ibcast(buf, (int)n, MPI_BYTE, root, g->comm, &rq), "broadcast of the NCCL id");
-    return poll_wait(&rq, "broadcast of the NCCL id", g);
+    return poll_wait(&rq, "broadcast of the NCCL id", g, -1);
 }
 
 static tg_status req_start(struct mpi_group *g, struct tg_comm_req *r, struct mpi_req **out)
@@ -172,6 +270,7 @@ static tg_status req_start(struct mpi_group *g, struct tg_comm_req *r, struct mp
     if (!m) return tg_error(TG_ENOMEM, "out of host memory");
     m->req = MPI_REQUEST_NULL;
     m->g = g;
+    m->peer = -1;
     r->impl = m;
     *out = m;
     return TG_OK;
@@ -252,6 +351,7 @@ static tg_status m_send(void *impl, tg_tensor *t, int peer, struct tg_comm_req *
     struct mpi_group *g = impl;
     struct mpi_req *m = NULL;
     TG_TRY(req_start(g, r, &m));
+    m->peer = peer;
     return issued(r, MPI_Isend(tg_tensor_data(t), count_of(t), type_of(t->dtype), peer, TG_MPI_TAG, g->comm, &m->req));
 }
 
@@ -260,6 +360,7 @@ static tg_status m_recv(void *impl, tg_tensor *t, int peer, struct tg_comm_req *
     struct mpi_group *g = impl;
     struct mpi_req *m = NULL;
     TG_TRY(req_start(g, r, &m));
+    m->peer = peer;
     return issued(r, MPI_Irecv(tg_tensor_data(t), count_of(t), type_of(t->dtype), peer, TG_MPI_TAG, g->comm, &m->req));
 }
 
@@ -268,7 +369,7 @@ static tg_status m_barrier(void *impl)
     struct mpi_group *g = impl;
     MPI_Request rq;
     MPI_TRY(MPI_Ibarrier(g->comm, &rq), "barrier");
-    return poll_wait(&rq, "barrier", g);
+    return poll_wait(&rq, "barrier", g, -1);
 }
 
 /* The finishing work of a completed op. */
@@ -306,7 +407,7 @@ static tg_status m_test(struct tg_comm_req *r, int *done)
 static tg_status m_wait(struct tg_comm_req *r)
 {
     struct mpi_req *m = r->impl;
-    TG_TRY(poll_wait(&m->req, r->desc, m->g));
+    TG_TRY(poll_wait(&m->req, r->desc, m->g, m->peer));
     finish(m);
     return TG_OK;
 }
@@ -362,6 +463,7 @@ void tg_mpi_finalize(void)
     if (!we_initialised) return;
     MPI_Finalized(&fin);
     if (fin) return;
+    departures_end();
     if (bf16_type != MPI_DATATYPE_NULL) {
         for (int i = 0; i < 3; i++) MPI_Op_free(&bf16_op[i]);
         MPI_Type_free(&bf16_type);

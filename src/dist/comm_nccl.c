@@ -128,6 +128,10 @@ static void group_abort(struct nccl_group *g, const char *why, int print)
     (void)ncclCommAbort(g->comm);
 }
 
+/* After the launcher tells of a departed rank: how long an op in flight may still take (what the
+ * departed rank sent last arriving) before it is failed, naming that rank. */
+#define DEPART_GRACE_S 3.0
+
 static int is_aborted(struct nccl_group *g) { return __atomic_load_n(&g->aborted, __ATOMIC_ACQUIRE); }
 
 static tg_status aborted_error(struct nccl_group *g, const char *what)
@@ -159,6 +163,13 @@ static void *watchdog(void *arg)
                 tg_event_free(w->ev);
                 free(w);
                 continue;
+            }
+            double gone_since = 0;
+            int gone = now - w->t0 > DEPART_GRACE_S ? tg_comm_departed(&gone_since) : -1;
+            if (gone >= 0 && now - gone_since > DEPART_GRACE_S) {
+                snprintf(why, sizeof why, "%s cannot complete: rank %d left the job (its script ended) %g s ago",
+                         w->desc, gone, now - gone_since);
+                break;
             }
             if (now - w->t0 > limit) {
                 snprintf(why, sizeof why,

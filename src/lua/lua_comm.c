@@ -1,6 +1,7 @@
 /* lua_comm.c — tegraph.comm: communicators, collectives and p2p (blocking or async requests), sub-groups, grad buffers. */
 /*
  * tg.comm (the world) and Comm objects share their calls; c:f(...) is tg.comm.f(...) on c:
+ *   departed() -> the rank that left the job while this one runs (tegraph run -n on GPUs tells), or nil
  *   init{timeout=} / world() -> Comm      rank() size() local_rank() local_size() backend() device()
  *   all_reduce(t, {op="sum"|"avg"|"max"|"min", async=false, name=})  -> t, or a request (each op: name = its label in traces)
  *   reduce_scatter(out, in, {op=, async=})  all_gather(out, in, {async=})  broadcast(t, root | {root=, async=})
@@ -658,12 +659,22 @@ static const luaL_Reg gb_meta[] = {
     {"__tostring", gb_tostring},
     {NULL, NULL},
 };
+/* tg.comm.departed() -> the rank that left the job while this one runs (the launcher tells), or nil. */
+static int l_departed(lua_State *L)
+{
+    int r = tg_comm_departed(NULL);
+    if (r < 0) lua_pushnil(L);
+    else lua_pushinteger(L, r);
+    return 1;
+}
+
 /* tg.comm.*: the world's methods as functions, plus setup. */
 static const luaL_Reg comm_funcs[] = {
     {"init", l_init},
     {"world", l_init},
     {"initialized", l_initialized},
     {"timeout", l_timeout},
+    {"departed", l_departed},
     {"grad_buffer", l_grad_buffer},
     {NULL, NULL},
 };

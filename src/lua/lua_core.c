@@ -142,11 +142,26 @@ static int l_arange(lua_State *L)
     lua_Integer n = luaL_checkinteger(L, 1);
     luaL_argcheck(L, n >= 1, 1, "must be >= 1");
     opts_read(L, 2, &o);
-    double *vals = lua_newuserdatauv(L, (size_t)n * sizeof(double), 0); /* +1: scratch */
-    for (lua_Integer i = 0; i < n; i++) vals[i] = (double)i;
     int64_t shape[1] = {(int64_t)n};
-    tg_tensor *t = new_tensor(L, 1, shape, &o);
-    tgl_check(L, tg_tensor_write_f64(t, vals, (size_t)n));
+    tg_tensor *t = new_tensor(L, 1, shape, &o); /* +1; a failed allocation names the size and device */
+    /* Filled a block at a time through views, so the host scratch stays small whatever n is. */
+    enum { BLOCK = 1 << 16 };
+    int64_t blk = n < BLOCK ? n : BLOCK;
+    double *vals = lua_newuserdatauv(L, (size_t)blk * sizeof(double), 0); /* +1: scratch */
+    for (int64_t at = 0; at < n; at += blk) {
+        int64_t len = n - at < blk ? n - at : blk;
+        for (int64_t i = 0; i < len; i++) vals[i] = (double)(at + i);
+        if (at == 0 && len == n) {
+            tgl_check(L, tg_tensor_write_f64(t, vals, (size_t)n));
+            break;
+        }
+        tg_tensor *v;
+        tgl_check(L, tg_tensor_view(t, at, 1, &len, &v));
+        tg_status st = tg_tensor_write_f64(v, vals, (size_t)len);
+        tg_tensor_free(v);
+        tgl_check(L, st);
+    }
+    lua_pop(L, 1);
     return 1;
 }
 

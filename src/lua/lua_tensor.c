@@ -7,9 +7,39 @@
 
 /* ------------------------------------------------------------------ helpers */
 
+/* Pushes "file:line: " of the Lua code that made the failing call: the caller, or, when the caller is
+ * the Lua library itself (lua/tegraph/, its directory in the registry under "tegraph.libdir", set by
+ * tegraph.raise), the innermost Lua function outside it: the user's line. "" when a C function called. */
+static void where_user(lua_State *L)
+{
+    lua_Debug ar;
+    size_t n = 0;
+    lua_getfield(L, LUA_REGISTRYINDEX, "tegraph.libdir"); /* +1 */
+    const char *libdir = lua_tolstring(L, -1, &n);
+    int in_lib = 0;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        lua_getinfo(L, "Sl", &ar);
+        if (libdir && n > 0 && ar.source[0] == '@' && strncmp(ar.source + 1, libdir, n) == 0) {
+            in_lib = 1;
+            continue;
+        }
+        if (ar.currentline <= 0 && in_lib) continue; /* a pcall or tail call between library and user */
+        lua_pop(L, 1);
+        if (ar.currentline > 0) lua_pushfstring(L, "%s:%d: ", ar.short_src, ar.currentline);
+        else lua_pushliteral(L, "");
+        return;
+    }
+    lua_pop(L, 1);
+    lua_pushliteral(L, "");
+}
+
 void tgl_check(lua_State *L, tg_status st)
 {
-    if (st != TG_OK) luaL_error(L, "%s", tg_last_error());
+    if (st == TG_OK) return;
+    where_user(L);
+    lua_pushstring(L, tg_last_error());
+    lua_concat(L, 2);
+    lua_error(L);
 }
 
 tg_tensor **tgl_tensor_push(lua_State *L)

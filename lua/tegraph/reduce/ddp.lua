@@ -10,6 +10,7 @@
 -- the last one issues the all-reduce. On CUDA it runs on the communication
 -- stream, ordered after the compute stream; finish() orders the compute stream
 -- after it (the optimizer then reads reduced gradients).
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 local reduce = require "tegraph.reduce"
 
@@ -18,7 +19,7 @@ local DDP = {}
 DDP.__index = DDP
 
 function M.new(o)
-  if type(o) ~= "table" or type(o.params) ~= "table" then error("ddp: params (a list) is required", 2) end
+  if type(o) ~= "table" or type(o.params) ~= "table" then raise("ddp: params (a list) is required") end
   local c = o.comm or core.comm.world()
   local self = setmetatable({
     comm = c,

@@ -13,6 +13,7 @@
 -- A policy owns a grad buffer (tg.comm.grad_buffer): the parameters' main_grad
 -- become views into one f32 buffer in backward order, split into buckets, so a
 -- bucket is reduced in one call as soon as its last wgrad is in.
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 local comm = core.comm
 
@@ -31,8 +32,8 @@ local Tracker = {}
 Tracker.__index = Tracker
 
 function M.tracker(o)
-  if type(o) ~= "table" or type(o.params) ~= "table" then error("reduce.tracker: params (a list) is required", 2) end
-  if type(o.on_ready) ~= "function" then error("reduce.tracker: on_ready (a function) is required", 2) end
+  if type(o) ~= "table" or type(o.params) ~= "table" then raise("reduce.tracker: params (a list) is required") end
+  if type(o.on_ready) ~= "function" then raise("reduce.tracker: on_ready (a function) is required") end
   local gb = comm.grad_buffer(o.params, {
     bucket_bytes = o.bucket_bytes,
     bucket_numel = o.bucket_numel,

@@ -22,6 +22,7 @@
 -- Optimizer state (m, v) exists for the shard only. The update is elementwise
 -- AdamW exactly as optim.AdamW computes it, so the parameters equal those of
 -- ddp + optim.AdamW (bit for bit when the reduced gradients are equal).
+local raise = require "tegraph.raise"
 local core = require "tegraph.core"
 local reduce = require "tegraph.reduce"
 local ops = core.ops
@@ -33,7 +34,7 @@ Zero1.__index = Zero1
 local function default_no_decay(p) return #p.shape < 2 end
 
 function M.new(o)
-  if type(o) ~= "table" or type(o.params) ~= "table" then error("zero1: params (a list) is required", 2) end
+  if type(o) ~= "table" or type(o.params) ~= "table" then raise("zero1: params (a list) is required") end
   require("tegraph.optim").check_options(o, "zero1", 3) -- AdamW's options, refused as AdamW refuses them
   local c = o.comm or core.comm.world()
   local size, rank = c:size(), c:rank()
@@ -58,7 +59,8 @@ function M.new(o)
     pad_to = size,
     on_ready = function(b)
       local s = self.shards[b.index]
-      self.pending[#self.pending + 1] = c:reduce_scatter(s.grad, b.tensor, { op = "avg", async = true })
+      -- name: its trace span, and the cross-rank check of each bucket's first reduce
+      self.pending[#self.pending + 1] = c:reduce_scatter(s.grad, b.tensor, { op = "avg", async = true, name = "zero1 bucket " .. b.index })
     end,
   }
   local gb = self.tracker.grad_buffer
@@ -122,7 +124,7 @@ end
 -- holding each module's own parameters (model: a module or a list of them).
 function Zero1:hook_forward(model)
   local mods = type(model) == "userdata" and { model } or model
-  if type(mods) ~= "table" then error("zero1: model must be a module or a list of modules", 3) end
+  if type(mods) ~= "table" then raise("zero1: model must be a module or a list of modules") end
   local bucket_of = {}
   for bi, b in ipairs(self.buckets) do
     for _, p in ipairs(b.params) do bucket_of[p] = bi end
@@ -143,13 +145,13 @@ function Zero1:hook_forward(model)
   end
   for i, m in ipairs(mods) do
     if type(m) ~= "userdata" or not m.register_forward_pre_hook then
-      error(string.format("zero1: model[%d] is not a module (%s)", i, type(m)), 3)
+      raise(string.format("zero1: model[%d] is not a module (%s)", i, type(m)))
     end
     walk(m)
   end
   for _, p in ipairs(self.params) do
     if not covered[p] then
-      error(string.format("zero1: parameter '%s' belongs to no module of model, so no forward would gather it", p.name), 3)
+      raise(string.format("zero1: parameter '%s' belongs to no module of model, so no forward would gather it", p.name))
     end
   end
   for _, h in ipairs(hooks) do
@@ -258,7 +260,7 @@ end
 -- parameter (master and data), as a step does.
 function Zero1:load_state_values(v)
   local t = math.tointeger(tonumber(v.t))
-  if not t or t < 0 then error(string.format("zero1: bad checkpoint step count %s", tostring(v.t)), 2) end
+  if not t or t < 0 then raise(string.format("zero1: bad checkpoint step count %s", tostring(v.t))) end
   self.t, self.lr = t, tonumber(v.lr) or self.lr
   local reqs = {}
   for bi, s in ipairs(self.shards) do reqs[bi] = self.comm:all_gather(s.bucket, s.param, { async = true }) end

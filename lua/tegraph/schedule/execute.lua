@@ -2,6 +2,7 @@
 -- graphed, in one process or one stage per rank over a pipeline communicator (opts.comm); graphed
 -- sets captured in the executed order; measured idle from the trace.
 -- Needs the C core, loaded on first use (the rest of tegraph.schedule stays plain Lua).
+local raise = require "tegraph.raise"
 local plan_ = require "tegraph.schedule.plan"
 local simulate = require "tegraph.schedule.simulate"
 local validate = require "tegraph.schedule.validate"
@@ -26,7 +27,7 @@ local function per_mb(v, what)
       return x
     end
   end
-  error("schedule.execute: " .. what .. " must be a function(mb) or a list of tensors", 3)
+  raise("schedule.execute: " .. what .. " must be a function(mb) or a list of tensors")
 end
 
 -- The compute actions in the order execute runs them (stages interleaved until each blocks on a
@@ -63,7 +64,7 @@ function M.make_graphed(plan, chunks, opts)
   local samples = opts.samples or opts.sample
   local only
   if opts.stages ~= nil then
-    if type(opts.stages) ~= "table" then error("schedule.make_graphed: opts.stages must be a list of stages", 2) end
+    if type(opts.stages) ~= "table" then raise("schedule.make_graphed: opts.stages must be a list of stages") end
     only = {}
     for _, s in ipairs(opts.stages) do only[s] = true end
   end
@@ -71,16 +72,16 @@ function M.make_graphed(plan, chunks, opts)
   for c = 1, C do
     if not only or only[owner0[c]] then
       if type(samples) ~= "table" or samples[c] == nil then
-        error(string.format("schedule.make_graphed: opts.samples must list one sample input per chunk (%d)%s", C,
-          only and ", at least for the chunks of opts.stages" or ""), 2)
+        raise(string.format("schedule.make_graphed: opts.samples must list one sample input per chunk (%d)%s", C,
+          only and ", at least for the chunks of opts.stages" or ""))
       end
       if chunks[c] == nil then
-        error(string.format("schedule.make_graphed: no module for chunk %d of %d", c, C), 2)
+        raise(string.format("schedule.make_graphed: no module for chunk %d of %d", c, C))
       end
     end
   end
   if not only and #chunks ~= C then
-    error(string.format("schedule.make_graphed: %d chunks for a plan of %d", #chunks, C), 2)
+    raise(string.format("schedule.make_graphed: %d chunks for a plan of %d", #chunks, C))
   end
   -- share = false: transfers between stages hold a chunk's static output or input gradient past the
   -- stage's next microbatch, which a set shared across microbatches would overwrite
@@ -141,13 +142,13 @@ function M.execute(plan, opts)
   local tg = core()
   opts = opts or {}
   if opts.trace ~= nil then
-    error("schedule.execute: there is no opts.trace: a run records its actions into the running trace " ..
-      "(tg.trace.start() ... tg.trace.stop(path))", 2)
+    raise("schedule.execute: there is no opts.trace: a run records its actions into the running trace " ..
+      "(tg.trace.start() ... tg.trace.stop(path))")
   end
   plan.owner = plan_.owners(plan)
   if opts.validate then
     local ok, err = validate(plan, { sends = opts.comm and "blocking" or "buffered" })
-    if not ok then error("schedule.execute: " .. err, 2) end
+    if not ok then raise("schedule.execute: " .. err) end
   end
   local run_opts = {
     chunks = opts.chunks, graphed = opts.graphed, sync = opts.sync, pid = opts.pid,
@@ -165,7 +166,7 @@ function M.execute(plan, opts)
       ok, err = pcall(tg.step_end)
     end
   end
-  if not ok then error(err, 2) end
+  if not ok then raise(err) end
 end
 
 -- measure(plan, events [, {pid = 0}]) -> {cost = function(action, stage), busy[s], simulated, unit,
@@ -177,7 +178,7 @@ end
 -- replaying measured costs through the simulator is how "measured" idle time is obtained.
 function M.measure(plan, events, opts)
   if type(events) ~= "table" then
-    error("schedule.measure: events must be the list tg.trace.events() returns (got " .. type(events) .. ")", 2)
+    raise("schedule.measure: events must be the list tg.trace.events() returns (got " .. type(events) .. ")")
   end
   local pid = opts and opts.pid or 0
   local sum, count = {}, {}

@@ -1,5 +1,6 @@
 -- interleaved.lua — Megatron's interleaved 1F1B: V model chunks per stage, microbatches run
 -- depth-first in groups of P (all chunks of a group before the next group); W fused into B.
+local raise = require "tegraph.raise"
 local plan_ = require "tegraph.schedule.plan"
 
 -- interleaved{stages = P, chunks_per_stage = V (or chunks), microbatches = M [, costs]} -> plan.
@@ -11,7 +12,7 @@ return function(t)
   local P, Mb = plan_.args(t, "interleaved")
   local V = plan_.check_int(t.chunks_per_stage or t.chunks or 2, "chunks_per_stage", 2)
   if Mb % P ~= 0 then
-    error(string.format("schedule.interleaved: microbatches (%d) must be a multiple of stages (%d)", Mb, P), 2)
+    raise(string.format("schedule.interleaved: microbatches (%d) must be a multiple of stages (%d)", Mb, P))
   end
   local owner = {}
   for s = 1, P do

@@ -9,6 +9,7 @@
 -- A transfer is named by the chunk that *produced* the tensor on both ends: send_fwd/recv_fwd
 -- chunk c carry chunk c's output (chunk c+1's input); send_bwd/recv_bwd chunk c carry the
 -- gradient of chunk c's input (chunk c-1's output gradient).
+local raise = require "tegraph.raise"
 local M = {}
 
 M.COMPUTE = { F = true, B = true, W = true }
@@ -40,16 +41,16 @@ end
 -- Raises a misuse error unless v is an integer >= lo.
 function M.check_int(v, name, lo)
   if math.type(v) ~= "integer" and not (type(v) == "number" and v == math.floor(v)) then
-    error(string.format("schedule: %s must be an integer, got %s", name, tostring(v)), 3)
+    raise(string.format("schedule: %s must be an integer, got %s", name, tostring(v)))
   end
   v = math.tointeger(v)
-  if v < lo then error(string.format("schedule: %s must be >= %d, got %d", name, lo, v), 3) end
+  if v < lo then raise(string.format("schedule: %s must be >= %d, got %d", name, lo, v)) end
   return v
 end
 
 -- Reads {stages, microbatches} from a generator's argument table.
 function M.args(t, kind)
-  if type(t) ~= "table" then error("schedule." .. kind .. ": expects a table {stages=, microbatches=}", 3) end
+  if type(t) ~= "table" then raise("schedule." .. kind .. ": expects a table {stages=, microbatches=}") end
   local P = M.check_int(t.stages, "stages", 1)
   local Mb = M.check_int(t.microbatches, "microbatches", 1)
   return P, Mb
@@ -60,11 +61,11 @@ end
 function M.cost_fn(costs)
   if type(costs) == "function" then return costs end
   costs = costs or {}
-  if type(costs) ~= "table" then error("schedule: costs must be a table {F=, B=, W=, comm=} or a function", 3) end
+  if type(costs) ~= "table" then raise("schedule: costs must be a table {F=, B=, W=, comm=} or a function") end
   local F, B, W, comm = costs.F or 1, costs.B or 1, costs.W or 1, costs.comm or 0
   for k, v in pairs { F = F, B = B, W = W, comm = comm } do
     if type(v) ~= "number" or v ~= v or v < 0 or v == math.huge then
-      error(string.format("schedule: cost %s must be a finite number >= 0 (got %s)", k, tostring(v)), 3)
+      raise(string.format("schedule: cost %s must be a finite number >= 0 (got %s)", k, tostring(v)))
     end
   end
   return function(a)
@@ -131,7 +132,7 @@ function M.timeline(plan, cost)
   end
   for s = 1, P do
     if pc[s] <= #plan[s] then
-      error(string.format("schedule.%s: compute order stalls at %s", plan.kind, M.where(plan, s, pc[s])), 2)
+      raise(string.format("schedule.%s: compute order stalls at %s", plan.kind, M.where(plan, s, pc[s])))
     end
   end
   return times
@@ -150,7 +151,7 @@ function M.add_comm(plan, costs)
   local P, C, owner = plan.stages, plan.stages * plan.chunks, plan.owner
   local times = M.timeline(plan, function(a, s)
     local d = cost(a, s)
-    if not (d > 0) then error("schedule.add_comm: costs must be positive", 4) end
+    if not (d > 0) then raise("schedule.add_comm: costs must be positive") end
     return d
   end)
   local xfers = {}

@@ -1,5 +1,6 @@
 -- simulate.lua — times a valid plan under per-op costs: makespan, per-stage busy and idle time,
 -- bubble fraction and peak in-flight activations.
+local raise = require "tegraph.raise"
 local plan_ = require "tegraph.schedule.plan"
 local engine = require "tegraph.schedule.engine"
 local validate = require "tegraph.schedule.validate"
@@ -14,7 +15,7 @@ local validate = require "tegraph.schedule.validate"
 return function(plan, costs)
   local sends = type(costs) == "table" and costs.sends or "buffered"
   local ok, err = validate(plan, { sends = sends })
-  if not ok then error("schedule.simulate: " .. err, 2) end
+  if not ok then raise("schedule.simulate: " .. err) end
   local cost = plan_.cost_fn(costs)
   local r = assert(engine.run(plan, cost, sends == "blocking"))
   local P = plan.stages

@@ -1,5 +1,6 @@
 -- svg.lua — the classic pipeline picture: stages as rows, time to the right, one colored box per
 -- F/B/W with its microbatch number, bubbles left blank.
+local raise = require "tegraph.raise"
 local simulate = require "tegraph.schedule.simulate"
 local plan_ = require "tegraph.schedule.plan"
 
@@ -83,7 +84,7 @@ return function(plan, file, costs)
   local svg = table.concat(out)
   if file then
     local f, err = io.open(file, "w")
-    if not f then error("schedule.svg: " .. err, 2) end
+    if not f then raise("schedule.svg: " .. err) end
     f:write(svg)
     f:close()
   end

@@ -1,4 +1,5 @@
 -- text.lua — plans as text and as replay orders: to_order(plan, stage) and table(plan).
+local raise = require "tegraph.raise"
 local plan_ = require "tegraph.schedule.plan"
 
 local M = {}
@@ -7,7 +8,7 @@ local M = {}
 -- stage's forward/backward/weight-gradient callables are captured and replayed.
 function M.to_order(plan, s)
   if type(plan) ~= "table" or type(plan[s]) ~= "table" then
-    error(string.format("schedule.to_order: plan has no stage %s", tostring(s)), 2)
+    raise(string.format("schedule.to_order: plan has no stage %s", tostring(s)))
   end
   local order = {}
   for _, a in ipairs(plan[s]) do
