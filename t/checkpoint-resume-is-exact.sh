@@ -5,6 +5,7 @@
 # a model file per stage); SIGTERM saves at the next step boundary and exits 0 saying where, and a resume from it
 # continues exactly; a resume on another number of ranks, or on another pipeline layout, is refused.
 . "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
+unset TG_DEVICE # the one-rank cases on the default device (a GPU where there is one); the ranks below on the CPU
 GPT="$SRCDIR/examples/gpt.lua"
 SMALL="--width 32 --layers 2 --heads 2 --batch 4 --microbatches 2 --quiet --samples 0 --eval 0 --steps 8 --warmup 2"
 

@@ -1,5 +1,9 @@
 # dist.sh — sourced by the t/dist-*.sh tests: TAP helpers, skip without MPI, run a script on N ranks under mpirun.
 . "${TG_TOP_SRCDIR:-.}/t/lib/tap.sh"
+# The multi-rank tests run CPU ranks over MPI whatever the machine has: a host with fewer GPUs than ranks
+# cannot give each rank a GPU of its own (NCCL setup refuses it), and the tests compare with CPU references.
+TG_DEVICE=cpu
+export TG_DEVICE
 SRCDIR="${TG_TOP_SRCDIR:-.}"
 # Two ranks share the CPUs: one OpenMP thread each keeps them from spinning against each other.
 OMP_NUM_THREADS=1
