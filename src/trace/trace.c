@@ -127,7 +127,9 @@ int tg_trace_open(tg_stream *s, int track, const char *name, const struct tg_tra
 {
     if (!tg_trace_on) return -1;
     if (s && s->capture && s->dev.type != TG_CPU) return -1;
-    if (s && !s->capture && base_for(s) != TG_OK) return -1;
+    /* the device's time base; a CPU one records host time at once, so a capturing CPU stream gets one too
+     * (its captured span is timed at replay against it, whatever the default device is) */
+    if (s && base_for(s) != TG_OK) return -1;
     if (tr.n >= 0xffffff || grow() != TG_OK) return -1;
     static const struct tg_trace_about none;
     if (!a) a = &none;
