@@ -3,21 +3,8 @@
 -- naming the step); --max-skips 0 never stops.
 local tap = require "tap"
 
-local top_src = os.getenv("TG_TOP_SRCDIR") or "."
-local top_build = os.getenv("TG_TOP_BUILDDIR") or "."
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-local errfile = os.tmpname()
-local function run(args)
-  local cmd = q(top_build .. "/tegraph") .. " --device cpu run " .. q(top_src .. "/examples/gpt.lua") .. " " .. args ..
-    " 2>" .. q(errfile)
-  local p = assert(io.popen(cmd, "r"))
-  local so = p:read("a")
-  local _, _, c = p:close()
-  local f = io.open(errfile, "r")
-  local se = f and f:read("a") or ""
-  if f then f:close() end
-  return c, so, se
-end
+local ex = require "run_example"
+local function run(args) return ex.run_cpu("gpt.lua", args) end
 
 -- --lr 1e30 without clipping: the first update blows the weights up, every later step is non-finite
 local BAD = "--width 16 --layers 1 --heads 2 --batch 4 --steps 8 --samples 0 --eval 0 --lr 1e30 --warmup 0 --clip 0 " ..
@@ -30,5 +17,5 @@ tap.ok(not so:find("step 5/8", 1, true), "... and no step ran after the stop")
 c, so = run(BAD .. " --max-skips 0")
 tap.is(c, 0, "--max-skips 0: the skipped steps never stop the run")
 tap.like(so, "step 8/8 .*skipped 7", "... and all 7 are counted")
-os.remove(errfile)
+ex.cleanup()
 tap.done_testing()

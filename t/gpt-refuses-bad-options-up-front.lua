@@ -2,21 +2,8 @@
 -- anything (exit 2, naming the option, with the usage), and --max-skips is a bounded count.
 local tap = require "tap"
 
-local top_src = os.getenv("TG_TOP_SRCDIR") or "."
-local top_build = os.getenv("TG_TOP_BUILDDIR") or "."
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-local errfile = os.tmpname()
-local function run(args)
-  local cmd = q(top_build .. "/tegraph") .. " --device cpu run " .. q(top_src .. "/examples/gpt.lua") .. " " .. args ..
-    " 2>" .. q(errfile)
-  local p = assert(io.popen(cmd, "r"))
-  local so = p:read("a")
-  local _, _, c = p:close()
-  local f = io.open(errfile, "r")
-  local se = f and f:read("a") or ""
-  if f then f:close() end
-  return c, so, se
-end
+local ex = require "run_example"
+local function run(args) return ex.run_cpu("gpt.lua", args) end
 
 for _, case in ipairs {
   { "--layers -1", "%-%-layers must be at least 1 %(got '%-1'%)" },
@@ -33,5 +20,5 @@ for _, case in ipairs {
   tap.like(se, "^gpt%.lua: " .. case[2] .. "[^\n]*\nusage: tegraph run examples/gpt%.lua", "... naming the option, with the usage")
   tap.is(so, "", "... before anything ran")
 end
-os.remove(errfile)
+ex.cleanup()
 tap.done_testing()

@@ -6,25 +6,9 @@ local tg = require "tegraph"
 local tap = require "tap"
 local bpe = require "small_bpe"
 
-local top_src = os.getenv("TG_TOP_SRCDIR") or "."
-local top_build = os.getenv("TG_TOP_BUILDDIR") or "."
-local base = os.tmpname()
-os.remove(base)
-os.execute("mkdir -p '" .. base .. "'")
-
-local function run(script, args)
-  local cmd = "'" .. top_build .. "/tegraph' run '" .. top_src .. "/examples/" .. script .. "' " .. args .. " 2>&1"
-  local p = assert(io.popen(cmd, "r"))
-  local out = p:read("a")
-  local ok = p:close()
-  return ok, out
-end
-
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
+local ex = require "run_example"
+local base = ex.tmpdir()
+local run, write = ex.run, ex.write
 
 local lines = {}
 for i = 1, 300 do lines[i] = string.format("the cat sat on the mat %d times. the dog ran.", i % 7) end
