@@ -90,6 +90,10 @@ tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
         st = tg_error(TG_EINVAL, "copy: sizes differ (destination %s, source %s)", describe(dst, x, sizeof x), describe(src, y, sizeof y));
     else if (dst->dtype == TG_F16 || src->dtype == TG_F16)
         st = tg_error(TG_ENOTSUP, "copy: f16 is not supported yet");
+    else if (dst->dtype != src->dtype && (tg_dtype_is_fp8(dst->dtype) || tg_dtype_is_fp8(src->dtype)) &&
+             !float_dtype(tg_dtype_is_fp8(dst->dtype) ? src->dtype : dst->dtype))
+        st = tg_error(TG_EINVAL, "copy: %s into %s: FP8 tensors copy from and to f32 or bf16 (unscaled; tg_fp8_cast scales)",
+                      describe(src, y, sizeof y), describe(dst, x, sizeof x));
     else if (!same_dev(dst, src))
         st = copy_across_devices(dst, src);
     else if (tg_tensor_same_memory(dst, src))
