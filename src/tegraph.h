@@ -330,7 +330,8 @@ TG_API tg_status tg_safetensors_info(const tg_safetensors *f, const char *name, 
 TG_API tg_status tg_safetensors_read(const tg_safetensors *f, const char *name, tg_device dev, tg_tensor **out);
 /* Reads a tensor into dst: same number of elements and shape (ignoring
  * leading 1s), dtypes converted between f32 / bf16 / f16 and between the
- * integer types. TG_EINVAL naming file, tensor and both shapes or dtypes. */
+ * integer types; F8_E4M3 / F8_E5M2 codes load only into tensors of the same
+ * FP8 dtype. TG_EINVAL naming file, tensor and both shapes or dtypes. */
 TG_API tg_status tg_safetensors_read_into(const tg_safetensors *f, const char *name, tg_tensor *dst);
 /* Metadata: the value of key or NULL; the number of pairs and each one. */
 TG_API const char *tg_safetensors_metadata(const tg_safetensors *f, const char *key);
