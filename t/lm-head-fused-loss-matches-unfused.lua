@@ -1,0 +1,160 @@
+-- lm-head-fused-loss-matches-unfused.lua — the fused LM head (the loss in chunks of rows, the
+-- (N, V) logits never made) gives the unfused head's loss, input gradient and weight gradients:
+-- f32 tightly and bf16 within bf16 rounding, with N not a multiple of the chunk, ignore_index
+-- targets, the backward at once (dloss promised) or computed again in backward, several
+-- microbatches in flight, a tied table's main_grad and an own weight's grad; bad targets and
+-- misuse are refused naming the problem.
+local tg = require "tegraph"
+local nn = require "tegraph.nn"
+local t = require "tap"
+local G = require "grads"
+
+local C, V = 8, 13
+
+local function flat(x) return G.flatten(x:totable()) end
+
+-- the largest |a - b| over two flat lists, relative to the largest |b| (at least 1)
+local function maxdiff(a, b)
+  local d, m = 0, 1
+  for i = 1, #b do
+    d = math.max(d, math.abs(a[i] - b[i]))
+    m = math.max(m, math.abs(b[i]))
+  end
+  return d / m
+end
+
+-- A head (tied to an embedding when tied) with the same weights for every o: seeded construction.
+local function build(o)
+  tg.manual_seed(11)
+  local common = { dtype = o.dtype, fuse_wgrad_accumulation = o.fuse }
+  local emb
+  if o.tied then
+    emb = nn.Embedding { num_embeddings = V, embedding_dim = C, max_position_embeddings = 16, dtype = o.dtype,
+      fuse_wgrad_accumulation = o.fuse, name = "embed" }
+  end
+  local head = nn.LMHead { hidden_size = C, vocab_size = V, tied = emb, dtype = o.dtype, fuse_wgrad_accumulation = o.fuse,
+    fused_loss = o.fused, loss_chunk_rows = o.rows, name = "head" }
+  return head, emb
+end
+
+-- Runs microbatches (F of all, then B of all in order) and returns losses, dx's and gradients.
+local function run(o, xs, ids, tgts, dloss)
+  local head, emb = build(o)
+  local res = { loss = {}, dx = {}, grad = {} }
+  tg.step_begin { microbatches = #xs }
+  local hs = {}
+  for mb = 1, #xs do
+    local h = xs[mb]
+    if emb then h = emb:forward(ids[mb], mb) + xs[mb] end
+    hs[mb] = h
+    res.loss[mb] = G.flatten(head:loss(h, tgts[mb], mb, -1, o.promise and dloss or nil):totable())
+  end
+  for mb = 1, #xs do
+    local dx = head:backward(dloss, mb)
+    res.dx[mb] = flat(dx)
+    if emb then emb:backward(dx, mb) end
+  end
+  tg.step_end()
+  local ps = head:parameters()
+  if emb then ps[#ps + 1] = emb:parameters()[1] end
+  for _, p in ipairs(ps) do res.grad[p.name] = flat(o.fuse and p.main_grad or p.grad) end
+  return res
+end
+
+local function compare(what, o, tol, xs, ids, tgts, dloss)
+  local ref = run({ dtype = o.dtype, fuse = o.fuse, tied = o.tied, fused = false }, xs, ids, tgts, dloss)
+  local got = run(o, xs, ids, tgts, dloss)
+  local worst = { loss = 0, dx = 0, grad = 0 }
+  for mb = 1, #xs do
+    worst.loss = math.max(worst.loss, maxdiff(got.loss[mb], ref.loss[mb]))
+    worst.dx = math.max(worst.dx, maxdiff(got.dx[mb], ref.dx[mb]))
+  end
+  local names = 0
+  for name, g in pairs(ref.grad) do
+    names = names + 1
+    t.ok(got.grad[name] ~= nil, what .. ": " .. name .. " has a gradient")
+    worst.grad = math.max(worst.grad, maxdiff(got.grad[name] or {}, g))
+    local nz = 0
+    for _, v in ipairs(g) do if v ~= 0 then nz = nz + 1 end end
+    if o.zero then
+      t.is(nz, 0, what .. ": the gradient of " .. name .. " is zero")
+    else
+      t.ok(nz > 0, what .. ": the reference gradient of " .. name .. " is not all zero")
+    end
+  end
+  t.ok(names >= 3, what .. ": norm weight, norm bias and the projection's weight compared")
+  t.ok(worst.loss <= tol, string.format("%s: loss and count as unfused (worst %.3g, tol %.3g)", what, worst.loss, tol))
+  t.ok(worst.dx <= tol, string.format("%s: dx as unfused (worst %.3g)", what, worst.dx))
+  t.ok(worst.grad <= tol, string.format("%s: weight gradients as unfused (worst %.3g)", what, worst.grad))
+  return ref, got
+end
+
+-- two microbatches of 2 x 5 = 10 rows (not a multiple of chunks of 4 or 3), some targets ignored
+tg.manual_seed(3)
+local xs, ids, tgts = {}, {}, {}
+for mb = 1, 2 do
+  xs[mb] = tg.randn { 2, 5, C }
+  ids[mb] = tg.tensor({ { 1, 2, 3, 4, 5 }, { 6, 7, 8, 9, 10 } }, { dtype = "i32" })
+end
+tgts[1] = tg.tensor({ { 1, 12, 3, -1, 4 }, { 5, 6, -1, 0, 9 } }, { dtype = "i32" })
+tgts[2] = tg.tensor({ { 2, 2, 7, 11, 4 }, { -1, 6, 8, 0, 10 } }, { dtype = "i32" })
+
+for _, dt in ipairs { "f32", "bf16" } do
+  local tol = dt == "f32" and 2e-6 or 2e-2
+  local xd = {}
+  for mb = 1, 2 do
+    xd[mb] = tg.zeros({ 2, 5, C }, { dtype = dt })
+    xd[mb]:copy_(xs[mb])
+  end
+  for _, fuse in ipairs { true, false } do
+    for _, tied in ipairs { false, true } do
+      for _, promise in ipairs { true, false } do
+        for _, rows in ipairs { 4, 3, 10 } do
+          local what = string.format("%s, %s, %s, %s, chunks of %d", dt, tied and "tied table" or "own weight",
+            fuse and "main_grad" or "grad", promise and "backward at once" or "recomputed in backward", rows)
+          compare(what, { dtype = dt, fuse = fuse, tied = tied, fused = true, rows = rows, promise = promise }, tol,
+            xd, ids, tgts, 0.5)
+        end
+      end
+    end
+  end
+end
+
+-- the automatic chunk (one chunk here) and one microbatch
+compare("f32, automatic chunk, one microbatch", { dtype = "f32", fuse = true, fused = true, promise = true }, 2e-6,
+  { xs[1] }, { ids[1] }, { tgts[1] }, 1.0)
+
+-- every target ignored: loss [0, 0], zero gradients, as unfused
+do
+  local none = tg.tensor({ { -1, -1, -1, -1, -1 }, { -1, -1, -1, -1, -1 } }, { dtype = "i32" })
+  local _, got = compare("f32, every target ignored", { dtype = "f32", fuse = true, fused = true, rows = 4, promise = true,
+    zero = true }, 0, { xs[1] }, { ids[1] }, { none }, 1.0)
+  t.is_deeply(got.loss[1], { 0, 0 }, "every target ignored: loss is [0, 0]")
+end
+
+-- refused: a target outside the vocabulary (as the unfused loss), a backward with another dloss
+-- than promised, backward(dy) after a fused loss, bad options
+do
+  local head = build { dtype = "f32", fused = true, rows = 4 }
+  local bad = tg.tensor({ { 1, 2, 3, 13, 4 }, { 5, 6, 7, 0, 9 } }, { dtype = "i32" })
+  t.error_like(function() head:loss(xs[1], bad, 1, -1, 1.0) end, "target 13 at row 3 is outside the vocabulary of 13",
+    "a target outside the vocabulary is refused, naming target, row and vocabulary")
+  head:drop_saved()
+  local neg = tg.tensor({ { 1, 2, 3, 4, 4 }, { 5, -7, 7, 0, 9 } }, { dtype = "i32" })
+  t.error_like(function() head:loss(xs[1], neg, 1) end, "target %-7 at row 6 is outside the vocabulary of 13",
+    "a negative target other than ignore_index is refused (loss without dloss too)")
+  head:drop_saved()
+  head:loss(xs[1], tgts[1], 1, -1, 0.5)
+  t.error_like(function() head:backward(0.25, 1) end, "dloss = 0.25, but its forward_loss was promised dloss = 0.5",
+    "a backward with another dloss than promised names both")
+  t.error_like(function() head:backward(tg.zeros { 2, 5, V }, 1) end, "after a fused forward_loss",
+    "backward(dy) after a fused loss says why")
+  t.error_like(function() head:loss(xs[1], tgts[1], 2, -1, 0 / 0) end, "dloss = .*nan.* is not finite",
+    "a non-finite promised dloss is refused")
+  t.error_like(function() nn.LMHead { hidden_size = C, vocab_size = V, fused_loss = "yes" } end,
+    "option 'fused_loss' must be a boolean", "fused_loss must be a boolean")
+  t.error_like(function() nn.LMHead { hidden_size = C, vocab_size = V, loss_chunk_rows = 0 } end,
+    "option 'loss_chunk_rows' must be a positive integer", "loss_chunk_rows must be positive")
+end
+
+t.done_testing()
