@@ -157,4 +157,42 @@ do
     "option 'loss_chunk_rows' must be a positive integer", "loss_chunk_rows must be positive")
 end
 
+-- what a step issues and holds (tg.device_stats): the fused loss issues 3 GEMMs and one
+-- cross-entropy kernel a chunk, all in forward_loss when dloss is promised, and holds one chunk
+-- of logits instead of all of them
+do
+  local VV, rows = 4096, 64
+  tg.manual_seed(2)
+  local x = tg.randn { 4, 16, C }
+  local ids = tg.zeros({ rows }, { dtype = "i32" })
+  local function measure(fused, chunk)
+    tg.manual_seed(1)
+    local h = nn.LMHead { hidden_size = C, vocab_size = VV, fused_loss = fused, loss_chunk_rows = chunk,
+      fuse_wgrad_accumulation = true }
+    collectgarbage()
+    tg.reset_peak_memory "cpu"
+    local s0 = tg.device_stats "cpu"
+    tg.step_begin { microbatches = 1 }
+    h:loss(x, ids, 1, -1, fused and 1.0 or nil)
+    local s1 = tg.device_stats "cpu"
+    h:backward(1.0, 1)
+    tg.step_end()
+    local s2 = tg.device_stats "cpu"
+    return { fk = s1.kernels - s0.kernels, fg = s1.gemms - s0.gemms, bk = s2.kernels - s1.kernels,
+      bg = s2.gemms - s1.gemms, peak = s2.peak_memory - s0.memory }
+  end
+  local un, one, eight = measure(false), measure(true, rows), measure(true, 8)
+  t.is(un.fg + un.bg, 3, "unfused: 3 GEMMs (logits in forward_loss, dX and dW in backward)")
+  t.is(one.fg, 3, "fused, one chunk: 3 GEMMs in forward_loss")
+  t.is(eight.fg, 24, "fused, 8 chunks: 24 GEMMs in forward_loss (3 a chunk)")
+  t.is(eight.bg, 0, "fused with dloss promised: no GEMM left for backward")
+  t.is(eight.fk - one.fk, 7, "one cross-entropy kernel a chunk")
+  local logits = rows * VV * 4
+  t.ok(un.peak >= logits, string.format("unfused: the peak (%d bytes) holds all logits (%d)", un.peak, logits))
+  t.ok(eight.peak >= 8 * VV * 4 and eight.peak < logits / 4,
+    string.format("fused, chunks of 8 rows: the peak (%d bytes) holds a chunk of logits, under a quarter of all", eight.peak))
+  t.ok(tg.device_stats "cpu".memory >= 0 and tg.device_stats "cpu".peak_memory >= tg.device_stats "cpu".memory,
+    "peak_memory is at least the memory held now")
+end
+
 t.done_testing()
