@@ -157,6 +157,48 @@ do
     "option 'loss_chunk_rows' must be a positive integer", "loss_chunk_rows must be positive")
 end
 
+-- a GPT trained by tegraph.train (which promises dloss = 1/M), eagerly and with graphed layers: the fused head
+-- (chunks of 5 rows of 12) follows the unfused one step by step, with hooks on every parameter
+do
+  local train = require "tegraph.train"
+  local VV, T, B, M, STEPS = 11, 6, 2, 2, 3
+  math.randomseed(3)
+  local function batch()
+    local v = {}
+    for i = 1, B * T do v[i] = math.random(0, VV - 1) end
+    return tg.tensor(v, { dtype = "i32" }):view({ B, T })
+  end
+  local steps = {}
+  for s = 1, STEPS do
+    steps[s] = { {}, {} }
+    for m = 1, M do steps[s][1][m], steps[s][2][m] = batch(), batch() end
+  end
+  local function train_run(fused, graph)
+    tg.manual_seed(5)
+    local model = nn.GPT { vocab_size = VV, max_position_embeddings = T, hidden_size = 8, num_attention_heads = 2,
+      num_layers = 2, delay_wgrad = graph and "layers" or nil, fuse_wgrad_accumulation = true, fused_lm_head = fused,
+      lm_head_chunk_rows = 5 }
+    local tr = train.new { model = model, microbatches = M, hooks = "noop", adamw = { lr = 1e-2 }, graph = graph,
+      sample = graph and tg.zeros({ B, T }, { dtype = "i32" }) or nil }
+    local out = {}
+    for s = 1, STEPS do
+      for _, v in ipairs(tr:losses(tr:step(steps[s][1], steps[s][2], 1e-2))) do out[#out + 1] = v end
+    end
+    local ps = {}
+    for _, p in ipairs(model:parameters()) do ps[#ps + 1] = G.flatten(p.data:totable()) end
+    return out, G.flatten(ps)
+  end
+  for _, graph in ipairs { false, true } do
+    local what = graph and "tegraph.train, graphed layers" or "tegraph.train, eager"
+    local ul, up = train_run(false, graph)
+    local fl, fp = train_run(true, graph)
+    t.ok(maxdiff(fl, ul) <= 1e-5, string.format("%s: fused losses follow unfused over %d steps (worst %.3g)", what, STEPS,
+      maxdiff(fl, ul)))
+    t.ok(ul[#ul] ~= ul[1], what .. ": the losses change (the optimizer ran)")
+    t.ok(maxdiff(fp, up) <= 1e-5, string.format("%s: parameters after the steps as unfused (worst %.3g)", what, maxdiff(fp, up)))
+  end
+end
+
 -- what a step issues and holds (tg.device_stats): the fused loss issues 3 GEMMs and one
 -- cross-entropy kernel a chunk, all in forward_loss when dloss is promised, and holds one chunk
 -- of logits instead of all of them
