@@ -225,6 +225,7 @@ static char *kp_shorten(const char *raw)
     if (s != d) free(d);
     if (!s) return NULL;
     if (strncmp(s, "void ", 5) == 0) memmove(s, s + 5, strlen(s + 5) + 1);
+    for (char *a; (a = strstr(s, "(anonymous namespace)::"));) memmove(a, a + 23, strlen(a + 23) + 1);
     /* cut the parameter list: the first '(' outside template arguments that is not "(anonymous namespace)" */
     int depth = 0;
     for (char *p = s; *p; p++) {

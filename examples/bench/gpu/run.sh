@@ -17,7 +17,7 @@
 #              "auto 1024 2048 4096"): tokens/s, kernel and GEMM calls per step, peak memory (allocator high-water mark)
 #   profile    kernel-time profile of one GPT-2 124M step (the gpt2 options: bf16, 8 x 2 sequences, fused wgrad),
 #              eager and --graph: builds examples/bench/gpu/kprof.c (a CUPTI activity profiler, loaded with
-#              CUDA_INJECTION64_PATH) against the CUPTI of the CUDA install, runs gpt.lua with PROFILE_STEPS (default
+#              CUDA_INJECTION64_PATH) with kprof-build.sh against the CUPTI of the CUDA install, runs gpt.lua with PROFILE_STEPS (default
 #              "4 14") steps and subtracts the short run from the long one, so the rows are the mean of the steady
 #              steps (start-up, capture and the last step cancel); writes bench-out/profile-<mode>.txt (every
 #              kernel: calls, ms, us, share per step; groups), prints the top rows and, as an overhead check,
@@ -102,27 +102,6 @@ make -j"$(nproc)" >> "$OUT/build.log" 2>&1 || { grep -E -A3 "error" "$OUT/build.
 
 # one GPT-2 token file for the gpt2 and dp stages
 data() { [ -f "$OUT/gpt2-tokens.bin" ] || ./tegraph run "$SRC/examples/gpt.lua" --make-data "$OUT/gpt2-tokens.bin" --tokens 2000000 | tail -1; }
-# kprof.so: examples/bench/gpu/kprof.c built against CUPTI (CUPTI_DIR, else next to the nvcc configure found:
-# extras/CUPTI/{include,lib64}, targets/<arch>-linux/{include,lib}, {include,lib64,lib}; /usr for Debian's libcupti-dev)
-kprof_build() {
-  local nv cuda d inc="" lib="" tried=""
-  nv=$(sed -n 's/^NVCC = //p' Makefile 2>/dev/null); [ -n "$nv" ] || nv=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-  cuda=$(dirname "$(dirname "$nv")")
-  for d in ${CUPTI_DIR:+"$CUPTI_DIR"} "$cuda/extras/CUPTI" "$cuda"/targets/*-linux "$cuda" /usr/local/cuda/extras/CUPTI /usr/local/cuda /usr; do
-    tried="$tried $d"
-    [ -z "$inc" ] && [ -f "$d/include/cupti.h" ] && inc=$d/include
-    for l in lib64 lib lib/x86_64-linux-gnu lib/aarch64-linux-gnu; do
-      [ -z "$lib" ] && [ -e "$d/$l/libcupti.so" ] && lib=$d/$l
-    done
-  done
-  [ -n "$inc" ] || { echo "run.sh: profile: CUPTI not found: no include/cupti.h under$tried (set CUPTI_DIR)"; return 1; }
-  [ -n "$lib" ] || { echo "run.sh: profile: CUPTI not found: no libcupti.so under$tried (set CUPTI_DIR)"; return 1; }
-  echo "kprof: CUPTI headers $inc, library $lib"
-  ${CC:-cc} -O2 -Wall -shared -fPIC -o "$BUILD/kprof.so" "$SRC/examples/bench/gpu/kprof.c" -I"$inc" -I"$cuda/include" \
-    -L"$lib" -Wl,-rpath,"$lib" -lcupti -ldl -lpthread > "$OUT/kprof-build.log" 2>&1 ||
-    { echo "run.sh: profile: building kprof.so failed:"; tail -20 "$OUT/kprof-build.log"; return 1; }
-}
-
 GPT2="--vocab 50257 --context 1024 --width 768 --heads 12 --layers 12 --batch 8 --microbatches 2 --warmup 2 --dtype bf16 --fuse-wgrad --quiet"
 
 for s in "${STAGES[@]}"; do
@@ -177,7 +156,7 @@ for s in "${STAGES[@]}"; do
     ;;
   profile)
     stage "kernel-time profile (kprof)"
-    kprof_build || continue
+    sh "$SRC/examples/bench/gpu/kprof-build.sh" "$BUILD/kprof.so" "$(sed -n 's/^NVCC = //p' Makefile)" || continue
     data
     read -r pa pb <<< "${PROFILE_STEPS:-4 14}"
     [ "$pa" -lt "$pb" ] 2>/dev/null || { echo "run.sh: PROFILE_STEPS must be two step counts a < b (got '${PROFILE_STEPS}')"; continue; }
