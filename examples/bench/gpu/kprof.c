@@ -263,8 +263,7 @@ static int kp_has(const char *s, const char *const *words)
 static int kp_group(const char *name, int kind)
 {
     static const char *const gemm[] = { "gemm", "cutlass", "cublas", "nvjet", "xmma", "splitk", "matmul", NULL };
-    static const char *const attn[] = { "attention", "attn", "att3_", "att4_", "att_", "flash", "fmha", "sdpa",
-                                        "kv_append", "kv_attend", NULL };
+    static const char *const attn[] = { "attention", "attn", "flash", "fmha", "sdpa", "kv_append", "kv_attend", NULL };
     static const char *const xent[] = { "cross_entropy", "crossentropy", "ce_forward", "ce_backward", "xent",
                                         "lm_head", "logsumexp", "nll", NULL };
     static const char *const optim[] = { "adam", "sgd", "lamb", "optim", "sumsq", "clip", "multi_tensor", NULL };
@@ -278,7 +277,12 @@ static int kp_group(const char *name, int kind)
     for (; name[i] && i < sizeof low - 1; i++) low[i] = (char)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] + 32 : name[i]);
     low[i] = '\0';
     if (kp_has(low, gemm)) return G_GEMM;
-    if (kp_has(low, attn)) return G_ATTN;
+    /* the function's own name (after the last "::" before its template arguments): att<digit> or att_ */
+    const char *base = low, *lt = strchr(low, '<');
+    for (const char *p = low; *p && (!lt || p < lt); p++)
+        if (p[0] == ':' && p[1] == ':') base = p + 2;
+    if (kp_has(low, attn) || (strncmp(base, "att", 3) == 0 && ((base[3] >= '0' && base[3] <= '9') || base[3] == '_')))
+        return G_ATTN;
     if (kp_has(low, xent)) return G_XENT;
     if (kp_has(low, optim)) return G_OPTIM;
     if (kp_has(low, norm)) return G_NORM;

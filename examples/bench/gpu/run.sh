@@ -21,7 +21,8 @@
 #              "4 14") steps and subtracts the short run from the long one, so the rows are the mean of the steady
 #              steps (start-up, capture and the last step cancel); writes bench-out/profile-<mode>.txt (every
 #              kernel: calls, ms, us, share per step; groups), prints the top rows and, as an overhead check,
-#              gpt.lua's tokens/s with and without the profiler
+#              gpt.lua's tokens/s with and without the profiler (kprof-diff.sh BEFORE.txt AFTER.txt: two profiles
+#              side by side, per group and per kernel)
 #   dp         gpt.lua at GPT-2 124M size on 1 GPU, on 2 GPUs (ddp), and on 2 GPUs with a trace (2 GPUs)
 #   replay     examples/bench/graph_replay.lua: host time per microbatch, eager vs graphed
 #   allreduce  all-reduce bus bandwidth, examples/bench/allreduce.lua vs peers/allreduce.py (2 GPUs)
