@@ -17,12 +17,12 @@
 #              "auto 1024 2048 4096"): tokens/s, kernel and GEMM calls per step, peak memory (allocator high-water mark)
 #   profile    kernel-time profile of one GPT-2 124M step (the gpt2 options: bf16, 8 x 2 sequences, fused wgrad),
 #              eager and --graph: builds examples/bench/gpu/kprof.c (a CUPTI activity profiler, loaded with
-#              CUDA_INJECTION64_PATH) with kprof-build.sh against the CUPTI of the CUDA install, runs gpt.lua with PROFILE_STEPS (default
-#              "4 14") steps and subtracts the short run from the long one, so the rows are the mean of the steady
-#              steps (start-up, capture and the last step cancel); writes bench-out/profile-<mode>.txt (every
-#              kernel: calls, ms, us, share per step; groups), prints the top rows and, as an overhead check,
-#              gpt.lua's tokens/s with and without the profiler (kprof-diff.sh BEFORE.txt AFTER.txt: two profiles
-#              side by side, per group and per kernel)
+#              CUDA_INJECTION64_PATH) with kprof-build.sh against the CUDA install's CUPTI, runs gpt.lua with
+#              PROFILE_STEPS (default "4 14") steps and subtracts the short run from the long one, so the rows are
+#              the mean of the steady steps (start-up, capture and the last step cancel); writes
+#              bench-out/profile-<mode>.txt (every kernel: calls, ms, us, share per step; groups), prints the top
+#              rows and, as an overhead check, gpt.lua's tokens/s with and without the profiler
+#              (kprof-diff.sh BEFORE.txt AFTER.txt: two profiles side by side, per group and per kernel)
 #   dp         gpt.lua at GPT-2 124M size on 1 GPU, on 2 GPUs (ddp), and on 2 GPUs with a trace (2 GPUs)
 #   replay     examples/bench/graph_replay.lua: host time per microbatch, eager vs graphed
 #   allreduce  all-reduce bus bandwidth, examples/bench/allreduce.lua vs peers/allreduce.py (2 GPUs)
@@ -44,7 +44,8 @@
 #
 # Environment knobs: EXTRA_TESTS, EXTRA_SANIT (more test programs), SANIT_CAP (seconds per sanitizer run,
 # default 200), PROFILE_MODES (default "eager graph"), PROFILE_ARGS (more gpt.lua options for the profile, e.g.
-# "--fused-lm-head 0"), PROFILE_TOP (rows printed, default 25), CUPTI_DIR (a CUPTI install to use), TORCH_MODES (layers.py modes, default "eager,compile,graphed"), GPT2_PADS (gpt.lua
+# "--fused-lm-head 0"), PROFILE_TOP (rows printed, default 25), CUPTI_DIR (a CUPTI install to use),
+# TORCH_MODES (layers.py modes, default "eager,compile,graphed"), GPT2_PADS (gpt.lua
 # --vocab-pad values, default "64 1"), PYTHON (default python3), TORCHRUN (default torchrun).
 # NCCL's NVLink SHARP (multicast) is switched off for every process started here (NCCL_NVLS_ENABLE=0).
 set -o pipefail
