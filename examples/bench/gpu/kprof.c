@@ -140,8 +140,18 @@ static uint32_t kp_intern(const char *s)
     return (uint32_t)(kp_nnames - 1);
 }
 
+static void kp_finish(void);
+static pthread_once_t kp_exit_once = PTHREAD_ONCE_INIT;
+static void kp_register_exit(void)
+{
+    atexit(kp_finish);
+}
+
+/* The first buffer is asked for once CUDA is up: the report's atexit handler, registered then, runs before the
+ * CUDA runtime's and driver's own exit handlers (registered earlier), while the context still exists. */
 static void CUPTIAPI kp_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
 {
+    pthread_once(&kp_exit_once, kp_register_exit);
     *buffer = aligned_alloc(8, kp_bufsize);
     *size = *buffer ? kp_bufsize : 0;
     *max_records = 0;
@@ -620,7 +630,6 @@ static int kp_start(void)
         cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
     cuptiGetTimestamp(&kp_t0);
     kp_started = 1;
-    atexit(kp_finish);
     return 1;
 }
 
@@ -637,7 +646,10 @@ __attribute__((constructor)) static void kp_ctor(void)
     if (!inj || !*inj) kp_start();
 }
 
+/* At unload without the atexit handler (no buffer was ever asked for): no CUPTI call, only what is held here. */
 __attribute__((destructor)) static void kp_dtor(void)
 {
-    kp_finish();
+    if (kp_done || kp_nrecs == 0) return;
+    kp_done = 1;
+    kp_report();
 }
