@@ -343,7 +343,7 @@ static long kp_env_long(const char *name, long dflt, long min)
 /* "FILE" with %p replaced by the process id */
 static char *kp_path(const char *tmpl)
 {
-    size_t n = strlen(tmpl) + 32;
+    size_t n = 10 * strlen(tmpl) + 32; /* each %p (2 characters) becomes at most 20 */
     char *out = malloc(n), *o = out;
     if (!out) return NULL;
     for (const char *p = tmpl; *p; p++) {
@@ -372,7 +372,8 @@ static kp_row *kp_merge(kp_row *rows, size_t n, size_t *nout)
     return rows;
 }
 
-/* Reads a KPROF_RAW file; subtracts it from rows (growing them with names only it has). 0 on success. */
+/* Subtracts a KPROF_RAW file from rows (growing them with the names only it has), span and busy: the whole file
+ * is checked first, so a bad one changes nothing. 0 on success. */
 static int kp_subtract(const char *path, kp_row **rows, size_t *n, double *span, double *busy)
 {
     FILE *f = fopen(path, "r");
@@ -381,55 +382,46 @@ static int kp_subtract(const char *path, kp_row **rows, size_t *n, double *span,
         return -1;
     }
     char line[8192];
-    int lineno = 0, ok = 0;
     size_t cap = *n;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        line[strcspn(line, "\n")] = '\0';
-        if (lineno == 1) {
-            if (strcmp(line, "# kprof raw 1") != 0) {
-                kp_warn("KPROF_BASELINE: %s is not a KPROF_RAW file (first line '%s')", path, line);
-                break;
+    int bad = 0;
+    for (int apply = 0; apply < 2 && !bad; apply++) {
+        rewind(f);
+        for (int lineno = 1; !bad && fgets(line, sizeof line, f); lineno++) {
+            line[strcspn(line, "\n")] = '\0';
+            double v, calls, ns;
+            int kind, off = 0;
+            if (lineno == 1) {
+                if (strcmp(line, "# kprof raw 1") != 0) {
+                    kp_warn("KPROF_BASELINE: %s is not a KPROF_RAW file (first line '%s')", path, line);
+                    bad = 1;
+                }
+            } else if (sscanf(line, "span_ns %lf", &v) == 1) {
+                if (apply) *span -= v;
+            } else if (sscanf(line, "busy_ns %lf", &v) == 1) {
+                if (apply) *busy -= v;
+            } else if (sscanf(line, "%d\t%lf\t%lf\t%n", &kind, &calls, &ns, &off) != 3 || off == 0) {
+                kp_warn("KPROF_BASELINE: %s:%d: not 'kind<TAB>calls<TAB>ns<TAB>name'", path, lineno);
+                bad = 1;
+            } else if (apply) {
+                const char *name = line + off;
+                size_t i = 0;
+                while (i < *n && strcmp((*rows)[i].name, name) != 0) i++;
+                if (i == *n) {
+                    kp_row *r = kp_grow(*rows, &cap, *n + 1, sizeof **rows);
+                    char *copy = r ? strdup(name) : NULL;
+                    if (r) *rows = r;
+                    if (!copy) {
+                        kp_warn("KPROF_BASELINE: out of memory; '%s' not subtracted", name);
+                        continue;
+                    }
+                    (*rows)[(*n)++] = (kp_row){ copy, kind, 0, 0 };
+                }
+                (*rows)[i].calls -= calls, (*rows)[i].ns -= ns;
             }
-            ok = 1;
-            continue;
         }
-        double v;
-        if (sscanf(line, "span_ns %lf", &v) == 1) {
-            *span -= v;
-            continue;
-        }
-        if (sscanf(line, "busy_ns %lf", &v) == 1) {
-            *busy -= v;
-            continue;
-        }
-        int kind;
-        double calls, ns;
-        int off = 0;
-        if (sscanf(line, "%d\t%lf\t%lf\t%n", &kind, &calls, &ns, &off) != 3 || off == 0) {
-            kp_warn("KPROF_BASELINE: %s:%d: not 'kind<TAB>calls<TAB>ns<TAB>name'", path, lineno);
-            ok = 0;
-            break;
-        }
-        const char *name = line + off;
-        size_t i = 0;
-        while (i < *n && strcmp((*rows)[i].name, name) != 0) i++;
-        if (i == *n) {
-            kp_row *r = kp_grow(*rows, &cap, *n + 1, sizeof **rows);
-            char *copy = strdup(name);
-            if (!r || !copy) {
-                free(copy);
-                if (r) *rows = r;
-                ok = 0;
-                break;
-            }
-            *rows = r;
-            (*rows)[(*n)++] = (kp_row){ copy, kind, 0, 0 };
-        }
-        (*rows)[i].calls -= calls, (*rows)[i].ns -= ns;
     }
     fclose(f);
-    return ok ? 0 : -1;
+    return bad ? -1 : 0;
 }
 
 static void kp_fmt_calls(char *buf, size_t n, double c)
