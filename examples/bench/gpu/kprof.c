@@ -507,9 +507,9 @@ static void kp_report(void)
 
     double total = 0, gtot[G_N] = { 0 }, gcalls[G_N] = { 0 }, kcalls = 0;
     int negative = 0;
-    size_t kept = 0; /* rows the baseline cancels exactly are left out */
+    size_t kept = 0; /* rows whose calls the baseline cancels are left out: what time is left is run-to-run noise */
     for (size_t i = 0; i < nr; i++)
-        if (rows[i].calls != 0 || rows[i].ns != 0) rows[kept++] = rows[i];
+        if (rows[i].calls != 0) rows[kept++] = rows[i];
     nr = kept;
     for (size_t i = 0; i < nr; i++) {
         rows[i].calls /= (double)steps, rows[i].ns /= (double)steps;
