@@ -9,6 +9,8 @@
 #              capture, allocator, events) and t/attention-is-causal.t; EXTRA_TESTS adds test names
 #   launch     examples/bench/launch: host cost of an eager kernel, layer by layer
 #   ops        examples/bench/ops.lua (per-kernel times) and peers/kernels.py (PyTorch SDPA backends, FP8 GEMM)
+#   fp8        examples/bench/fp8_gemm (FP8 and bf16 GEMM 8192^3, cuBLASLt) and peers/fp8_gemm.py
+#              (torch._scaled_mm), with the ratio of the two FP8 figures
 #   layers     peers/layers.py, then examples/bench/layers.lua --torch (ratios to PyTorch per mode)
 #   gpt2       peers/gpt2.py and examples/gpt.lua at GPT-2 124M size on one GPU (tokens/s)
 #   lmhead     the fused LM head: its GPU test, examples/bench/lm_head.lua (the head alone at GPT-2 size: ms, calls,
@@ -73,7 +75,7 @@ done
 [ ${#STAGES[@]} -gt 0 ] || { echo "run.sh: no stage given" >&2; usage 2 >&2; }
 for s in "${STAGES[@]}"; do
   case $s in
-    tests|launch|ops|layers|gpt2|lmhead|profile|dp|replay|allreduce|optim|fork|sanit|suite) ;;
+    tests|launch|ops|fp8|layers|gpt2|lmhead|profile|dp|replay|allreduce|optim|fork|sanit|suite) ;;
     *) echo "run.sh: unknown stage '$s'" >&2; exit 2 ;;
   esac
 done
@@ -125,6 +127,14 @@ for s in "${STAGES[@]}"; do
     stage ops
     timeout "$(cap 120)" ./tegraph run "$SRC/examples/bench/ops.lua" 2>&1 | tee "$OUT/ops.txt"
     (cd "$PEERS" && timeout "$(cap 120)" "$PYTHON" kernels.py) 2>&1 | tee "$OUT/torch_kernels.txt"
+    ;;
+  fp8)
+    stage "fp8 gemm"
+    timeout "$(cap 120)" ./examples/bench/fp8_gemm 8192 20 2>&1 | tee "$OUT/fp8_gemm.txt"
+    (cd "$PEERS" && timeout "$(cap 120)" "$PYTHON" fp8_gemm.py --n 8192 --iters 20) 2>&1 | tee "$OUT/torch_fp8_gemm.txt"
+    t=$(grep -E '^fp8 e4m3 gemm' "$OUT/fp8_gemm.txt" | grep -oE '[0-9.]+ ms' | cut -d' ' -f1)
+    p=$(grep -E '^fp8 e4m3 scaled_mm' "$OUT/torch_fp8_gemm.txt" | grep -oE '[0-9.]+ ms' | cut -d' ' -f1)
+    [ -n "$t" ] && [ -n "$p" ] && awk -v t="$t" -v p="$p" 'BEGIN { printf "fp8 gemm 8192^3: tegraph / torch._scaled_mm throughput = %.3fx\n", p / t }'
     ;;
   layers)
     stage layers
