@@ -7,6 +7,7 @@ libtegraph_la_SOURCES += \
 	%D%/cpu_gemm.c \
 	%D%/cpu_nn.c \
 	%D%/cpu_fp8_scale.c \
+	%D%/cpu_fp8.c \
 	%D%/cpu_impl.h
 if HAVE_CUDA
 libtegraph_la_SOURCES += %D%/cuda.c %D%/cuda_alloc.c %D%/cuda_stream.c %D%/cuda_gemm.c %D%/cuda_impl.h

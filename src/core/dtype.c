@@ -1,6 +1,7 @@
-/* dtype.c — element types: sizes, names, bf16 conversion (round to nearest even). */
+/* dtype.c — element types: sizes, names, bf16 and FP8 (E4M3, E5M2) conversions (round to nearest even). */
 #include "core/core.h"
 
+#include <math.h>
 #include <string.h>
 
 static const struct {
@@ -12,6 +13,8 @@ static const struct {
     [TG_F16] = {"f16", "float16", 2},
     [TG_I32] = {"i32", "int32", 4},
     [TG_U16] = {"u16", "uint16", 2},
+    [TG_E4M3] = {"e4m3", "float8_e4m3fn", 1},
+    [TG_E5M2] = {"e5m2", "float8_e5m2", 1},
 };
 
 size_t tg_dtype_size(tg_dtype dt) { return (unsigned)dt < TG_DTYPE_COUNT ? dtypes[dt].size : 0; }
@@ -44,4 +47,45 @@ uint16_t tg_f32_to_bf16(float f)
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* NaN: keep it quiet NaN */
     u += 0x7fffu + ((u >> 16) & 1u); /* ties go to the even neighbour; overflow rounds to Inf */
     return (uint16_t)(u >> 16);
+}
+
+/* ------------------------------------------------------------------ FP8
+ * A format has mbits mantissa bits and exponent bias; emin = 1 - bias is the
+ * exponent of the smallest normal, whose quantum 2^(emin - mbits) is also
+ * the subnormals' spacing. E4M3 (OCP fn): bias 7, codes 0x7f / 0xff are NaN,
+ * no infinities, max 0x7e = 448. E5M2: bias 15, exponent 31 holds Inf and
+ * NaN, max 0x7b = 57344. */
+int tg_dtype_is_fp8(tg_dtype dt) { return dt == TG_E4M3 || dt == TG_E5M2; }
+
+double tg_fp8_max(tg_dtype dt) { return dt == TG_E4M3 ? 448.0 : dt == TG_E5M2 ? 57344.0 : 0.0; }
+
+uint8_t tg_fp8_from_f32(tg_dtype dt, float x)
+{
+    int mbits = dt == TG_E4M3 ? 3 : 2, emin = dt == TG_E4M3 ? -6 : -14;
+    uint8_t max_code = dt == TG_E4M3 ? 0x7e : 0x7b;
+    if (isnan(x)) return 0x7f;
+    uint8_t sign = signbit(x) ? 0x80 : 0;
+    double a = fabs((double)x);
+    if (a >= tg_fp8_max(dt)) return sign | max_code; /* saturate (infinities too) */
+    int e;
+    frexp(a, &e); /* a = f * 2^e, f in [0.5, 1): the leading bit has exponent e - 1 */
+    e -= 1;
+    if (a == 0.0 || e < emin) e = emin; /* zero and subnormals: the smallest normal's quantum */
+    double q = nearbyint(ldexp(a, mbits - e)); /* exact scaling, then ties to even (default rounding mode) */
+    /* q < 2^mbits: a subnormal (or zero) whose code is q; else a normal of exponent e, and q == 2^(mbits+1)
+     * (rounded up to the next binade) carries into the exponent field by the addition */
+    if (e == emin && q < (double)(1 << mbits)) return sign | (uint8_t)q;
+    return sign | (uint8_t)(((e - emin + 1) << mbits) + ((int)q - (1 << mbits)));
+}
+
+float tg_fp8_to_f32(tg_dtype dt, uint8_t code)
+{
+    int mbits = dt == TG_E4M3 ? 3 : 2, emin = dt == TG_E4M3 ? -6 : -14, ebits = 7 - mbits;
+    int ef = (code & 0x7f) >> mbits, m = code & ((1 << mbits) - 1);
+    double v;
+    if (dt == TG_E4M3 && (code & 0x7f) == 0x7f) return NAN;
+    if (dt == TG_E5M2 && ef == (1 << ebits) - 1) v = m ? NAN : INFINITY;
+    else if (ef == 0) v = ldexp((double)m, emin - mbits);
+    else v = ldexp((double)((1 << mbits) + m), ef + emin - 1 - mbits);
+    return (float)((code & 0x80) ? -v : v);
 }

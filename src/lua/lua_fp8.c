@@ -1,289 +1,254 @@
-/* lua_fp8.c — core.fp8: FP8 recipes (DelayedScaling, CurrentScaling), the autocast setting, the scale update op,
- * and the module methods set_fp8 / fp8_state. */
+/* lua_fp8.c — tegraph.ops' FP8 functions: casts with amax (and transposed copies), transpose, dequantize,
+ * amax, the FP8 GEMM, and the host conversions of single values. */
 #include "lua/lua_nn.h"
-#include "lua/lua_impl.h"
-#include "nn/nn.h"
 
 #include <string.h>
 
-#define TGL_FP8_RECIPE "tegraph.FP8Recipe"
-
-static const char *const format_names[] = {"HYBRID", "E4M3", NULL};
-static const char *const algo_names[] = {"max", "most_recent", NULL};
-
-/* A string field of an enum: its index in names; def when absent. */
-static int enum_field(lua_State *L, int t, const char *what, const char *k, const char *const *names, int def)
+/* An FP8 dtype name ("e4m3", "e5m2" and their aliases) at idx. */
+static tg_dtype fp8_dtype_check(lua_State *L, int idx)
 {
-    int ty = lua_getfield(L, t, k);
-    if (ty == LUA_TNIL) {
-        lua_pop(L, 1);
-        return def;
-    }
-    if (ty == LUA_TSTRING) {
-        const char *s = lua_tostring(L, -1);
-        for (int i = 0; names[i]; i++)
-            if (strcmp(s, names[i]) == 0) {
-                lua_pop(L, 1);
-                return i;
-            }
-    }
-    luaL_Buffer b;
-    luaL_buffinit(L, &b);
-    for (int i = 0; names[i]; i++) {
-        luaL_addstring(&b, i ? (names[i + 1] ? ", \"" : " or \"") : "\"");
-        luaL_addstring(&b, names[i]);
-        luaL_addstring(&b, "\"");
-    }
-    luaL_pushresult(&b);
-    return luaL_error(L, "%s: %s must be %s (got %s)", what, k, lua_tostring(L, -1), luaL_tolstring(L, -2, NULL));
+    tg_dtype dt = tgl_dtype_check(L, idx);
+    if (!tg_dtype_is_fp8(dt))
+        luaL_argerror(L, idx, lua_pushfstring(L, "dtype %s is not an FP8 dtype (e4m3 or e5m2)", tg_dtype_name(dt)));
+    return dt;
 }
 
-/* An integer field in [lo, hi]; def when absent. */
-static int int_field(lua_State *L, int t, const char *what, const char *k, int lo, int hi, int def)
+/* opts[k]: a tensor or nil; anything else is an error naming the field. */
+static tg_tensor *field_tensor(lua_State *L, int opts, const char *k, const char *fn)
 {
-    int ty = lua_getfield(L, t, k), isint = 0;
-    if (ty == LUA_TNIL) {
-        lua_pop(L, 1);
-        return def;
+    if (lua_isnoneornil(L, opts)) return NULL;
+    lua_getfield(L, opts, k);
+    tg_tensor *t = NULL;
+    if (!lua_isnil(L, -1)) {
+        t = tgl_tensor_test(L, -1);
+        if (!t) luaL_error(L, "%s: option %s must be a tensor (got a %s)", fn, k, luaL_typename(L, -1));
     }
-    lua_Integer v = lua_tointegerx(L, -1, &isint);
-    if (ty != LUA_TNUMBER || !isint || v < lo || v > hi)
-        return luaL_error(L, "%s: %s must be an integer in %d..%d (got %s)", what, k, lo, hi, luaL_tolstring(L, -1, NULL));
+    lua_pop(L, 1); /* the userdata stays referenced by the table */
+    return t;
+}
+
+static int field_bool(lua_State *L, int opts, const char *k)
+{
+    if (lua_isnoneornil(L, opts)) return 0;
+    lua_getfield(L, opts, k);
+    int v = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    return (int)v;
+    return v;
 }
 
-/* Refuses keys of the table at t outside keys. */
-static void only_keys(lua_State *L, int t, const char *what, const char *const *keys)
+static double field_num(lua_State *L, int opts, const char *k, double def, const char *fn)
 {
+    if (lua_isnoneornil(L, opts)) return def;
+    lua_getfield(L, opts, k);
+    double v = def;
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isnumber(L, -1)) luaL_error(L, "%s: option %s must be a number (got a %s)", fn, k, luaL_typename(L, -1));
+        v = (double)lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+/* Rejects fields of opts outside allowed (typos would otherwise be ignored). */
+static void fields_known(lua_State *L, int opts, const char *const *allowed, const char *fn)
+{
+    if (lua_isnoneornil(L, opts)) return;
+    luaL_checktype(L, opts, LUA_TTABLE);
     lua_pushnil(L);
-    while (lua_next(L, t)) {
+    while (lua_next(L, opts)) {
+        lua_pop(L, 1);
+        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
         int ok = 0;
-        if (lua_type(L, -2) == LUA_TSTRING)
-            for (int i = 0; keys[i] && !ok; i++) ok = strcmp(lua_tostring(L, -2), keys[i]) == 0;
-        if (!ok) {
-            luaL_Buffer b;
-            luaL_buffinit(L, &b);
-            for (int i = 0; keys[i]; i++) luaL_addstring(&b, keys[i]), luaL_addstring(&b, keys[i + 1] ? ", " : "");
-            luaL_pushresult(&b);
-            luaL_error(L, "%s: unknown field '%s' (known: %s)", what, luaL_tolstring(L, -3, NULL), lua_tostring(L, -2));
-        }
+        for (int i = 0; k && allowed[i]; i++) ok |= strcmp(k, allowed[i]) == 0;
+        if (!ok) luaL_error(L, "%s: unknown option %s", fn, k ? k : luaL_typename(L, -1));
+    }
+}
+
+static tg_tensor *push_new(lua_State *L, const tg_tensor *like, tg_dtype dt, int nd, const int64_t *shape)
+{
+    tg_tensor **slot = tgl_tensor_push(L);
+    tgl_check(L, tg_tensor_new(dt, nd, shape, tg_tensor_device(like), slot));
+    return *slot;
+}
+
+static tg_tensor *push_like(lua_State *L, const tg_tensor *t, tg_dtype dt)
+{
+    int64_t shape[TG_MAX_DIMS];
+    for (int i = 0; i < tg_tensor_ndim(t); i++) shape[i] = tg_tensor_dim(t, i);
+    return push_new(L, t, dt, tg_tensor_ndim(t), shape);
+}
+
+/* x seen as a matrix: (cols, rows) for its transpose. */
+static void transposed_shape(const tg_tensor *x, int64_t shape[2])
+{
+    int64_t c = tg_tensor_ndim(x) ? tg_tensor_dim(x, tg_tensor_ndim(x) - 1) : 1;
+    shape[0] = c;
+    shape[1] = c ? tg_tensor_numel(x) / c : 0;
+}
+
+/* Pushes the tensor given as opts[k], else a new one of dt (x's shape, or shape when nd > 0); returns it. */
+static tg_tensor *out_or_new(lua_State *L, int opts, const char *k, tg_tensor *given, const tg_tensor *x,
+                             tg_dtype dt, int nd, const int64_t *shape)
+{
+    if (given) {
+        lua_getfield(L, opts, k);
+        return given;
+    }
+    return nd ? push_new(L, x, dt, nd, shape) : push_like(L, x, dt);
+}
+
+static const char *const cast_opts[] = {"scale", "amax", "scale_inv", "accumulate", "y", "y_t", NULL};
+
+/* fp8_cast(x, dtype [, {scale=, amax=, scale_inv=, accumulate=false, y=}]) -> y: y = fp8(x * scale), amax =
+ * max|x| (written, or accumulated when accumulate), scale_inv = 1 / scale (tg_fp8_cast); y is new (x's
+ * shape) unless given. */
+static int o_fp8_cast(lua_State *L)
+{
+    tg_tensor *x = tgl_tensor_check(L, 1);
+    tg_dtype dt = fp8_dtype_check(L, 2);
+    fields_known(L, 3, cast_opts, "fp8_cast");
+    tg_tensor *scale = field_tensor(L, 3, "scale", "fp8_cast"), *amax = field_tensor(L, 3, "amax", "fp8_cast");
+    tg_tensor *si = field_tensor(L, 3, "scale_inv", "fp8_cast"), *y = field_tensor(L, 3, "y", "fp8_cast");
+    int flags = field_bool(L, 3, "accumulate") ? TG_FP8_AMAX_ACCUMULATE : 0;
+    if (field_tensor(L, 3, "y_t", "fp8_cast")) return luaL_error(L, "fp8_cast: option y_t belongs to fp8_cast_transpose");
+    y = out_or_new(L, 3, "y", y, x, dt, 0, NULL);
+    tgl_check(L, tg_fp8_cast(y, x, scale, amax, si, flags));
+    return 1;
+}
+
+/* fp8_cast_transpose(x, dtype [, opts as fp8_cast, y=, y_t=]) -> y, y_t: the cast and its transpose
+ * (x's last dimension first, 2-D) in one pass; y or y_t may be given (y = false: only y_t, returned alone). */
+static int o_fp8_cast_transpose(lua_State *L)
+{
+    tg_tensor *x = tgl_tensor_check(L, 1);
+    tg_dtype dt = fp8_dtype_check(L, 2);
+    fields_known(L, 3, cast_opts, "fp8_cast_transpose");
+    tg_tensor *scale = field_tensor(L, 3, "scale", "fp8_cast_transpose");
+    tg_tensor *amax = field_tensor(L, 3, "amax", "fp8_cast_transpose");
+    tg_tensor *si = field_tensor(L, 3, "scale_inv", "fp8_cast_transpose");
+    int flags = field_bool(L, 3, "accumulate") ? TG_FP8_AMAX_ACCUMULATE : 0;
+    int no_y = 0;
+    if (!lua_isnoneornil(L, 3)) {
+        lua_getfield(L, 3, "y");
+        no_y = lua_isboolean(L, -1) && !lua_toboolean(L, -1);
         lua_pop(L, 1);
     }
+    tg_tensor *y = no_y ? NULL : field_tensor(L, 3, "y", "fp8_cast_transpose");
+    tg_tensor *yt = field_tensor(L, 3, "y_t", "fp8_cast_transpose");
+    int64_t ts[2];
+    transposed_shape(x, ts);
+    int nret = 0;
+    if (!no_y) y = out_or_new(L, 3, "y", y, x, dt, 0, NULL), nret++;
+    yt = out_or_new(L, 3, "y_t", yt, x, dt, 2, ts), nret++;
+    tgl_check(L, tg_fp8_cast_transpose(y, yt, x, scale, amax, si, flags));
+    return nret;
 }
 
-/* Reads the recipe table at idx (made by DelayedScaling / CurrentScaling) into r; raises naming `what`. */
-static void recipe_read(lua_State *L, int idx, const char *what, tg_fp8_recipe *r)
+/* fp8_transpose(x [, y_t]) -> y_t: the codes of an FP8 x (as a matrix) transposed. */
+static int o_fp8_transpose(lua_State *L)
 {
-    idx = lua_absindex(L, idx);
-    int ok = lua_type(L, idx) == LUA_TTABLE && lua_getmetatable(L, idx);
-    if (ok) {
-        luaL_getmetatable(L, TGL_FP8_RECIPE);
-        ok = lua_rawequal(L, -1, -2);
-        lua_pop(L, 2);
-    }
-    if (!ok)
-        luaL_error(L, "%s must be an FP8 recipe (tg.fp8.DelayedScaling{...} or tg.fp8.CurrentScaling{...}), got %s", what,
-                   luaL_typename(L, idx));
-    lua_getfield(L, idx, "scaling");
-    const char *kind = lua_tostring(L, -1);
-    if (kind && strcmp(kind, "current") == 0) tg_fp8_recipe_current(r);
-    else tg_fp8_recipe_delayed(r);
-    lua_pop(L, 1);
-    r->format = (tg_fp8_format)enum_field(L, idx, what, "fp8_format", format_names, 0);
-    r->margin = int_field(L, idx, what, "margin", 0, 127, 0);
-    if (r->scaling == TG_FP8_DELAYED) {
-        r->amax_history_len = int_field(L, idx, what, "amax_history_len", 1, 1 << 20, 1024);
-        r->amax_compute_algo = (tg_fp8_amax_algo)enum_field(L, idx, what, "amax_compute_algo", algo_names, 0);
-    }
-    tgl_check(L, tg_fp8_recipe_check(r));
-}
-
-void tgl_fp8_recipe_check(lua_State *L, int idx, const char *what, tg_fp8_recipe *r) { recipe_read(L, idx, what, r); }
-
-/* Pushes a recipe table for r. */
-static void recipe_push(lua_State *L, const tg_fp8_recipe *r)
-{
-    lua_createtable(L, 0, 6);
-    lua_pushstring(L, r->scaling == TG_FP8_CURRENT ? "current" : "delayed");
-    lua_setfield(L, -2, "scaling");
-    lua_pushstring(L, format_names[r->format]);
-    lua_setfield(L, -2, "fp8_format");
-    lua_pushinteger(L, r->margin);
-    lua_setfield(L, -2, "margin");
-    if (r->scaling == TG_FP8_DELAYED) {
-        lua_pushinteger(L, r->amax_history_len);
-        lua_setfield(L, -2, "amax_history_len");
-        lua_pushstring(L, algo_names[r->amax_compute_algo]);
-        lua_setfield(L, -2, "amax_compute_algo");
-    }
-    luaL_setmetatable(L, TGL_FP8_RECIPE);
-}
-
-/* DelayedScaling{margin = 0, amax_history_len = 1024, amax_compute_algo = "max", fp8_format = "HYBRID"} */
-static int fp8_delayed(lua_State *L)
-{
-    static const char *const keys[] = {"margin", "amax_history_len", "amax_compute_algo", "fp8_format", NULL};
-    const char *what = "fp8.DelayedScaling";
-    if (lua_isnoneornil(L, 1)) lua_newtable(L), lua_replace(L, 1);
-    if (!lua_istable(L, 1)) return luaL_error(L, "%s: takes one table of fields, got a %s", what, luaL_typename(L, 1));
-    only_keys(L, 1, what, keys);
-    tg_fp8_recipe r;
-    tg_fp8_recipe_delayed(&r);
-    r.format = (tg_fp8_format)enum_field(L, 1, what, "fp8_format", format_names, 0);
-    r.margin = int_field(L, 1, what, "margin", 0, 127, 0);
-    r.amax_history_len = int_field(L, 1, what, "amax_history_len", 1, 1 << 20, 1024);
-    r.amax_compute_algo = (tg_fp8_amax_algo)enum_field(L, 1, what, "amax_compute_algo", algo_names, 0);
-    tgl_check(L, tg_fp8_recipe_check(&r));
-    recipe_push(L, &r);
+    tg_tensor *x = tgl_tensor_check(L, 1);
+    tg_tensor *yt = lua_isnoneornil(L, 2) ? NULL : tgl_tensor_check(L, 2);
+    int64_t ts[2];
+    transposed_shape(x, ts);
+    if (yt) lua_pushvalue(L, 2);
+    else yt = push_new(L, x, tg_tensor_dtype(x), 2, ts);
+    tgl_check(L, tg_fp8_transpose(yt, x));
     return 1;
 }
 
-/* CurrentScaling{fp8_format = "HYBRID"}: per-tensor scales from each tensor's own amax. */
-static int fp8_current(lua_State *L)
+/* fp8_dequantize(x [, scale_inv [, dtype="f32" | y]]) -> y = x * scale_inv (a new tensor of x's shape, or y). */
+static int o_fp8_dequantize(lua_State *L)
 {
-    static const char *const keys[] = {"fp8_format", NULL};
-    const char *what = "fp8.CurrentScaling";
-    if (lua_isnoneornil(L, 1)) lua_newtable(L), lua_replace(L, 1);
-    if (!lua_istable(L, 1)) return luaL_error(L, "%s: takes one table of fields, got a %s", what, luaL_typename(L, 1));
-    only_keys(L, 1, what, keys);
-    tg_fp8_recipe r;
-    tg_fp8_recipe_current(&r);
-    r.format = (tg_fp8_format)enum_field(L, 1, what, "fp8_format", format_names, 0);
-    tgl_check(L, tg_fp8_recipe_check(&r));
-    recipe_push(L, &r);
+    tg_tensor *x = tgl_tensor_check(L, 1);
+    tg_tensor *si = lua_isnoneornil(L, 2) ? NULL : tgl_tensor_check(L, 2);
+    tg_tensor *y = tgl_tensor_test(L, 3);
+    if (y) lua_pushvalue(L, 3);
+    else y = push_like(L, x, lua_isnoneornil(L, 3) ? TG_F32 : tgl_dtype_check(L, 3));
+    tgl_check(L, tg_fp8_dequantize(y, x, si));
     return 1;
 }
 
-/* is_recipe(v) -> boolean */
-static int fp8_is_recipe(lua_State *L)
+/* fp8_amax(amax, x [, accumulate=false]) -> amax = max|x| (or max(amax, max|x|)). */
+static int o_fp8_amax(lua_State *L)
 {
-    int ok = lua_type(L, 1) == LUA_TTABLE && lua_getmetatable(L, 1);
-    if (ok) {
-        luaL_getmetatable(L, TGL_FP8_RECIPE);
-        ok = lua_rawequal(L, -1, -2);
-    }
-    lua_pushboolean(L, ok);
-    return 1;
-}
-
-/* autocast_set(active, enabled, recipe|nil) */
-static int fp8_autocast_set(lua_State *L)
-{
-    int active = lua_toboolean(L, 1), enabled = lua_toboolean(L, 2);
-    tg_fp8_recipe r;
-    memset(&r, 0, sizeof r);
-    if (active && enabled) recipe_read(L, 3, "fp8_autocast: the recipe", &r);
-    tgl_check(L, tg_fp8_autocast_set(active, enabled, &r));
-    return 0;
-}
-
-/* autocast_get() -> active, enabled, recipe|nil */
-static int fp8_autocast_get(lua_State *L)
-{
-    int active, enabled;
-    tg_fp8_recipe r;
-    tg_fp8_autocast_get(&active, &enabled, &r);
-    lua_pushboolean(L, active);
-    lua_pushboolean(L, enabled);
-    if (enabled) recipe_push(L, &r);
-    else lua_pushnil(L);
-    return 3;
-}
-
-/* scale_update(amax_history, scale, scale_inv, fp8_max (number or list), margin = 0, algo = "max") */
-static int fp8_scale_update(lua_State *L)
-{
-    tg_tensor *h = tgl_tensor_check(L, 1), *s = tgl_tensor_check(L, 2), *si = tgl_tensor_check(L, 3);
-    double mx[TG_FP8_MAX_ROLES];
-    int n = 0;
-    if (lua_type(L, 4) == LUA_TNUMBER) {
-        mx[n++] = lua_tonumber(L, 4);
-    } else if (lua_istable(L, 4)) {
-        lua_Integer len = luaL_len(L, 4);
-        if (len < 1 || len > TG_FP8_MAX_ROLES)
-            return luaL_error(L, "fp8.scale_update: fp8_max must list 1 to %d numbers (got %I)", TG_FP8_MAX_ROLES, len);
-        for (int i = 1; i <= len; i++) {
-            lua_rawgeti(L, 4, i);
-            if (lua_type(L, -1) != LUA_TNUMBER) return luaL_error(L, "fp8.scale_update: fp8_max[%d] is not a number", i);
-            mx[n++] = lua_tonumber(L, -1);
-            lua_pop(L, 1);
-        }
-    } else {
-        return luaL_error(L, "fp8.scale_update: fp8_max (argument 4) must be a number or a list of numbers, got a %s",
-                          luaL_typename(L, 4));
-    }
-    if (n != tg_tensor_numel(s))
-        return luaL_error(L, "fp8.scale_update: fp8_max has %d values for %I roles (scale's length)", n,
-                          (lua_Integer)tg_tensor_numel(s));
-    int margin = lua_isnoneornil(L, 5) ? 0 : tgl_checkint(L, 5);
-    int algo = luaL_checkoption(L, 6, "max", algo_names);
-    tgl_check(L, tg_fp8_scale_update(h, s, si, mx, margin, algo));
-    return 0;
-}
-
-/* m:set_fp8(recipe|nil) -> m */
-static int m_set_fp8(lua_State *L)
-{
-    struct tgl_module *u = tgl_module_box(L, 1);
-    tg_fp8_recipe r;
-    if (lua_isnoneornil(L, 2)) memset(&r, 0, sizeof r);
-    else recipe_read(L, 2, "set_fp8: the recipe", &r);
-    tgl_check(L, tg_module_set_fp8(u->m, &r));
+    tg_tensor *amax = tgl_tensor_check(L, 1), *x = tgl_tensor_check(L, 2);
+    tgl_check(L, tg_fp8_amax(amax, x, lua_toboolean(L, 3) ? TG_FP8_AMAX_ACCUMULATE : 0));
     lua_settop(L, 1);
     return 1;
 }
 
-static void state_push(lua_State *L, tg_module *m, int *k)
+/* fp8_gemm(d, a, trans_a, b, trans_b [, {a_scale_inv=, b_scale_inv=, alpha=1, beta=0,
+ * epilogue="none"|"bias"|"bias_gelu", bias=, aux=, amax_d=, accumulate=false}]) -> d (tg_fp8_gemm:
+ * A (m,k) and B (n,k), trans_a false and trans_b true). */
+static int o_fp8_gemm(lua_State *L)
 {
-    if (m->fp8) {
-        lua_createtable(L, 0, 4);
-        lua_pushstring(L, tg_module_name(m));
-        lua_setfield(L, -2, "module");
-        tgl_push_tensor_ref(L, m->fp8->history);
-        lua_setfield(L, -2, "amax_history");
-        tgl_push_tensor_ref(L, m->fp8->scale);
-        lua_setfield(L, -2, "scale");
-        tgl_push_tensor_ref(L, m->fp8->scale_inv);
-        lua_setfield(L, -2, "scale_inv");
-        recipe_push(L, &m->fp8->r);
-        lua_setfield(L, -2, "recipe");
-        lua_rawseti(L, -2, ++*k);
+    static const char *const allowed[] = {"a_scale_inv", "b_scale_inv", "alpha", "beta", "epilogue", "bias", "aux",
+                                          "amax_d", "accumulate", NULL};
+    static const char *const epis[] = {"none", "bias", "bias_gelu", NULL};
+    static const tg_gemm_epilogue epi_of[] = {TG_EPI_NONE, TG_EPI_BIAS, TG_EPI_BIAS_GELU};
+    const char *fn = "fp8_gemm";
+    tg_tensor *d = tgl_tensor_check(L, 1), *a = tgl_tensor_check(L, 2), *b = tgl_tensor_check(L, 4);
+    int ta = lua_toboolean(L, 3), tb = lua_toboolean(L, 5);
+    fields_known(L, 6, allowed, fn);
+    tg_tensor *asi = field_tensor(L, 6, "a_scale_inv", fn), *bsi = field_tensor(L, 6, "b_scale_inv", fn);
+    tg_tensor *bias = field_tensor(L, 6, "bias", fn), *aux = field_tensor(L, 6, "aux", fn);
+    tg_tensor *amax_d = field_tensor(L, 6, "amax_d", fn);
+    double alpha = field_num(L, 6, "alpha", 1.0, fn), beta = field_num(L, 6, "beta", 0.0, fn);
+    int flags = field_bool(L, 6, "accumulate") ? TG_FP8_AMAX_ACCUMULATE : 0;
+    int epi = 0;
+    if (!lua_isnoneornil(L, 6)) {
+        lua_getfield(L, 6, "epilogue");
+        if (!lua_isnil(L, -1)) {
+            const char *name = lua_tostring(L, -1);
+            while (epis[epi] && !(name && strcmp(epis[epi], name) == 0)) epi++;
+            if (!epis[epi])
+                return luaL_error(L, "fp8_gemm: unknown epilogue '%s' (expected \"none\", \"bias\" or \"bias_gelu\")",
+                                  name ? name : luaL_typename(L, -1));
+        }
+        lua_pop(L, 1);
     }
-    for (int i = 0; i < m->nchildren; i++) state_push(L, m->children[i], k);
+    tgl_check(L, tg_fp8_gemm(d, a, ta, asi, b, tb, bsi, alpha, beta, epi_of[epi], bias, aux, amax_d, flags));
+    lua_settop(L, 1);
+    return 1;
 }
 
-/* m:fp8_state() -> list of {module =, amax_history =, scale =, scale_inv =, recipe =}, one per FP8 Linear under m
- * (history (len, 3), scale and scale_inv (3): roles input, weight, grad_output); the tensors share the module's memory. */
-static int m_fp8_state(lua_State *L)
+/* fp8_from_f32(dtype, x) -> code (0..255): the saturating, round-to-nearest-even conversion of one value. */
+static int o_fp8_from_f32(lua_State *L)
 {
-    struct tgl_module *u = tgl_module_box(L, 1);
-    int k = 0;
-    lua_newtable(L);
-    state_push(L, u->m, &k);
+    tg_dtype dt = fp8_dtype_check(L, 1);
+    lua_pushinteger(L, tg_fp8_from_f32(dt, (float)luaL_checknumber(L, 2)));
+    return 1;
+}
+
+/* fp8_to_f32(dtype, code) -> the value of a code. */
+static int o_fp8_to_f32(lua_State *L)
+{
+    tg_dtype dt = fp8_dtype_check(L, 1);
+    lua_Integer c = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, c >= 0 && c <= 255, 2, "an FP8 code is 0..255");
+    lua_pushnumber(L, (lua_Number)tg_fp8_to_f32(dt, (uint8_t)c));
+    return 1;
+}
+
+/* fp8_max(dtype) -> the largest finite value (448, 57344). */
+static int o_fp8_max(lua_State *L)
+{
+    lua_pushnumber(L, (lua_Number)tg_fp8_max(fp8_dtype_check(L, 1)));
     return 1;
 }
 
 static const luaL_Reg fp8_funcs[] = {
-    {"DelayedScaling", fp8_delayed},
-    {"CurrentScaling", fp8_current},
-    {"is_recipe", fp8_is_recipe},
-    {"autocast_set", fp8_autocast_set},
-    {"autocast_get", fp8_autocast_get},
-    {"scale_update", fp8_scale_update},
+    {"fp8_cast", o_fp8_cast},
+    {"fp8_cast_transpose", o_fp8_cast_transpose},
+    {"fp8_transpose", o_fp8_transpose},
+    {"fp8_dequantize", o_fp8_dequantize},
+    {"fp8_amax", o_fp8_amax},
+    {"fp8_gemm", o_fp8_gemm},
+    {"fp8_from_f32", o_fp8_from_f32},
+    {"fp8_to_f32", o_fp8_to_f32},
+    {"fp8_max", o_fp8_max},
     {NULL, NULL},
 };
 
-void tgl_open_fp8(lua_State *L)
-{
-    if (luaL_newmetatable(L, TGL_FP8_RECIPE)) {
-        lua_pushliteral(L, TGL_FP8_RECIPE);
-        lua_setfield(L, -2, "__name");
-    }
-    lua_pop(L, 1);
-    luaL_newlib(L, fp8_funcs);
-    lua_setfield(L, -2, "fp8");
-}
-
-int tgl_module_set_fp8(lua_State *L) { return m_set_fp8(L); }
-int tgl_module_fp8_state(lua_State *L) { return m_fp8_state(L); }
+void tgl_fp8_funcs(lua_State *L) { luaL_setfuncs(L, fp8_funcs, 0); }

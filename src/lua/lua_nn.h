@@ -14,6 +14,8 @@ void tgl_open_nn(lua_State *L);
 
 /* Sets core.ops on the table at the top of the stack (lua_ops.c). */
 void tgl_open_ops(lua_State *L);
+/* Sets the FP8 ops (lua_fp8.c) on the table at the top of the stack. */
+void tgl_fp8_funcs(lua_State *L);
 
 /* The tg_module of a tegraph.Module userdata, or of a Lua module table (wrapped
  * once into a callback module; the wrapper replaces the table at idx so it
@@ -55,7 +57,7 @@ int tgl_mb_arg(lua_State *L, int idx);
 tg_tensor *tgl_protocol_tensor(lua_State *L, int idx, const char *call);
 void tgl_open_module(lua_State *L);
 
-/* FP8 (lua_fp8.c): sets core.fp8 (recipes, autocast setting, scale update)
+/* FP8 recipes (lua_fp8_recipe.c): sets core.fp8 (recipes, autocast setting, scale update)
  * on the table at the top; reads a recipe table (raises naming `what`); the
  * module methods set_fp8 and fp8_state. */
 void tgl_open_fp8(lua_State *L);
