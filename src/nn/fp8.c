@@ -145,7 +145,7 @@ static tg_status state_new(tg_module *m, const tg_fp8_recipe *r, int64_t out, in
 tg_status tg_fp8_state_ensure(tg_module *m, const tg_fp8_recipe *r, int64_t out, int64_t in)
 {
     if (m->fp8 && recipe_same(&m->fp8->r, r)) return TG_OK;
-    struct tg_fp8_state *s;
+    struct tg_fp8_state *s = NULL;
     TG_TRY(state_new(m, r, out, in, &s));
     tg_fp8_state_free(m->fp8);
     m->fp8 = s;
