@@ -27,6 +27,7 @@ static int enum_field(lua_State *L, int t, const char *what, const char *k, cons
                 return i;
             }
     }
+    const char *got = luaL_tolstring(L, -1, NULL);
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     for (int i = 0; names[i]; i++) {
@@ -35,7 +36,7 @@ static int enum_field(lua_State *L, int t, const char *what, const char *k, cons
         luaL_addstring(&b, "\"");
     }
     luaL_pushresult(&b);
-    return luaL_error(L, "%s: %s must be %s (got %s)", what, k, lua_tostring(L, -1), luaL_tolstring(L, -2, NULL));
+    return luaL_error(L, "%s: %s must be %s (got %s)", what, k, lua_tostring(L, -1), got);
 }
 
 /* An integer field in [lo, hi]; def when absent. */
