@@ -1,5 +1,5 @@
 # t/fp8.mk — FP8 training: recipes and the scale update, modules in FP8, fp8_autocast, the mode matrix in FP8
 # (t/graph.mk) and the amax reduce over two ranks (t/dist.mk).
-FP8_LUA_TESTS = t/fp8-scale-update-matches-hand-computed.lua
+FP8_LUA_TESTS = t/fp8-scale-update-matches-hand-computed.lua t/fp8-linear-equals-gemm-of-dequantized-operands.lua
 TESTS += $(FP8_LUA_TESTS)
 EXTRA_DIST += $(FP8_LUA_TESTS)
