@@ -28,6 +28,7 @@ tg_status tg_fp8_recipe_check(const tg_fp8_recipe *r)
     if (!r) return tg_error(TG_EINVAL, "FP8 recipe: NULL");
     if (r->scaling != TG_FP8_OFF && r->scaling != TG_FP8_DELAYED && r->scaling != TG_FP8_CURRENT)
         return tg_error(TG_EINVAL, "FP8 recipe: scaling %d is not one of off, delayed, current", (int)r->scaling);
+    if (r->scaling == TG_FP8_OFF) return TG_OK; /* FP8 off: the other fields are not used */
     if (r->format != TG_FP8_HYBRID && r->format != TG_FP8_FORMAT_E4M3)
         return tg_error(TG_EINVAL, "FP8 recipe: fp8_format %d is not HYBRID or E4M3", (int)r->format);
     if (r->margin < 0 || r->margin > 127)
