@@ -2,5 +2,5 @@
 # (t/graph.mk) and the amax reduce over two ranks (t/dist.mk).
 FP8_LUA_TESTS = t/fp8-scale-update-matches-hand-computed.lua t/fp8-linear-equals-gemm-of-dequantized-operands.lua \
 	t/fp8-autocast-and-module-option.lua
-TESTS += $(FP8_LUA_TESTS)
-EXTRA_DIST += $(FP8_LUA_TESTS)
+TESTS += $(FP8_LUA_TESTS) t/dist-fp8-amax-reduce-makes-the-scales-agree.sh
+EXTRA_DIST += $(FP8_LUA_TESTS) t/dist-fp8-amax-reduce-makes-the-scales-agree.sh t/dist/fp8-amax-reduce.lua
