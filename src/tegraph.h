@@ -85,6 +85,19 @@ TG_API tg_status tg_device_describe(tg_device d, char *name, size_t n, size_t *t
 /* The device new tensors go to by default: CUDA:0 when a GPU exists and the
  * environment variable TG_DEVICE does not say "cpu"; else the CPU. */
 TG_API tg_device tg_default_device(void);
+/* What tegraph issued on a device and the memory it holds, counted since the program started
+ * (take differences for a step). kernels: kernel calls of ops other than GEMMs issued on a stream
+ * that does not capture (an op is one call; a few ops launch two or three kernels under it);
+ * gemms: GEMM calls likewise; graph_replays: replays of captured graphs (their kernels are not
+ * counted one by one); memory: bytes of tensor storage and graph-pool blocks from the device's
+ * allocator now; peak_memory: the most at any time since the last tg_device_reset_peak. */
+typedef struct tg_device_stats {
+    uint64_t kernels, gemms, graph_replays;
+    size_t memory, peak_memory;
+} tg_device_stats;
+TG_API void tg_device_get_stats(tg_device d, tg_device_stats *out);
+/* Starts peak_memory again at the memory held now. */
+TG_API void tg_device_reset_peak(tg_device d);
 
 /* The launcher's view of this process (tegraph run -n, mpirun, srun): its rank,
  * world size, local rank or local size, from the first of TG_RANK /
@@ -277,8 +290,8 @@ TG_API tg_status tg_fp8_amax(tg_tensor *amax, const tg_tensor *x, int flags);
  * A and B are E4M3 or E5M2, not both E5M2; D is f32 or bf16; the scale_invs
  * f32 (1) on the device (NULL: 1). amax_d (may be NULL) gets max |D| of the
  * stored D, written or accumulated (flags). beta == 0 overwrites D. CUDA runs
- * cuBLASLt and needs k and n to be multiples of 16 (other sizes are refused
- * there); the CPU emulates it: codes decoded exactly, products summed in
+ * cuBLASLt and needs k and n to be multiples of 16 and A, B, D to start on
+ * 16-byte boundaries (others are refused there, TG_ENOTSUP); the CPU emulates it: codes decoded exactly, products summed in
  * double, scaled once, rounded once on store. */
 TG_API tg_status tg_fp8_gemm(tg_tensor *d, const tg_tensor *a, int trans_a, const tg_tensor *a_scale_inv,
                              const tg_tensor *b, int trans_b, const tg_tensor *b_scale_inv, double alpha, double beta,
@@ -330,7 +343,8 @@ TG_API tg_status tg_safetensors_info(const tg_safetensors *f, const char *name, 
 TG_API tg_status tg_safetensors_read(const tg_safetensors *f, const char *name, tg_device dev, tg_tensor **out);
 /* Reads a tensor into dst: same number of elements and shape (ignoring
  * leading 1s), dtypes converted between f32 / bf16 / f16 and between the
- * integer types. TG_EINVAL naming file, tensor and both shapes or dtypes. */
+ * integer types; F8_E4M3 / F8_E5M2 codes load only into tensors of the same
+ * FP8 dtype. TG_EINVAL naming file, tensor and both shapes or dtypes. */
 TG_API tg_status tg_safetensors_read_into(const tg_safetensors *f, const char *name, tg_tensor *dst);
 /* Metadata: the value of key or NULL; the number of pairs and each one. */
 TG_API const char *tg_safetensors_metadata(const tg_safetensors *f, const char *key);

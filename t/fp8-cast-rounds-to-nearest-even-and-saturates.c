@@ -256,13 +256,17 @@ static void tensor_tests(void)
     /* the other ops refuse FP8 tensors, naming dtype and shape */
     tg_tensor *y2 = t_new(TG_E4M3, 1, &s4);
     ok(tg_binary(TG_ADD, y2, y, y) == TG_EINVAL, "add of e4m3 tensors is refused");
-    like(tg_last_error(), "e4m3", "... naming the dtype");
+    like(tg_last_error(), "add: dtype e4m3 is not a float type (f32 or bf16; tensor [4] e4m3 on cpu)",
+         "... naming the op, the dtype and the shape");
     ok(tg_gemm(yb, yb, 0, ytb, 0, 1, 0) == TG_EINVAL, "tg_gemm of e4m3 tensors is refused (tg_fp8_gemm is the FP8 GEMM)");
     like(tg_last_error(), "[2,3] e4m3", "... naming shape and dtype");
     double d;
     ok(tg_sum(y, &d) == TG_EINVAL, "sum of an e4m3 tensor is refused");
     like(tg_last_error(), "e4m3", "... naming the dtype");
     ok(tg_randn(y, 0, 1) == TG_EINVAL, "randn into an e4m3 tensor is refused");
+    like(tg_last_error(), "randn: dtype e4m3 is not a float type (f32 or bf16; tensor [4] e4m3 on cpu)", "... naming it");
+    ok(tg_axpby(y2, 1, y, 1) == TG_EINVAL, "axpby of e4m3 tensors is refused");
+    like(tg_last_error(), "tensor [4] e4m3", "... naming the tensor");
 
     tg_tensor *all[] = {x, y, scale, amax, si, xn, y5, xb, yb, ytb, yt2, yt3, dq, dqb, half, am, f8, i32, y3, sc2, y2};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) tg_tensor_free(all[i]);

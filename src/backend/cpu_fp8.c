@@ -51,15 +51,25 @@ static void cast_run(const void *p)
     int64_t rows = a->rows, cols = a->cols, n = rows * cols;
     uint8_t *y = a->y, *yt = a->yt;
     uint32_t m = 0;
+    if (!yt) { /* elementwise: parallel over all elements (a 1-D x is one row) */
 #pragma omp parallel for reduction(max : m) if (n > CPU_PAR_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        for (int64_t c = 0; c < cols; c++) {
-            float v = ld_hp(a->x, a->x_dt, r * cols + c);
+        for (int64_t i = 0; i < n; i++) {
+            float v = ld_hp(a->x, a->x_dt, i);
             uint32_t b = abs_bits(v);
             if (b > m) m = b;
-            uint8_t q = tg_fp8_from_f32(a->y_dt, v * scale);
-            if (y) y[r * cols + c] = q;
-            if (yt) yt[c * rows + r] = q;
+            y[i] = tg_fp8_from_f32(a->y_dt, v * scale);
+        }
+    } else {
+#pragma omp parallel for reduction(max : m) if (n > CPU_PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t c = 0; c < cols; c++) {
+                float v = ld_hp(a->x, a->x_dt, r * cols + c);
+                uint32_t b = abs_bits(v);
+                if (b > m) m = b;
+                uint8_t q = tg_fp8_from_f32(a->y_dt, v * scale);
+                if (y) y[r * cols + c] = q;
+                yt[c * rows + r] = q;
+            }
         }
     }
     if (a->amax) amax_store(a->amax, m, a->accumulate);

@@ -61,21 +61,25 @@ double tg_fp8_max(tg_dtype dt) { return dt == TG_E4M3 ? 448.0 : dt == TG_E5M2 ? 
 
 uint8_t tg_fp8_from_f32(tg_dtype dt, float x)
 {
-    int mbits = dt == TG_E4M3 ? 3 : 2, emin = dt == TG_E4M3 ? -6 : -14;
-    uint8_t max_code = dt == TG_E4M3 ? 0x7e : 0x7b;
-    if (isnan(x)) return 0x7f;
-    uint8_t sign = signbit(x) ? 0x80 : 0;
-    double a = fabs((double)x);
-    if (a >= tg_fp8_max(dt)) return sign | max_code; /* saturate (infinities too) */
-    int e;
-    frexp(a, &e); /* a = f * 2^e, f in [0.5, 1): the leading bit has exponent e - 1 */
-    e -= 1;
-    if (a == 0.0 || e < emin) e = emin; /* zero and subnormals: the smallest normal's quantum */
-    double q = nearbyint(ldexp(a, mbits - e)); /* exact scaling, then ties to even (default rounding mode) */
-    /* q < 2^mbits: a subnormal (or zero) whose code is q; else a normal of exponent e, and q == 2^(mbits+1)
-     * (rounded up to the next binade) carries into the exponent field by the addition */
-    if (e == emin && q < (double)(1 << mbits)) return sign | (uint8_t)q;
-    return sign | (uint8_t)(((e - emin + 1) << mbits) + ((int)q - (1 << mbits)));
+    const int mbits = dt == TG_E4M3 ? 3 : 2, emin = dt == TG_E4M3 ? -6 : -14;
+    const uint32_t max_bits = dt == TG_E4M3 ? 0x43e00000u : 0x47600000u; /* 448, 57344 as f32 */
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return 0x7f;                                   /* NaN */
+    if (a >= max_bits) return sign | (dt == TG_E4M3 ? 0x7e : 0x7b);    /* saturate (infinities too) */
+    int e = (int)(a >> 23) - 127;                                       /* f32 subnormals: far below, give 0 */
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;                           /* value = m * 2^(e - 23) */
+    /* q = value / quantum, quantum = 2^(max(e, emin) - mbits): m >> s, rounded to nearest, ties to even */
+    int s = 23 - mbits + (e < emin ? emin - e : 0);
+    if (s >= 25) return sign;                                           /* below half the smallest subnormal */
+    uint32_t q = m >> s, rem = m & ((1u << s) - 1), half = 1u << (s - 1);
+    if (rem > half || (rem == half && (q & 1))) q++;
+    /* a subnormal's code is q; a normal's is its exponent field and q's mantissa bits, a q of 2^(mbits+1)
+     * (rounded up into the next binade) carrying into the exponent field by the addition */
+    if (e < emin) return sign | (uint8_t)q;
+    return sign | (uint8_t)(((uint32_t)(e - emin + 1) << mbits) + q - (1u << mbits));
 }
 
 float tg_fp8_to_f32(tg_dtype dt, uint8_t code)
