@@ -84,4 +84,10 @@ t.error_like(function()
   tg.fp8_autocast(r, function() tg.stream.capture(function() cm:forward(x) end) end)
 end, "FP8 scaling state cannot be made while the device captures", "an FP8 state is never made inside a capture")
 
+local dm = fresh({ fp8 = r })
+dm:forward(x)
+dm:set_fp8(tg.fp8.CurrentScaling{})
+t.error_like(function() dm:backward(x) end, "FP8 state was dropped or replaced between the forward and the backward of microbatch 1",
+  "a backward after set_fp8 replaced the state of its forward fails naming the microbatch")
+
 t.done_testing()

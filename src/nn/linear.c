@@ -154,10 +154,10 @@ static tg_status linear_backward(tg_module *m, int mb, const tg_tensor *dy, tg_t
     if (L->dgelu_of) TG_TRY(dgelu_source(m, L->dgelu_of, mb, s, &src));
     int dh_given = L->gelu && s->ival == DH_GIVEN; /* dy is already dh */
     const int fp8 = s->n >= 4 && s->t[2]; /* the forward ran FP8: x8^T and its scale_inv saved */
-    if (fp8 && !m->fp8) {
+    if (fp8 && (!m->fp8 || !m->fp8->w_valid)) { /* set_fp8 dropped or replaced it: no weight cast to use */
         char a[160];
-        return tg_error(TG_ESTATE, "%s: its FP8 state went away between the forward and the backward of microbatch %d",
-                        tg_module_label(m, a, sizeof a), mb);
+        return tg_error(TG_ESTATE, "%s: its FP8 state was dropped or replaced between the forward and the backward of "
+                        "microbatch %d", tg_module_label(m, a, sizeof a), mb);
     }
     tg_tensor *out = NULL, *dx2 = NULL, *dy2 = NULL, *dh = NULL, *h2 = NULL, *kept = NULL;
     tg_tensor *dy8 = NULL, *dy8t = NULL, *dys = NULL;
