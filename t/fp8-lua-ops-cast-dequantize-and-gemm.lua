@@ -80,6 +80,12 @@ for i = 1, 3 do
 end
 tap.ok(ok_all, "fp8_gemm: D = alpha * sa * sb * A B^T + bias, exactly (small integers)")
 tap.is(amax_d:totable()[1], mx, "amax_d = max|D|")
+local s0 = tg.device_stats "cpu"
+ops.fp8_gemm(D, a8, false, b8, true)
+ops.fp8_cast(A, "e4m3", { y = a8 })
+local s1 = tg.device_stats "cpu"
+tap.ok(s1.gemms - s0.gemms == 1 and s1.kernels - s0.kernels == 1,
+  "tg.device_stats counts an FP8 GEMM as a GEMM and a cast as a kernel")
 
 ------------------------------------------------------------------------ files
 local dir = os.tmpname()
