@@ -62,6 +62,7 @@ local defaults = {
   { "clip", 1.0, "global gradient-norm clip (0: off)", min = 0 },
   { "max-skips", 10, "--on-nan skip: stop after N steps in a row skipped for a non-finite loss or gradient norm (0: never)", min = 0 },
   { "dtype", "f32", "compute dtype: f32 or bf16" },
+  { "fp8", nil, "the transformer layers' GEMMs in FP8 (HYBRID): delayed or current scaling (TE's recipes); the LM head stays in --dtype", "string" },
   { "delay-wgrad", false, "delay weight gradients to backward_dw (TE delay_wgrad_compute)" },
   { "fuse-wgrad", false, "accumulate weight gradients into f32 main_grad" },
   { "fused-lm-head", 1, "LM head loss in chunks of rows with its backward at once, no (N, V) logits (1) or the whole logits (0)", min = 0, max = 1 },
@@ -225,7 +226,15 @@ if vocab_pad < 1 or math.type(vocab_pad) ~= "integer" then
 end
 local pipelined = opt.pipeline > 1
 local delay = opt["delay-wgrad"] or ((opt.graph or pipelined) and "layers") or false
+local fp8 = nil
+if opt.fp8 == "delayed" then fp8 = tg.fp8.DelayedScaling {}
+elseif opt.fp8 == "current" then fp8 = tg.fp8.CurrentScaling {}
+elseif opt.fp8 ~= nil then
+  io.stderr:write("gpt.lua: --fp8 must be delayed or current (got " .. opt.fp8 .. ")\n")
+  os.exit(2)
+end
 local model = nn.GPT {
+  fp8 = fp8,
   vocab_size = vocab,
   make_vocab_size_divisible_by = vocab_pad,
   max_position_embeddings = T,

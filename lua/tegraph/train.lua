@@ -255,6 +255,11 @@ function M.new(o)
     self.zero1 = require("tegraph.reduce.zero1").new(ao)
     self.hooks = "zero1"
   end
+  -- FP8 with delayed scaling on several replicas: the step's amaxes reduced (max) over dp after each step
+  local fp8r = model.cfg.fp8
+  if self.dp and self.D > 1 and fp8r and fp8r.scaling == "delayed" then
+    self.fp8_amax = tg.fp8.amax_reduce { model = model.layers, comm = self.dp }
+  end
   if not self.zero1 then
     ao.sync_norm = false
     if self.graph then ao.capturable = true end
@@ -340,6 +345,7 @@ function Trainer:step(xs, ys, lr, o)
     error(err, 0)
   end
   tg.step_end() -- the hook check: every parameter's hooks fired once per microbatch
+  if self.fp8_amax then self.fp8_amax:reduce() end
   if self.ddp then self.ddp:finish() end
   if self.zero1 then self.zero1:finish() end
   if self.tie then -- the two copies of the token table take the sum of their gradients

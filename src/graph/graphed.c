@@ -241,7 +241,7 @@ static tg_status check_w_present(tg_graphed *g)
     return TG_OK;
 }
 
-/* Copies every parameter's grad and main_grad, to put them back after warm-up. */
+/* Copies every parameter's grad and main_grad and the FP8 scaling state, to put them back after warm-up. */
 struct grad_backup {
     tg_tensor **saved;
     tg_tensor **live;
@@ -255,9 +255,13 @@ static tg_status backup_grads(tg_graphed *g, struct grad_backup *bk)
         tg_param **ps;
         int np;
         TG_TRY(tg_module_parameters(g->chunks[c], &ps, &np));
-        tg_status st = TG_OK;
-        for (int i = 0; i < np && st == TG_OK; i++) {
-            tg_tensor *bufs[2] = {ps[i]->grad, ps[i]->main_grad};
+        /* and the FP8 scaling state (amax histories, scales), which warm-up casts and updates */
+        tg_tensor **f8 = NULL;
+        int nf8 = 0;
+        tg_status st = tg_module_fp8_prepare(g->chunks[c]);
+        if (st == TG_OK) st = tg_module_fp8_tensors(g->chunks[c], &f8, &nf8);
+        for (int i = 0; i < np + nf8 && st == TG_OK; i++) {
+            tg_tensor *bufs[2] = {i < np ? ps[i]->grad : f8[i - np], i < np ? ps[i]->main_grad : NULL};
             for (int j = 0; j < 2 && st == TG_OK; j++) {
                 if (!bufs[j]) continue;
                 tg_tensor **ns = realloc(bk->saved, (size_t)(bk->n + 1) * sizeof *ns);
@@ -280,6 +284,7 @@ static tg_status backup_grads(tg_graphed *g, struct grad_backup *bk)
             }
         }
         free(ps);
+        free(f8);
         TG_TRY(st);
     }
     return TG_OK;

@@ -469,6 +469,7 @@ void tg_module_release(tg_module *m)
 {
     if (!m || --m->refcount > 0) return;
     if (m->vt->destroy) m->vt->destroy(m);
+    tg_fp8_state_free(m->fp8);
     saved_list_free(m->saved);
     saved_list_free(m->wq_head);
     free(m->open_mb);

@@ -10,6 +10,9 @@
 --                               partial = {"mlp", ...}, partial_sample = x of those modules, unfused = true }
 -- A module graphed in place gets its parent's residual added after its replay, so with `unfused` the partial
 -- mode is compared with an eager run that adds residuals unfused too (tg.debug "unfused_residual").
+-- With `fp8 = true` (the chunks' Linears built with an FP8 recipe): the FP8 scaling state (amax histories,
+-- scales, scale_invs) after the steps is compared too, bit for bit, and the reference run must have moved its
+-- scales off 1 (the scale updates ran and were used).
 local tg = require "tegraph"
 local G = require "grads"
 local MM = {}
@@ -127,7 +130,20 @@ function MM.run(cfg)
       end
     end
     if pset then pset:free() end
-    return steps, log, params_of(chunks), g
+    local params = params_of(chunks)
+    if cfg.fp8 then -- the scaling state joins the compared values, named by module and field
+      local n = 0
+      for _, c in ipairs(chunks) do
+        for _, st in ipairs(c:fp8_state()) do
+          n = n + 1
+          for _, f in ipairs{ "amax_history", "scale", "scale_inv" } do
+            params["fp8 " .. st.module .. " " .. f] = G.flatten(st[f]:totable())
+          end
+        end
+      end
+      t.ok(n > 0, string.format("%s, delay_wgrad=%s, fuse=%s: the chunks hold FP8 scaling states", mode, tostring(delay), tostring(fuse)))
+    end
+    return steps, log, params, g
   end
 
   local default_order, one_f_one_b_order = MM.orders(M)
@@ -173,6 +189,13 @@ function MM.run(cfg)
             local nonzero = false
             for _, v in pairs(steps[1]) do for _, x in ipairs(v) do nonzero = nonzero or x ~= 0 end end
             t.ok(nonzero, label .. ": reference gradients are not all zero")
+            if cfg.fp8 then
+              local moved = false
+              for k, v in pairs(params) do
+                if k:match("^fp8 .* scale$") then for _, x in ipairs(v) do moved = moved or x ~= 1 end end
+              end
+              t.ok(moved, label .. ": FP8 scales were updated from the recorded amaxes (not all 1)")
+            end
           else
             for s = 1, STEPS do
               local ok, why = same(ref_steps[s], steps[s])

@@ -12,6 +12,11 @@
 #   fp8        examples/bench/fp8_gemm (FP8 and bf16 GEMM 8192^3, cuBLASLt) and peers/fp8_gemm.py
 #              (torch._scaled_mm), with the ratio of the two FP8 figures
 #   layers     peers/layers.py, then examples/bench/layers.lua --torch (ratios to PyTorch per mode)
+#   fp8train   FP8 training: t/cuda-fp8-layer-matches-cpu.lua, the layer stacks in FP8 next to bf16
+#              (layers.lua --fp8 delayed), GPT-2 124M steps in bf16 and with --fp8 delayed / current
+#              (tokens/s), and, with FP8_TEXT=FILE (a real text file; FP8_TOKENIZER=DIR for GPT-2 BPE), the
+#              training-quality run: FP8_STEPS (default 1000) steps in bf16 and in FP8 (delayed), the loss
+#              curves as JSON lines and each run's mean loss over its last 100 steps
 #   gpt2       peers/gpt2.py and examples/gpt.lua at GPT-2 124M size on one GPU (tokens/s)
 #   lmhead     the fused LM head: its GPU test, examples/bench/lm_head.lua (the head alone at GPT-2 size: ms, calls,
 #              peak memory it adds, unfused and per chunk size), then gpt.lua at GPT-2 124M size (bf16, 8 x 2
@@ -75,7 +80,7 @@ done
 [ ${#STAGES[@]} -gt 0 ] || { echo "run.sh: no stage given" >&2; usage 2 >&2; }
 for s in "${STAGES[@]}"; do
   case $s in
-    tests|launch|ops|fp8|layers|gpt2|lmhead|profile|dp|replay|allreduce|optim|fork|sanit|suite) ;;
+    tests|launch|ops|fp8|layers|fp8train|gpt2|lmhead|profile|dp|replay|allreduce|optim|fork|sanit|suite) ;;
     *) echo "run.sh: unknown stage '$s'" >&2; exit 2 ;;
   esac
 done
@@ -141,6 +146,29 @@ for s in "${STAGES[@]}"; do
     (cd "$PEERS" && timeout "$(cap 300)" "$PYTHON" layers.py --modes "${TORCH_MODES:-eager,compile,graphed}") > "$OUT/torch_layers.out" 2>&1
     echo "layers.py rc=$?"; grep -v "^{" "$OUT/torch_layers.out" | tail -5; grep "^{" "$OUT/torch_layers.out"
     timeout "$(cap 200)" ./tegraph run "$SRC/examples/bench/layers.lua" --torch "$OUT/torch_layers.out" 2>&1 | tee "$OUT/layers.txt"
+    ;;
+  fp8train)
+    stage "fp8 training"
+    timeout "$(cap 600)" make -j"$(nproc)" check TESTS=t/cuda-fp8-layer-matches-cpu.lua > "$OUT/fp8-check.log" 2>&1
+    echo "t/cuda-fp8-layer-matches-cpu.lua: $(grep -c '^ok' t/cuda-fp8-layer-matches-cpu.log) ok, $(grep -c '^not ok' t/cuda-fp8-layer-matches-cpu.log) not ok"
+    grep -E "^(not )?ok|^#" t/cuda-fp8-layer-matches-cpu.log | head -20
+    timeout "$(cap 300)" ./tegraph run "$SRC/examples/bench/layers.lua" --fp8 delayed --gemm 0 2>&1 | tee "$OUT/fp8-layers.txt"
+    data
+    for f in "" "--fp8 delayed" "--fp8 current"; do
+      echo "--- bf16 $f"
+      timeout "$(cap 150)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 --vocab-pad 64 $f 2>&1 | tail -4
+    done | tee "$OUT/fp8-gpt2.txt"
+    if [ -n "$FP8_TEXT" ]; then
+      q="--text $FP8_TEXT ${FP8_TOKENIZER:+--tokenizer $FP8_TOKENIZER} --context 1024 --width 768 --heads 12 --layers 12"
+      q="$q --batch 8 --microbatches 2 --dtype bf16 --fuse-wgrad --steps ${FP8_STEPS:-1000} --lr 6e-4 --min-lr 6e-5"
+      q="$q --warmup 100 --vocab-pad 64 --sample-tokens 0 --quiet"
+      for f in bf16 delayed; do
+        a=""; [ "$f" = bf16 ] || a="--fp8 $f"
+        timeout "$(cap 3000)" ./tegraph run "$SRC/examples/gpt.lua" $q $a --log "$OUT/fp8-quality-$f.jsonl" > "$OUT/fp8-quality-$f.txt" 2>&1
+        echo "$f: rc=$? last-100-step mean loss $(grep -o '"loss":[0-9.eE+-]*' "$OUT/fp8-quality-$f.jsonl" | cut -d: -f2 |
+          tail -100 | awk '{ s += $1; n++ } END { if (n) printf "%.4f over %d steps", s / n, n }')"
+      done | tee "$OUT/fp8-quality.txt"
+    fi
     ;;
   gpt2)
     stage gpt2
