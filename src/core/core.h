@@ -38,6 +38,7 @@ struct tg_storage {
     tg_device dev;
     int refcount;
     struct tg_pool *pool; /* NULL: the device allocator owns data */
+    int range_returned;   /* pool storage whose range went back to the pool early (tg_storage_return_range) */
 };
 
 struct tg_tensor {
@@ -78,6 +79,12 @@ struct tg_pool {
 
 tg_status tg_storage_new(tg_pool *pool, tg_device dev, size_t bytes, struct tg_storage **out);
 void tg_storage_release(struct tg_storage *s);
+/* Gives a pool storage's range back to its pool now, while its handles stay:
+ * later allocations from the pool may take the range (the graph layer, for a
+ * static buffer whose last reader in the capture order has been captured).
+ * The storage keeps its pool reference; its last release frees nothing more.
+ * No-op for storages outside pools or already returned. */
+void tg_storage_return_range(struct tg_storage *s);
 /* The pool pushed for dev on this thread, or NULL. */
 tg_pool *tg_pool_current(tg_device dev);
 /* 1 while p is on this thread's stack of pushed pools. */

@@ -201,11 +201,18 @@ tg_status tg_storage_new(tg_pool *pool, tg_device dev, size_t bytes, struct tg_s
     return TG_OK;
 }
 
+void tg_storage_return_range(struct tg_storage *s)
+{
+    if (!s || !s->pool || s->range_returned) return;
+    tg_pool_free_range(s->pool, s->data, s->bytes);
+    s->range_returned = 1;
+}
+
 void tg_storage_release(struct tg_storage *s)
 {
     if (!s || --s->refcount > 0) return;
     if (s->pool) {
-        tg_pool_free_range(s->pool, s->data, s->bytes);
+        if (!s->range_returned) tg_pool_free_range(s->pool, s->data, s->bytes);
         tg_pool_release(s->pool);
     } else {
         tg_backend_for(s->dev)->free(s->dev.index, s->data);

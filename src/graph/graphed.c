@@ -32,6 +32,8 @@ struct tg_graphed {
     tg_device dev;
     int skip_hooks_after_w; /* TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY when the set was made */
     int shared;          /* every microbatch replays microbatch 1's graphs (tg_graphed_shared) */
+    int reuse;           /* static buffers go back to the pool when their last reader is captured (tg_graphed_reused) */
+    int reuse_early;     /* test switch graph_reuse_early: ... at their microbatch's B, deferred W readers ignored */
     struct tg_graph_action *capture_order; /* test switch graph_share_any_order: microbatch 1's actions */
     int ncapture;        /* actions of the order captured: all, or microbatch 1's block when shared */
     tg_stream *on;       /* the next replay call's stream (tg_graphed_replay_on), or NULL */
@@ -349,6 +351,87 @@ static int same_layout(const tg_tensor *a, const tg_tensor *b)
     return a && b && a->dtype == b->dtype && tg_tensor_same_shape(a, b);
 }
 
+/* ------------------------------------------------------------------ static buffer reuse across microbatches */
+/* Where each (chunk, microbatch)'s static buffers stop being read, as positions
+ * in the capture order (which is the replay order). A buffer is held from the
+ * action that allocates it until its last reader: the input, output and output
+ * gradient until the last of the (chunk, mb)'s B and W (the saved input and the
+ * output gradient are what a deferred W reads; a module may save its output);
+ * the input gradient until microbatch mb's last action in the set (the chunk
+ * before, whose B reads it, runs within that microbatch's actions). Past that
+ * position the range goes back to the pool, and buffers or temporaries that
+ * later captures allocate take it: replays follow the captured order, so the
+ * earlier owner is done with it whenever the later one writes it. */
+struct lifetimes {
+    int *last_cm; /* [(chunk - 1) * mbs + mb - 1]: position of the last of B and W */
+    int *b_cm;    /* position of B */
+    int *last_mb; /* [mb - 1]: position of the microbatch's last action */
+};
+
+static void lifetimes_free(struct lifetimes *lt)
+{
+    free(lt->last_cm);
+    free(lt->b_cm);
+    free(lt->last_mb);
+    memset(lt, 0, sizeof *lt);
+}
+
+static tg_status lifetimes_of(const tg_graphed *g, struct lifetimes *lt)
+{
+    int n = g->nchunks * g->mbs;
+    lt->last_cm = malloc((size_t)n * sizeof *lt->last_cm);
+    lt->b_cm = malloc((size_t)n * sizeof *lt->b_cm);
+    lt->last_mb = malloc((size_t)g->mbs * sizeof *lt->last_mb);
+    if (!lt->last_cm || !lt->b_cm || !lt->last_mb) {
+        lifetimes_free(lt);
+        return tg_error(TG_ENOMEM, "out of host memory");
+    }
+    for (int i = 0; i < n; i++) lt->last_cm[i] = lt->b_cm[i] = -1;
+    for (int m = 0; m < g->mbs; m++) lt->last_mb[m] = -1;
+    for (int i = 0; i < g->norder; i++) {
+        const struct tg_graph_action *a = &g->order[i];
+        if (a->op == 'W' && !g->has_w[a->chunk - 1]) continue; /* not replayed */
+        int k = (a->chunk - 1) * g->mbs + a->mb - 1;
+        if (a->op != 'F') lt->last_cm[k] = i;
+        if (a->op == 'B') lt->b_cm[k] = i;
+        lt->last_mb[a->mb - 1] = i;
+    }
+    return TG_OK;
+}
+
+/* Whether the buffer t of entry k (role 0 in, 1 out, 2 dout, 3 din) is past its last reader at position pos. */
+static int buffer_done(const tg_graphed *g, const struct lifetimes *lt, int k, int role, int pos)
+{
+    int until = g->reuse_early ? lt->b_cm[k] /* the reuse-too-early bug on purpose (tests) */
+                : role == 3    ? lt->last_mb[k % g->mbs]
+                               : lt->last_cm[k];
+    return until >= 0 && until <= pos;
+}
+
+static tg_tensor **entry_buffer(struct entry *e, int role)
+{
+    return role == 0 ? &e->in : role == 1 ? &e->out : role == 2 ? &e->dout : &e->din;
+}
+
+/* After the capture at position pos: every static buffer all of whose holders
+ * (chained chunks share one) are past their last reader goes back to the pool. */
+static void return_done_buffers(tg_graphed *g, const struct lifetimes *lt, int pos)
+{
+    int n = g->nchunks * g->mbs;
+    for (int k = 0; k < n; k++)
+        for (int r = 0; r < 4; r++) {
+            tg_tensor *t = *entry_buffer(&g->e[k], r);
+            if (!t || t->storage->range_returned || !buffer_done(g, lt, k, r, pos)) continue;
+            int all = 1;
+            for (int k2 = 0; k2 < n && all; k2++)
+                for (int r2 = 0; r2 < 4 && all; r2++) {
+                    tg_tensor *u = *entry_buffer(&g->e[k2], r2);
+                    if (u && u->storage == t->storage && !buffer_done(g, lt, k2, r2, pos)) all = 0;
+                }
+            if (all) tg_storage_return_range(t->storage);
+        }
+}
+
 /* Warm-up needs one iteration at least to learn output shapes and W needs.
  * chain: chunk c + 1's static input is chunk c's static output (same microbatch),
  * and chunk c's static output gradient chunk c + 1's static input gradient. */
@@ -357,6 +440,8 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples, int
     tg_stream *s = tg_stream_current(g->dev);
     if (!s) return TG_ENOMEM;
     tg_status st = TG_OK;
+    struct lifetimes lt = {0};
+    if (g->reuse) TG_TRY(lifetimes_of(g, &lt));
     const struct tg_graph_action *co = g->capture_order ? g->capture_order : g->order;
     for (int i = 0; i < g->ncapture && st == TG_OK; i++) {
         const struct tg_graph_action *a = &co[i];
@@ -403,7 +488,9 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples, int
             if (st == TG_OK) st = end;
         }
         if (st != TG_OK) tg_error_prefix(st, "capturing %s chunk %d mb %d", op_name(a->op), a->chunk, a->mb);
+        else if (g->reuse) return_done_buffers(g, &lt, i);
     }
+    lifetimes_free(&lt);
     for (int i = 0; i < g->nchunks * g->mbs && st == TG_OK; i++) {
         struct entry *e = &g->e[i];
         tg_graph *gs[3] = {e->f, e->b, e->w};
@@ -492,6 +579,9 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
         int share_any = tg_debug_get(TG_DEBUG_GRAPH_SHARE_ANY_ORDER);
         g->shared = !o->no_share && g->mbs > 1 && (order_is_sequential(g) || share_any);
         g->ncapture = g->norder;
+        /* shared: one set of buffers already; else every (chunk, mb) has its own, reused where lifetimes allow */
+        g->reuse = !o->no_reuse && !g->shared && g->mbs > 1;
+        g->reuse_early = g->reuse && tg_debug_get(TG_DEBUG_GRAPH_REUSE_EARLY);
         if (g->shared && order_is_sequential(g)) g->ncapture = g->norder / g->mbs;
         else if (g->shared) { /* the reuse-too-early bug on purpose (tests): microbatch 1's actions only */
             struct tg_graph_action *o1 = malloc((size_t)g->norder * sizeof *o1);
@@ -730,6 +820,7 @@ void tg_graphed_reset(tg_graphed *g)
 int tg_graphed_has_w(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks && g->has_w[chunk - 1]; }
 int tg_graphed_nchunks(const tg_graphed *g) { return g->nchunks; }
 int tg_graphed_shared(const tg_graphed *g) { return g->shared; }
+int tg_graphed_reused(const tg_graphed *g) { return g->reuse; }
 
 int tg_graphed_ngraphs(const tg_graphed *g)
 {

@@ -26,6 +26,10 @@ typedef struct tg_graphed_opts {
     tg_pool *pool; /* graph memory (shared between graphed sets); NULL: a new one */
     int no_share;  /* 1: one set of graphs and static buffers per microbatch even when the order would
                       let every microbatch share microbatch 1's (see tg_graphed_shared) */
+    int no_reuse;  /* 1: every (chunk, microbatch) keeps its static buffers for the set's life; 0 (default):
+                      when microbatches do not share graphs, a static buffer's memory goes back to the pool
+                      once its last reader in the order is captured, and later captures reuse it (see
+                      tg_graphed_reused) */
     int in_place;  /* 1: partial capture. The chunks are modules inside a model that runs eagerly; after
                       capture their own calls (tg_module_forward / backward / backward_dw, as their parents
                       make them) replay the chunk's graphs, in the set's order; a residual a parent hands
@@ -78,6 +82,16 @@ int tg_graphed_nchunks(const tg_graphed *g);
  * are live while another's are written; overwrite or accumulate is decided at
  * replay, so one graph serves every microbatch (Megatron's reuse_cudagraphs). */
 int tg_graphed_shared(const tg_graphed *g);
+/* Whether the set reuses static buffer memory across microbatches (orders
+ * whose microbatches overlap, TransformerEngine's reuse of graph input and
+ * output buffers): the static input, output and output gradient of a (chunk,
+ * mb) are held until its last B or W, the input gradient until the
+ * microbatch's last action in the order; after that later captures take
+ * their memory. So the output forward returns is valid until that B / W,
+ * and the input gradient backward returns until the microbatch's last action
+ * of the set (a caller that holds them longer, such as a transfer to another
+ * stage's set, makes the set with no_reuse). */
+int tg_graphed_reused(const tg_graphed *g);
 /* The number of graphs the set holds. */
 int tg_graphed_ngraphs(const tg_graphed *g);
 tg_module *tg_graphed_chunk(const tg_graphed *g, int chunk);

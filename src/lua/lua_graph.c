@@ -125,6 +125,14 @@ static int g_shared(lua_State *L)
     return 1;
 }
 
+/* c:reused() -> whether static buffer memory is reused across microbatches whose lifetimes do not overlap. */
+static int g_reused(lua_State *L)
+{
+    int chunk;
+    lua_pushboolean(L, tg_graphed_reused(graphed_check(L, 1, &chunk)));
+    return 1;
+}
+
 static int g_graphs(lua_State *L)
 {
     int chunk;
@@ -174,7 +182,7 @@ static int g_tostring(lua_State *L)
 
 static const luaL_Reg graphed_methods[] = {
     {"forward", g_forward}, {"backward", g_backward}, {"backward_dw", g_backward_dw},
-    {"reset", g_reset},     {"memory", g_memory}, {"shared", g_shared}, {"graphs", g_graphs},     {"has_w", g_has_w},
+    {"reset", g_reset},     {"memory", g_memory}, {"shared", g_shared}, {"reused", g_reused}, {"graphs", g_graphs},     {"has_w", g_has_w},
     {"free", g_free},       {NULL, NULL},
 };
 
@@ -253,6 +261,11 @@ static int l_make_graphed(lua_State *L)
     if (!lua_isnil(L, -1)) {
         luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.share a boolean");
         o.no_share = !lua_toboolean(L, -1);
+    }
+    lua_getfield(L, 2, "reuse");
+    if (!lua_isnil(L, -1)) {
+        luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.reuse a boolean");
+        o.no_reuse = !lua_toboolean(L, -1);
     }
     lua_getfield(L, 2, "chain");
     if (!lua_isnil(L, -1)) {
