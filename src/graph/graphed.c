@@ -18,6 +18,8 @@ struct entry {           /* one (chunk, microbatch) */
     tg_tensor *out;      /* static output, written by the F graph */
     tg_tensor *dout;     /* static output gradient, read by the B graph */
     tg_tensor *din;      /* static input gradient, written by the B graph (NULL: none) */
+    tg_tensor *in2;      /* two-input chunks: the static residual input (y = res + f(x)) */
+    tg_tensor *dout2;    /* chunks whose B takes a residual gradient: the static one (dx = dres + dgrad(dy)) */
     struct wgrad_set bset, wset;
 };
 
@@ -26,6 +28,9 @@ struct tg_graphed {
     int nchunks, mbs;
     struct entry *e;     /* [(chunk - 1) * mbs + (mb - 1)] */
     int *has_w;          /* per chunk */
+    int *res;            /* per chunk: its F graph takes a residual input (forward_res) */
+    int *dres;           /* per chunk: its B graph takes a residual gradient (backward_res; in place only) */
+    tg_tensor **out_like; /* per chunk: a warm-up output (the residual input's layout), freed after capture */
     struct tg_graph_action *order;
     int norder, pos;
     tg_pool *pool;
@@ -309,7 +314,7 @@ static tg_status make_dy(const tg_tensor *like, tg_tensor **out)
 
 /* Runs the order eagerly `iters` times with hooks silenced; records which
  * chunks queue wgrad work (need W graphs). */
-static tg_status warm_up(tg_graphed *g, const tg_tensor *const *samples, int iters)
+static tg_status warm_up(tg_graphed *g, const tg_tensor *const *samples, const tg_tensor *const *samples2, int iters)
 {
     tg_status st = TG_OK;
     for (int it = 0; it < iters && st == TG_OK; it++) {
@@ -318,7 +323,8 @@ static tg_status warm_up(tg_graphed *g, const tg_tensor *const *samples, int ite
             tg_module *m = g->chunks[a->chunk - 1];
             if (a->op == 'F') {
                 tg_tensor *y = NULL;
-                st = tg_module_forward(m, a->mb, samples[a->chunk - 1], &y);
+                const tg_tensor *r = samples2 ? samples2[a->chunk - 1] : NULL;
+                st = tg_module_forward_res(m, a->mb, samples[a->chunk - 1], r, &y);
                 if (st == TG_OK && !entry_of(g, a->chunk, a->mb)->out) {
                     /* keep the output's shape for the static dy */
                     entry_of(g, a->chunk, a->mb)->out = y;
@@ -338,6 +344,10 @@ static tg_status warm_up(tg_graphed *g, const tg_tensor *const *samples, int ite
         }
     }
     /* shapes are known now; the F captures allocate the real static outputs */
+    for (int c = 1; st == TG_OK && c <= g->nchunks; c++) {
+        const tg_tensor *y = entry_of(g, c, 1)->out;
+        if (y) st = tg_tensor_new(y->dtype, y->ndim, y->shape, g->dev, &g->out_like[c - 1]);
+    }
     for (int i = 0; i < g->nchunks * g->mbs; i++) {
         tg_tensor_free(g->e[i].out);
         g->e[i].out = NULL;
@@ -399,7 +409,7 @@ static tg_status lifetimes_of(const tg_graphed *g, struct lifetimes *lt)
     return TG_OK;
 }
 
-/* Whether the buffer t of entry k (role 0 in, 1 out, 2 dout, 3 din) is past its last reader at position pos. */
+/* Whether the buffer of entry k (role 0 in, 1 out, 2 dout, 3 din, 4 in2, 5 dout2) is past its last reader at position pos. */
 static int buffer_done(const tg_graphed *g, const struct lifetimes *lt, int k, int role, int pos)
 {
     int until = g->reuse_early ? lt->b_cm[k] /* the reuse-too-early bug on purpose (tests) */
@@ -408,9 +418,11 @@ static int buffer_done(const tg_graphed *g, const struct lifetimes *lt, int k, i
     return until >= 0 && until <= pos;
 }
 
+#define NROLES 6
 static tg_tensor **entry_buffer(struct entry *e, int role)
 {
-    return role == 0 ? &e->in : role == 1 ? &e->out : role == 2 ? &e->dout : &e->din;
+    return role == 0 ? &e->in : role == 1 ? &e->out : role == 2 ? &e->dout : role == 3 ? &e->din
+         : role == 4 ? &e->in2 : &e->dout2;
 }
 
 /* After the capture at position pos: every static buffer all of whose holders
@@ -419,12 +431,12 @@ static void return_done_buffers(tg_graphed *g, const struct lifetimes *lt, int p
 {
     int n = g->nchunks * g->mbs;
     for (int k = 0; k < n; k++)
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < NROLES; r++) {
             tg_tensor *t = *entry_buffer(&g->e[k], r);
             if (!t || t->storage->range_returned || !buffer_done(g, lt, k, r, pos)) continue;
             int all = 1;
             for (int k2 = 0; k2 < n && all; k2++)
-                for (int r2 = 0; r2 < 4 && all; r2++) {
+                for (int r2 = 0; r2 < NROLES && all; r2++) {
                     tg_tensor *u = *entry_buffer(&g->e[k2], r2);
                     if (u && u->storage == t->storage && !buffer_done(g, lt, k2, r2, pos)) all = 0;
                 }
@@ -457,10 +469,15 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples, int
                 st = tg_tensor_new_in(g->pool, x->dtype, x->ndim, x->shape, g->dev, &e->in);
                 if (st == TG_OK) st = tg_copy(e->in, x); /* sensible contents for the capture-time shapes */
             }
+            if (st == TG_OK && g->res[a->chunk - 1] && !e->in2) {
+                const tg_tensor *l = g->out_like[a->chunk - 1];
+                st = tg_tensor_new_in(g->pool, l->dtype, l->ndim, l->shape, g->dev, &e->in2);
+                if (st == TG_OK) st = tg_fill(e->in2, 0.0);
+            }
             if (st == TG_OK) st = tg_stream_begin_capture(s);
             if (st != TG_OK) { tg_error_prefix(st, "capturing F chunk %d mb %d", a->chunk, a->mb); break; }
             tg_engine_set_capture_observer(observe, NULL);
-            st = tg_module_forward(m, a->mb, e->in, &e->out);
+            st = tg_module_forward_res(m, a->mb, e->in, e->in2, &e->out);
             tg_engine_set_capture_observer(NULL, NULL);
             tg_status end = tg_stream_end_capture(s, &e->f);
             if (st == TG_OK) st = end;
@@ -471,10 +488,15 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples, int
                 st = tg_tensor_new_in(g->pool, e->out->dtype, e->out->ndim, e->out->shape, g->dev, &e->dout);
                 if (st == TG_OK) st = tg_fill(e->dout, 0.0);
             }
+            if (st == TG_OK && g->dres[a->chunk - 1]) { /* the residual gradient has the input's layout */
+                const tg_tensor *l = samples[a->chunk - 1];
+                st = tg_tensor_new_in(g->pool, l->dtype, l->ndim, l->shape, g->dev, &e->dout2);
+                if (st == TG_OK) st = tg_fill(e->dout2, 0.0);
+            }
             if (st == TG_OK) st = tg_stream_begin_capture(s);
             if (st != TG_OK) { tg_error_prefix(st, "capturing B chunk %d mb %d", a->chunk, a->mb); break; }
             tg_engine_set_capture_observer(observe, &e->bset);
-            st = tg_module_backward(m, a->mb, e->dout, &e->din);
+            st = tg_module_backward_res(m, a->mb, e->dout, e->dout2, &e->din);
             tg_engine_set_capture_observer(NULL, NULL);
             tg_status end = tg_stream_end_capture(s, &e->b);
             if (st == TG_OK) st = end;
@@ -519,13 +541,13 @@ static int holds(const tg_module *m, const tg_module *x)
     return 0;
 }
 
-static tg_status route_forward(void *ctx, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
+static tg_status route_forward(void *ctx, int chunk, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
 {
-    return tg_graphed_forward(ctx, chunk, mb, x, y);
+    return tg_graphed_forward_res(ctx, chunk, mb, x, res, y);
 }
-static tg_status route_backward(void *ctx, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
+static tg_status route_backward(void *ctx, int chunk, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx)
 {
-    return tg_graphed_backward(ctx, chunk, mb, dy, dx);
+    return tg_graphed_backward_res(ctx, chunk, mb, dy, dres, dx);
 }
 static tg_status route_backward_dw(void *ctx, int chunk, int mb) { return tg_graphed_backward_dw(ctx, chunk, mb); }
 
@@ -544,6 +566,12 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
         tg_device d = tg_tensor_device(o->samples[c]);
         if (chunks[c]->opts.device.type != dev.type || chunks[c]->opts.device.index != dev.index || d.type != dev.type || d.index != dev.index)
             return tg_error(TG_EINVAL, "make_graphed: chunk %d or its sample is on another device than chunk 1", c + 1);
+        if (o->samples2 && o->samples2[c]) {
+            tg_device d2 = tg_tensor_device(o->samples2[c]);
+            if (d2.type != dev.type || d2.index != dev.index)
+                return tg_error(TG_EINVAL, "make_graphed: chunk %d's second sample input is on another device than chunk 1", c + 1);
+            if (o->in_place) return tg_error(TG_EINVAL, "make_graphed: chunk %d: in place, a residual input comes from the parent, not a second sample", c + 1);
+        }
         if (tg_module_need_backward_dw(chunks[c]))
             return tg_error(TG_ESTATE, "make_graphed: chunk %d has queued wgrad work (call backward_dw first)", c + 1);
         const tg_module *r = routed_under(chunks[c]);
@@ -564,9 +592,17 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     g->skip_hooks_after_w = tg_debug_get(TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY);
     g->chunks = calloc((size_t)nchunks, sizeof *g->chunks);
     g->has_w = calloc((size_t)nchunks, sizeof *g->has_w);
+    g->res = calloc((size_t)nchunks, sizeof *g->res);
+    g->dres = calloc((size_t)nchunks, sizeof *g->dres);
+    g->out_like = calloc((size_t)nchunks, sizeof *g->out_like);
     g->e = calloc((size_t)(nchunks * g->mbs), sizeof *g->e);
-    tg_status st = g->chunks && g->has_w && g->e ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
-    for (int c = 0; c < nchunks && st == TG_OK; c++) g->chunks[c] = tg_module_retain(chunks[c]);
+    tg_status st = g->chunks && g->has_w && g->e && g->res && g->dres && g->out_like ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
+    for (int c = 0; c < nchunks && st == TG_OK; c++) {
+        g->chunks[c] = tg_module_retain(chunks[c]);
+        /* two inputs: given a second sample, or graphed in place under a parent that hands it a residual */
+        g->res[c] = (o->samples2 && o->samples2[c]) || (o->in_place && (chunks[c]->parent_res & TG_PARENT_RES_FORWARD));
+        g->dres[c] = o->in_place && (chunks[c]->parent_res & TG_PARENT_RES_BACKWARD);
+    }
     if (st == TG_OK && o->order) {
         g->order = malloc((size_t)o->norder * sizeof *g->order);
         if (!g->order) st = tg_error(TG_ENOMEM, "out of host memory");
@@ -615,7 +651,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     if (st == TG_OK) st = tg_stream_new(dev, "graph-warmup", &side);
     if (st == TG_OK) {
         prev = tg_stream_set_current(side);
-        st = warm_up(g, o->samples, warmup);
+        st = warm_up(g, o->samples, o->samples2, warmup);
         tg_engine_set_quiet(0);
         if (st != TG_OK) tg_error_prefix(st, "make_graphed warm-up");
         if (st == TG_OK) st = check_w_present(g);
@@ -623,6 +659,10 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
         if (st == TG_OK) {
             st = capture_all(g, o->samples, o->chain && !g->shared && !o->in_place);
             tg_pool_pop(g->pool);
+        }
+        for (int c = 0; c < nchunks; c++) { /* the layouts were for the capture */
+            tg_tensor_free(g->out_like[c]);
+            g->out_like[c] = NULL;
         }
         tg_status sy = tg_stream_sync(side);
         if (st == TG_OK) st = sy;
@@ -650,7 +690,8 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
             return tg_error(TG_ENOMEM, "out of host memory");
         }
         for (int c = 0; c < nchunks; c++) {
-            g->routes[c] = (struct tg_module_route){.ctx = g, .chunk = c + 1, .has_w = g->has_w[c], .forward = route_forward,
+            g->routes[c] = (struct tg_module_route){.ctx = g, .chunk = c + 1, .has_w = g->has_w[c], .res = g->res[c],
+                                                    .dres = g->dres[c], .forward = route_forward,
                                                     .backward = route_backward, .backward_dw = route_backward_dw};
             g->chunks[c]->route = &g->routes[c];
             g->chunks[c]->route_wpend = 0;
@@ -673,6 +714,8 @@ void tg_graphed_free(tg_graphed *g)
         tg_tensor_free(e->out);
         tg_tensor_free(e->dout);
         tg_tensor_free(e->din);
+        tg_tensor_free(e->in2);
+        tg_tensor_free(e->dout2);
         set_free(&e->bset);
         set_free(&e->wset);
     }
@@ -685,6 +728,10 @@ void tg_graphed_free(tg_graphed *g)
     free(g->e);
     free(g->chunks);
     free(g->has_w);
+    free(g->res);
+    free(g->dres);
+    for (int c = 0; g->out_like && c < g->nchunks; c++) tg_tensor_free(g->out_like[c]);
+    free(g->out_like);
     free(g->order);
     free(g->capture_order);
     free(g->routes);
@@ -712,28 +759,46 @@ static tg_status replay(tg_graphed *g, tg_graph *graph, char op, int chunk, int 
     return st;
 }
 
-static tg_status replay_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
+static tg_status replay_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
 {
     *y = NULL;
     TG_TRY(check_order(g, 'F', chunk, &mb));
     struct entry *e = replay_entry(g, chunk, mb);
-    char what[64];
+    char what[80];
+    if (g->res[chunk - 1] && !res)
+        return tg_error(TG_EINVAL, "graphed forward chunk %d mb %d: the chunk takes two inputs (x, res), got one", chunk, mb);
+    if (!g->res[chunk - 1] && res)
+        return tg_error(TG_EINVAL, "graphed forward chunk %d mb %d: the chunk takes one input, got two (x, res)", chunk, mb);
     snprintf(what, sizeof what, "graphed forward chunk %d mb %d input", chunk, mb);
     TG_TRY(check_like(what, x, e->in));
+    if (res) {
+        snprintf(what, sizeof what, "graphed forward chunk %d mb %d residual input", chunk, mb);
+        TG_TRY(check_like(what, res, e->in2));
+    }
     TG_TRY(tg_module_run_forward_pre_hooks(g->chunks[chunk - 1], mb));
     if (!tg_tensor_same_memory(x, e->in)) TG_TRY(tg_copy(e->in, x));
+    if (res && !tg_tensor_same_memory(res, e->in2)) TG_TRY(tg_copy(e->in2, res));
     TG_TRY(replay(g, e->f, 'F', chunk, mb));
     mark_forward(g->chunks[chunk - 1]);
     advance(g);
     return tg_tensor_ref(e->out, y);
 }
 
-static tg_status replay_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
+static tg_status replay_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx)
 {
     *dx = NULL;
     TG_TRY(check_order(g, 'B', chunk, &mb));
     struct entry *e = replay_entry(g, chunk, mb);
-    char what[64];
+    char what[80];
+    if (g->dres[chunk - 1] && !dres)
+        return tg_error(TG_EINVAL, "graphed backward chunk %d mb %d: the chunk was captured with a residual gradient, got none", chunk, mb);
+    if (!g->dres[chunk - 1] && dres)
+        return tg_error(TG_EINVAL, "graphed backward chunk %d mb %d: the chunk was captured without a residual gradient, got one", chunk, mb);
+    if (dres) {
+        snprintf(what, sizeof what, "graphed backward chunk %d mb %d residual gradient", chunk, mb);
+        TG_TRY(check_like(what, dres, e->dout2));
+        if (!tg_tensor_same_memory(dres, e->dout2)) TG_TRY(tg_copy(e->dout2, dres));
+    }
     snprintf(what, sizeof what, "graphed backward chunk %d mb %d gradient", chunk, mb);
     if (dy) {
         TG_TRY(check_like(what, dy, e->dout));
@@ -789,21 +854,33 @@ static tg_status call_end(tg_stream *prev, tg_status st)
     return st;
 }
 
-tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
+tg_status tg_graphed_forward_res(tg_graphed *g, int chunk, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
 {
     tg_stream *prev;
     *y = NULL;
     tg_status st = call_begin(g, &prev);
-    return call_end(prev, st == TG_OK ? replay_forward(g, chunk, mb, x, y) : st);
+    return call_end(prev, st == TG_OK ? replay_forward(g, chunk, mb, x, res, y) : st);
 }
 
-tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
+tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
+{
+    return tg_graphed_forward_res(g, chunk, mb, x, NULL, y);
+}
+
+tg_status tg_graphed_backward_res(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx)
 {
     tg_stream *prev;
     *dx = NULL;
     tg_status st = call_begin(g, &prev);
-    return call_end(prev, st == TG_OK ? replay_backward(g, chunk, mb, dy, dx) : st);
+    return call_end(prev, st == TG_OK ? replay_backward(g, chunk, mb, dy, dres, dx) : st);
 }
+
+tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
+{
+    return tg_graphed_backward_res(g, chunk, mb, dy, NULL, dx);
+}
+
+int tg_graphed_inputs(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks && g->res[chunk - 1] ? 2 : 1; }
 
 tg_status tg_graphed_backward_dw(tg_graphed *g, int chunk, int mb)
 {

@@ -18,6 +18,11 @@ typedef struct tg_graphed tg_graphed;
 
 typedef struct tg_graphed_opts {
     const tg_tensor *const *samples; /* one sample input per chunk (shape and dtype of its input) */
+    const tg_tensor *const *samples2; /* NULL, or per chunk NULL or a second sample input: the chunk takes two
+                                         inputs (x, res), its F graph runs forward_res (y = res + f(x), the add
+                                         fused where the module can), and the gradient of res is dy. In place,
+                                         a chunk takes a residual input (and its B a residual gradient) when
+                                         its parent hands it one (tg_module.parent_res) */
     int microbatches;
     const struct tg_graph_action *order; /* NULL: all F in order, then B (and W) in reverse */
     int norder;
@@ -60,6 +65,14 @@ void tg_graphed_free(tg_graphed *g);
 tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y);
 tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx);
 tg_status tg_graphed_backward_dw(tg_graphed *g, int chunk, int mb);
+/* Two-input chunks: forward with the residual input res (copied into its
+ * static buffer like x). backward_res: chunks whose B graph takes a residual
+ * gradient (in place, under a parent that passes one): dx = dres + dgrad(dy),
+ * the add inside the graph. Calls with the wrong number of inputs fail. */
+tg_status tg_graphed_forward_res(tg_graphed *g, int chunk, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y);
+tg_status tg_graphed_backward_res(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
+/* 2 for chunks that take (x, res), else 1. */
+int tg_graphed_inputs(const tg_graphed *g, int chunk);
 /* The next replay call (forward, backward or backward_dw) runs on stream s
  * (NULL: the current stream of the set's device) after s waits for event wait
  * (NULL: nothing): its copies, zeroing and graph go on s, and its hooks fire

@@ -9,8 +9,8 @@
 --   require("mode_matrix").run{ t = tap, build = fn(delay, fuse) -> {chunk1, chunk2}, xs = {...}, dys = {...},
 --                               sample = {x of chunk 1, x of chunk 2}, steps = 3,
 --                               partial = {"mlp", ...}, partial_sample = x of those modules, unfused = true }
--- A module graphed in place gets its parent's residual added after its replay, so with `unfused` the partial
--- mode is compared with an eager run that adds residuals unfused too (tg.debug "unfused_residual").
+-- A module graphed in place takes its parent's residual into its graphs (the adds stay fused, as in eager); with
+-- `unfused` the partial mode is compared with an eager run that adds residuals unfused (tg.debug "unfused_residual").
 local tg = require "tegraph"
 local G = require "grads"
 local MM = {}
