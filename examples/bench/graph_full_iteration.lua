@@ -1,7 +1,8 @@
 -- graph_full_iteration.lua — one GPT training step (every microbatch's forward and backward, delayed layer
 -- wgrads, wgrad hooks, capturable AdamW) four ways: eager, per-layer graphs (tegraph.train with graph = true),
 -- full-iteration capture in tegraph.train (graph = "full", gpt.lua --graph full) and by hand
--- (tg.graph.capture_step, replayed per step with static input buffers the loop fills). Prints host time per step (issuing the work), wall time per step and tokens/s.
+-- (tg.graph.capture_step, replayed per step with static input buffers the loop fills). Prints host time per
+-- step (issuing the work), wall time per step and tokens/s.
 -- usage: tegraph run examples/bench/graph_full_iteration.lua [--preset tiny|small|gpt2] [--batch 8]
 --        [--microbatches 2] [--iters 20] [--dtype bf16] [--device cpu|cuda]
 local tg = require "tegraph"
