@@ -1,9 +1,10 @@
 -- graph-reuses-static-buffers-across-microbatches.lua — a graphed set whose order overlaps microbatches (all F then
 -- all B, 1F1B, ZB-H1 with deferred W) keeps one set of graphs per microbatch but reuses the memory of static input,
 -- output and gradient buffers whose last reader has run: less graph memory than with reuse = false, outputs,
--- gradients and hooks equal to eager bit for bit. Letting buffers go too early (test switch graph_reuse_early: at
--- their microbatch's B, while the deferred W still reads the saved input and the output gradient) trains wrong, and
--- this test sees it.
+-- gradients and hooks equal to eager bit for bit. With share = true, microbatches of a chunk whose lifetimes do not
+-- overlap also replay one set of graphs (fewer graphs), equal to eager too. Letting buffers go too early (test
+-- switch graph_reuse_early: at their microbatch's B, while the deferred W still reads the saved input and the output
+-- gradient) trains wrong, with and without shared graphs, and this test sees it.
 local tg = require "tegraph"
 local t = require "tap"
 local schedule = require "tegraph.schedule"
@@ -67,12 +68,12 @@ local function same(xs, ys)
   return #xs == #ys
 end
 
-local function graphed(kind, delay, reuse)
+local function graphed(kind, delay, reuse, share)
   local mods = chunks(delay)
   local n = { 0 }
   for _, m in ipairs(mods) do m:register_wgrad_hook(function() n[1] = n[1] + 1 end) end
   local g = tg.graph.make_graphed(mods, { sample = { X[1], tg.zeros({ ROWS, H }) }, microbatches = M,
-    order = order_of(kind), reuse = reuse })
+    order = order_of(kind), reuse = reuse, share = share })
   return g, mods, n
 end
 
@@ -96,7 +97,6 @@ for _, delay in ipairs { false, true } do
     else
       t.ok(peak < upeak, string.format("%s: graph memory %d bytes with reuse, less than %d without", label, peak, upeak))
     end
-    u:free()
     local ok = true
     for _ = 1, 2 do
       local y, gr = step(g, order_of(kind), delay, mods)
@@ -105,20 +105,39 @@ for _, delay in ipairs { false, true } do
     t.ok(ok, label .. ": outputs and gradients equal eager bit for bit in 2 steps, buffers reused")
     t.is(hooks[1], 2 * M * nparams, label .. ": every parameter's hooks fired once per microbatch")
     g:free()
+
+    -- share = true: microbatches whose lifetimes do not overlap replay one set of graphs
+    local sg, smods, shooks = graphed(kind, delay, nil, true)
+    if kind == "default" then
+      t.is(sg[1]:graphs(), u[1]:graphs(), label .. ", share = true: every lifetime overlaps, one set per microbatch")
+    else
+      t.ok(sg[1]:graphs() < u[1]:graphs(), string.format("%s, share = true: %d graphs, fewer than %d", label,
+        sg[1]:graphs(), u[1]:graphs()))
+    end
+    ok = true
+    for _ = 1, 2 do
+      local y, gr = step(sg, order_of(kind), delay, smods)
+      ok = ok and same(y, ey) and same(gr, eg)
+    end
+    t.ok(ok, label .. ", share = true: outputs and gradients equal eager bit for bit in 2 steps")
+    t.is(shooks[1], 2 * M * nparams, label .. ", share = true: every parameter's hooks fired once per microbatch")
+    sg:free()
+    u:free()
   end
 end
 
 -- The reuse-too-early bug: buffers let go at their microbatch's B while the deferred W still reads them; a later
 -- microbatch's F overwrites the saved input, and the weight gradients differ from eager.
-for _, kind in ipairs { "zb_h1" } do
+for _, share in ipairs { false, true } do
+  local kind = "zb_h1"
   local emods = chunks(true)
   local _, eg = step(emods, order_of(kind), true, emods)
   tg.debug("graph_reuse_early", true)
-  local g, mods = graphed(kind, true, nil)
+  local g, mods = graphed(kind, true, nil, share or nil)
   tg.debug("graph_reuse_early", false)
   local _, gr = step(g, order_of(kind), true, mods)
-  t.ok(g[1]:reused() and not same(gr, eg), kind .. " order, delayed wgrad, buffers reused too early "
-    .. "(graph_reuse_early): the gradients differ from eager")
+  t.ok(g[1]:reused() and not same(gr, eg), kind .. " order, delayed wgrad" .. (share and ", share = true" or "")
+    .. ", buffers reused too early (graph_reuse_early): the gradients differ from eager")
   g:free()
 end
 

@@ -2,8 +2,8 @@
 -- run mb by mb or GPipe-like (microbatches sharing microbatch 1's graphs where the order allows it, share = true,
 -- the default, and without, share = false), and the orders of one process running every stage of 1F1B and ZB-H1
 -- (--stages chunks of layers / stages layers each; static buffers reused across microbatches whose lifetimes do
--- not overlap, reuse = true, the default, and without, reuse = false): pool peak, what the allocations would take
--- without any reuse, and the number of graphs.
+-- not overlap, reuse = true, the default, and without, reuse = false; share = true: graphs shared there too):
+-- pool peak, what the allocations would take without any reuse, and the number of graphs.
 -- usage: tegraph run examples/bench/graph_memory.lua [--layers 12 --hidden 768 --heads 12 --seq 1024 --batch 4
 --        --microbatches 4 --stages 4 --dtype bf16 --delay]
 local tg = require "tegraph"
@@ -80,11 +80,11 @@ end
 
 print(string.format("%d layers x %d, %d x %d tokens, %d microbatches, %d stages, %s%s", L, opt.hidden, opt.batch,
   opt.seq, M, P, opt.dtype, opt.delay and ", delayed wgrad" or ""))
-for _, kind in ipairs { "sequential", "gpipe" } do
+-- before: share = false, reuse = false (graphs and static buffers per microbatch); after: the defaults (share
+-- where the order is sequential, static buffers reused where microbatches overlap); and share = true (graphs
+-- shared across overlapping microbatches where lifetimes allow too)
+for _, kind in ipairs { "sequential", "gpipe", "1f1b", "zb_h1" } do
   measure(kind, false, false)
-  measure(kind, true, true)
-end
-for _, kind in ipairs { "1f1b", "zb_h1" } do
-  measure(kind, true, false)
-  measure(kind, true, true)
+  measure(kind, nil, true)
+  if kind == "1f1b" or kind == "zb_h1" then measure(kind, true, true) end
 end

@@ -75,6 +75,16 @@ struct tg_pool {
     struct tg_pool_free *free_list;
     size_t used, peak, reserved;
     size_t total; /* bytes ever handed out: what the pool would hold without reuse */
+    long defer_until;              /* >= 0: ranges freed now stay taken until tg_pool_release_deferred(p, pos >= it) */
+    struct tg_pool_deferred *deferred; /* those ranges */
+};
+
+/* A range freed while the pool defers frees, and the position from which it may be reused. */
+struct tg_pool_deferred {
+    struct tg_pool_deferred *next;
+    void *ptr;
+    size_t bytes;
+    long until;
 };
 
 tg_status tg_storage_new(tg_pool *pool, tg_device dev, size_t bytes, struct tg_storage **out);
@@ -92,6 +102,13 @@ int tg_pool_pushed(const tg_pool *p);
 /* Allocation from a pool (256-byte aligned) and its release. */
 tg_status tg_pool_alloc(tg_pool *p, size_t bytes, void **out);
 void tg_pool_free_range(tg_pool *p, void *ptr, size_t bytes);
+/* The graph layer's capture positions: while until >= 0, ranges freed go on a
+ * deferred list instead of the free list (a graph that later microbatches
+ * replay keeps every range it touched until its last replay's position);
+ * -1 stops deferring. tg_pool_release_deferred frees those whose position has
+ * come (until <= pos). */
+void tg_pool_defer(tg_pool *p, long until);
+void tg_pool_release_deferred(tg_pool *p, long pos);
 
 /* ------------------------------------------------------------------ streams and graphs */
 struct tg_stream {

@@ -4,6 +4,7 @@
 #include "trace/trace.h"
 #include "graph/graphed.h"
 
+#include <limits.h>
 #include <string.h>
 
 /* What a B or W graph computed wgrad for: each parameter once per contribution. */
@@ -39,6 +40,10 @@ struct tg_graphed {
     int shared;          /* every microbatch replays microbatch 1's graphs (tg_graphed_shared) */
     int reuse;           /* static buffers go back to the pool when their last reader is captured (tg_graphed_reused) */
     int reuse_early;     /* test switch graph_reuse_early: ... at their microbatch's B, deferred W readers ignored */
+    int *slot_of;        /* per entry: the microbatch whose graphs it replays (microbatches of a chunk whose lifetimes
+                            do not overlap share one set); NULL: each its own */
+    long *slot_end;      /* per entry that owns graphs others replay: the last position any of them is live */
+    int slot_share;      /* tg_graphed_opts.share_overlap, with reuse on and no chain */
     struct tg_graph_action *capture_order; /* test switch graph_share_any_order: microbatch 1's actions */
     int ncapture;        /* actions of the order captured: all, or microbatch 1's block when shared */
     tg_stream *on;       /* the next replay call's stream (tg_graphed_replay_on), or NULL */
@@ -51,7 +56,10 @@ int tg_graph_capturing(void) { return capturing_depth > 0; }
 
 static struct entry *entry_of(tg_graphed *g, int chunk, int mb) { return &g->e[(chunk - 1) * g->mbs + (mb - 1)]; }
 /* The entry whose graphs replay for (chunk, mb): microbatch 1's when shared. */
-static struct entry *replay_entry(tg_graphed *g, int chunk, int mb) { return entry_of(g, chunk, g->shared ? 1 : mb); }
+static struct entry *replay_entry(tg_graphed *g, int chunk, int mb)
+{
+    return entry_of(g, chunk, g->shared ? 1 : g->slot_of ? g->slot_of[(chunk - 1) * g->mbs + mb - 1] : mb);
+}
 
 /* Whether the order is M blocks, block m being block 1 with microbatch m: the
  * microbatches run one after another, each through the same actions. */
@@ -375,6 +383,7 @@ static int same_layout(const tg_tensor *a, const tg_tensor *b)
 struct lifetimes {
     int *last_cm; /* [(chunk - 1) * mbs + mb - 1]: position of the last of B and W */
     int *b_cm;    /* position of B */
+    int *f_cm;    /* position of F */
     int *last_mb; /* [mb - 1]: position of the microbatch's last action */
 };
 
@@ -382,6 +391,7 @@ static void lifetimes_free(struct lifetimes *lt)
 {
     free(lt->last_cm);
     free(lt->b_cm);
+    free(lt->f_cm);
     free(lt->last_mb);
     memset(lt, 0, sizeof *lt);
 }
@@ -391,12 +401,13 @@ static tg_status lifetimes_of(const tg_graphed *g, struct lifetimes *lt)
     int n = g->nchunks * g->mbs;
     lt->last_cm = malloc((size_t)n * sizeof *lt->last_cm);
     lt->b_cm = malloc((size_t)n * sizeof *lt->b_cm);
+    lt->f_cm = malloc((size_t)n * sizeof *lt->f_cm);
     lt->last_mb = malloc((size_t)g->mbs * sizeof *lt->last_mb);
-    if (!lt->last_cm || !lt->b_cm || !lt->last_mb) {
+    if (!lt->last_cm || !lt->b_cm || !lt->f_cm || !lt->last_mb) {
         lifetimes_free(lt);
         return tg_error(TG_ENOMEM, "out of host memory");
     }
-    for (int i = 0; i < n; i++) lt->last_cm[i] = lt->b_cm[i] = -1;
+    for (int i = 0; i < n; i++) lt->last_cm[i] = lt->b_cm[i] = lt->f_cm[i] = -1;
     for (int m = 0; m < g->mbs; m++) lt->last_mb[m] = -1;
     for (int i = 0; i < g->norder; i++) {
         const struct tg_graph_action *a = &g->order[i];
@@ -404,6 +415,7 @@ static tg_status lifetimes_of(const tg_graphed *g, struct lifetimes *lt)
         int k = (a->chunk - 1) * g->mbs + a->mb - 1;
         if (a->op != 'F') lt->last_cm[k] = i;
         if (a->op == 'B') lt->b_cm[k] = i;
+        if (a->op == 'F') lt->f_cm[k] = i;
         lt->last_mb[a->mb - 1] = i;
     }
     return TG_OK;
@@ -412,6 +424,7 @@ static tg_status lifetimes_of(const tg_graphed *g, struct lifetimes *lt)
 /* Whether the buffer of entry k (role 0 in, 1 out, 2 dout, 3 din, 4 in2, 5 dout2) is past its last reader at position pos. */
 static int buffer_done(const tg_graphed *g, const struct lifetimes *lt, int k, int role, int pos)
 {
+    if (g->slot_of && g->slot_end[k] >= 0) return g->slot_end[k] <= pos; /* graphs later microbatches replay */
     int until = g->reuse_early ? lt->b_cm[k] /* the reuse-too-early bug on purpose (tests) */
                 : role == 3    ? lt->last_mb[k % g->mbs]
                                : lt->last_cm[k];
@@ -423,6 +436,54 @@ static tg_tensor **entry_buffer(struct entry *e, int role)
 {
     return role == 0 ? &e->in : role == 1 ? &e->out : role == 2 ? &e->dout : role == 3 ? &e->din
          : role == 4 ? &e->in2 : &e->dout2;
+}
+
+/* One set of graphs for microbatches of a chunk whose lifetimes do not overlap
+ * (Megatron's reuse_cudagraphs, where the order overlaps microbatches): the
+ * lifetime of (chunk c, mb m) runs from its F to microbatch m's last action
+ * (its input gradient is read until then), or to its B under the test switch.
+ * Taking microbatches in F order, m joins the first set whose current holder's
+ * lifetime ended before F of m; the first microbatch of a set captures, the
+ * others replay its graphs with its buffers. Everything those graphs touch is
+ * held until the set's last lifetime ends (slot_end; the pool defers the
+ * frees of their captures), so no later capture takes a range one of them
+ * still reads. Overwrite or accumulate and the hooks' microbatch are decided
+ * at replay. */
+static tg_status assign_slots(tg_graphed *g, const struct lifetimes *lt)
+{
+    int n = g->nchunks * g->mbs;
+    g->slot_of = malloc((size_t)n * sizeof *g->slot_of);
+    g->slot_end = malloc((size_t)n * sizeof *g->slot_end);
+    int *first = malloc((size_t)g->mbs * sizeof *first);
+    long *end = malloc((size_t)g->mbs * sizeof *end);
+    if (!g->slot_of || !g->slot_end || !first || !end) {
+        free(first);
+        free(end);
+        return tg_error(TG_ENOMEM, "out of host memory");
+    }
+    for (int k = 0; k < n; k++) g->slot_of[k] = k % g->mbs + 1, g->slot_end[k] = -1;
+    for (int c = 1; c <= g->nchunks; c++) {
+        int nslots = 0;
+        for (int i = 0; i < g->norder; i++) {
+            const struct tg_graph_action *a = &g->order[i];
+            if (a->op != 'F' || a->chunk != c) continue;
+            int k = (c - 1) * g->mbs + a->mb - 1;
+            long e = g->reuse_early ? lt->b_cm[k] : lt->last_mb[a->mb - 1];
+            int s = 0;
+            while (s < nslots && end[s] >= i) s++;
+            if (s == nslots) first[nslots++] = a->mb;
+            end[s] = e;
+            g->slot_of[k] = first[s];
+        }
+        for (int s = 0; s < nslots; s++) {
+            int k0 = (c - 1) * g->mbs + first[s] - 1, members = 0;
+            for (int m = 1; m <= g->mbs; m++) members += g->slot_of[(c - 1) * g->mbs + m - 1] == first[s];
+            if (members > 1) g->slot_end[k0] = end[s];
+        }
+    }
+    free(first);
+    free(end);
+    return TG_OK;
 }
 
 /* After the capture at position pos: every static buffer all of whose holders
@@ -454,11 +515,19 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples, int
     tg_status st = TG_OK;
     struct lifetimes lt = {0};
     if (g->reuse) TG_TRY(lifetimes_of(g, &lt));
+    if (g->reuse && g->slot_share && !chain) st = assign_slots(g, &lt);
     const struct tg_graph_action *co = g->capture_order ? g->capture_order : g->order;
     for (int i = 0; i < g->ncapture && st == TG_OK; i++) {
         const struct tg_graph_action *a = &co[i];
         tg_module *m = g->chunks[a->chunk - 1];
         struct entry *e = entry_of(g, a->chunk, a->mb);
+        int k = (a->chunk - 1) * g->mbs + a->mb - 1;
+        if (g->slot_of && g->slot_of[k] != a->mb) { /* replays the graphs of its set's first microbatch */
+            return_done_buffers(g, &lt, i);
+            tg_pool_release_deferred(g->pool, i);
+            continue;
+        }
+        if (g->slot_of && g->slot_end[k] >= 0) tg_pool_defer(g->pool, g->slot_end[k]);
         const tg_tensor *x = samples[a->chunk - 1];
         const struct entry *prev = chain && a->chunk > 1 ? entry_of(g, a->chunk - 1, a->mb) : NULL;
         const struct entry *next = chain && a->chunk < g->nchunks ? entry_of(g, a->chunk + 1, a->mb) : NULL;
@@ -509,9 +578,13 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples, int
             tg_status end = tg_stream_end_capture(s, &e->w);
             if (st == TG_OK) st = end;
         }
+        tg_pool_defer(g->pool, -1);
         if (st != TG_OK) tg_error_prefix(st, "capturing %s chunk %d mb %d", op_name(a->op), a->chunk, a->mb);
         else if (g->reuse) return_done_buffers(g, &lt, i);
+        tg_pool_release_deferred(g->pool, i);
     }
+    tg_pool_defer(g->pool, -1);
+    tg_pool_release_deferred(g->pool, LONG_MAX);
     lifetimes_free(&lt);
     for (int i = 0; i < g->nchunks * g->mbs && st == TG_OK; i++) {
         struct entry *e = &g->e[i];
@@ -618,6 +691,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
         /* shared: one set of buffers already; else every (chunk, mb) has its own, reused where lifetimes allow */
         g->reuse = !o->no_reuse && !g->shared && g->mbs > 1;
         g->reuse_early = g->reuse && tg_debug_get(TG_DEBUG_GRAPH_REUSE_EARLY);
+        g->slot_share = g->reuse && o->share_overlap && !o->chain;
         if (g->shared && order_is_sequential(g)) g->ncapture = g->norder / g->mbs;
         else if (g->shared) { /* the reuse-too-early bug on purpose (tests): microbatch 1's actions only */
             struct tg_graph_action *o1 = malloc((size_t)g->norder * sizeof *o1);
@@ -734,6 +808,8 @@ void tg_graphed_free(tg_graphed *g)
     free(g->out_like);
     free(g->order);
     free(g->capture_order);
+    free(g->slot_of);
+    free(g->slot_end);
     free(g->routes);
     free(g);
 }

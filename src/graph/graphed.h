@@ -31,6 +31,9 @@ typedef struct tg_graphed_opts {
     tg_pool *pool; /* graph memory (shared between graphed sets); NULL: a new one */
     int no_share;  /* 1: one set of graphs and static buffers per microbatch even when the order would
                       let every microbatch share microbatch 1's (see tg_graphed_shared) */
+    int share_overlap; /* 1: where microbatches overlap, those of a chunk whose lifetimes do not overlap still share
+                          one set of graphs (fewer graphs; the pool holds what those graphs touch until the last
+                          of them is done, so graph memory may grow); needs reuse, not with chain */
     int no_reuse;  /* 1: every (chunk, microbatch) keeps its static buffers for the set's life; 0 (default):
                       when microbatches do not share graphs, a static buffer's memory goes back to the pool
                       once its last reader in the order is captured, and later captures reuse it (see

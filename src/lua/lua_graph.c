@@ -296,6 +296,7 @@ static int l_make_graphed(lua_State *L)
     if (!lua_isnil(L, -1)) {
         luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.share a boolean");
         o.no_share = !lua_toboolean(L, -1);
+        o.share_overlap = lua_toboolean(L, -1); /* true: also across overlapping microbatches where lifetimes allow */
     }
     lua_getfield(L, 2, "reuse");
     if (!lua_isnil(L, -1)) {

@@ -1,7 +1,8 @@
 -- mode_matrix.lua — the graphed-callables mode matrix used by the graph-mode-matrix tests: two chunks,
 -- {eager, graphed} x {delay_wgrad off, on} x {fused accumulation off, on}, two orders (all F then B+W in
 -- reverse; 1F1B-like with W deferred; with `schedules`, the orders of one process running both stages of the 1F1B
--- and ZB-H1 schedules). Graphed sets reuse static buffers across microbatches (the default). Checks identical gradients after every step, identical hook info
+-- and ZB-H1 schedules, and a "graphed-share" mode: share = true). Graphed sets reuse static buffers across
+-- microbatches (the default). Checks identical gradients after every step, identical hook info
 -- sequences per delay setting, identical parameters after a plain SGD step. With `partial` (module names), a
 -- "partial" mode too: the chunks run eagerly with those modules graphed in place (tg.graph.graph_modules).
 -- With `full`, a "full" mode: the whole step (every action and the SGD) captured once with
@@ -89,8 +90,10 @@ function MM.run(cfg)
       end)
     end
     local g, pset
-    if mode == "graphed" then
-      g = tg.graph.make_graphed(chunks, { sample = cfg.sample, microbatches = M, order = order })
+    if mode == "graphed" or mode == "graphed-share" then
+      -- graphed-share: microbatches of a chunk whose lifetimes do not overlap replay one set of graphs
+      g = tg.graph.make_graphed(chunks, { sample = cfg.sample, microbatches = M, order = order,
+        share = mode == "graphed-share" or nil })
       -- every order here overlaps microbatches: one graph set per microbatch, static buffers reused
       t.ok(g[1]:reused() and not g[1]:shared(), "graphed: static buffers reused across microbatches")
     elseif mode == "partial" then
@@ -153,6 +156,7 @@ function MM.run(cfg)
     local ref_steps, ref_params
     local ref_log = {} -- per delay setting: the firing sequence must match exactly
     local modes = { "eager", "graphed" }
+    if cfg.schedules then modes[#modes + 1] = "graphed-share" end
     if cfg.partial and cfg.unfused then
       modes[#modes + 1] = "eager-unfused"
     end
