@@ -227,7 +227,10 @@ static struct tg_graph_action *read_order(lua_State *L, int idx, int *n)
 }
 
 /* tg.graph.make_graphed(chunks, opts) -> callable, or a list of callables when chunks is a list.
- * opts: sample (a tensor, or one per chunk), microbatches (1), order, warmup, pool: the fields of
+ * opts: sample (a tensor, or one per chunk; a chunk's entry may be a pair {x, res}: two inputs),
+ * microbatches (1), order, warmup, pool, share (nil: microbatch 1's graphs for every microbatch when
+ * the order is sequential; true: also across overlapping microbatches whose lifetimes allow; false:
+ * never), reuse (static buffers across microbatches; default true), chain, in_place: the fields of
  * tg_graphed_opts (graph/graphed.h), passed through (warmup absent: the engine's default). */
 static int l_make_graphed(lua_State *L)
 {
