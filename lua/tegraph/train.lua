@@ -402,9 +402,10 @@ end
 -- capturable AdamW (lr on the device). Losses land in static tensors, read after each replay.
 function Trainer:full_body()
   local model, Mb = self.model, self.M
+  local scale = 1.0 / Mb
   for mb = 1, Mb do
-    self.full_losses[mb] = model:forward_loss(self.sx[mb], self.sy[mb], mb)
-    model:backward(1.0 / Mb, mb)
+    self.full_losses[mb] = model:forward_loss(self.sx[mb], self.sy[mb], mb, -1, scale)
+    model:backward(scale, mb)
   end
   if model:need_backward_dw() then
     for mb = 1, Mb do model:backward_dw(mb) end
