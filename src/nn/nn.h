@@ -186,12 +186,16 @@ struct tg_module_vtbl {
  * set (src/graph), so the parent that holds it runs the rest eagerly and calls
  * the graphs in place of the child. The graph layer fills it in; nn only calls
  * through it. */
+#define TG_PARENT_RES_FORWARD 1
+#define TG_PARENT_RES_BACKWARD 2
 struct tg_module_route {
     void *ctx;
     int chunk;
     int has_w; /* the chunk has W graphs: each backward leaves one backward_dw waiting */
-    tg_status (*forward)(void *ctx, int chunk, int mb, const tg_tensor *x, tg_tensor **y);
-    tg_status (*backward)(void *ctx, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx);
+    int res;   /* the F graph takes the parent's residual (else it is added after the replay) */
+    int dres;  /* the B graph takes the parent's residual gradient (else it is added after the replay) */
+    tg_status (*forward)(void *ctx, int chunk, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y);
+    tg_status (*backward)(void *ctx, int chunk, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
     tg_status (*backward_dw)(void *ctx, int chunk, int mb);
 };
 
@@ -220,6 +224,8 @@ struct tg_module {
     int nopen, open_cap;
     const struct tg_module_route *route; /* set while a graphed set replays m's calls (partial capture) */
     int route_wpend;             /* routed backwards whose backward_dw has not run */
+    int parent_res;              /* how its parent calls it: TG_PARENT_RES_FORWARD (forward_res), _BACKWARD
+                                    (backward_res); set by the parent, read by partial capture */
     void *impl;                  /* module-specific state */
     struct tg_fp8_state *fp8;    /* a Linear's FP8 scaling state and weight cache (src/nn/fp8.c), or NULL */
     int fp8_exempt;              /* never runs FP8 (the LM head's projection) */

@@ -32,6 +32,10 @@
 #              (kprof-diff.sh BEFORE.txt AFTER.txt: two profiles side by side, per group and per kernel)
 #   dp         gpt.lua at GPT-2 124M size on 1 GPU, on 2 GPUs (ddp), and on 2 GPUs with a trace (2 GPUs)
 #   replay     examples/bench/graph_replay.lua: host time per microbatch, eager vs graphed
+#   graphs     examples/bench/graph_memory.lua at GPT-2 124M size (graph pool memory and graph counts per order,
+#              1F1B and ZB-H1 included: before, with the default buffer reuse, with share = true), then
+#              examples/bench/graph_full_iteration.lua (tiny, small, gpt2) and gpt.lua at GPT-2 124M size eager,
+#              --graph and --graph full (tokens/s)
 #   allreduce  all-reduce bus bandwidth, examples/bench/allreduce.lua vs peers/allreduce.py (2 GPUs)
 #   optim      examples/bench/optim.lua: AdamW step variants over GPT-2 124M's parameters
 #   fork       the t/dist scripts under `tegraph run -n 2` (the fork launcher, NCCL; 2 GPUs)
@@ -80,7 +84,7 @@ done
 [ ${#STAGES[@]} -gt 0 ] || { echo "run.sh: no stage given" >&2; usage 2 >&2; }
 for s in "${STAGES[@]}"; do
   case $s in
-    tests|launch|ops|fp8|layers|fp8train|gpt2|lmhead|profile|dp|replay|allreduce|optim|fork|sanit|suite) ;;
+    tests|launch|ops|fp8|layers|fp8train|gpt2|lmhead|profile|dp|graphs|replay|allreduce|optim|fork|sanit|suite) ;;
     *) echo "run.sh: unknown stage '$s'" >&2; exit 2 ;;
   esac
 done
@@ -227,6 +231,20 @@ for s in "${STAGES[@]}"; do
     timeout "$(cap 150)" ./tegraph run -n 2 "$SRC/examples/gpt.lua" $G 2>&1 | grep -E "gpt:|steady|trained|rank|trace|overlap"
     timeout "$(cap 150)" ./tegraph run -n 2 "$SRC/examples/gpt.lua" $G --trace "$OUT/gpt2-ddp-trace.json" --trace-steps 10:12 2>&1 |
       grep -E "gpt:|steady|trained|rank|trace|overlap"
+    ;;
+  graphs)
+    stage "graph memory and full-iteration capture"
+    timeout "$(cap 300)" ./tegraph run "$SRC/examples/bench/graph_memory.lua" --layers 12 --hidden 768 --heads 12 \
+      --seq 1024 --batch 4 --microbatches 8 --stages 4 --dtype bf16 --delay 2>&1 | tee "$OUT/graph_memory.txt"
+    for p in tiny small gpt2; do
+      timeout "$(cap 200)" ./tegraph run "$SRC/examples/bench/graph_full_iteration.lua" --preset "$p" --iters 20 2>&1 | tail -5
+    done | tee "$OUT/graph_full_iteration.txt"
+    data
+    for f in "" "--graph" "--graph full"; do
+      echo "--- gpt.lua $f"
+      timeout "$(cap 150)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 $f 2>&1 |
+        grep -E "steady|host time|trained|rror"
+    done | tee "$OUT/gpt2-graph-full.txt"
     ;;
   replay)
     stage "graph replay"
