@@ -245,6 +245,23 @@ static void gemm_refusals_and_replay(void)
     tg_tensor_read(d3, &v, 4);
     ok(eg == TG_OK && v == 32 * 0.5f, "the 16x16x32 GEMM runs eagerly first (D[0] %g, want 16): %s", v,
        eg == TG_OK ? "ok" : tg_last_error());
+    {   /* the same GEMM with both scales given, and with operands written from the host */
+        tg_tensor *one = scalar(gpu, 1.0f);
+        float w = 0;
+        tg_status e2 = tg_fp8_gemm(d3, a3, 0, s, b3, 1, one, 1, 0, TG_EPI_NONE, NULL, NULL, NULL, 0);
+        tg_tensor_read(d3, &w, 4);
+        diag("both scales given: status %d, D[0] %g", (int)e2, w);
+        double av[16 * 32], bv[16 * 32];
+        for (int i = 0; i < 16 * 32; i++) av[i] = 1, bv[i] = 0.5;
+        tg_tensor_write_f64(a3, av, 16 * 32), tg_tensor_write_f64(b3, bv, 16 * 32);
+        e2 = tg_fp8_gemm(d3, a3, 0, s, b3, 1, NULL, 1, 0, TG_EPI_NONE, NULL, NULL, NULL, 0);
+        tg_tensor_read(d3, &w, 4);
+        diag("operands written from the host, B's scale NULL: status %d, D[0] %g", (int)e2, w);
+        e2 = tg_fp8_gemm(d3, a3, 0, s, b3, 1, one, 1, 0, TG_EPI_NONE, NULL, NULL, NULL, 0);
+        tg_tensor_read(d3, &w, 4);
+        diag("operands written from the host, both scales: status %d, D[0] %g", (int)e2, w);
+        tg_tensor_free(one);
+    }
     tg_fill(d3, 0);
     tg_stream_begin_capture(st);
     tg_status cg = tg_fp8_gemm(d3, a3, 0, s, b3, 1, NULL, 1, 0, TG_EPI_NONE, NULL, NULL, NULL, 0);
