@@ -1,5 +1,6 @@
 /* cpu_nn.c — CPU reference kernels of the transformer ops (norms, activations, attention, embedding, loss, AdamW); deterministic. */
 #include "backend/cpu_impl.h"
+#include "core/debug.h"
 
 #include <math.h>
 #include <string.h>
@@ -24,6 +25,18 @@ static inline void st_wgrad(void *p, tg_dtype dt, int64_t i, float acc, double g
 {
     double v = acc == 0 ? g : (double)acc * ld(p, dt, i) + g;
     st(p, dt, i, (float)v);
+}
+
+/* The bf16 study's rounding of f32 values (core/debug.h: round_residual, round_grads with autocast_gemm). */
+static int study_round(tg_dtype dt, tg_debug_flag flag)
+{
+    return dt == TG_F32 && tg_debug_get(TG_DEBUG_AUTOCAST_GEMM) && tg_debug_get(flag);
+}
+
+static void study_round_f32(void *p, int64_t n)
+{
+    float *f = p;
+    for (int64_t i = 0; i < n; i++) f[i] = tg_bf16_to_f32(tg_f32_to_bf16(f[i]));
 }
 
 static tg_status float_only(const char *what, tg_dtype dt)
@@ -86,6 +99,7 @@ static void layernorm_backward_run(const void *p)
             st(a->dx, dt, o + j, d);
         }
     }
+    if (study_round(dt, TG_DEBUG_ROUND_RESIDUAL)) study_round_f32(a->dx, n * c);
 }
 
 static void layernorm_backward_dw_run(const void *p)
@@ -110,6 +124,10 @@ static void layernorm_backward_dw_run(const void *p)
             st_wgrad(a->dgamma, a->dw_dt, c0 + j, a->accumulate, dg[j]);
             if (a->dbeta) st_wgrad(a->dbeta, a->dw_dt, c0 + j, a->accumulate, db[j]);
         }
+    }
+    if (study_round(a->dw_dt, TG_DEBUG_ROUND_GRADS)) {
+        study_round_f32(a->dgamma, c);
+        if (a->dbeta) study_round_f32(a->dbeta, c);
     }
 }
 
@@ -172,6 +190,7 @@ static void rmsnorm_backward_run(const void *p)
             st(a->dx, dt, o + j, d);
         }
     }
+    if (study_round(dt, TG_DEBUG_ROUND_RESIDUAL)) study_round_f32(a->dx, n * c);
 }
 
 static void rmsnorm_backward_dw_run(const void *p)
@@ -534,6 +553,7 @@ static void embedding_forward_run(const void *p)
             st(a->out, a->dt, r * C + j, v);
         }
     }
+    if (study_round(a->dt, TG_DEBUG_ROUND_RESIDUAL)) study_round_f32(a->out, BT * C);
 }
 
 /* Row `row` of dwte: the dout rows of positions pos[0..npos) (increasing), summed in that order. */
@@ -596,6 +616,8 @@ static void embedding_backward_dw_run(const void *p)
                 st_wgrad(a->dwpe, a->dwpe_dt, t * C + j, a->accumulate, acc);
             }
     }
+    if (a->dwte && study_round(a->dwte_dt, TG_DEBUG_ROUND_GRADS)) study_round_f32(a->dwte, V * C);
+    if (a->dwpe && study_round(a->dwpe_dt, TG_DEBUG_ROUND_GRADS)) study_round_f32(a->dwpe, a->tmax * C);
 }
 
 tg_status cpu_embedding_forward(tg_stream *s, const struct tg_embedding_forward_args *a)
