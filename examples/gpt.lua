@@ -63,7 +63,7 @@ local defaults = {
   { "max-skips", 10, "--on-nan skip: stop after N steps in a row skipped for a non-finite loss or gradient norm (0: never)", min = 0 },
   { "dtype", "f32", "compute dtype: f32 or bf16" },
   { "delay-wgrad", false, "delay weight gradients to backward_dw (TE delay_wgrad_compute)" },
-  { "fuse-wgrad", false, "accumulate weight gradients into f32 main_grad" },
+  { "fuse-wgrad", nil, "accumulate weight gradients into f32 main_grad (default: on with --dtype bf16, off in f32; --fuse-wgrad=0: bf16 gradients)", "boolean" },
   { "seed", 1234, "seed of initialisation and batches" },
   { "samples", 6, "samples to print after training (task: greedy; --text/--data: at most 3, sampled)", min = 0 },
   { "eval", 256, "held-out examples for the exact-match accuracy (task only)", min = 0 },
@@ -264,7 +264,7 @@ print(string.format("gpt: %s | vocab %d%s, context %d, width %d, heads %d, layer
   model:num_parameters()))
 print(string.format("     device %s, dtype %s, %d steps x %d microbatches x %d sequences%s%s%s", tg.default_device(), opt.dtype,
   opt.steps, M * D, B, delay and ", delayed wgrad" .. (delay == "layers" and " (layers)" or "") or "",
-  opt["fuse-wgrad"] and ", fused main_grad" or "", world and string.format(", %d ranks", world:size()) or ""))
+  model.layers[1]:parameters()[1].fused and ", f32 main_grad" or "", world and string.format(", %d ranks", world:size()) or ""))
 local mode = trainer:describe()
 if mode ~= "" then print("     " .. mode) end
 

@@ -130,6 +130,36 @@ tap.ok(logged and math.abs(logged - loss) < 1e-5, string.format(
   "step 1's loss recomputed from the init file, the windows and the raw bytes is the logged one (%.6f vs %s)", loss,
   tostring(logged)))
 
+------------------------------------------------------------------------ bf16 gradients: f32 main_grad by default
+local function fused_of(cfg)
+  local g = nn.GPT(cfg)
+  local fused, total = 0, 0
+  for _, p in ipairs(g:parameters()) do
+    total = total + 1
+    if p.fused then fused = fused + 1 end
+  end
+  return fused, total
+end
+local base = { vocab_size = 256, max_position_embeddings = 8, hidden_size = 16, num_attention_heads = 2,
+  num_layers = 1, device = "cpu" }
+local function with(t)
+  local c = {}
+  for k, v in pairs(base) do c[k] = v end
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+local fused, total = fused_of(with { dtype = "bf16" })
+tap.is(fused, total, "a bf16 nn.GPT accumulates every weight gradient in f32 main_grad by default")
+tap.is((fused_of(with { dtype = "bf16", fuse_wgrad_accumulation = false })), 0,
+  "fuse_wgrad_accumulation = false keeps bf16 gradients")
+tap.is((fused_of(with { dtype = "f32" })), 0, "an f32 nn.GPT has no main_grad by default")
+for _, case in ipairs { { "", "%(f32 main_grad%)" }, { " --bf16-grads", "%(bf16 grads%)" } } do
+  code, out, err = ex.run_cpu("bench/bf16_study.lua", string.format("--text %s --dtype bf16 --layers 1 --width 16 " ..
+    "--heads 2 --context 8 --batch 2 --microbatches 2 --steps 2 --warmup 1 --quiet%s", ex.q(textfile), case[1]))
+  tap.ok(code == 0 and out:match(case[2]) and out:match("last%-2%-step mean loss 5%.%d+"),
+    "a bf16 study run" .. case[1] .. " trains and says " .. case[2]:gsub("%%", "") .. (code ~= 0 and (": " .. err) or ""))
+end
+
 ------------------------------------------------------------------------ bad options
 code, _, err = ex.run_cpu("bench/bf16_study.lua", "--dtype bf16")
 tap.is(code, 2, "without --text the study exits 2")

@@ -73,10 +73,12 @@ local B, M, T = opt.batch, opt.microbatches, opt.context
 if T + 1 > loader:size() then fail(string.format("%s: %d bytes, too few for windows of %d (+1)", opt.text, loader:size(), T)) end
 
 tg.manual_seed(opt.seed)
+local fuse -- nil: nn.GPT's default (f32 main_grad in bf16); false: bf16 gradients
+if opt["bf16-grads"] then fuse = false end
 local model = nn.GPT {
   vocab_size = 256, max_position_embeddings = T, hidden_size = opt.width, num_attention_heads = opt.heads,
   num_layers = opt.layers, dtype = opt.dtype,
-  fuse_wgrad_accumulation = opt.dtype == "bf16" and not opt["bf16-grads"] or nil,
+  fuse_wgrad_accumulation = fuse,
   residual_init_std = 0.02 / math.sqrt(2 * opt.layers),
 }
 if opt["save-init"] then
