@@ -160,6 +160,19 @@ for _, case in ipairs { { "", "%(f32 main_grad%)" }, { " --bf16-grads", "%(bf16 
     "a bf16 study run" .. case[1] .. " trains and says " .. case[2]:gsub("%%", "") .. (code ~= 0 and (": " .. err) or ""))
 end
 
+------------------------------------------------------------------------ the gradient-error microscope
+code, out, err = ex.run_cpu("bench/bf16_grad_error.lua", string.format("--text %s --layers 2 --width 32 --heads 2 " ..
+  "--context 16 --batch 2 --train-steps 3", ex.q(textfile)))
+tap.is(code, 0, "bf16_grad_error.lua runs" .. (code ~= 0 and (": " .. err) or ""))
+local errs = {}
+for name, e in out:gmatch("\n([^\n]-)%s+(%d%.%d+e[-+]%d+)") do errs[#errs + 1] = { name, tonumber(e) } end
+tap.is(#errs, 6, "it prints the relative gradient error of six variants")
+local by = {}
+for _, e in ipairs(errs) do by[e[1]:gsub("^%s+", "")] = e[2] end
+local ac, all = by["f32 + autocast_gemm (PyTorch autocast)"], by["+ round_residual + round_grads"]
+tap.ok(ac and all and ac > 0 and all > ac, string.format("autocast's gradient is nearer f32's than the one with a " ..
+  "bf16 residual stream and bf16 gradients (%s < %s)", tostring(ac), tostring(all)))
+
 ------------------------------------------------------------------------ bad options
 code, _, err = ex.run_cpu("bench/bf16_study.lua", "--dtype bf16")
 tap.is(code, 2, "without --text the study exits 2")
