@@ -14,6 +14,9 @@ if [ $# -lt 1 ]; then
   exit 2
 fi
 corpus=$1
+case ${2:-} in
+  -*) echo "$0: OUT comes before the options: $0 CORPUS.txt OUT [options]" >&2; exit 2 ;;
+esac
 out=${2:-bf16_study_out}
 [ $# -ge 2 ] && shift 2 || shift 1
 if [ ! -r "$corpus" ]; then
@@ -45,17 +48,19 @@ twin="$PYTHON $top/examples/bench/peers/gpt_twin.py --text $corpus --init $out/i
 run twin_bf16 $twin --dtype bf16 --csv "$out/twin_bf16.csv" "$@"
 run twin_f32 $twin --dtype f32 --csv "$out/twin_f32.csv" "$@"
 
-# the summary: last-N mean loss and tokens/s of each run, gaps to the twin of the same dtype, and the
+# the summary: last-N mean loss and tokens/s of each run, gaps to the twin of the same dtype and to the same
+# framework's f32 run, and the
 # largest per-step difference of the f32 curves over their first 200 steps
 awk '
   FNR == 1 { name = FILENAME; sub(/.*\//, "", name); sub(/\.log$/, "", name) }
-  /^last-[0-9]+-step mean loss/ { loss[name] = $5; tps[name] = $7; tail = $1 }
+  /^last-[0-9]+-step mean loss/ { loss[name] = $4; tps[name] = $6; tail = $1 }
   END {
-    printf "\n%-22s %14s %12s %14s\n", "run", tail " loss", "tokens/s", "gap vs twin"
+    printf "\n%-22s %14s %12s %14s %14s\n", "run", tail " loss", "tokens/s", "vs twin", "vs own f32"
     n = split("tegraph_bf16_before tegraph_bf16 twin_bf16 tegraph_f32 twin_f32", r, " ")
     for (i = 1; i <= n; i++) {
-      k = r[i]; ref = (k ~ /f32/) ? "twin_f32" : "twin_bf16"
-      printf "%-22s %14.5f %12.0f %13.2f%%\n", k, loss[k], tps[k], 100 * (loss[k] - loss[ref]) / loss[ref]
+      k = r[i]; ref = (k ~ /f32/) ? "twin_f32" : "twin_bf16"; own = (k ~ /^twin/) ? "twin_f32" : "tegraph_f32"
+      printf "%-22s %14.5f %12.0f %13.2f%% %13.2f%%\n", k, loss[k], tps[k], 100 * (loss[k] - loss[ref]) / loss[ref],
+        100 * (loss[k] - loss[own]) / loss[own]
     }
   }' "$out"/tegraph_bf16_before.log "$out"/tegraph_bf16.log "$out"/twin_bf16.log "$out"/tegraph_f32.log "$out"/twin_f32.log
 awk -F, 'FNR == 1 { f++; next } f == 1 { a[$1] = $2 } f == 2 && ($1 in a) && $1 <= 200 {
