@@ -95,7 +95,7 @@ local function gradient(dtype, fuse, switches)
   end
   local l = 0
   for m = 1, M do
-    l = l + nn.loss_value(g:forward_loss(xs[m], ys[m], m)) / M
+    l = l + nn.loss_value(g:forward_loss(xs[m], ys[m], m, -1, 1.0 / M)) / M
     g:backward(1.0 / M, m)
   end
   if g:need_backward_dw() then
