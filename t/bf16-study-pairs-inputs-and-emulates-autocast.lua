@@ -166,12 +166,12 @@ code, out, err = ex.run_cpu("bench/bf16_grad_error.lua", string.format("--text %
 tap.is(code, 0, "bf16_grad_error.lua runs" .. (code ~= 0 and (": " .. err) or ""))
 local errs = {}
 for name, e in out:gmatch("\n([^\n]-)%s+(%d%.%d+e[-+]%d+)") do errs[#errs + 1] = { name, tonumber(e) } end
-tap.is(#errs, 6, "it prints the relative gradient error of six variants")
+tap.is(#errs, 8, "it prints the relative gradient error of eight variants")
 local by = {}
 for _, e in ipairs(errs) do by[e[1]:gsub("^%s+", "")] = e[2] end
-local ac, all = by["f32 + autocast_gemm (PyTorch autocast)"], by["+ round_residual + round_grads"]
+local ac, all = by["f32 + autocast_gemm (PyTorch autocast)"], by["+ round_residual + round_params + round_grads"]
 tap.ok(ac and all and ac > 0 and all > ac, string.format("autocast's gradient is nearer f32's than the one with a " ..
-  "bf16 residual stream and bf16 gradients (%s < %s)", tostring(ac), tostring(all)))
+  "bf16 residual stream, parameters and gradients (%s < %s)", tostring(ac), tostring(all)))
 
 ------------------------------------------------------------------------ bad options
 code, _, err = ex.run_cpu("bench/bf16_study.lua", "--dtype bf16")

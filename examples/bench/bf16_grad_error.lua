@@ -8,8 +8,9 @@
 -- Variants: tegraph's bf16 path with bf16 gradients (before) and with f32 main_grad (the default); an f32 model
 -- under the CPU study switch autocast_gemm (PyTorch's bf16 autocast: bf16 GEMMs, f32 parameters, gradients,
 -- residual stream and norms), alone and with the bf16 model's roundings added one at a time: round_grads
--- (bf16 gradient accumulation), round_residual (a bf16 residual stream), both. The switches are the CPU
--- backend's: run it with --device cpu.
+-- (bf16 gradient accumulation), round_residual (a bf16 residual stream), round_params (the norms' and the
+-- embedding's parameters read in bf16), and together (the last two: tegraph's bf16 with f32 main_grad; all
+-- three: with bf16 gradients). The switches are the CPU backend's: run it with --device cpu.
 local tg = require "tegraph"
 local nn = require "tegraph.nn"
 local optim = require "tegraph.optim"
@@ -119,9 +120,12 @@ local variants = {
   { "f32 + autocast_gemm (PyTorch autocast)", "f32", nil, { "autocast_gemm" } },
   { "  + round_grads", "f32", nil, { "autocast_gemm", "round_grads" } },
   { "  + round_residual", "f32", nil, { "autocast_gemm", "round_residual" } },
-  { "  + round_residual + round_grads", "f32", nil, { "autocast_gemm", "round_residual", "round_grads" } },
+  { "  + round_params", "f32", nil, { "autocast_gemm", "round_params" } },
+  { "  + round_residual + round_params", "f32", nil, { "autocast_gemm", "round_residual", "round_params" } },
+  { "  + round_residual + round_params + round_grads", "f32", nil,
+    { "autocast_gemm", "round_residual", "round_params", "round_grads" } },
 }
-print(string.format("%-42s %12s %12s %12s %12s", "variant", "rel err all", "matrices", "vectors", "loss - f32"))
+print(string.format("%-48s %12s %12s %12s %12s", "variant", "rel err all", "matrices", "vectors", "loss - f32"))
 for _, v in ipairs(variants) do
   local g, l = gradient(v[2], v[3], v[4])
   local num, den = { 0, 0, 0 }, { 0, 0, 0 }
@@ -131,6 +135,6 @@ for _, v in ipairs(variants) do
     num[1], den[1], num[k], den[k] = num[1] + d, den[1] + n, num[k] + d, den[k] + n
   end
   local function rel(k) return den[k] > 0 and math.sqrt(num[k] / den[k]) or 0 end
-  print(string.format("%-42s %12.3e %12.3e %12.3e %12.2e", v[1], rel(1), rel(2), rel(3), l - ref_loss))
+  print(string.format("%-48s %12.3e %12.3e %12.3e %12.2e", v[1], rel(1), rel(2), rel(3), l - ref_loss))
   collectgarbage()
 end

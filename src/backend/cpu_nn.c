@@ -33,6 +33,13 @@ static int study_round(tg_dtype dt, tg_debug_flag flag)
     return dt == TG_F32 && tg_debug_get(TG_DEBUG_AUTOCAST_GEMM) && tg_debug_get(flag);
 }
 
+/* A parameter element, rounded to bf16 when rp (round_params). */
+static inline float ldp(const void *p, tg_dtype dt, int64_t i, int rp)
+{
+    float v = ld(p, dt, i);
+    return rp ? tg_bf16_to_f32(tg_f32_to_bf16(v)) : v;
+}
+
 static void study_round_f32(void *p, int64_t n)
 {
     float *f = p;
@@ -55,6 +62,7 @@ static void layernorm_forward_run(const void *p)
     const struct tg_layernorm_forward_args *a = p;
     int64_t n = a->n, c = a->c;
     tg_dtype dt = a->dt;
+    const int rp = study_round(dt, TG_DEBUG_ROUND_PARAMS);
 #pragma omp parallel for schedule(static) if (n * c > CPU_PAR_MIN)
     for (int64_t r = 0; r < n; r++) {
         const int64_t o = r * c;
@@ -69,8 +77,8 @@ static void layernorm_forward_run(const void *p)
         a->mean[r] = m;
         a->rstd[r] = rs;
         for (int64_t j = 0; j < c; j++) {
-            float v = (ld(a->x, dt, o + j) - m) * rs * ld(a->gamma, dt, j);
-            if (a->beta) v += ld(a->beta, dt, j);
+            float v = (ld(a->x, dt, o + j) - m) * rs * ldp(a->gamma, dt, j, rp);
+            if (a->beta) v += ldp(a->beta, dt, j, rp);
             st(a->y, dt, o + j, v);
         }
     }
@@ -81,19 +89,20 @@ static void layernorm_backward_run(const void *p)
     const struct tg_layernorm_backward_args *a = p;
     int64_t n = a->n, c = a->c;
     tg_dtype dt = a->dt;
+    const int rp = study_round(dt, TG_DEBUG_ROUND_PARAMS);
 #pragma omp parallel for schedule(static) if (n * c > CPU_PAR_MIN)
     for (int64_t r = 0; r < n; r++) {
         const int64_t o = r * c;
         const float m = a->mean[r], rs = a->rstd[r];
         double s1 = 0, s2 = 0; /* sum dxhat, sum dxhat * xhat */
         for (int64_t j = 0; j < c; j++) {
-            float xhat = (ld(a->x, dt, o + j) - m) * rs, dxhat = ld(a->dy, dt, o + j) * ld(a->gamma, dt, j);
+            float xhat = (ld(a->x, dt, o + j) - m) * rs, dxhat = ld(a->dy, dt, o + j) * ldp(a->gamma, dt, j, rp);
             s1 += dxhat;
             s2 += (double)dxhat * xhat;
         }
         const float m1 = (float)(s1 / (double)c), m2 = (float)(s2 / (double)c);
         for (int64_t j = 0; j < c; j++) {
-            float xhat = (ld(a->x, dt, o + j) - m) * rs, dxhat = ld(a->dy, dt, o + j) * ld(a->gamma, dt, j);
+            float xhat = (ld(a->x, dt, o + j) - m) * rs, dxhat = ld(a->dy, dt, o + j) * ldp(a->gamma, dt, j, rp);
             float d = rs * (dxhat - m1 - xhat * m2);
             if (a->dres) d += ld(a->dres, dt, o + j); /* f32 sum, one rounding */
             st(a->dx, dt, o + j, d);
@@ -543,13 +552,14 @@ static void embedding_forward_run(const void *p)
     const struct tg_embedding_forward_args *a = p;
     index_scan(a->check, TG_INDEX_EMBEDDING, a->idx, a->b * a->t, a->v, 0, 0);
     const int64_t BT = a->b * a->t, C = a->c;
+    const int rp = study_round(a->dt, TG_DEBUG_ROUND_PARAMS);
 #pragma omp parallel for schedule(static) if (BT * C > CPU_PAR_MIN)
     for (int64_t r = 0; r < BT; r++) {
         const int64_t id = a->idx[r], t = r % a->t;
         const int valid = id >= 0 && id < a->v;
         for (int64_t j = 0; j < C; j++) {
-            float v = valid ? ld(a->wte, a->dt, id * C + j) : 0.0f;
-            if (a->wpe) v += ld(a->wpe, a->dt, t * C + j);
+            float v = valid ? ldp(a->wte, a->dt, id * C + j, rp) : 0.0f;
+            if (a->wpe) v += ldp(a->wpe, a->dt, t * C + j, rp);
             st(a->out, a->dt, r * C + j, v);
         }
     }

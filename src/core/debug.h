@@ -39,10 +39,13 @@ typedef enum tg_debug_flag {
      * "round_residual": with autocast_gemm, the residual stream is rounded to bf16 as a bf16 model keeps it:
      * the embedding output, the results of GEMMs that add a residual, the norms' input gradients.
      * "round_grads": with autocast_gemm, weight gradients are rounded to bf16 after each contribution, as
-     * bf16 gradients without main_grad are accumulated. */
+     * bf16 gradients without main_grad are accumulated.
+     * "round_params": with autocast_gemm, the norms' gamma and beta and the embedding's tables are read
+     * rounded to bf16, as a bf16 model stores them (autocast reads them in f32). */
     TG_DEBUG_AUTOCAST_GEMM,
     TG_DEBUG_ROUND_RESIDUAL,
     TG_DEBUG_ROUND_GRADS,
+    TG_DEBUG_ROUND_PARAMS,
     TG_DEBUG_COUNT
 } tg_debug_flag;
 
