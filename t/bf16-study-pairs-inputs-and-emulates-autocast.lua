@@ -53,6 +53,19 @@ tg.debug("round_grads", false)
 tg.debug("autocast_gemm", false)
 tap.is(bits_equal(a:matmul(b):totable(), plain), 0, "with the switch off the GEMM is the f32 one again")
 
+-- round_params: a LayerNorm reads gamma and beta as bf16 values
+local x, gamma, beta = tg.randn({ 5, 24 }, CPU), tg.randn({ 24 }, CPU), tg.randn({ 24 }, CPU)
+local y_plain = tg.ops.layernorm_forward(x, gamma, beta)
+local y_rounded = tg.ops.layernorm_forward(x, round_bf16(gamma), round_bf16(beta))
+tg.debug("autocast_gemm", true)
+tg.debug("round_params", true)
+local y_switch = tg.ops.layernorm_forward(x, gamma, beta)
+tg.debug("round_params", false)
+tg.debug("autocast_gemm", false)
+tap.is(bits_equal(y_switch:totable(), y_rounded:totable()), 0,
+  "round_params: a LayerNorm reads its parameters rounded to bf16")
+tap.ok(bits_equal(y_switch:totable(), y_plain:totable()) > 0, "which changes its output")
+
 ------------------------------------------------------------------------ the pairing files
 local dir = ex.tmpdir()
 local textfile = dir .. "/text.txt"
