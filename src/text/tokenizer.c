@@ -433,13 +433,11 @@ static int32_t index_find(const tg_tokenizer *t, const struct tok_index *x, cons
     }
 }
 
-/* Parses the vocabulary: one JSON object of token text -> id, ids 0..V-1 each once. */
-static tg_status load_vocab(const char *path, tg_tokenizer **out)
+/* Parses the vocabulary, the n bytes at buf of the file path: one JSON object of token text -> id, ids 0..V-1
+ * each once. */
+static tg_status load_vocab(const char *path, const char *buf, size_t n, tg_tokenizer **out)
 {
-    char *buf;
-    size_t n;
     *out = NULL;
-    TG_TRY(read_file(path, &buf, &n));
     int32_t unmap[512];
     uint32_t cp[256];
     byte_to_unicode(cp);
@@ -549,7 +547,6 @@ static tg_status load_vocab(const char *path, tg_tokenizer **out)
 done:
     for (size_t e = 0; e < nent; e++) free(ent[e].bytes);
     free(ent);
-    free(buf);
     if (st != TG_OK) {
         tg_tokenizer_free(t);
         return st;
@@ -558,12 +555,10 @@ done:
     return TG_OK;
 }
 
-/* Parses the merges ("a b" per line, ranked by order; an optional "#version" first line) into t->pairs. */
-static tg_status load_merges(const char *path, tg_tokenizer *t, const char *vocab_path)
+/* Parses the merges, the n bytes at buf of the file path ("a b" per line, ranked by order; an optional
+ * "#version" first line), into t->pairs. */
+static tg_status load_merges(const char *path, const char *buf, size_t n, tg_tokenizer *t, const char *vocab_path)
 {
-    char *buf;
-    size_t n;
-    TG_TRY(read_file(path, &buf, &n));
     int32_t unmap[512];
     uint32_t cp[256];
     byte_to_unicode(cp);
@@ -675,7 +670,6 @@ static tg_status load_merges(const char *path, tg_tokenizer *t, const char *voca
     if (t->nmerges == 0) st = tg_error(TG_EINVAL, "%s: no merges", path);
 done:
     free(ix.slot);
-    free(buf);
     return st;
 }
 
@@ -701,16 +695,33 @@ tg_status tg_tokenizer_gpt2(const char *dir, tg_tokenizer **out)
     if (which < 0)
         return tg_error(TG_EIO, "%s: no GPT-2 tokenizer here: expected vocab.json + merges.txt (Hugging Face) or "
                                 "encoder.json + vocab.bpe (OpenAI)", dir);
+    char *vbuf = NULL, *mbuf = NULL;
+    size_t vn = 0, mn = 0;
+    tg_status st = read_file(vpath, &vbuf, &vn);
+    if (st == TG_OK) st = read_file(mpath, &mbuf, &mn);
+    if (st == TG_OK) st = tg_tokenizer_gpt2_memory(vbuf, vn, vpath, mbuf, mn, mpath, out);
+    free(vbuf);
+    free(mbuf);
+    return st;
+}
+
+tg_status tg_tokenizer_gpt2_memory(const char *vocab, size_t vocab_len, const char *vocab_name, const char *merges,
+                                   size_t merges_len, const char *merges_name, tg_tokenizer **out)
+{
+    *out = NULL;
+    init_ascii_class();
+    if (!vocab) vocab_len = 0;
+    if (!merges) merges_len = 0;
     tg_tokenizer *t;
-    TG_TRY(load_vocab(vpath, &t));
-    tg_status st = load_merges(mpath, t, vpath);
+    TG_TRY(load_vocab(vocab_name, vocab, vocab_len, &t));
+    tg_status st = load_merges(merges_name, merges, merges_len, t, vocab_name);
     if (st == TG_OK) {
         t->cache = calloc(CACHE_SLOTS, sizeof *t->cache);
         t->cache_cap_bytes = (size_t)CACHE_SLOTS * 12;
         t->cache_cap_ids = (size_t)CACHE_SLOTS * 4;
         t->cache_bytes = malloc(t->cache_cap_bytes);
         t->cache_ids = malloc(t->cache_cap_ids * sizeof *t->cache_ids);
-        if (!t->cache || !t->cache_bytes || !t->cache_ids) st = tg_error(TG_ENOMEM, "%s: out of host memory", dir);
+        if (!t->cache || !t->cache_bytes || !t->cache_ids) st = tg_error(TG_ENOMEM, "%s: out of host memory", vocab_name);
     }
     if (st != TG_OK) {
         tg_tokenizer_free(t);
