@@ -5,7 +5,7 @@
  *   init{timeout=} / world() -> Comm      rank() size() local_rank() local_size() backend() device()
  *   all_reduce(t, {op="sum"|"avg"|"max"|"min", async=false, name=})  -> t, or a request (each op: name = its label in traces)
  *   reduce_scatter(out, in, {op=, async=})  all_gather(out, in, {async=})  broadcast(t, root | {root=, async=})
- *   send(t, peer, {async=})  recv(t, peer, {async=})  barrier()  group(fn)
+ *   send(t, peer, {async=, name=})  recv(t, peer, {async=, name=})  barrier({name=})  group(fn)
  *   split(color [, key]) -> Comm          split{dp=, pp=} -> {dp=Comm, pp=Comm, dp_rank=, dp_size=, pp_rank=, pp_size=}
  *   request:wait() -> the op's tensor     request:test() -> done?
  *   grad_buffer(params, {bucket_bytes=, bucket_numel=, align=, pad_to=}) -> GradBuffer
@@ -301,10 +301,16 @@ static int l_send(lua_State *L) { return p2p(L, 1); }
 /* recv([comm,] t, peer [, {async=}]) -> t (filled), or a request */
 static int l_recv(lua_State *L) { return p2p(L, 0); }
 
+/* barrier([comm,] [{name=}]): name: its label (checked across the ranks like a collective's) */
 static int l_barrier(lua_State *L)
 {
     int a;
-    tgl_check(L, tg_comm_barrier(comm_arg(L, &a)));
+    struct op_opts o;
+    tg_comm *c = comm_arg(L, &a);
+    opts_read(L, a, "barrier", &o);
+    tg_status st = tg_comm_barrier(c);
+    tg_comm_label_next(NULL);
+    tgl_check(L, st);
     return 0;
 }
 
