@@ -64,6 +64,8 @@ local defaults = {
   { "dtype", "f32", "compute dtype: f32 or bf16" },
   { "delay-wgrad", false, "delay weight gradients to backward_dw (TE delay_wgrad_compute)" },
   { "fuse-wgrad", false, "accumulate weight gradients into f32 main_grad" },
+  { "fused-lm-head", 1, "LM head loss in chunks of rows with its backward at once, no (N, V) logits (1) or the whole logits (0)", min = 0, max = 1 },
+  { "lm-head-chunk", nil, "rows per chunk of the fused LM head loss (default: chunks of at most 256 MiB of logits)", "number", min = 1 },
   { "seed", 1234, "seed of initialisation and batches" },
   { "samples", 6, "samples to print after training (task: greedy; --text/--data: at most 3, sampled)", min = 0 },
   { "eval", 256, "held-out examples for the exact-match accuracy (task only)", min = 0 },
@@ -233,6 +235,8 @@ local model = nn.GPT {
   dtype = opt.dtype,
   delay_wgrad = delay,
   fuse_wgrad_accumulation = opt["fuse-wgrad"],
+  fused_lm_head = opt["fused-lm-head"] == 1,
+  lm_head_chunk_rows = opt["lm-head-chunk"],
   -- GPT-2's recipe (nanoGPT, llm.c): the residual projections start smaller, by 1/sqrt(2 * layers)
   residual_init_std = (opt["scaled-init"] == nil and loader or (opt["scaled-init"] or 0) ~= 0)
       and 0.02 / math.sqrt(2 * opt.layers) or nil,
@@ -336,6 +340,8 @@ if opt.out then tg.signals.catch() end
 local stop_signal
 
 local host_s, step_s, timed = 0, 0, 0
+local dev = tg.default_device()
+local issued = { kernels = 0, gemms = 0, graph_replays = 0, peak = 0 } -- of the timed steps (tg.device_stats)
 for step = start, opt.steps do
   math.randomseed(opt.seed, step)
   local lr = schedule(step)
@@ -347,11 +353,18 @@ for step = start, opt.steps do
     if m >= 1 and m <= M then xs[m], ys[m] = x, y end
   end
   if step == trace_a then tg.trace.start() end
+  tg.reset_peak_memory(dev)
+  local s0 = tg.device_stats(dev)
   local t0 = tg.time()
   local r = trainer:step(xs, ys, lr, { skip_nonfinite = opt["on-nan"] == "skip" })
   local vals = r.losses or trainer:losses(r) -- reads the losses: waits for the step
   local t1 = tg.time()
-  if step > 2 or opt.steps <= 2 then host_s, step_s, timed = host_s + r.host_s, step_s + (t1 - t0), timed + 1 end
+  if step > 2 or opt.steps <= 2 then
+    host_s, step_s, timed = host_s + r.host_s, step_s + (t1 - t0), timed + 1
+    local s1 = tg.device_stats(dev)
+    for _, k in ipairs { "kernels", "gemms", "graph_replays" } do issued[k] = issued[k] + s1[k] - s0[k] end
+    issued.peak = math.max(issued.peak, s1.peak_memory)
+  end
   local loss_sum = 0.0
   for g = 1, #vals do loss_sum = loss_sum + vals[g] end
   local loss = loss_sum / #vals -- the step's loss: the mean over its microbatches
@@ -429,6 +442,9 @@ if steady then print(string.format("steady throughput (steps 3..%d): %.0f tokens
 if timed > 0 then
   print(string.format("host time per step %.3f ms of %.3f ms per step (%.1f%%; hooks: %s)", 1e3 * host_s / timed,
     1e3 * step_s / timed, 100 * host_s / step_s, trainer.hooks or "none"))
+  print(string.format("issued per step on %s: %.0f kernel calls, %.0f GEMM calls, %.0f graph replays; peak memory %.1f MiB " ..
+    "(allocator high-water mark in a step; LM head loss %s)", dev, issued.kernels / timed, issued.gemms / timed,
+    issued.graph_replays / timed, issued.peak / 2 ^ 20, opt["fused-lm-head"] == 1 and "fused" or "unfused"))
 end
 
 ------------------------------------------------------------------------ what it learned

@@ -1,7 +1,7 @@
 # examples: the main job, an embedding host, benchmarks.
 EXTRA_DIST += examples/hello.lua examples/gpt.lua examples/zero_bubble.lua examples/custom_reduce.lua \
 	examples/bench/RESULTS.md examples/bench/layers.lua examples/bench/ops.lua examples/bench/graph_replay.lua examples/bench/allreduce.lua \
-	examples/bench/optim.lua examples/bench/zero1_overlap.lua examples/bench/graph_memory.lua examples/bench/graph_full_iteration.lua examples/bench/gpu/run.sh \
+	examples/bench/optim.lua examples/bench/zero1_overlap.lua examples/bench/graph_memory.lua examples/bench/graph_full_iteration.lua examples/bench/lm_head.lua examples/bench/gpu/run.sh \
 	examples/bench/peers/common.py examples/bench/peers/layers.py examples/bench/peers/gpt2.py \
 	examples/bench/peers/allreduce.py examples/bench/peers/kernels.py examples/bench/peers/gpt2_hf_export.py \
 	examples/bench/gpt2_hf_check.lua

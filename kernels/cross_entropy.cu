@@ -1,4 +1,4 @@
-/* cross_entropy.cu — softmax cross-entropy: per-row losses, their mean and count on the device, and dlogits; a row is read from memory once. */
+/* cross_entropy.cu — softmax cross-entropy: per-row losses, their mean and count on the device, and dlogits (alone or with the losses in one pass, the fused LM head's); a row is read from memory once. */
 #include "common.cuh"
 
 #include <math.h>
@@ -60,14 +60,14 @@ static __global__ void ce_forward_rows(float *losses, const void *logits, const 
     }
 }
 
-/* loss = [mean of the valid rows' losses (0 if none), number of valid rows]. */
+/* loss = [mean of the valid rows' losses (0 if none), number of valid rows]; losses NULL: [0, number]. */
 static __global__ void ce_forward_mean(float *loss, const float *losses, const int32_t *targets, int64_t n,
                                        int ignore_index)
 {
     __shared__ double buf[CE_THREADS];
     double total = 0.0, count = 0.0;
     for (int64_t r = threadIdx.x; r < n; r += blockDim.x)
-        if (targets[r] != ignore_index) total += losses[r], count += 1.0;
+        if (targets[r] != ignore_index) total += losses ? losses[r] : 0.0f, count += 1.0;
     total = ce_block_reduce(total, ce_sum(), buf);
     count = ce_block_reduce(count, ce_sum(), buf);
     if (threadIdx.x == 0) {
@@ -76,8 +76,10 @@ static __global__ void ce_forward_mean(float *loss, const float *losses, const i
     }
 }
 
-static __global__ void ce_backward_rows(void *dlogits, const void *logits, const int32_t *targets, const float *loss,
-                                        tg_dtype dt, int64_t n, int64_t v, float dloss, int ignore_index)
+/* dlogits (NULL: none) and, with losses not NULL, the rows' losses too (the fused pass). */
+static __global__ void ce_backward_rows(void *dlogits, float *losses, const void *logits, const int32_t *targets,
+                                        const float *loss, tg_dtype dt, int64_t n, int64_t v, float dloss,
+                                        int ignore_index)
 {
     const float count = loss[1];
     const double scale = count > 0 ? (double)dloss / count : 0.0;
@@ -85,12 +87,17 @@ static __global__ void ce_backward_rows(void *dlogits, const void *logits, const
         const int32_t tgt = targets[r];
         const int64_t o = r * v;
         if (tgt == ignore_index || tgt < 0 || tgt >= v) {
-            for (int64_t j = threadIdx.x; j < v; j += blockDim.x) tgk_store(dlogits, dt, o + j, 0.0f);
+            if (losses && threadIdx.x == 0) losses[r] = tgt == ignore_index ? 0.0f : NAN;
+            if (dlogits)
+                for (int64_t j = threadIdx.x; j < v; j += blockDim.x) tgk_store(dlogits, dt, o + j, 0.0f);
             continue;
         }
         float mx;
         double sum;
         ce_row_stats(logits, dt, o, v, &mx, &sum);
+        if (losses && threadIdx.x == 0) losses[r] = (float)(mx + log(sum) - tgk_load(logits, dt, o + tgt));
+        __syncthreads(); /* the target's logit is read before any thread overwrites it */
+        if (!dlogits) continue;
         const double inv = 1.0 / sum;
         /* each thread reads logits[j] before writing dlogits[j] (they may alias) */
         for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
@@ -221,7 +228,7 @@ static __device__ __forceinline__ float ce_grad(float x, float mx, float fs, dou
 }
 
 template <class T>
-static __global__ void __launch_bounds__(1024) ce_backward_rows_smem(T *dlogits, const T *logits,
+static __global__ void __launch_bounds__(1024) ce_backward_rows_smem(T *dlogits, float *losses, const T *logits,
                                                                      const int32_t *targets, const float *loss,
                                                                      int64_t n, int64_t v, float dloss,
                                                                      int ignore_index, bool vec)
@@ -232,8 +239,10 @@ static __global__ void __launch_bounds__(1024) ce_backward_rows_smem(T *dlogits,
     const double scale = count > 0 ? (double)dloss / count : 0.0;
     for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
         const int32_t tgt = targets[r];
-        T *out = dlogits + r * v;
+        T *out = dlogits ? dlogits + r * v : NULL;
         if (tgt == ignore_index || tgt < 0 || tgt >= v) {
+            if (losses && threadIdx.x == 0) losses[r] = tgt == ignore_index ? 0.0f : NAN;
+            if (!out) continue;
             const T z = ce_t<T>(0.0f);
             if (vec) {
                 alignas(16) T zs[CE_G];
@@ -248,6 +257,11 @@ static __global__ void __launch_bounds__(1024) ce_backward_rows_smem(T *dlogits,
         /* the whole row is in sm before anything is written: dlogits may alias logits */
         const float mx = ce_load_row(sm, logits + r * v, v, vec);
         const double sum = ce_sum_row(sm, v, mx);
+        if (losses && threadIdx.x == 0) losses[r] = (float)(mx + log(sum) - ce_f(sm[tgt]));
+        if (!out) {
+            __syncthreads(); /* sm is reloaded by the next row */
+            continue;
+        }
         const double inv = 1.0 / sum;
         const float fs = (float)(scale * inv);
         if (vec) {
@@ -334,25 +348,46 @@ extern "C" cudaError_t tg_cuda_cross_entropy_forward(float *loss, float *losses,
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t tg_cuda_cross_entropy_backward(void *dlogits, const void *logits, const int32_t *targets,
-                                                      const float *loss, tg_dtype dt, int64_t n, int64_t v, float dloss,
-                                                      int ignore_index, cudaStream_t st)
+/* dlogits (NULL: none) and losses (NULL: none) of n rows, each read once. */
+static cudaError_t ce_rows(void *dlogits, float *losses, const void *logits, const int32_t *targets, const float *loss,
+                           tg_dtype dt, int64_t n, int64_t v, float dloss, int ignore_index, cudaStream_t st)
 {
     if (n <= 0) return cudaSuccess;
     cudaError_t e;
     const size_t bytes = ce_row_bytes(dt, v);
-    const bool vec = v % CE_G == 0 && ce_aligned(logits) && ce_aligned(dlogits);
+    const bool vec = v % CE_G == 0 && ce_aligned(logits) && (!dlogits || ce_aligned(dlogits));
     if (bytes && dt == TG_BF16) {
         if ((e = ce_allow_smem(ce_backward_rows_smem<uint16_t>, bytes)) != cudaSuccess) return e;
         ce_backward_rows_smem<uint16_t><<<ce_grid(n), ce_threads(bytes), bytes, st>>>(
-            (uint16_t *)dlogits, (const uint16_t *)logits, targets, loss, n, v, dloss, ignore_index, vec);
+            (uint16_t *)dlogits, losses, (const uint16_t *)logits, targets, loss, n, v, dloss, ignore_index, vec);
     } else if (bytes) {
         if ((e = ce_allow_smem(ce_backward_rows_smem<float>, bytes)) != cudaSuccess) return e;
         ce_backward_rows_smem<float><<<ce_grid(n), ce_threads(bytes), bytes, st>>>(
-            (float *)dlogits, (const float *)logits, targets, loss, n, v, dloss, ignore_index, vec);
+            (float *)dlogits, losses, (const float *)logits, targets, loss, n, v, dloss, ignore_index, vec);
     } else {
-        ce_backward_rows<<<ce_grid(n), CE_THREADS, 0, st>>>(dlogits, logits, targets, loss, dt, n, v, dloss,
+        ce_backward_rows<<<ce_grid(n), CE_THREADS, 0, st>>>(dlogits, losses, logits, targets, loss, dt, n, v, dloss,
                                                             ignore_index);
     }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t tg_cuda_cross_entropy_backward(void *dlogits, const void *logits, const int32_t *targets,
+                                                      const float *loss, tg_dtype dt, int64_t n, int64_t v, float dloss,
+                                                      int ignore_index, cudaStream_t st)
+{
+    return ce_rows(dlogits, NULL, logits, targets, loss, dt, n, v, dloss, ignore_index, st);
+}
+
+extern "C" cudaError_t tg_cuda_cross_entropy_fused(float *losses, void *dlogits, const void *logits,
+                                                   const int32_t *targets, const float *loss, tg_dtype dt, int64_t n,
+                                                   int64_t v, float dloss, int ignore_index, cudaStream_t st)
+{
+    return ce_rows(dlogits, losses, logits, targets, loss, dt, n, v, dloss, ignore_index, st);
+}
+
+extern "C" cudaError_t tg_cuda_cross_entropy_mean(float *loss, const float *losses, const int32_t *targets, int64_t n,
+                                                  int ignore_index, cudaStream_t st)
+{
+    ce_forward_mean<<<1, CE_THREADS, 0, st>>>(loss, losses, targets, n, ignore_index);
     return cudaGetLastError();
 }

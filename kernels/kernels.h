@@ -136,6 +136,11 @@ cudaError_t tg_cuda_cross_entropy_forward(float *loss, float *losses, const void
 cudaError_t tg_cuda_cross_entropy_backward(void *dlogits, const void *logits, const int32_t *targets,
                                            const float *loss, tg_dtype dt, int64_t n, int64_t v, float dloss,
                                            int ignore_index, cudaStream_t st);
+cudaError_t tg_cuda_cross_entropy_fused(float *losses, void *dlogits, const void *logits, const int32_t *targets,
+                                        const float *loss, tg_dtype dt, int64_t n, int64_t v, float dloss,
+                                        int ignore_index, cudaStream_t st);
+cudaError_t tg_cuda_cross_entropy_mean(float *loss, const float *losses, const int32_t *targets, int64_t n,
+                                       int ignore_index, cudaStream_t st);
 
 /* lr_dev, step_dev: NULL, or the capturable optimizer's (1) f32 lr and (1) i32
  * step count read on the device (lr and step are then unused). */

@@ -82,6 +82,19 @@ TG_API tg_status tg_device_describe(tg_device d, char *name, size_t n, size_t *t
 /* The device new tensors go to by default: CUDA:0 when a GPU exists and the
  * environment variable TG_DEVICE does not say "cpu"; else the CPU. */
 TG_API tg_device tg_default_device(void);
+/* What tegraph issued on a device and the memory it holds, counted since the program started
+ * (take differences for a step). kernels: kernel calls of ops other than GEMMs issued on a stream
+ * that does not capture (an op is one call; a few ops launch two or three kernels under it);
+ * gemms: GEMM calls likewise; graph_replays: replays of captured graphs (their kernels are not
+ * counted one by one); memory: bytes of tensor storage and graph-pool blocks from the device's
+ * allocator now; peak_memory: the most at any time since the last tg_device_reset_peak. */
+typedef struct tg_device_stats {
+    uint64_t kernels, gemms, graph_replays;
+    size_t memory, peak_memory;
+} tg_device_stats;
+TG_API void tg_device_get_stats(tg_device d, tg_device_stats *out);
+/* Starts peak_memory again at the memory held now. */
+TG_API void tg_device_reset_peak(tg_device d);
 
 /* The launcher's view of this process (tegraph run -n, mpirun, srun): its rank,
  * world size, local rank or local size, from the first of TG_RANK /

@@ -37,6 +37,6 @@ TESTS += t/cuda-modules-match-torch.sh
 EXTRA_DIST += t/cuda-modules-match-torch.sh t/torch-check.lua t/torch_check.py
 
 # Lua tests of the CUDA backend (they skip without a device).
-CUDA_LUA_TESTS = t/cuda-bad-ids-fail-at-the-next-read.lua
+CUDA_LUA_TESTS = t/cuda-bad-ids-fail-at-the-next-read.lua t/cuda-lm-head-fused-matches-cpu.lua
 TESTS += $(CUDA_LUA_TESTS)
 EXTRA_DIST += $(CUDA_LUA_TESTS)

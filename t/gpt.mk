@@ -6,6 +6,7 @@ GPT_LUA_TESTS = \
 	t/lua-hooks-fire-once-per-microbatch.lua \
 	t/lua-custom-module-in-sequential.lua \
 	t/lua-microbatch-protocol.lua \
+	t/lm-head-fused-loss-matches-unfused.lua \
 	t/adamw-matches-hand-computed-step.lua \
 	t/adamw-foreach-matches-per-tensor.lua \
 	t/adamw-capturable-replay-equals-eager-steps.lua \

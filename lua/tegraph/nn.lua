@@ -46,7 +46,7 @@ local GPT_KEYS = {
   vocab_size = true, max_position_embeddings = true, hidden_size = true, num_attention_heads = true,
   num_layers = true, ffn_hidden_size = true, normalization = true, activation = true, dtype = true,
   delay_wgrad = true, fuse_wgrad_accumulation = true, init_std = true, device = true,
-  make_vocab_size_divisible_by = true, residual_init_std = true,
+  make_vocab_size_divisible_by = true, residual_init_std = true, fused_lm_head = true, lm_head_chunk_rows = true,
 }
 local GPT_RENAMED = {
   vocab = "vocab_size", context = "max_position_embeddings", width = "hidden_size", heads = "num_attention_heads",
@@ -119,7 +119,7 @@ function nn.GPT(cfg)
   local body = nn.Sequential(blocks)
   local head = nn.LMHead(opts {
     hidden_size = cfg.hidden_size, vocab_size = table_vocab, tied = embed, normalization = cfg.normalization,
-    name = "lm_head",
+    name = "lm_head", fused_loss = cfg.fused_lm_head, loss_chunk_rows = cfg.lm_head_chunk_rows,
   })
   local self = setmetatable({ cfg = cfg, embed = embed, layers = layers, body = body, head = head }, GPT)
   local rstd = cfg.residual_init_std
@@ -163,9 +163,12 @@ end
 -- backward_dw(mb).
 
 -- Forward of microbatch mb: idx, targets (B, T) i32 -> loss tensor [mean, count].
-function GPT:forward_loss(idx, targets, mb, ignore_index)
+-- dloss: the number backward(dloss, mb) will be given (e.g. 1/M); with the fused LM head
+-- (cfg.fused_lm_head, on by default) the head's backward then runs with its forward, chunk by
+-- chunk, and the logits of all tokens never exist.
+function GPT:forward_loss(idx, targets, mb, ignore_index, dloss)
   local h = self.body:forward(idx, mb)
-  return self.head:loss(h, targets, mb, ignore_index or -1)
+  return self.head:loss(h, targets, mb, ignore_index or -1, dloss)
 end
 
 -- The loss tensor [mean, count] of idx, targets (B, T) with nothing kept for a backward (evaluation).

@@ -180,7 +180,8 @@ function M.new(o)
         local cfg = model.cfg
         local pad = cfg.make_vocab_size_divisible_by or 1
         local own = tg.nn.LMHead { hidden_size = cfg.hidden_size, vocab_size = (cfg.vocab_size + pad - 1) // pad * pad,
-          normalization = cfg.normalization, dtype = cfg.dtype, device = cfg.device, name = "lm_head" }
+          normalization = cfg.normalization, dtype = cfg.dtype, device = cfg.device, name = "lm_head",
+          fused_loss = cfg.fused_lm_head, loss_chunk_rows = cfg.lm_head_chunk_rows }
         -- its norm from the tied head, its projection from the embedding's token table
         local wte = model.embed:parameters()[1]
         local by_name = {}
@@ -314,7 +315,7 @@ function Trainer:step(xs, ys, lr, o)
     if not self.plan then
       local model = self.model
       for mb = 1, Mb do
-        losses[mb] = model:forward_loss(xs[mb], ys[mb], mb)
+        losses[mb] = model:forward_loss(xs[mb], ys[mb], mb, -1, scale)
         model:backward(scale, mb)
       end
       if model:need_backward_dw() then
@@ -326,7 +327,7 @@ function Trainer:step(xs, ys, lr, o)
         chunks = self.chunks, graphed = self.graphed, comm = self.P > 1 and self.pp or nil, step = false,
         inputs = self.first_stage and xs or nil,
         loss_grad = self.last_stage and function(mb, y)
-          losses[mb] = head:loss(y, ys[mb], mb, -1)
+          losses[mb] = head:loss(y, ys[mb], mb, -1, scale)
           local dh = head:backward(scale, mb)
           if head:need_backward_dw() then head:backward_dw(mb) end
           return dh

@@ -334,6 +334,32 @@ struct tg_cross_entropy_backward_args {
     int ignore_index;
 };
 
+/* The fused per-row pass of a chunk of rows: losses[r] as the forward's and, when dlogits is
+ * not NULL, dlogits[r] = dloss / loss[1] * (softmax(logits[r]) - onehot(target[r])) as the
+ * backward's (may alias logits), from one read of each row. */
+struct tg_cross_entropy_fused_args {
+    float *losses;             /* (n) */
+    void *dlogits;             /* (n, v) dt or NULL */
+    const void *logits;        /* (n, v) dt */
+    const int32_t *targets;    /* (n) */
+    const float *loss;         /* (2): the count is read from loss[1] on the device */
+    tg_dtype dt;
+    int64_t n, v;
+    float dloss;
+    int ignore_index;
+};
+
+/* loss = [mean of losses over the rows whose target is not ignore_index (0 if none), their
+ * number]; losses NULL: loss = [0, number]. Checks the targets against [0, v). */
+struct tg_cross_entropy_mean_args {
+    float *loss;               /* (2) */
+    const float *losses;       /* (n) or NULL */
+    const int32_t *targets;    /* (n) */
+    struct tg_index_check *check; /* targets outside [0, v) other than ignore_index: TG_INDEX_TARGET */
+    int64_t n, v;
+    int ignore_index;
+};
+
 /* One AdamW step (see tg_adamw_step in ops_nn.h); bias corrections from step. */
 struct tg_adamw_args {
     float *p, *m, *v;          /* (n) */
@@ -482,6 +508,8 @@ struct tg_backend {
     tg_status (*embedding_backward_dw)(tg_stream *s, const struct tg_embedding_backward_dw_args *a);
     tg_status (*cross_entropy_forward)(tg_stream *s, const struct tg_cross_entropy_forward_args *a);
     tg_status (*cross_entropy_backward)(tg_stream *s, const struct tg_cross_entropy_backward_args *a);
+    tg_status (*cross_entropy_fused)(tg_stream *s, const struct tg_cross_entropy_fused_args *a);
+    tg_status (*cross_entropy_mean)(tg_stream *s, const struct tg_cross_entropy_mean_args *a);
     tg_status (*adamw)(tg_stream *s, const struct tg_adamw_args *a);
     tg_status (*adamw_multi)(tg_stream *s, const struct tg_adamw_multi_args *a);
     tg_status (*adamw_count)(tg_stream *s, int32_t *step); /* *step += 1 on the device */

@@ -46,6 +46,8 @@ tg_status cpu_embedding_forward(tg_stream *s, const struct tg_embedding_forward_
 tg_status cpu_embedding_backward_dw(tg_stream *s, const struct tg_embedding_backward_dw_args *a);
 tg_status cpu_cross_entropy_forward(tg_stream *s, const struct tg_cross_entropy_forward_args *a);
 tg_status cpu_cross_entropy_backward(tg_stream *s, const struct tg_cross_entropy_backward_args *a);
+tg_status cpu_cross_entropy_fused(tg_stream *s, const struct tg_cross_entropy_fused_args *a);
+tg_status cpu_cross_entropy_mean(tg_stream *s, const struct tg_cross_entropy_mean_args *a);
 tg_status cpu_adamw(tg_stream *s, const struct tg_adamw_args *a);
 tg_status cpu_adamw_multi(tg_stream *s, const struct tg_adamw_multi_args *a);
 tg_status cpu_adamw_count(tg_stream *s, int32_t *step);

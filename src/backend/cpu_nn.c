@@ -675,6 +675,56 @@ static void cross_entropy_backward_run(const void *p)
     }
 }
 
+static void cross_entropy_fused_run(const void *p)
+{
+    const struct tg_cross_entropy_fused_args *a = p;
+    const int64_t N = a->n, V = a->v;
+    const float count = a->loss[1];
+    const double scale = count > 0 ? (double)a->dloss / count : 0.0;
+#pragma omp parallel for schedule(static) if (N * V > CPU_PAR_MIN)
+    for (int64_t r = 0; r < N; r++) {
+        const int32_t tgt = a->targets[r];
+        if (tgt == a->ignore_index || tgt < 0 || tgt >= V) {
+            a->losses[r] = tgt == a->ignore_index ? 0.0f : NAN;
+            if (a->dlogits)
+                for (int64_t j = 0; j < V; j++) st(a->dlogits, a->dt, r * V + j, 0.0f);
+            continue;
+        }
+        float mx;
+        double sum;
+        ce_row_stats(a->logits, a->dt, r * V, V, &mx, &sum);
+        a->losses[r] = (float)(mx + log(sum) - ld(a->logits, a->dt, r * V + tgt));
+        if (!a->dlogits) continue;
+        for (int64_t j = 0; j < V; j++) { /* reads logits[j] before writing dlogits[j] (they may alias) */
+            double pr = expf(ld(a->logits, a->dt, r * V + j) - mx) / sum;
+            st(a->dlogits, a->dt, r * V + j, (float)(scale * (pr - (j == tgt))));
+        }
+    }
+}
+
+static void cross_entropy_mean_run(const void *p)
+{
+    const struct tg_cross_entropy_mean_args *a = p;
+    index_scan(a->check, TG_INDEX_TARGET, a->targets, a->n, a->v, 1, a->ignore_index);
+    double total = 0;
+    int64_t count = 0;
+    for (int64_t r = 0; r < a->n; r++)
+        if (a->targets[r] != a->ignore_index) total += a->losses ? a->losses[r] : 0.0, count++;
+    a->loss[0] = count ? (float)(total / (double)count) : 0.0f;
+    a->loss[1] = (float)count;
+}
+
+tg_status cpu_cross_entropy_fused(tg_stream *s, const struct tg_cross_entropy_fused_args *a)
+{
+    TG_TRY(float_only("cross_entropy_fused", a->dt));
+    return cpu_submit(s, cross_entropy_fused_run, a, sizeof *a);
+}
+
+tg_status cpu_cross_entropy_mean(tg_stream *s, const struct tg_cross_entropy_mean_args *a)
+{
+    return cpu_submit(s, cross_entropy_mean_run, a, sizeof *a);
+}
+
 tg_status cpu_cross_entropy_forward(tg_stream *s, const struct tg_cross_entropy_forward_args *a)
 {
     TG_TRY(float_only("cross_entropy_forward", a->dt));

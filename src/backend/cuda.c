@@ -345,6 +345,23 @@ static tg_status cuda_cross_entropy_backward(tg_stream *s, const struct tg_cross
     return TG_OK;
 }
 
+static tg_status cuda_cross_entropy_fused(tg_stream *s, const struct tg_cross_entropy_fused_args *a)
+{
+    TG_TRY(float_only("cross_entropy_fused", a->dt));
+    LAUNCH(s, tg_cuda_cross_entropy_fused(a->losses, a->dlogits, a->logits, a->targets, a->loss, a->dt, a->n, a->v,
+                                          a->dloss, a->ignore_index, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+static tg_status cuda_cross_entropy_mean(tg_stream *s, const struct tg_cross_entropy_mean_args *a)
+{
+    LAUNCH(s, tg_cuda_cross_entropy_mean(a->loss, a->losses, a->targets, a->n, a->ignore_index, tg_cuda_stream(s)));
+    if (a->check)
+        LAUNCH(s, tg_cuda_index_check(&a->check->first[TG_INDEX_TARGET], &a->check->limit[TG_INDEX_TARGET], a->targets,
+                                      a->n, a->v, 1, a->ignore_index, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
 static tg_status cuda_adamw(tg_stream *s, const struct tg_adamw_args *a)
 {
     TG_TRY(float_only("adamw", a->g_dt));
@@ -451,6 +468,8 @@ const struct tg_backend tg_backend_cuda = {
     .embedding_backward_dw = cuda_embedding_backward_dw,
     .cross_entropy_forward = cuda_cross_entropy_forward,
     .cross_entropy_backward = cuda_cross_entropy_backward,
+    .cross_entropy_fused = cuda_cross_entropy_fused,
+    .cross_entropy_mean = cuda_cross_entropy_mean,
     .adamw = cuda_adamw,
     .adamw_multi = cuda_adamw_multi,
     .adamw_count = cuda_adamw_count,

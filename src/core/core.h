@@ -145,6 +145,11 @@ void tg_device_capture_count(tg_stream *s, int delta);
 /* Name of a stream of d that captures now (for messages). */
 const char *tg_device_capturer_name(tg_device d);
 void tg_device_forget_stream(tg_stream *s);
+/* tg_device_stats: one op issued on s (not counted while s captures; gemm: a GEMM), one graph
+ * replay on s, bytes taken from (add) or given back to a device's allocator. */
+void tg_device_count_op(tg_stream *s, int gemm);
+void tg_device_count_replay(tg_stream *s);
+void tg_device_count_memory(tg_device dev, size_t bytes, int add);
 /* Makes the device's index-check record (backend.h) with its first stream. */
 void tg_device_index_init(tg_stream *s);
 /* Remembers the first op error while s captures (end_capture then fails); returns st. */

@@ -13,6 +13,8 @@ struct tg_device_state {
     tg_stream *capturer; /* the stream that began capturing last (for messages) */
     struct tg_index_check *index_rec; /* device memory (backend.h), made with the device's first stream */
     int index_armed;                  /* a kernel with checks was issued (or captured) on the device */
+    uint64_t kernels, gemms, graph_replays; /* tg_device_stats (atomic) */
+    size_t memory, peak_memory;
 };
 
 static struct tg_device_state cpu_state;
@@ -228,4 +230,48 @@ tg_status tg_index_check_poll(tg_stream *s)
                     "cross_entropy: target %d at row %lld is outside the vocabulary of %lld (targets 0 to %lld, or the "
                     "ignore_index)",
                     (int)id, pos, lim, lim - 1);
+}
+
+/* ------------------------------------------------------------------ counters */
+void tg_device_count_op(tg_stream *s, int gemm)
+{
+    if (s->capture) return; /* its replays count */
+    struct tg_device_state *d = state_of(s->dev);
+    __atomic_fetch_add(gemm ? &d->gemms : &d->kernels, 1, __ATOMIC_RELAXED);
+}
+
+void tg_device_count_replay(tg_stream *s)
+{
+    __atomic_fetch_add(&state_of(s->dev)->graph_replays, 1, __ATOMIC_RELAXED);
+}
+
+void tg_device_count_memory(tg_device dev, size_t bytes, int add)
+{
+    struct tg_device_state *d = state_of(dev);
+    if (!add) {
+        __atomic_fetch_sub(&d->memory, bytes, __ATOMIC_RELAXED);
+        return;
+    }
+    size_t now = __atomic_add_fetch(&d->memory, bytes, __ATOMIC_RELAXED);
+    size_t peak = __atomic_load_n(&d->peak_memory, __ATOMIC_RELAXED);
+    while (now > peak && !__atomic_compare_exchange_n(&d->peak_memory, &peak, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+}
+
+void tg_device_get_stats(tg_device dev, tg_device_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!tg_device_valid(dev)) return;
+    struct tg_device_state *d = state_of(dev);
+    out->kernels = __atomic_load_n(&d->kernels, __ATOMIC_RELAXED);
+    out->gemms = __atomic_load_n(&d->gemms, __ATOMIC_RELAXED);
+    out->graph_replays = __atomic_load_n(&d->graph_replays, __ATOMIC_RELAXED);
+    out->memory = __atomic_load_n(&d->memory, __ATOMIC_RELAXED);
+    out->peak_memory = __atomic_load_n(&d->peak_memory, __ATOMIC_RELAXED);
+}
+
+void tg_device_reset_peak(tg_device dev)
+{
+    if (!tg_device_valid(dev)) return;
+    struct tg_device_state *d = state_of(dev);
+    __atomic_store_n(&d->peak_memory, __atomic_load_n(&d->memory, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
 }

@@ -41,6 +41,7 @@ void tg_pool_release(tg_pool *p)
     for (struct tg_pool_block *b = p->blocks, *next; b; b = next) {
         next = b->next;
         be->free(p->dev.index, b->data);
+        tg_device_count_memory(p->dev, b->size, 0);
         free(b);
     }
     free(p);
@@ -96,6 +97,7 @@ tg_status tg_pool_alloc(tg_pool *p, size_t bytes, void **out)
             return tg_error_prefix(st, "graph pool: allocating a %zu-byte block", size);
         }
         b->size = size;
+        tg_device_count_memory(p->dev, size, 1);
         b->next = p->blocks;
         p->blocks = b;
         p->reserved += size;
@@ -189,6 +191,7 @@ tg_status tg_storage_new(tg_pool *pool, tg_device dev, size_t bytes, struct tg_s
         if (st == TG_OK) s->pool = tg_pool_retain(pool);
     } else {
         st = tg_backend_for(dev)->alloc(dev.index, bytes ? bytes : 1, &s->data);
+        if (st == TG_OK) tg_device_count_memory(dev, bytes, 1);
     }
     if (st != TG_OK) {
         free(s);
@@ -209,6 +212,7 @@ void tg_storage_release(struct tg_storage *s)
         tg_pool_release(s->pool);
     } else {
         tg_backend_for(s->dev)->free(s->dev.index, s->data);
+        tg_device_count_memory(s->dev, s->bytes, 0);
     }
     free(s);
 }

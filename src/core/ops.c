@@ -15,6 +15,7 @@ static int same_dev(const tg_tensor *a, const tg_tensor *b)
 static tg_status need_kernel(const void *fn, tg_stream *s, const char *op)
 {
     if (!fn) return tg_error(TG_ENOTSUP, "%s is not implemented by the %s backend", op, s->be->name);
+    tg_device_count_op(s, fn == (const void *)s->be->gemm);
     return TG_OK;
 }
 

@@ -507,3 +507,47 @@ tg_status tg_cross_entropy_backward(tg_tensor *dlogits, const tg_tensor *logits,
                                                     .dloss = (float)dloss, .ignore_index = ignore_index};
     ISSUE(s, op, cross_entropy_backward, &a, st);
 }
+
+tg_status tg_cross_entropy_fused(tg_tensor *losses, tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,
+                                 const tg_tensor *loss, double dloss, int ignore_index)
+{
+    const char *op = "cross_entropy_fused";
+    tg_stream *s;
+    TG_TRY(stream_for(op, "logits", logits, &s));
+    tg_status st = logits_check(op, logits, targets);
+    if (st == TG_OK) st = stat(op, "logits", logits, "losses", losses, rows(logits));
+    if (st == TG_OK && dlogits) st = like(op, "logits", logits, "dlogits", dlogits);
+    if (st == TG_OK) st = loss_check(op, logits, loss);
+    if (st == TG_OK) st = finite_arg(op, "dloss", dloss);
+    struct tg_cross_entropy_fused_args a = {0};
+    if (st == TG_OK)
+        a = (struct tg_cross_entropy_fused_args){.losses = tg_tensor_data(losses), .dlogits = dlogits ? tg_tensor_data(dlogits) : NULL,
+                                                 .logits = tg_tensor_data(logits), .targets = tg_tensor_data(targets),
+                                                 .loss = tg_tensor_data(loss), .dt = logits->dtype, .n = rows(logits),
+                                                 .v = cols(logits), .dloss = (float)dloss, .ignore_index = ignore_index};
+    ISSUE(s, op, cross_entropy_fused, &a, st);
+}
+
+tg_status tg_cross_entropy_mean(tg_tensor *loss, const tg_tensor *losses, const tg_tensor *targets, int64_t vocab,
+                                int ignore_index)
+{
+    const char *op = "cross_entropy_mean";
+    char x[96];
+    tg_stream *s;
+    TG_TRY(stream_for(op, "targets", targets, &s));
+    tg_status st = TG_OK;
+    if (targets->dtype != TG_I32)
+        st = tg_error(TG_EINVAL, "%s: targets %s must be i32", op, desc(targets, x, sizeof x));
+    if (st == TG_OK && vocab < 1) st = tg_error(TG_EINVAL, "%s: vocabulary size %lld must be >= 1", op, (long long)vocab);
+    if (st == TG_OK) st = need(op, "loss", loss);
+    if (st == TG_OK) st = on_dev(op, "targets", targets, "loss", loss);
+    if (st == TG_OK && (loss->dtype != TG_F32 || tg_tensor_numel(loss) != 2))
+        st = tg_error(TG_EINVAL, "%s: loss %s must hold 2 f32 ([mean, count])", op, desc(loss, x, sizeof x));
+    if (st == TG_OK && losses) st = stat(op, "targets", targets, "losses", losses, tg_tensor_numel(targets));
+    struct tg_cross_entropy_mean_args a = {0};
+    if (st == TG_OK)
+        a = (struct tg_cross_entropy_mean_args){.loss = tg_tensor_data(loss), .losses = losses ? tg_tensor_data(losses) : NULL,
+                                                .targets = tg_tensor_data(targets), .check = tg_index_check_of(s),
+                                                .n = tg_tensor_numel(targets), .v = vocab, .ignore_index = ignore_index};
+    ISSUE_CHECKED(s, op, cross_entropy_mean, &a, st);
+}

@@ -99,6 +99,7 @@ tg_status tg_graph_replay(tg_graph *g, tg_stream *s)
     if (s->be != g->be || s->dev.index != g->dev.index)
         return tg_error(TG_EINVAL, "replay on stream '%s' of another device than the graph's", s->name);
     if (s->capture) return tg_error(TG_ECAPTURE, "replay on stream '%s' while it is capturing", s->name);
+    tg_device_count_replay(s);
     if (!g->host.before && !g->host.after) return g->be->graph_replay(g, s);
     /* host work of the layers above runs with s current, like the work it stands for */
     tg_stream *prev = tg_stream_set_current(s);

@@ -340,6 +340,34 @@ static int l_isatty(lua_State *L)
     return 1;
 }
 
+/* tg.device_stats([dev]) -> {kernels=, gemms=, graph_replays=, memory=, peak_memory=} (dev: the default
+ * device): counts since the program started and the memory held now and at most (tg_device_get_stats). */
+static int l_device_stats(lua_State *L)
+{
+    tg_device d = lua_isnoneornil(L, 1) ? tg_default_device() : tgl_device_check(L, 1);
+    tg_device_stats st;
+    tg_device_get_stats(d, &st);
+    lua_createtable(L, 0, 5);
+    lua_pushinteger(L, (lua_Integer)st.kernels);
+    lua_setfield(L, -2, "kernels");
+    lua_pushinteger(L, (lua_Integer)st.gemms);
+    lua_setfield(L, -2, "gemms");
+    lua_pushinteger(L, (lua_Integer)st.graph_replays);
+    lua_setfield(L, -2, "graph_replays");
+    lua_pushinteger(L, (lua_Integer)st.memory);
+    lua_setfield(L, -2, "memory");
+    lua_pushinteger(L, (lua_Integer)st.peak_memory);
+    lua_setfield(L, -2, "peak_memory");
+    return 1;
+}
+
+/* tg.reset_peak_memory([dev]): peak_memory starts again at the memory held now. */
+static int l_reset_peak_memory(lua_State *L)
+{
+    tg_device_reset_peak(lua_isnoneornil(L, 1) ? tg_default_device() : tgl_device_check(L, 1));
+    return 0;
+}
+
 static const luaL_Reg core_funcs[] = {
     {"empty", l_empty},
     {"zeros", l_zeros},
@@ -355,6 +383,8 @@ static const luaL_Reg core_funcs[] = {
     {"device_count", l_device_count},
     {"default_device", l_default_device},
     {"devices", l_devices},
+    {"device_stats", l_device_stats},
+    {"reset_peak_memory", l_reset_peak_memory},
     {"is_tensor", l_is_tensor},
     {"allclose", l_allclose},
     {"time", l_time},

@@ -181,16 +181,20 @@ static int m_backward(lua_State *L)
     return 1;
 }
 
-/* lm:loss(x, targets [, mb [, ignore_index]]) -> loss (2) f32 = [mean, valid count]. */
+/* lm:loss(x, targets [, mb [, ignore_index [, dloss]]]) -> loss (2) f32 = [mean, valid count].
+ * dloss: the number its backward will be given; the fused loss then computes the backward at once. */
 static int m_loss(lua_State *L)
 {
     struct tgl_module *u = tgl_module_box(L, 1);
     tg_tensor *x = tgl_protocol_tensor(L, 2, "loss(x, targets, mb)"), *targets = tgl_tensor_check(L, 3);
     int mb = tgl_mb_arg(L, 4);
     int ignore = tgl_optint(L, 5, -1);
+    int grad = !lua_isnoneornil(L, 6);
+    double dloss = grad ? (double)luaL_checknumber(L, 6) : 1.0;
     tg_tensor **slot = tgl_tensor_push(L);
     lua_State *prev = tgl_nn_enter(L);
-    tg_status st = tg_lm_head_forward_loss(u->m, mb, x, targets, ignore, slot);
+    tg_status st = grad ? tg_lm_head_forward_loss_grad(u->m, mb, x, targets, ignore, dloss, slot)
+                        : tg_lm_head_forward_loss(u->m, mb, x, targets, ignore, slot);
     tgl_nn_leave(prev);
     tgl_check(L, st);
     return 1;

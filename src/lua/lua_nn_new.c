@@ -312,7 +312,7 @@ static int nn_embedding(lua_State *L)
 }
 
 static const struct ctor lm_head_c = {
-    "nn.LMHead", LIST("hidden_size", "vocab_size"), LIST("tied", "normalization"),
+    "nn.LMHead", LIST("hidden_size", "vocab_size"), LIST("tied", "normalization", "fused_loss", "loss_chunk_rows"),
     LIST("dim", "hidden_size", "vocab", "vocab_size", "norm", "normalization")};
 
 static int nn_lm_head(lua_State *L)
@@ -330,9 +330,18 @@ static int nn_lm_head(lua_State *L)
         if (u == NULL || u->m == NULL) luaL_error(L, "%s: option 'tied' must be an Embedding module", c->name);
         tied = u->m;
     }
+    int fused = 1;
+    if (lua_getfield(L, 1, "fused_loss") != LUA_TNIL) {
+        if (!lua_isboolean(L, -1)) luaL_error(L, "%s: option 'fused_loss' must be a boolean, got %s", c->name, push_got(L, -1));
+        fused = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+    int64_t rows = int_opt(L, c, "loss_chunk_rows", 0); /* 0: automatic */
     tg_module **slot = tgl_module_newbox(L, 0);
     if (tied) tgl_module_keep(L, -1, tidx);
-    CTOR_END(L, slot, tg_lm_head_new(h, v, tied, norm, &o, slot));
+    tg_status st = tg_lm_head_new(h, v, tied, norm, &o, slot);
+    if (st == TG_OK) st = tg_lm_head_set_fused(*slot, fused, rows);
+    CTOR_END(L, slot, st);
 }
 
 static const struct ctor sequential_c = {"nn.Sequential", NULL, NULL, NULL};

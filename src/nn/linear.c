@@ -218,3 +218,5 @@ tg_status tg_linear_new_shared(tg_param *weight, const tg_module_opts *o, tg_mod
     *mp = m;
     return TG_OK;
 }
+
+tg_param *tg_linear_weight(tg_module *m) { return m && m->vt == &linear_vt ? ((struct linear *)m->impl)->w : NULL; }

@@ -151,7 +151,8 @@ struct tg_saved {
     int64_t step;     /* tg_step_index() when queued in the wgrad store (0: outside steps) */
     tg_tensor *t[8];  /* saved tensors (owned) */
     int n;
-    int64_t ival;     /* a module-specific integer (LM head: ignore_index) */
+    int64_t ival;     /* a module-specific integer (LM head: ignore_index and its path) */
+    double dval;      /* a module-specific number (LM head: the d(loss) its forward_loss was promised) */
     struct tg_saved *next;
 };
 
@@ -354,6 +355,8 @@ tg_status tg_chain_backward_res(tg_module *m, int mb, const tg_tensor *dy, const
 tg_status tg_norm_new_by_name(const char *norm, int64_t c, const tg_module_opts *o, tg_module **m);
 /* Linear on an existing weight (LM head tied to an embedding): no bias; the
  * weight is retained but not listed among the module's own parameters. */
+/* The weight parameter of a Linear (NULL when m is not one). */
+tg_param *tg_linear_weight(tg_module *m);
 tg_status tg_linear_new_shared(tg_param *weight, const tg_module_opts *o, tg_module **m);
 /* Linear followed by GELU, fused (LayerNormMLP's fc1): y = gelu(x W^T + b) in
  * one GEMM epilogue saving the pre-activation; backward applies gelu' first. */
@@ -407,6 +410,16 @@ tg_status tg_lm_head_forward_loss(tg_module *m, int mb, const tg_tensor *x, cons
 /* Backward of a forward_loss with d(loss)/d(mean loss) = dloss (e.g. 1/M to
  * average over microbatches); tg_module_backward with dy NULL is dloss = 1. */
 tg_status tg_lm_head_backward_loss(tg_module *m, int mb, double dloss, tg_tensor **dx);
+/* The fused loss (on by default): forward_loss computes the logits in chunks of rows (chunk_rows
+ * rows each, the last one shorter; 0: chunks of at most 256 MiB of logits, of equal size), never
+ * the whole (N, V). fused 0: the logits of all rows, saved for the backward (the unfused path).
+ * Refused while a forward_loss waits for its backward. */
+tg_status tg_lm_head_set_fused(tg_module *m, int fused, int64_t chunk_rows);
+/* forward_loss whose backward_loss will take dloss (e.g. 1/M): with the fused loss the chunks
+ * compute the backward at once (dlogits consumed by the dX and dW GEMMs as they are made); the
+ * weight's hooks still fire in backward_loss, which must then be given the same dloss. */
+tg_status tg_lm_head_forward_loss_grad(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *targets,
+                                       int ignore_index, double dloss, tg_tensor **loss);
 tg_status tg_sequential_new(tg_module **children, int n, const tg_module_opts *o, tg_module **m);
 
 /* A module implemented by callbacks (Lua tables, via src/lua): the engine

@@ -11,6 +11,10 @@
 #   ops        examples/bench/ops.lua (per-kernel times) and peers/kernels.py (PyTorch SDPA backends, FP8 GEMM)
 #   layers     peers/layers.py, then examples/bench/layers.lua --torch (ratios to PyTorch per mode)
 #   gpt2       peers/gpt2.py and examples/gpt.lua at GPT-2 124M size on one GPU (tokens/s)
+#   lmhead     the fused LM head: its GPU test, examples/bench/lm_head.lua (the head alone at GPT-2 size: ms, calls,
+#              peak memory it adds, unfused and per chunk size), then gpt.lua at GPT-2 124M size (bf16, 8 x 2
+#              sequences) with the fused loss off and on (LMHEAD_CHUNKS: rows a chunk to try, default
+#              "auto 1024 2048 4096"): tokens/s, kernel and GEMM calls per step, peak memory (allocator high-water mark)
 #   dp         gpt.lua at GPT-2 124M size on 1 GPU, on 2 GPUs (ddp), and on 2 GPUs with a trace (2 GPUs)
 #   replay     examples/bench/graph_replay.lua: host time per microbatch, eager vs graphed
 #   allreduce  all-reduce bus bandwidth, examples/bench/allreduce.lua vs peers/allreduce.py (2 GPUs)
@@ -59,7 +63,7 @@ done
 [ ${#STAGES[@]} -gt 0 ] || { echo "run.sh: no stage given" >&2; usage 2 >&2; }
 for s in "${STAGES[@]}"; do
   case $s in
-    tests|launch|ops|layers|gpt2|dp|replay|allreduce|optim|fork|sanit|suite) ;;
+    tests|launch|ops|layers|gpt2|lmhead|dp|replay|allreduce|optim|fork|sanit|suite) ;;
     *) echo "run.sh: unknown stage '$s'" >&2; exit 2 ;;
   esac
 done
@@ -126,6 +130,21 @@ for s in "${STAGES[@]}"; do
     for pad in ${GPT2_PADS:-64 1}; do
       timeout "$(cap 120)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 --vocab-pad "$pad" 2>&1 | tail -6
     done | tee "$OUT/gpt2.txt"
+    ;;
+  lmhead)
+    stage "fused LM head"
+    timeout "$(cap 300)" make -j"$(nproc)" check TESTS=t/cuda-lm-head-fused-matches-cpu.lua > "$OUT/lmhead-check.log" 2>&1
+    echo "t/cuda-lm-head-fused-matches-cpu.lua: $(grep -c '^ok' t/cuda-lm-head-fused-matches-cpu.log) ok, $(grep -c '^not ok' t/cuda-lm-head-fused-matches-cpu.log) not ok"
+    grep -E "^not ok|^#" t/cuda-lm-head-fused-matches-cpu.log | head -20
+    timeout "$(cap 120)" ./tegraph run "$SRC/examples/bench/lm_head.lua" --chunks "off,auto,${LMHEAD_CHUNKS_BENCH:-512,1024,2048,4096,8192}" 2>&1 |
+      tee "$OUT/lmhead-bench.txt"
+    data
+    for c in off ${LMHEAD_CHUNKS:-auto 1024 2048 4096}; do
+      case $c in off) f="--fused-lm-head 0" ;; auto) f="--fused-lm-head 1" ;; *) f="--fused-lm-head 1 --lm-head-chunk $c" ;; esac
+      echo "--- $f"
+      timeout "$(cap 150)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 $f 2>&1 |
+        grep -E "steady|host time|issued|rror"
+    done | tee "$OUT/lmhead.txt"
     ;;
   dp)
     stage dp
