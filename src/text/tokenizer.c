@@ -398,14 +398,16 @@ static size_t skip_ws(const char *buf, size_t n, size_t i)
     return i;
 }
 
-/* Maps a token's text (GPT-2's byte-to-unicode form, UTF-8) back to bytes; -1 when a character is not in the map. */
-static long unmap_token(const int32_t *unmap, const unsigned char *s, size_t n, unsigned char *o)
+/* Maps a token's text (GPT-2's byte-to-unicode form, UTF-8) back to bytes into o (room for cap); -1 when a
+ * character is not in the map, cap + 1 when the bytes do not fit. */
+static long unmap_token(const int32_t *unmap, const unsigned char *s, size_t n, unsigned char *o, size_t cap)
 {
     size_t w = 0;
     for (size_t i = 0; i < n;) {
         int len;
         int32_t cp = utf8_next(s, i, n, &len);
         if (cp < 0 || cp >= 512 || unmap[cp] < 0) return -1;
+        if (w == cap) return (long)cap + 1;
         o[w++] = (unsigned char)unmap[cp];
         i += (size_t)len;
     }
@@ -466,7 +468,7 @@ static tg_status load_vocab(const char *path, const char *buf, size_t n, tg_toke
         }
         size_t at = i, tlen = 0;
         if ((st = json_string(path, buf, n, &i, text, sizeof text, &tlen)) != TG_OK) goto done;
-        long blen = unmap_token(unmap, text, tlen, bytes);
+        long blen = unmap_token(unmap, text, tlen, bytes, MAX_TOKEN_BYTES);
         if (blen < 0 || blen > MAX_TOKEN_BYTES) {
             st = tg_error(TG_EINVAL, "%s:%d: token \"%.*s\" is not in GPT-2's byte-to-unicode form%s", path,
                           line_of(buf, at), (int)(tlen > 60 ? 60 : tlen), (const char *)text,
@@ -635,10 +637,11 @@ static tg_status load_merges(const char *path, const char *buf, size_t n, tg_tok
         long blen[2];
         int32_t id[2];
         for (int p = 0; p < 2; p++) {
-            blen[p] = plen[p] > MAX_TOKEN_BYTES * 4 ? -1 : unmap_token(unmap, (const unsigned char *)part[p], plen[p], ab[p]);
+            blen[p] = unmap_token(unmap, (const unsigned char *)part[p], plen[p], ab[p], MAX_TOKEN_BYTES);
             if (blen[p] < 0 || blen[p] > MAX_TOKEN_BYTES) {
-                st = tg_error(TG_EINVAL, "%s:%d: \"%.*s\" is not in GPT-2's byte-to-unicode form", path, line,
-                              (int)(plen[p] > 60 ? 60 : plen[p]), part[p]);
+                st = tg_error(TG_EINVAL, "%s:%d: \"%.*s\" is not in GPT-2's byte-to-unicode form%s", path, line,
+                              (int)(plen[p] > 60 ? 60 : plen[p]), part[p],
+                              blen[p] > MAX_TOKEN_BYTES ? " (longer than any vocabulary entry)" : "");
                 goto done;
             }
             id[p] = index_find(t, &ix, ab[p], (size_t)blen[p]);
