@@ -59,6 +59,22 @@ cudaError_t tg_cuda_reduce(int op, const void *a, const void *b, tg_dtype dt, in
 cudaError_t tg_cuda_rand(void *dst, tg_dtype dt, int64_t n, int dist, double a, double b, uint64_t seed,
                          uint64_t offset, cudaStream_t st);
 
+/* ------------------------------------------------------------------ FP8 (struct tg_fp8_*_args in backend.h)
+ * amax words hold f32 bits compared as unsigned integers; !accumulate zeroes
+ * the word first (a memset on st). */
+
+/* y (may be NULL) = fp8(x * scale) and yt (may be NULL) its (cols, rows) transpose; scale, amax,
+ * scale_inv as tg_fp8_cast (NULL scale: 1). */
+cudaError_t tg_cuda_fp8_cast(const void *x, tg_dtype x_dt, void *y, void *yt, tg_dtype y_dt, int64_t rows, int64_t cols,
+                             const float *scale, float *amax, float *scale_inv, int accumulate, cudaStream_t st);
+/* yt (cols, rows) = x^T, bytes. */
+cudaError_t tg_cuda_fp8_transpose(const uint8_t *x, uint8_t *yt, int64_t rows, int64_t cols, cudaStream_t st);
+/* y = value(x) * scale_inv (NULL: 1), rounded once to y_dt (f32 or bf16). */
+cudaError_t tg_cuda_fp8_dequantize(const uint8_t *x, tg_dtype x_dt, void *y, tg_dtype y_dt, int64_t n,
+                                   const float *scale_inv, cudaStream_t st);
+/* *amax = max|x| (x f32 or bf16), or max(*amax, that) when accumulate. */
+cudaError_t tg_cuda_fp8_amax(const void *x, tg_dtype dt, int64_t n, float *amax, int accumulate, cudaStream_t st);
+
 /* ------------------------------------------------------------------ transformer kernels
  * Semantics of struct tg_*_args in src/backend/backend.h (the CPU reference
  * in src/backend/cpu_nn.c); every one deterministic (no float atomics: sums

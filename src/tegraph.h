@@ -56,12 +56,15 @@ typedef enum tg_dtype {
     TG_F16 = 2, /* reserved: not implemented by the kernels yet */
     TG_I32 = 3, /* token ids, indices */
     TG_U16 = 4, /* raw token files */
+    TG_E4M3 = 5, /* FP8 E4M3 (OCP "fn": no infinities, max 448), with a per-tensor scale */
+    TG_E5M2 = 6, /* FP8 E5M2 (max finite 57344), with a per-tensor scale */
     TG_DTYPE_COUNT
 } tg_dtype;
 
 TG_API size_t tg_dtype_size(tg_dtype dt);
 TG_API const char *tg_dtype_name(tg_dtype dt);
-/* Parses "f32"/"float32", "bf16"/"bfloat16", "i32", "u16"; returns 0 on success. */
+/* Parses "f32"/"float32", "bf16"/"bfloat16", "i32", "u16", "e4m3"/"float8_e4m3fn",
+ * "e5m2"/"float8_e5m2"; returns 0 on success. */
 TG_API int tg_dtype_parse(const char *s, tg_dtype *out);
 
 typedef enum tg_device_type { TG_CPU = 0, TG_CUDA = 1 } tg_device_type;
@@ -232,6 +235,68 @@ TG_API tg_status tg_sum(const tg_tensor *t, double *out);
 TG_API tg_status tg_max_abs(const tg_tensor *t, double *out);
 TG_API tg_status tg_max_abs_diff(const tg_tensor *a, const tg_tensor *b, double *out);
 
+/* ------------------------------------------------------------------ FP8 (E4M3, E5M2)
+ * FP8 tensors hold 1-byte codes; their real value is code * scale_inv, with
+ * a per-tensor f32 scale kept by the caller as device tensors of shape (1)
+ * (scale, scale_inv, amax), so every op here is issued on the stream without
+ * host reads and is capturable. Conversion from f32 rounds to nearest, ties
+ * to even, into the format's grid (subnormals included), saturating: values
+ * beyond the largest finite value, infinities included, become +-max (E4M3
+ * 448, E5M2 57344: TransformerEngine's saturating cast); NaN becomes the code
+ * 0x7f (E4M3 and E5M2 NaN). The CPU backend computes exactly these bits, the
+ * CUDA backend too (hardware conversion). */
+TG_API uint8_t tg_fp8_from_f32(tg_dtype dt, float x);
+TG_API float tg_fp8_to_f32(tg_dtype dt, uint8_t code);
+/* The largest finite value of an FP8 dtype (448, 57344; 0 for other dtypes). */
+TG_API double tg_fp8_max(tg_dtype dt);
+/* Whether dt is TG_E4M3 or TG_E5M2. */
+TG_API int tg_dtype_is_fp8(tg_dtype dt);
+
+/* flags of the ops that write an amax: accumulate (amax = max(amax, new))
+ * instead of overwriting it. amax values are compared as the bits of
+ * non-negative f32s, so a NaN met wins over any number, infinity included
+ * (a scale update can then keep its previous scale). */
+#define TG_FP8_AMAX_ACCUMULATE 1
+
+/* y = fp8(x * scale[0]) elementwise (the product rounded to f32 first).
+ * x f32 or bf16; y E4M3 or E5M2 of x's shape (or numel); scale, amax and
+ * scale_inv f32 (1) on x's device. scale NULL: 1. amax (may be NULL) gets
+ * max |x| of the unscaled input, written or accumulated (flags). scale_inv
+ * (may be NULL) gets 1 / scale[0], the factor that dequantizes this y, so the
+ * pair stays consistent when the scale changes later. */
+TG_API tg_status tg_fp8_cast(tg_tensor *y, const tg_tensor *x, const tg_tensor *scale, tg_tensor *amax,
+                             tg_tensor *scale_inv, int flags);
+/* tg_fp8_cast of x seen as a matrix (rows = numel / last dim, cols = last
+ * dim) that also writes y_t (cols, rows) = y^T, both in one pass: the
+ * K-major copies FP8 GEMMs need for dgrad and wgrad. y or y_t may be NULL
+ * (not both). */
+TG_API tg_status tg_fp8_cast_transpose(tg_tensor *y, tg_tensor *y_t, const tg_tensor *x, const tg_tensor *scale,
+                                       tg_tensor *amax, tg_tensor *scale_inv, int flags);
+/* y_t (cols, rows) = x^T for an FP8 x seen as a matrix as above, codes
+ * copied (same dtype). */
+TG_API tg_status tg_fp8_transpose(tg_tensor *y_t, const tg_tensor *x);
+/* y = f32(x) * scale_inv[0] (f32 product, rounded once to y's dtype). x FP8,
+ * y f32 or bf16 of the same numel; scale_inv NULL: 1. */
+TG_API tg_status tg_fp8_dequantize(tg_tensor *y, const tg_tensor *x, const tg_tensor *scale_inv);
+/* amax (f32 (1)) = max |x| (x f32 or bf16), written or accumulated (flags):
+ * the pass current scaling runs before its cast. */
+TG_API tg_status tg_fp8_amax(tg_tensor *amax, const tg_tensor *x, int flags);
+/* The FP8 GEMM, 2-D row-major:
+ *   D (m,n) = alpha * (a_scale_inv * A) (m,k) @ ((b_scale_inv * B) (n,k))^T + beta * D
+ * then the epilogue (TG_EPI_NONE, TG_EPI_BIAS or TG_EPI_BIAS_GELU with bias
+ * bf16 (n) and aux as in tg_gemm_ex). Both operands are K-major, as Hopper's
+ * FP8 tensor cores require ("TN"): trans_a must be 0 and trans_b 1 (other
+ * layouts are refused; tg_fp8_cast_transpose makes the transposed copies).
+ * A and B are E4M3 or E5M2, not both E5M2; D is f32 or bf16; the scale_invs
+ * f32 (1) on the device (NULL: 1). amax_d (may be NULL) gets max |D| of the
+ * stored D, written or accumulated (flags). beta == 0 overwrites D. CUDA runs
+ * cuBLASLt and needs k and n to be multiples of 16 and A, B, D to start on
+ * 16-byte boundaries (others are refused there, TG_ENOTSUP); the CPU emulates it: codes decoded exactly, products summed in
+ * double, scaled once, rounded once on store. */
+TG_API tg_status tg_fp8_gemm(tg_tensor *d, const tg_tensor *a, int trans_a, const tg_tensor *a_scale_inv,
+                             const tg_tensor *b, int trans_b, const tg_tensor *b_scale_inv, double alpha, double beta,
+                             tg_gemm_epilogue epi, const tg_tensor *bias, tg_tensor *aux, tg_tensor *amax_d, int flags);
+
 /* Counter-based RNG (Philox4x32-10): element i of a fill with (seed, offset)
  * depends only on (seed, offset, i), on every backend. The global generator
  * advances its offset by each fill. */
@@ -246,8 +311,8 @@ TG_API tg_status tg_rand(tg_tensor *t, double lo, double hi);
  * The safetensors format: 8 bytes little-endian header length N, N bytes of
  * JSON (per tensor {"dtype", "shape", "data_offsets": [begin, end]} relative
  * to the data, and an optional "__metadata__" map of strings), then the raw
- * little-endian data. tegraph writes F32, BF16, F16, I32 and U16 tensors and
- * reads those and I64 and U8 (as i32) and F16 (as f32). */
+ * little-endian data. tegraph writes F32, BF16, F16, I32, U16, F8_E4M3 and
+ * F8_E5M2 tensors and reads those and I64 and U8 (as i32) and F16 (as f32). */
 typedef struct tg_safetensors tg_safetensors;
 /* Writes n tensors under names (unique, non-empty, not "__metadata__") and
  * nmeta metadata pairs to path atomically: into "path.tmp", fsync, rename,
@@ -278,7 +343,8 @@ TG_API tg_status tg_safetensors_info(const tg_safetensors *f, const char *name, 
 TG_API tg_status tg_safetensors_read(const tg_safetensors *f, const char *name, tg_device dev, tg_tensor **out);
 /* Reads a tensor into dst: same number of elements and shape (ignoring
  * leading 1s), dtypes converted between f32 / bf16 / f16 and between the
- * integer types. TG_EINVAL naming file, tensor and both shapes or dtypes. */
+ * integer types; F8_E4M3 / F8_E5M2 codes load only into tensors of the same
+ * FP8 dtype. TG_EINVAL naming file, tensor and both shapes or dtypes. */
 TG_API tg_status tg_safetensors_read_into(const tg_safetensors *f, const char *name, tg_tensor *dst);
 /* Metadata: the value of key or NULL; the number of pairs and each one. */
 TG_API const char *tg_safetensors_metadata(const tg_safetensors *f, const char *key);

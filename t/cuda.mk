@@ -36,6 +36,10 @@ t_cuda_modules_match_cpu_t_LDFLAGS = -static
 TESTS += t/cuda-modules-match-torch.sh
 EXTRA_DIST += t/cuda-modules-match-torch.sh t/torch-check.lua t/torch_check.py
 
+# The CUPTI kernel profiler of examples/bench/gpu (skips without a device or CUPTI).
+TESTS += t/cuda-kprof-counts-kernels.sh
+EXTRA_DIST += t/cuda-kprof-counts-kernels.sh examples/bench/gpu/kprof.c examples/bench/gpu/kprof-build.sh
+
 # Lua tests of the CUDA backend (they skip without a device).
 CUDA_LUA_TESTS = t/cuda-bad-ids-fail-at-the-next-read.lua t/cuda-lm-head-fused-matches-cpu.lua
 TESTS += $(CUDA_LUA_TESTS)

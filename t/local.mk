@@ -12,3 +12,4 @@ include $(srcdir)/t/dist.mk
 include $(srcdir)/t/sched.mk
 include $(srcdir)/t/trace.mk
 include $(srcdir)/t/errors.mk
+include $(srcdir)/t/fp8-ops.mk

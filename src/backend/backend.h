@@ -430,6 +430,67 @@ struct tg_zero_multi_args {
 };
 #define tg_zero_multi_args_size(n) (sizeof(struct tg_zero_multi_args) + (size_t)(n) * sizeof(struct tg_zero_multi_buf))
 
+/* ------------------------------------------------------------------ FP8 (ops_fp8.c; tegraph.h: tg_fp8_*)
+ * amax words are f32 bits compared as unsigned integers (|x| has its sign bit
+ * cleared, so NaN > Inf > numbers); accumulate: *amax = max(*amax, new) in
+ * those terms, else *amax = new. */
+
+/* y[r][c] = fp8(x[r][c] * scale[0]) and/or yt[c][r] = the same code; amax, scale_inv as tg_fp8_cast. */
+struct tg_fp8_cast_args {
+    const void *x;             /* (rows, cols) x_dt: f32 or bf16 */
+    tg_dtype x_dt;
+    void *y, *yt;              /* (rows, cols), (cols, rows) y_dt; either may be NULL */
+    tg_dtype y_dt;             /* E4M3 or E5M2 */
+    int64_t rows, cols;
+    const float *scale;        /* (1) or NULL: 1 */
+    float *amax;               /* (1) or NULL */
+    float *scale_inv;          /* (1) or NULL: gets 1 / scale */
+    int accumulate;
+};
+
+/* yt[c][r] = x[r][c], FP8 codes. */
+struct tg_fp8_transpose_args {
+    const uint8_t *x;          /* (rows, cols) */
+    uint8_t *yt;               /* (cols, rows) */
+    int64_t rows, cols;
+};
+
+/* y = f32(x) * scale_inv[0], rounded once to y_dt. */
+struct tg_fp8_dequantize_args {
+    const uint8_t *x;          /* (n) x_dt: E4M3 or E5M2 */
+    tg_dtype x_dt;
+    void *y;                   /* (n) y_dt: f32 or bf16 */
+    tg_dtype y_dt;
+    int64_t n;
+    const float *scale_inv;    /* (1) or NULL: 1 */
+};
+
+/* *amax = max |x| (accumulated or written). */
+struct tg_fp8_amax_args {
+    const void *x;             /* (n) dt: f32 or bf16 */
+    tg_dtype dt;
+    int64_t n;
+    float *amax;               /* (1) */
+    int accumulate;
+};
+
+/* D (m, n) row-major = alpha * sa * sb * A (m, k) @ B (n, k)^T + beta * D, then
+ * the epilogue (NONE, BIAS, BIAS_GELU as in tg_gemm_args, bias bf16), then
+ * amax_d over the stored D. */
+struct tg_fp8_gemm_args {
+    int64_t m, n, k;
+    const uint8_t *a; tg_dtype a_dt;   /* (m, k) */
+    const uint8_t *b; tg_dtype b_dt;   /* (n, k) */
+    const float *a_scale_inv, *b_scale_inv; /* (1) or NULL: 1 */
+    void *d; tg_dtype d_dt;            /* (m, n) f32 or bf16 */
+    float alpha, beta;
+    tg_gemm_epilogue epi;
+    const uint16_t *bias;              /* (n) bf16: BIAS, BIAS_GELU */
+    void *aux;                         /* (m, n) d_dt: BIAS_GELU (out), may be NULL */
+    float *amax_d;                     /* (1) or NULL */
+    int accumulate;                    /* for amax_d */
+};
+
 typedef enum tg_memcpy_kind { TG_H2D = 0, TG_D2H, TG_D2D } tg_memcpy_kind;
 
 /* An event marks a point of a stream's work (public handle: tg_event). */
@@ -515,6 +576,13 @@ struct tg_backend {
     tg_status (*adamw_count)(tg_stream *s, int32_t *step); /* *step += 1 on the device */
     tg_status (*sumsq_multi)(tg_stream *s, const struct tg_sumsq_multi_args *a);
     tg_status (*zero_multi)(tg_stream *s, const struct tg_zero_multi_args *a);
+
+    /* FP8 */
+    tg_status (*fp8_cast)(tg_stream *s, const struct tg_fp8_cast_args *a);
+    tg_status (*fp8_transpose)(tg_stream *s, const struct tg_fp8_transpose_args *a);
+    tg_status (*fp8_dequantize)(tg_stream *s, const struct tg_fp8_dequantize_args *a);
+    tg_status (*fp8_amax)(tg_stream *s, const struct tg_fp8_amax_args *a);
+    tg_status (*fp8_gemm)(tg_stream *s, const struct tg_fp8_gemm_args *a);
 };
 
 /* ------------------------------------------------------------------ native seam (native.c)

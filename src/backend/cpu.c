@@ -281,4 +281,9 @@ const struct tg_backend tg_backend_cpu = {
     .adamw_count = cpu_adamw_count,
     .sumsq_multi = cpu_sumsq_multi,
     .zero_multi = cpu_zero_multi,
+    .fp8_cast = cpu_fp8_cast,
+    .fp8_transpose = cpu_fp8_transpose,
+    .fp8_dequantize = cpu_fp8_dequantize,
+    .fp8_amax = cpu_fp8_amax,
+    .fp8_gemm = cpu_fp8_gemm,
 };

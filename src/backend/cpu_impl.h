@@ -54,6 +54,13 @@ tg_status cpu_adamw_count(tg_stream *s, int32_t *step);
 tg_status cpu_sumsq_multi(tg_stream *s, const struct tg_sumsq_multi_args *a);
 tg_status cpu_zero_multi(tg_stream *s, const struct tg_zero_multi_args *a);
 
+/* FP8 kernel entries (cpu_fp8.c). */
+tg_status cpu_fp8_cast(tg_stream *s, const struct tg_fp8_cast_args *a);
+tg_status cpu_fp8_transpose(tg_stream *s, const struct tg_fp8_transpose_args *a);
+tg_status cpu_fp8_dequantize(tg_stream *s, const struct tg_fp8_dequantize_args *a);
+tg_status cpu_fp8_amax(tg_stream *s, const struct tg_fp8_amax_args *a);
+tg_status cpu_fp8_gemm(tg_stream *s, const struct tg_fp8_gemm_args *a);
+
 /* 64-byte aligned host memory for kernel workspaces (NULL on failure). */
 void *cpu_aligned_alloc(size_t bytes);
 

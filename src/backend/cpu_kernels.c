@@ -24,6 +24,8 @@ static inline double ld_any(const void *p, tg_dtype dt, int64_t i)
     case TG_BF16: return tg_bf16_to_f32(((const uint16_t *)p)[i]);
     case TG_I32: return ((const int32_t *)p)[i];
     case TG_U16: return ((const uint16_t *)p)[i];
+    case TG_E4M3:
+    case TG_E5M2: return tg_fp8_to_f32(dt, ((const uint8_t *)p)[i]);
     default: TG_ASSERT(!"dtype checked before submission"); return 0;
     }
 }
@@ -39,13 +41,15 @@ static inline void st_any(void *p, tg_dtype dt, int64_t i, double v)
         ((int32_t *)p)[i] = isnan(v) ? 0 : v >= 2147483647.0 ? INT32_MAX : v <= -2147483648.0 ? INT32_MIN : (int32_t)v;
         break;
     case TG_U16: ((uint16_t *)p)[i] = isnan(v) ? 0 : v >= 65535.0 ? 65535 : v <= 0 ? 0 : (uint16_t)v; break;
+    case TG_E4M3:
+    case TG_E5M2: ((uint8_t *)p)[i] = tg_fp8_from_f32(dt, (float)v); break; /* unscaled, saturating */
     default: TG_ASSERT(!"dtype checked before submission");
     }
 }
 
 static tg_status check_dtype(const char *what, tg_dtype dt, int ints_ok)
 {
-    if (dt == TG_F32 || dt == TG_BF16 || (ints_ok && (dt == TG_I32 || dt == TG_U16))) return TG_OK;
+    if (dt == TG_F32 || dt == TG_BF16 || (ints_ok && (dt == TG_I32 || dt == TG_U16 || tg_dtype_is_fp8(dt)))) return TG_OK;
     return tg_error(TG_ENOTSUP, "cpu %s: dtype %s is not supported", what,
                     (unsigned)dt < TG_DTYPE_COUNT ? tg_dtype_name(dt) : "(invalid)");
 }
@@ -55,13 +59,15 @@ static void fill_run(const void *p)
 {
     const struct tg_fill_args *a = p;
     int64_t n = a->n;
-    union { float f; int32_t i; uint16_t h; } v; /* the value, converted once */
+    union { float f; int32_t i; uint16_t h; uint8_t b; } v; /* the value, converted once */
     st_any(&v, a->dt, 0, a->value);
     if (tg_dtype_size(a->dt) == 4) {
         uint32_t bits, *d = a->dst;
         memcpy(&bits, &v, 4);
 #pragma omp parallel for if (n > CPU_PAR_MIN)
         for (int64_t i = 0; i < n; i++) d[i] = bits;
+    } else if (tg_dtype_size(a->dt) == 1) {
+        memset(a->dst, v.b, (size_t)n);
     } else {
         uint16_t *d = a->dst;
 #pragma omp parallel for if (n > CPU_PAR_MIN)

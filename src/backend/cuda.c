@@ -94,6 +94,8 @@ static tg_status fill_bits(tg_dtype dt, double v, uint32_t *bits)
         *bits = (uint32_t)(isnan(v) ? 0 : v >= 2147483647.0 ? INT32_MAX : v <= -2147483648.0 ? INT32_MIN : (int32_t)v);
         return TG_OK;
     case TG_U16: *bits = isnan(v) ? 0 : v >= 65535.0 ? 65535 : v <= 0 ? 0 : (uint16_t)v; return TG_OK;
+    case TG_E4M3:
+    case TG_E5M2: *bits = tg_fp8_from_f32(dt, f); return TG_OK;
     default: return tg_error(TG_ENOTSUP, "cuda fill: dtype %s is not supported", tg_dtype_name(dt));
     }
 }
@@ -102,6 +104,11 @@ static tg_status cuda_fill(tg_stream *s, const struct tg_fill_args *a)
 {
     uint32_t bits = 0;
     TG_TRY(fill_bits(a->dt, a->value, &bits));
+    if (tg_dtype_size(a->dt) == 1) { /* FP8: bytes */
+        TG_TRY(tg_cuda_use_device(s->dev.index));
+        TG_CUDA_TRY(cudaMemsetAsync(a->dst, (int)bits, (size_t)a->n, tg_cuda_stream(s)));
+        return TG_OK;
+    }
     LAUNCH(s, tg_cuda_fill(a->dst, tg_dtype_size(a->dt), bits, a->n, tg_cuda_stream(s)));
     return TG_OK;
 }
@@ -111,6 +118,17 @@ static tg_status cuda_cast(tg_stream *s, const struct tg_cast_args *a)
     if (a->src_dt == TG_F16 || a->dst_dt == TG_F16)
         return tg_error(TG_ENOTSUP, "cuda cast: %s -> %s is not supported", tg_dtype_name(a->src_dt),
                         tg_dtype_name(a->dst_dt));
+    if (tg_dtype_is_fp8(a->dst_dt) && is_float(a->src_dt)) { /* unscaled FP8 casts (tg_copy): the FP8 kernels */
+        struct tg_fp8_cast_args c = {.x = a->src, .x_dt = a->src_dt, .y = a->dst, .y_dt = a->dst_dt, .rows = 1, .cols = a->n};
+        return tg_cuda_fp8_cast_op(s, &c);
+    }
+    if (tg_dtype_is_fp8(a->src_dt) && is_float(a->dst_dt)) {
+        struct tg_fp8_dequantize_args d = {.x = a->src, .x_dt = a->src_dt, .y = a->dst, .y_dt = a->dst_dt, .n = a->n};
+        return tg_cuda_fp8_dequantize_op(s, &d);
+    }
+    if (tg_dtype_is_fp8(a->src_dt) || tg_dtype_is_fp8(a->dst_dt))
+        return tg_error(TG_ENOTSUP, "cuda cast: %s -> %s is not supported (FP8 casts from and to f32 or bf16)",
+                        tg_dtype_name(a->src_dt), tg_dtype_name(a->dst_dt));
     LAUNCH(s, tg_cuda_cast(a->src, a->src_dt, a->dst, a->dst_dt, a->n, tg_cuda_stream(s)));
     return TG_OK;
 }
@@ -475,4 +493,9 @@ const struct tg_backend tg_backend_cuda = {
     .adamw_count = cuda_adamw_count,
     .sumsq_multi = cuda_sumsq_multi,
     .zero_multi = cuda_zero_multi,
+    .fp8_cast = tg_cuda_fp8_cast_op,
+    .fp8_transpose = tg_cuda_fp8_transpose_op,
+    .fp8_dequantize = tg_cuda_fp8_dequantize_op,
+    .fp8_amax = tg_cuda_fp8_amax_op,
+    .fp8_gemm = tg_cuda_fp8_gemm_op,
 };

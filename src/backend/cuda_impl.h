@@ -1,5 +1,5 @@
 /* cuda_impl.h — internals of the CUDA backend shared by its host files (cuda.c, cuda_alloc.c, cuda_stream.c,
- * cuda_gemm.c): checks, streams, memory and per-stream scratch. Only the backend includes it. */
+ * cuda_gemm.c, cuda_fp8.c): checks, streams, memory and per-stream scratch. Only the backend includes it. */
 #ifndef TG_CUDA_IMPL_H
 #define TG_CUDA_IMPL_H
 
@@ -106,6 +106,13 @@ tg_status tg_cuda_event_elapsed(tg_event *a, tg_event *b, double *ms);
 tg_status tg_cuda_gemm(tg_stream *s, const struct tg_gemm_args *a);
 /* The cuBLASLt handle of a device, created on first use. */
 tg_status tg_cuda_lt_handle(int dev, cublasLtHandle_t *out);
+
+/* ------------------------------------------------------------------ FP8 (cuda_fp8.c): the vtable's fp8_* entries */
+tg_status tg_cuda_fp8_cast_op(tg_stream *s, const struct tg_fp8_cast_args *a);
+tg_status tg_cuda_fp8_transpose_op(tg_stream *s, const struct tg_fp8_transpose_args *a);
+tg_status tg_cuda_fp8_dequantize_op(tg_stream *s, const struct tg_fp8_dequantize_args *a);
+tg_status tg_cuda_fp8_amax_op(tg_stream *s, const struct tg_fp8_amax_args *a);
+tg_status tg_cuda_fp8_gemm_op(tg_stream *s, const struct tg_fp8_gemm_args *a);
 
 /* Caching allocator statistics of a device, for tests and `tegraph info`:
  * bytes handed out, bytes cached in free lists, and cudaMalloc calls made. */

@@ -91,6 +91,10 @@ tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
         st = tg_error(TG_EINVAL, "copy: sizes differ (destination %s, source %s)", describe(dst, x, sizeof x), describe(src, y, sizeof y));
     else if (dst->dtype == TG_F16 || src->dtype == TG_F16)
         st = tg_error(TG_ENOTSUP, "copy: f16 is not supported yet");
+    else if (dst->dtype != src->dtype && (tg_dtype_is_fp8(dst->dtype) || tg_dtype_is_fp8(src->dtype)) &&
+             !float_dtype(tg_dtype_is_fp8(dst->dtype) ? src->dtype : dst->dtype))
+        st = tg_error(TG_EINVAL, "copy: %s into %s: FP8 tensors copy from and to f32 or bf16 (unscaled; tg_fp8_cast scales)",
+                      describe(src, y, sizeof y), describe(dst, x, sizeof x));
     else if (!same_dev(dst, src))
         st = copy_across_devices(dst, src);
     else if (tg_tensor_same_memory(dst, src))
@@ -115,7 +119,10 @@ tg_status tg_binary(tg_binop op, tg_tensor *out, const tg_tensor *a, const tg_te
     tg_status st = (unsigned)op < 4 ? TG_OK : tg_error(TG_EINVAL, "binary: unknown op %d", (int)op);
     if (st == TG_OK) st = check_pair(name, a, b, 1);
     if (st == TG_OK) st = check_pair(name, out, a, 1);
-    if (st == TG_OK && !float_dtype(a->dtype)) st = tg_error(TG_EINVAL, "%s: dtype %s is not a float type", name, tg_dtype_name(a->dtype));
+    char d[96];
+    if (st == TG_OK && !float_dtype(a->dtype))
+        st = tg_error(TG_EINVAL, "%s: dtype %s is not a float type (f32 or bf16; tensor %s)", name, tg_dtype_name(a->dtype),
+                      describe(a, d, sizeof d));
     if (st == TG_OK) st = need_kernel((const void *)s->be->binary, s, name);
     if (st == TG_OK) {
         struct tg_binary_args args = {.op = op, .a = tg_tensor_data(a), .b = tg_tensor_data(b), .out = tg_tensor_data(out),
@@ -130,7 +137,10 @@ tg_status tg_axpby(tg_tensor *y, double alpha, const tg_tensor *x, double beta)
     tg_stream *s = stream_of(y);
     if (!s) return TG_ENOMEM;
     tg_status st = check_pair("axpby", y, x, 1);
-    if (st == TG_OK && !float_dtype(x->dtype)) st = tg_error(TG_EINVAL, "axpby: dtype %s is not a float type", tg_dtype_name(x->dtype));
+    char d[96];
+    if (st == TG_OK && !float_dtype(x->dtype))
+        st = tg_error(TG_EINVAL, "axpby: dtype %s is not a float type (f32 or bf16; tensor %s)", tg_dtype_name(x->dtype),
+                      describe(x, d, sizeof d));
     if (st == TG_OK) st = need_kernel((const void *)s->be->axpby, s, "axpby");
     if (st == TG_OK) {
         struct tg_axpby_args a = {.x = tg_tensor_data(x), .y = tg_tensor_data(y), .dt = x->dtype, .n = tg_tensor_numel(x),
@@ -293,7 +303,10 @@ static tg_status rand_fill(tg_tensor *t, tg_rand_dist dist, double a, double b, 
 {
     tg_stream *s = stream_of(t);
     if (!s) return TG_ENOMEM;
-    tg_status st = float_dtype(t->dtype) ? TG_OK : tg_error(TG_EINVAL, "%s: dtype %s is not a float type", name, tg_dtype_name(t->dtype));
+    char d[96];
+    tg_status st = float_dtype(t->dtype) ? TG_OK
+                                         : tg_error(TG_EINVAL, "%s: dtype %s is not a float type (f32 or bf16; tensor %s)",
+                                                    name, tg_dtype_name(t->dtype), describe(t, d, sizeof d));
     if (st == TG_OK) st = need_kernel((const void *)s->be->rand, s, name);
     if (st == TG_OK) {
         int64_t n = tg_tensor_numel(t);

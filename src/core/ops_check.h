@@ -133,7 +133,7 @@ static inline tg_status finite_arg(const char *op, const char *name, double v)
 static inline tg_status kernel(const char *op, tg_stream *s, const void *fn)
 {
     if (!fn) return tg_error(TG_ENOTSUP, "%s is not implemented by the %s backend", op, s->be->name);
-    tg_device_count_op(s, 0);
+    tg_device_count_op(s, fn == (const void *)s->be->fp8_gemm); /* the FP8 GEMM counts as a GEMM */
     return TG_OK;
 }
 

@@ -190,6 +190,8 @@ static double elem_to_f64(const void *p, tg_dtype dt, size_t i)
     case TG_BF16: return tg_bf16_to_f32(((const uint16_t *)p)[i]);
     case TG_I32: return ((const int32_t *)p)[i];
     case TG_U16: return ((const uint16_t *)p)[i];
+    case TG_E4M3:
+    case TG_E5M2: return tg_fp8_to_f32(dt, ((const uint8_t *)p)[i]);
     default: TG_ASSERT(!"dtype without host conversion");
     }
     return 0;
@@ -203,6 +205,8 @@ static void f64_to_elem(void *p, tg_dtype dt, size_t i, double v)
     /* integers: callers check with tg_value_fits first; the clamp is a last guard */
     case TG_I32: ((int32_t *)p)[i] = v != v ? 0 : v <= -2147483648.0 ? INT32_MIN : v >= 2147483647.0 ? INT32_MAX : (int32_t)v; break;
     case TG_U16: ((uint16_t *)p)[i] = v != v || v <= 0 ? 0 : v >= 65535.0 ? 65535 : (uint16_t)v; break;
+    case TG_E4M3:
+    case TG_E5M2: ((uint8_t *)p)[i] = tg_fp8_from_f32(dt, (float)v); break; /* through f32, saturating */
     default: TG_ASSERT(!"dtype without host conversion");
     }
 }

@@ -14,8 +14,9 @@
 #define MAX_HEADER (100u << 20) /* bytes of JSON a header may have */
 #define MAX_FILE_DIMS 8
 
-/* File dtypes: name, element size, the tegraph dtype it loads as, whether it is a float. */
-enum { FD_F32, FD_BF16, FD_F16, FD_I32, FD_U16, FD_I64, FD_U8, FD_COUNT };
+/* File dtypes: name, element size, the tegraph dtype it loads as, whether it is a float (FP8 codes: 2, they
+ * load only as themselves: their values need the scale the file's user keeps). */
+enum { FD_F32, FD_BF16, FD_F16, FD_I32, FD_U16, FD_I64, FD_U8, FD_F8_E4M3, FD_F8_E5M2, FD_COUNT };
 static const struct {
     const char *name;
     size_t size;
@@ -24,7 +25,7 @@ static const struct {
 } fdtypes[FD_COUNT] = {
     [FD_F32] = {"F32", 4, TG_F32, 1}, [FD_BF16] = {"BF16", 2, TG_BF16, 1}, [FD_F16] = {"F16", 2, TG_F32, 1},
     [FD_I32] = {"I32", 4, TG_I32, 0}, [FD_U16] = {"U16", 2, TG_U16, 0},  [FD_I64] = {"I64", 8, TG_I32, 0},
-    [FD_U8] = {"U8", 1, TG_I32, 0},
+    [FD_U8] = {"U8", 1, TG_I32, 0},    [FD_F8_E4M3] = {"F8_E4M3", 1, TG_E4M3, 2}, [FD_F8_E5M2] = {"F8_E5M2", 1, TG_E5M2, 2},
 };
 
 /* The file dtype that stores a tegraph dtype as it is. */
@@ -36,6 +37,8 @@ static int fd_of(tg_dtype dt)
     case TG_F16: return FD_F16;
     case TG_I32: return FD_I32;
     case TG_U16: return FD_U16;
+    case TG_E4M3: return FD_F8_E4M3;
+    case TG_E5M2: return FD_F8_E5M2;
     default: return -1;
     }
 }
@@ -566,7 +569,7 @@ tg_status tg_safetensors_read_into(const tg_safetensors *f, const char *name, tg
     if (fd_of(dst->dtype) == e->fd) return tg_tensor_write(dst, src, e->end - e->begin);
     int dst_float = dst->dtype == TG_F32 || dst->dtype == TG_BF16;
     int dst_int = dst->dtype == TG_I32;
-    if (!(dst_float && fdtypes[e->fd].is_float) && !(dst_int && !fdtypes[e->fd].is_float))
+    if (!(dst_float && fdtypes[e->fd].is_float == 1) && !(dst_int && !fdtypes[e->fd].is_float))
         return tg_error(TG_EINVAL, "%s: tensor '%s' is %s in the file, which does not load into a %s tensor", f->path, name,
                         fdtypes[e->fd].name, tg_dtype_name(dst->dtype));
     size_t dsz = tg_dtype_size(dst->dtype);

@@ -14,6 +14,8 @@ void tgl_open_nn(lua_State *L);
 
 /* Sets core.ops on the table at the top of the stack (lua_ops.c). */
 void tgl_open_ops(lua_State *L);
+/* Sets the FP8 ops (lua_fp8.c) on the table at the top of the stack. */
+void tgl_fp8_funcs(lua_State *L);
 
 /* The tg_module of a tegraph.Module userdata, or of a Lua module table (wrapped
  * once into a callback module; the wrapper replaces the table at idx so it

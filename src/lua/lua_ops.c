@@ -515,5 +515,6 @@ void tgl_open_ops(lua_State *L)
 {
     luaL_newlib(L, ops_funcs); /* +1 */
     tgl_data_funcs(L);
+    tgl_fp8_funcs(L);
     lua_setfield(L, -2, "ops");
 }

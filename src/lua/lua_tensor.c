@@ -222,7 +222,7 @@ tg_dtype tgl_dtype_check(lua_State *L, int idx)
         arg_error(L, idx, lua_pushfstring(L, "dtype must be a string such as \"f32\" (got a %s)", luaL_typename(L, idx)));
     const char *s = lua_tostring(L, idx);
     if (tg_dtype_parse(s, &dt) != 0)
-        arg_error(L, idx, lua_pushfstring(L, "unknown dtype '%s' (expected f32, bf16, f16, i32 or u16)", s));
+        arg_error(L, idx, lua_pushfstring(L, "unknown dtype '%s' (expected f32, bf16, f16, i32, u16, e4m3 or e5m2)", s));
     return dt;
 }
 

@@ -9,12 +9,22 @@
 #              capture, allocator, events) and t/attention-is-causal.t; EXTRA_TESTS adds test names
 #   launch     examples/bench/launch: host cost of an eager kernel, layer by layer
 #   ops        examples/bench/ops.lua (per-kernel times) and peers/kernels.py (PyTorch SDPA backends, FP8 GEMM)
+#   fp8        examples/bench/fp8_gemm (FP8 and bf16 GEMM 8192^3, cuBLASLt) and peers/fp8_gemm.py
+#              (torch._scaled_mm), with the ratio of the two FP8 figures
 #   layers     peers/layers.py, then examples/bench/layers.lua --torch (ratios to PyTorch per mode)
 #   gpt2       peers/gpt2.py and examples/gpt.lua at GPT-2 124M size on one GPU (tokens/s)
 #   lmhead     the fused LM head: its GPU test, examples/bench/lm_head.lua (the head alone at GPT-2 size: ms, calls,
 #              peak memory it adds, unfused and per chunk size), then gpt.lua at GPT-2 124M size (bf16, 8 x 2
 #              sequences) with the fused loss off and on (LMHEAD_CHUNKS: rows a chunk to try, default
 #              "auto 1024 2048 4096"): tokens/s, kernel and GEMM calls per step, peak memory (allocator high-water mark)
+#   profile    kernel-time profile of one GPT-2 124M step (the gpt2 options: bf16, 8 x 2 sequences, fused wgrad),
+#              eager and --graph: builds examples/bench/gpu/kprof.c (a CUPTI activity profiler, loaded with
+#              CUDA_INJECTION64_PATH) with kprof-build.sh against the CUDA install's CUPTI, runs gpt.lua with
+#              PROFILE_STEPS (default "4 14") steps and subtracts the short run from the long one, so the rows are
+#              the mean of the steady steps (start-up, capture and the last step cancel); writes
+#              bench-out/profile-<mode>.txt (every kernel: calls, ms, us, share per step; groups), prints the top
+#              rows and, as an overhead check, gpt.lua's tokens/s with and without the profiler
+#              (kprof-diff.sh BEFORE.txt AFTER.txt: two profiles side by side, per group and per kernel)
 #   dp         gpt.lua at GPT-2 124M size on 1 GPU, on 2 GPUs (ddp), and on 2 GPUs with a trace (2 GPUs)
 #   replay     examples/bench/graph_replay.lua: host time per microbatch, eager vs graphed
 #   allreduce  all-reduce bus bandwidth, examples/bench/allreduce.lua vs peers/allreduce.py (2 GPUs)
@@ -35,7 +45,9 @@
 #                   what is left (default: 3600)
 #
 # Environment knobs: EXTRA_TESTS, EXTRA_SANIT (more test programs), SANIT_CAP (seconds per sanitizer run,
-# default 200), TORCH_MODES (layers.py modes, default "eager,compile,graphed"), GPT2_PADS (gpt.lua
+# default 200), PROFILE_MODES (default "eager graph"), PROFILE_ARGS (more gpt.lua options for the profile, e.g.
+# "--fused-lm-head 0"), PROFILE_TOP (rows printed, default 25), CUPTI_DIR (a CUPTI install to use),
+# TORCH_MODES (layers.py modes, default "eager,compile,graphed"), GPT2_PADS (gpt.lua
 # --vocab-pad values, default "64 1"), PYTHON (default python3), TORCHRUN (default torchrun).
 # NCCL's NVLink SHARP (multicast) is switched off for every process started here (NCCL_NVLS_ENABLE=0).
 set -o pipefail
@@ -63,7 +75,7 @@ done
 [ ${#STAGES[@]} -gt 0 ] || { echo "run.sh: no stage given" >&2; usage 2 >&2; }
 for s in "${STAGES[@]}"; do
   case $s in
-    tests|launch|ops|layers|gpt2|lmhead|dp|replay|allreduce|optim|fork|sanit|suite) ;;
+    tests|launch|ops|fp8|layers|gpt2|lmhead|profile|dp|replay|allreduce|optim|fork|sanit|suite) ;;
     *) echo "run.sh: unknown stage '$s'" >&2; exit 2 ;;
   esac
 done
@@ -116,6 +128,14 @@ for s in "${STAGES[@]}"; do
     timeout "$(cap 120)" ./tegraph run "$SRC/examples/bench/ops.lua" 2>&1 | tee "$OUT/ops.txt"
     (cd "$PEERS" && timeout "$(cap 120)" "$PYTHON" kernels.py) 2>&1 | tee "$OUT/torch_kernels.txt"
     ;;
+  fp8)
+    stage "fp8 gemm"
+    timeout "$(cap 120)" ./examples/bench/fp8_gemm 8192 20 2>&1 | tee "$OUT/fp8_gemm.txt"
+    (cd "$PEERS" && timeout "$(cap 120)" "$PYTHON" fp8_gemm.py --n 8192 --iters 20) 2>&1 | tee "$OUT/torch_fp8_gemm.txt"
+    t=$(grep -E '^fp8 e4m3 gemm' "$OUT/fp8_gemm.txt" | grep -oE '[0-9.]+ ms' | cut -d' ' -f1)
+    p=$(grep -E '^fp8 e4m3 scaled_mm' "$OUT/torch_fp8_gemm.txt" | grep -oE '[0-9.]+ ms' | cut -d' ' -f1)
+    [ -n "$t" ] && [ -n "$p" ] && awk -v t="$t" -v p="$p" 'BEGIN { printf "fp8 gemm 8192^3: tegraph / torch._scaled_mm throughput = %.3fx\n", p / t }'
+    ;;
   layers)
     stage layers
     (cd "$PEERS" && timeout "$(cap 300)" "$PYTHON" layers.py --modes "${TORCH_MODES:-eager,compile,graphed}") > "$OUT/torch_layers.out" 2>&1
@@ -145,6 +165,31 @@ for s in "${STAGES[@]}"; do
       timeout "$(cap 150)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 $f 2>&1 |
         grep -E "steady|host time|issued|rror"
     done | tee "$OUT/lmhead.txt"
+    ;;
+  profile)
+    stage "kernel-time profile (kprof)"
+    sh "$SRC/examples/bench/gpu/kprof-build.sh" "$BUILD/kprof.so" "$(sed -n 's/^NVCC = //p' Makefile)" || continue
+    data
+    read -r pa pb <<< "${PROFILE_STEPS:-4 14}"
+    [ "$pa" -lt "$pb" ] 2>/dev/null || { echo "run.sh: PROFILE_STEPS must be two step counts a < b (got '${PROFILE_STEPS}')"; continue; }
+    for mode in ${PROFILE_MODES:-eager graph}; do
+      case $mode in eager) f="" ;; graph) f="--graph" ;; *) echo "run.sh: PROFILE_MODES: unknown mode '$mode' (eager, graph)"; continue ;; esac
+      G="--data $OUT/gpt2-tokens.bin $GPT2 --samples 0 $f $PROFILE_ARGS"
+      echo "--- $mode: gpt.lua $G"
+      rm -f "$OUT/profile-$mode-base.raw" "$OUT/profile-$mode.txt"
+      timeout "$(cap 150)" ./tegraph run "$SRC/examples/gpt.lua" $G --steps "$pb" 2>&1 | grep -E "steady|issued|rror" | sed 's/^/without kprof: /'
+      CUDA_INJECTION64_PATH=$BUILD/kprof.so KPROF_RAW=$OUT/profile-$mode-base.raw KPROF_OUT=/dev/null \
+        timeout "$(cap 150)" ./tegraph run "$SRC/examples/gpt.lua" $G --steps "$pa" 2>&1 | grep -E "rror|kprof"
+      CUDA_INJECTION64_PATH=$BUILD/kprof.so KPROF_BASELINE=$OUT/profile-$mode-base.raw KPROF_STEPS=$(( pb - pa )) KPROF_TOP=0 \
+        KPROF_OUT=$OUT/profile-$mode.txt timeout "$(cap 150)" ./tegraph run "$SRC/examples/gpt.lua" $G --steps "$pb" 2>&1 |
+        grep -E "steady|rror|kprof" | sed 's/^steady/with kprof: steady/'
+      if [ -s "$OUT/profile-$mode.txt" ]; then
+        sed -n "1,$(( 5 + ${PROFILE_TOP:-25} ))p" "$OUT/profile-$mode.txt"
+        sed -n '/^ *total ms *% *calls  group$/,$p' "$OUT/profile-$mode.txt"
+      else
+        echo "run.sh: profile: no table in $OUT/profile-$mode.txt"
+      fi
+    done 2>&1 | tee "$OUT/profile.txt"
     ;;
   dp)
     stage dp

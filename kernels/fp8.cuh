@@ -1,0 +1,44 @@
+/* fp8.cuh — device helpers of the FP8 kernels: the saturating conversions and the amax reduction. */
+#ifndef TG_KERNELS_FP8_CUH
+#define TG_KERNELS_FP8_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "common.cuh"
+
+/* f32 -> FP8 code, round to nearest even, saturating to +-max (infinities too): the hardware cvt.rn.satfinite
+ * on sm_89 and later. NaN gives 0x7f for both formats, as tg_fp8_from_f32 on the host. */
+static __device__ __forceinline__ uint8_t tgk_to_fp8(float v, tg_dtype dt)
+{
+    if (isnan(v)) return 0x7f;
+    return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, dt == TG_E4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+/* FP8 code -> f32, exact (every FP8 value is a half). */
+static __device__ __forceinline__ float tgk_from_fp8(uint8_t c, tg_dtype dt)
+{
+    __half h(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c, dt == TG_E4M3 ? __NV_E4M3 : __NV_E5M2));
+    return __half2float(h);
+}
+
+/* |v| as the bits amaxes compare (unsigned: NaN > Inf > numbers). */
+static __device__ __forceinline__ unsigned tgk_abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+/* Folds each thread's m into *amax (as unsigned bits) with one atomic per block; every thread of the block
+ * must call it. */
+static __device__ __forceinline__ void tgk_amax_block(unsigned m, float *amax)
+{
+    __shared__ unsigned warp_max[32];
+    m = __reduce_max_sync(0xffffffffu, m);
+    const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = (blockDim.x + 31) / 32;
+    if (lane == 0) warp_max[warp] = m;
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < nwarps ? warp_max[lane] : 0u;
+        m = __reduce_max_sync(0xffffffffu, m);
+        if (lane == 0 && m) atomicMax((unsigned *)amax, m);
+    }
+}
+
+#endif

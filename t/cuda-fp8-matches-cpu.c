@@ -1,0 +1,269 @@
+/* cuda-fp8-matches-cpu.c — the CUDA FP8 ops against the CPU's: casts bit for bit on all 2^32 f32 bit patterns
+ * (every midpoint between FP8 neighbours included), with scales, from bf16, with the transposed copy; amax,
+ * transpose and dequantize bit for bit; the cuBLASLt FP8 GEMM within accumulation tolerance of the CPU emulation
+ * for several shapes (odd m) and dtypes, with bias and bias+GELU epilogues, beta, amax_d, a replay reading the
+ * scales of its time, and sizes cuBLASLt cannot take refused. */
+#include "core/core.h"
+#include "tap.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef TG_HAVE_CUDA
+int main(void) { skip_all("no CUDA device (built without CUDA)"); }
+#else
+
+static const tg_device cpu = {TG_CPU, 0}, gpu = {TG_CUDA, 0};
+
+static tg_tensor *mk(tg_device d, tg_dtype dt, int64_t r, int64_t c)
+{
+    int64_t shape[2] = {r, c};
+    tg_tensor *t = NULL;
+    if (tg_tensor_new(dt, c ? 2 : 1, shape, d, &t) != TG_OK) bail_out("tensor_new: %s", tg_last_error());
+    return t;
+}
+
+/* the same bytes on both devices */
+static void mk_pair(tg_dtype dt, int64_t r, int64_t c, const void *bytes, tg_tensor **tc, tg_tensor **tg)
+{
+    *tc = mk(cpu, dt, r, c), *tg = mk(gpu, dt, r, c);
+    size_t n = (size_t)tg_tensor_numel(*tc) * tg_dtype_size(dt);
+    if (bytes && (tg_tensor_write(*tc, bytes, n) != TG_OK || tg_tensor_write(*tg, bytes, n) != TG_OK))
+        bail_out("write: %s", tg_last_error());
+}
+
+static void *read_all(const tg_tensor *t)
+{
+    size_t n = (size_t)tg_tensor_numel(t) * tg_dtype_size(tg_tensor_dtype(t));
+    void *h = malloc(n ? n : 1);
+    if (tg_tensor_read(t, h, n) != TG_OK) bail_out("read: %s", tg_last_error());
+    return h;
+}
+
+/* index of the first differing byte, or -1 */
+static long long first_diff(const tg_tensor *a, const tg_tensor *b)
+{
+    size_t n = (size_t)tg_tensor_numel(a) * tg_dtype_size(tg_tensor_dtype(a));
+    unsigned char *x = read_all(a), *y = read_all(b);
+    long long at = -1;
+    for (size_t i = 0; i < n && at < 0; i++)
+        if (x[i] != y[i]) at = (long long)i;
+    free(x), free(y);
+    return at;
+}
+
+static tg_tensor *scalar(tg_device d, float v)
+{
+    tg_tensor *t = mk(d, TG_F32, 1, 0);
+    tg_tensor_write(t, &v, sizeof v);
+    return t;
+}
+
+static uint64_t rs = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void)
+{
+    rs ^= rs >> 12, rs ^= rs << 25, rs ^= rs >> 27;
+    return rs * 2685821657736338717ull;
+}
+
+/* ------------------------------------------------------------------ casts */
+#define CHUNK ((int64_t)1 << 26)
+
+static void cast_sweep(tg_dtype dt)
+{
+    const char *nm = tg_dtype_name(dt);
+    /* all 2^32 f32 bit patterns, in chunks */
+    uint32_t *bits = malloc((size_t)CHUNK * sizeof *bits);
+    tg_tensor *xc, *xg, *yc, *yg;
+    mk_pair(TG_F32, CHUNK, 0, NULL, &xc, &xg);
+    mk_pair(dt, CHUNK, 0, NULL, &yc, &yg);
+    tg_tensor *ac = scalar(cpu, 0), *ag = scalar(gpu, 0);
+    long long ndiff = 0, amax_diff = 0;
+    uint32_t first = 0;
+    int runs = 1;
+    for (uint64_t base = 0; base < 0x100000000ull; base += (uint64_t)CHUNK) {
+        for (int64_t i = 0; i < CHUNK; i++) bits[i] = (uint32_t)(base + (uint64_t)i);
+        if (tg_tensor_write(xc, bits, (size_t)CHUNK * 4) != TG_OK || tg_tensor_write(xg, bits, (size_t)CHUNK * 4) != TG_OK)
+            bail_out("write: %s", tg_last_error());
+        runs &= tg_fp8_cast(yg, xg, NULL, ag, NULL, 0) == TG_OK && tg_fp8_cast(yc, xc, NULL, ac, NULL, 0) == TG_OK;
+        uint8_t *qc = read_all(yc), *qg = read_all(yg);
+        for (int64_t i = 0; i < CHUNK; i++)
+            if (qc[i] != qg[i] && !ndiff++) first = bits[i];
+        free(qc), free(qg);
+        amax_diff += first_diff(ac, ag) >= 0;
+    }
+    ok(runs, "%s: casts of all 2^32 f32 bit patterns run on both devices", nm);
+    if (!ok(ndiff == 0, "%s: the CUDA cast equals the CPU's bit for bit on all 2^32 f32 bit patterns (NaN, Inf, "
+                        "subnormals, every midpoint included)", nm))
+        diag("%lld differ; the first at input bits 0x%08x", ndiff, first);
+    is_int(amax_diff, 0, "%s: amax of each chunk (NaNs among the inputs) has the same bits on both", nm);
+    tg_tensor_free(xc), tg_tensor_free(xg), tg_tensor_free(yc), tg_tensor_free(yg);
+    free(bits);
+
+    /* scaled, from bf16, with the transposed copy, of an odd shape; amax accumulated; scale_inv */
+    int64_t r = 37, c = 53;
+    float *xv = malloc(sizeof(float) * (size_t)(r * c));
+    uint16_t *xb = malloc(sizeof(uint16_t) * (size_t)(r * c));
+    for (int64_t i = 0; i < r * c; i++) {
+        xv[i] = (float)((double)(int64_t)(rnd() >> 11) * 0x1p-53 - 0.5) * 900.0f;
+        xb[i] = tg_f32_to_bf16(xv[i]);
+    }
+    tg_tensor *bc, *bg, *y2c, *y2g, *ytc, *ytg, *sic = scalar(cpu, 0), *sig = scalar(gpu, 0);
+    tg_tensor *sc = scalar(cpu, 0.37f), *sg = scalar(gpu, 0.37f);
+    mk_pair(TG_BF16, r, c, xb, &bc, &bg);
+    mk_pair(dt, r, c, NULL, &y2c, &y2g);
+    mk_pair(dt, c, r, NULL, &ytc, &ytg);
+    float big = 1.0f;
+    tg_tensor_write(ac, &big, 4), tg_tensor_write(ag, &big, 4);
+    ok(tg_fp8_cast_transpose(y2g, ytg, bg, sg, ag, sig, TG_FP8_AMAX_ACCUMULATE) == TG_OK &&
+           tg_fp8_cast_transpose(y2c, ytc, bc, sc, ac, sic, TG_FP8_AMAX_ACCUMULATE) == TG_OK,
+       "%s: cast_transpose of a bf16 [37,53] with scale 0.37 runs on both", nm);
+    ok(first_diff(y2c, y2g) < 0 && first_diff(ytc, ytg) < 0, "%s: y and y_t equal the CPU's bit for bit", nm);
+    ok(first_diff(ac, ag) < 0 && first_diff(sic, sig) < 0, "%s: accumulated amax and scale_inv too", nm);
+    tg_tensor *tc = mk(cpu, dt, c, r), *tgt = mk(gpu, dt, c, r);
+    ok(tg_fp8_transpose(tgt, y2g) == TG_OK && tg_fp8_transpose(tc, y2c) == TG_OK && first_diff(tc, tgt) < 0 &&
+           first_diff(tgt, ytg) < 0,
+       "%s: fp8_transpose equals the CPU's and cast_transpose's y_t", nm);
+    tg_tensor *dc, *dg, *dbc, *dbg;
+    mk_pair(TG_F32, r, c, NULL, &dc, &dg);
+    mk_pair(TG_BF16, r, c, NULL, &dbc, &dbg);
+    tg_fp8_dequantize(dg, y2g, sig), tg_fp8_dequantize(dc, y2c, sic);
+    tg_fp8_dequantize(dbg, y2g, sig), tg_fp8_dequantize(dbc, y2c, sic);
+    ok(first_diff(dc, dg) < 0 && first_diff(dbc, dbg) < 0, "%s: dequantize to f32 and bf16 bit for bit", nm);
+    tg_fp8_amax(ag, bg, 0), tg_fp8_amax(ac, bc, 0);
+    ok(first_diff(ac, ag) < 0, "%s: fp8_amax bit for bit", nm);
+
+    tg_tensor *all[] = {ac, ag, bc, bg, y2c, y2g, ytc, ytg, sic, sig, sc, sg, tc, tgt, dc, dg, dbc, dbg};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) tg_tensor_free(all[i]);
+    free(xv), free(xb);
+}
+
+/* ------------------------------------------------------------------ GEMM */
+static uint8_t *random_codes(tg_dtype dt, int64_t n)
+{
+    uint8_t *q = malloc((size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        float v;
+        do q[i] = (uint8_t)rnd(), v = tg_fp8_to_f32(dt, q[i]);
+        while (isnan(v) || isinf(v) || fabsf(v) > 16.0f);
+    }
+    return q;
+}
+
+static float gelu(float u) { return 0.5f * u * (1.0f + tanhf(0.7978845608028654f * (u + 0.044715f * u * u * u))); }
+
+/* Compares a GPU D with the CPU's: |g - c| <= rel * |c| + acc_tol, where acc_tol covers the tensor cores'
+ * accumulation. */
+static void gemm_case(tg_dtype adt, tg_dtype bdt, tg_dtype ddt, int64_t m, int64_t n, int64_t k, tg_gemm_epilogue epi,
+                      double beta)
+{
+    uint8_t *aq = random_codes(adt, m * k), *bq = random_codes(bdt, n * k);
+    tg_tensor *ac, *ag, *bc, *bg, *dc, *dg, *xc = NULL, *xg = NULL, *bic = NULL, *big = NULL;
+    mk_pair(adt, m, k, aq, &ac, &ag);
+    mk_pair(bdt, n, k, bq, &bc, &bg);
+    double *d0 = malloc(sizeof(double) * (size_t)(m * n));
+    for (int64_t i = 0; i < m * n; i++) d0[i] = (double)(i % 7) - 3.0;
+    dc = mk(cpu, ddt, m, n), dg = mk(gpu, ddt, m, n);
+    tg_tensor_write_f64(dc, d0, (size_t)(m * n)), tg_tensor_write_f64(dg, d0, (size_t)(m * n));
+    if (epi != TG_EPI_NONE) {
+        double *bv = malloc(sizeof(double) * (size_t)n);
+        for (int64_t j = 0; j < n; j++) bv[j] = (double)(j % 5) * 0.75 - 1.5;
+        bic = mk(cpu, TG_BF16, n, 0), big = mk(gpu, TG_BF16, n, 0);
+        tg_tensor_write_f64(bic, bv, (size_t)n), tg_tensor_write_f64(big, bv, (size_t)n);
+        free(bv);
+    }
+    if (epi == TG_EPI_BIAS_GELU) mk_pair(ddt, m, n, NULL, &xc, &xg);
+    tg_tensor *sac = scalar(cpu, 0.5f), *sag = scalar(gpu, 0.5f), *sbc = scalar(cpu, 0.25f), *sbg = scalar(gpu, 0.25f);
+    tg_tensor *amc = scalar(cpu, 0), *amg = scalar(gpu, 0);
+    tg_status sg = tg_fp8_gemm(dg, ag, 0, sag, bg, 1, sbg, 1.5, beta, epi, big, xg, amg, 0);
+    if (sg != TG_OK) diag("%s", tg_last_error());
+    tg_status sc = tg_fp8_gemm(dc, ac, 0, sac, bc, 1, sbc, 1.5, beta, epi, bic, xc, amc, 0);
+    double *gv = malloc(sizeof(double) * (size_t)(m * n)), *cv = malloc(sizeof(double) * (size_t)(m * n));
+    tg_tensor_read_f64(dg, gv, (size_t)(m * n)), tg_tensor_read_f64(dc, cv, (size_t)(m * n));
+    double rel = ddt == TG_BF16 ? 0x1p-7 : 0x1p-20, worst = 0, gmax = 0;
+    if (epi == TG_EPI_BIAS_GELU) rel *= 2; /* cuBLASLt's GELU approximation (bf16 D) */
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double mag = 0; /* sum of |products|: the accumulation's error scale */
+            for (int64_t p = 0; p < k; p++)
+                mag += fabs((double)tg_fp8_to_f32(adt, aq[i * k + p]) * tg_fp8_to_f32(bdt, bq[j * k + p]));
+            mag *= 1.5 * 0.5 * 0.25;
+            /* Hopper's FP8 tensor cores keep about 14 bits in their accumulators between cuBLASLt's promotions
+             * to f32: a relative error of a few 2^-14 of the sum of |products| */
+            double tol = rel * fabs(cv[i * n + j]) + mag * 0x1p-11 + 1e-6;
+            double e = fabs(gv[i * n + j] - cv[i * n + j]) / tol;
+            if (e > worst) worst = e;
+            if (fabs(gv[i * n + j]) > gmax) gmax = fabs(gv[i * n + j]);
+        }
+    static const char *en[] = {"none", "bias", "bias_gelu"};
+    ok(sg == TG_OK && sc == TG_OK && worst <= 1.0,
+       "%s x %s -> %s m=%lld n=%lld k=%lld epilogue %s beta %g: CUDA matches the CPU emulation (worst %.3f of the "
+       "tolerance)", tg_dtype_name(adt), tg_dtype_name(bdt), tg_dtype_name(ddt), (long long)m, (long long)n, (long long)k,
+       en[epi], beta, worst);
+    float am;
+    tg_tensor_read(amg, &am, 4);
+    ok((double)am == gmax, "... amax_d = max|D| of the GPU's D (%g)", gmax);
+    if (epi == TG_EPI_BIAS_GELU) {
+        double *xv = malloc(sizeof(double) * (size_t)(m * n)), *xcv = malloc(sizeof(double) * (size_t)(m * n));
+        tg_tensor_read_f64(xg, xv, (size_t)(m * n)), tg_tensor_read_f64(xc, xcv, (size_t)(m * n));
+        int bad = 0;
+        for (int64_t i = 0; i < m * n; i++) {
+            double tol = 0x1p-7 * fabs(xcv[i]) + 1e-3 * (1 + fabs(xcv[i]));
+            bad += fabs(xv[i] - xcv[i]) > tol || fabs((double)gelu((float)xv[i]) - gv[i]) > 0x1p-6 * (1 + fabs(gv[i]));
+        }
+        is_int(bad, 0, "... aux holds the pre-activation and D = gelu(aux)");
+        free(xv), free(xcv);
+    }
+    tg_tensor *all[] = {ac, ag, bc, bg, dc, dg, xc, xg, bic, big, sac, sag, sbc, sbg, amc, amg};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) tg_tensor_free(all[i]);
+    free(aq), free(bq), free(d0), free(gv), free(cv);
+}
+
+static void gemm_refusals_and_replay(void)
+{
+    tg_tensor *a = mk(gpu, TG_E4M3, 32, 24), *b = mk(gpu, TG_E4M3, 32, 24), *d = mk(gpu, TG_BF16, 32, 32);
+    tg_fill(a, 1), tg_fill(b, 1);
+    ok(tg_fp8_gemm(d, a, 0, NULL, b, 1, NULL, 1, 0, TG_EPI_NONE, NULL, NULL, NULL, 0) == TG_ENOTSUP,
+       "k = 24 is refused on CUDA");
+    like(tg_last_error(), "multiples of 16", "... saying cuBLASLt needs multiples of 16");
+    tg_tensor *a2 = mk(gpu, TG_E4M3, 32, 32), *b2 = mk(gpu, TG_E4M3, 24, 32), *d2 = mk(gpu, TG_BF16, 32, 24);
+    ok(tg_fp8_gemm(d2, a2, 0, NULL, b2, 1, NULL, 1, 0, TG_EPI_NONE, NULL, NULL, NULL, 0) == TG_ENOTSUP, "n = 24 too");
+
+    /* capture, then change a scale: the replay multiplies by the new one */
+    tg_tensor *a3 = mk(gpu, TG_E4M3, 16, 32), *b3 = mk(gpu, TG_E4M3, 16, 32), *d3 = mk(gpu, TG_F32, 16, 16);
+    tg_tensor *s = scalar(gpu, 1.0f);
+    tg_fill(a3, 1), tg_fill(b3, 0.5);
+    tg_stream *st = tg_stream_current(gpu);
+    tg_graph *g = NULL;
+    tg_stream_begin_capture(st);
+    tg_fp8_gemm(d3, a3, 0, s, b3, 1, NULL, 1, 0, TG_EPI_NONE, NULL, NULL, NULL, 0);
+    ok(tg_stream_end_capture(st, &g) == TG_OK, "an FP8 GEMM captures: %s", tg_last_error());
+    float three = 3.0f, v = 0;
+    tg_tensor_write(s, &three, 4);
+    tg_graph_replay(g, st);
+    tg_tensor_read(d3, &v, 4);
+    is_near(v, 3.0 * 32 * 0.5, 0, "the replay read a_scale_inv = 3, written after capture");
+    tg_graph_free(g);
+    tg_tensor *all[] = {a, b, d, a2, b2, d2, a3, b3, d3, s};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) tg_tensor_free(all[i]);
+}
+
+int main(void)
+{
+    if (tg_device_count(TG_CUDA) == 0) skip_all("no CUDA device");
+    cast_sweep(TG_E4M3);
+    cast_sweep(TG_E5M2);
+    gemm_case(TG_E4M3, TG_E4M3, TG_BF16, 64, 64, 64, TG_EPI_NONE, 0);
+    gemm_case(TG_E4M3, TG_E4M3, TG_BF16, 17, 48, 32, TG_EPI_NONE, 0);
+    gemm_case(TG_E4M3, TG_E4M3, TG_F32, 1, 16, 16, TG_EPI_NONE, 0);
+    gemm_case(TG_E4M3, TG_E5M2, TG_F32, 128, 96, 272, TG_EPI_NONE, 1);
+    gemm_case(TG_E5M2, TG_E4M3, TG_BF16, 256, 512, 1024, TG_EPI_NONE, 0);
+    gemm_case(TG_E4M3, TG_E4M3, TG_BF16, 33, 64, 128, TG_EPI_BIAS, 0);
+    gemm_case(TG_E4M3, TG_E4M3, TG_F32, 40, 32, 64, TG_EPI_BIAS, 1);
+    gemm_case(TG_E4M3, TG_E4M3, TG_BF16, 48, 64, 96, TG_EPI_BIAS_GELU, 0);
+    gemm_case(TG_E4M3, TG_E4M3, TG_F32, 24, 32, 48, TG_EPI_BIAS_GELU, 0);
+    gemm_refusals_and_replay();
+    return done_testing();
+}
+#endif
