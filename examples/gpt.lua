@@ -6,6 +6,7 @@
 --   tegraph run examples/gpt.lua --text input.txt --tokenizer gpt2/ # GPT-2 BPE (vocab.json + merges.txt)
 --   tegraph run examples/gpt.lua --make-data task.bin # write the built-in task as a .bin file
 --   tegraph run examples/gpt.lua --graph              # layers as graphed callables, delayed wgrad, hook-driven ddp
+--   tegraph run examples/gpt.lua --graph full         # the whole step captured once, replayed every step
 --   tegraph run -n 4 examples/gpt.lua --pipeline 2 --schedule zb_h1 --graph   # 2 stages x 2 replicas
 --   tegraph run examples/gpt.lua --text input.txt --out ckpt --save-every 100  # then --resume ckpt
 --   tegraph run examples/gpt.lua --help
@@ -62,6 +63,7 @@ local defaults = {
   { "clip", 1.0, "global gradient-norm clip (0: off)", min = 0 },
   { "max-skips", 10, "--on-nan skip: stop after N steps in a row skipped for a non-finite loss or gradient norm (0: never)", min = 0 },
   { "dtype", "f32", "compute dtype: f32 or bf16" },
+  { "fp8", nil, "the transformer layers' GEMMs in FP8 (HYBRID): delayed or current scaling (TE's recipes); the LM head stays in --dtype", "string" },
   { "delay-wgrad", false, "delay weight gradients to backward_dw (TE delay_wgrad_compute)" },
   { "fuse-wgrad", false, "accumulate weight gradients into f32 main_grad" },
   { "fused-lm-head", 1, "LM head loss in chunks of rows with its backward at once, no (N, V) logits (1) or the whole logits (0)", min = 0, max = 1 },
@@ -74,7 +76,7 @@ local defaults = {
   { "quiet", false, "no progress lines" },
   { "trace", nil, "write a device-timeline trace (Chrome JSON, for Perfetto) of --trace-steps to this file; with several ranks each writes FILE.rank<r>" },
   { "trace-steps", nil, "steps to trace, a:b (default 3:5, within --steps)" },
-  { "graph", false, "run each chunk of layers as a graphed callable (F/B/W graphs per microbatch, delayed wgrad, captured in the schedule's order), the reduce driven by the wgrad hooks, capturable AdamW" },
+  { "graph", false, "run each chunk of layers as a graphed callable (F/B/W graphs per microbatch, delayed wgrad, captured in the schedule's order), the reduce driven by the wgrad hooks, capturable AdamW; --graph full: capture the whole step (forward, backward, reduce, clip, AdamW) once after an eager first step and replay it (one rank)", values = { "full" } },
   { "layers-per-chunk", nil, "layers per graphed callable with --graph (default 1; with --pipeline: the layers of a schedule chunk)", "number", min = 1 },
   { "pipeline", 1, "pipeline stages P, one per rank (tegraph run -n N, N = P x D: D data-parallel replicas)", min = 1 },
   { "schedule", "1f1b", "pipeline schedule: " .. train.schedule_names },
@@ -224,8 +226,17 @@ if vocab_pad < 1 or math.type(vocab_pad) ~= "integer" then
   os.exit(2)
 end
 local pipelined = opt.pipeline > 1
-local delay = opt["delay-wgrad"] or ((opt.graph or pipelined) and "layers") or false
+-- per-layer graphs and pipelines split W from B; a fully captured step (--graph full) has no need to
+local delay = opt["delay-wgrad"] or ((opt.graph == true or pipelined) and "layers") or false
+local fp8 = nil
+if opt.fp8 == "delayed" then fp8 = tg.fp8.DelayedScaling {}
+elseif opt.fp8 == "current" then fp8 = tg.fp8.CurrentScaling {}
+elseif opt.fp8 ~= nil then
+  io.stderr:write("gpt.lua: --fp8 must be delayed or current (got " .. opt.fp8 .. ")\n")
+  os.exit(2)
+end
 local model = nn.GPT {
+  fp8 = fp8,
   vocab_size = vocab,
   make_vocab_size_divisible_by = vocab_pad,
   max_position_embeddings = T,
@@ -254,7 +265,7 @@ local trainer = train.new {
   schedule = opt.schedule, layers_per_chunk = opt["layers-per-chunk"], reduce = opt.zero1 and "zero1" or nil,
   hooks = opt.hooks,
   graph_modules = opt["graph-modules"] and train.split_names(opt["graph-modules"]) or nil,
-  sample = (opt.graph or opt["graph-modules"]) and tg.zeros({ B, T }, { dtype = "i32" }) or nil,
+  sample = (opt.graph == true or opt["graph-modules"]) and tg.zeros({ B, T }, { dtype = "i32" }) or nil,
   adamw = { lr = opt.lr, beta1 = opt.beta1, beta2 = opt.beta2 or (loader and 0.95 or 0.99), eps = opt.eps,
     weight_decay = opt["weight-decay"] or (loader and 0.1 or 0.01), max_norm = opt.clip > 0 and opt.clip or nil },
 }

@@ -205,6 +205,15 @@ cudaError_t tg_cuda_adamw_multi(const struct tgk_adamw_tensor *t, int ntensors, 
 cudaError_t tg_cuda_sumsq_multi(const struct tgk_sumsq_tensor *t, int ntensors, float *out, double *scratch,
                                 cudaStream_t st);
 
+/* FP8 delayed-scaling update of n <= TGK_FP8_MAX_ROLES roles (backend.h's
+ * tg_fp8_scale_update_args; fp8_max is a host array of n values). */
+#define TGK_FP8_MAX_ROLES 8
+struct tgk_fp8_max {
+    float v[TGK_FP8_MAX_ROLES];
+};
+cudaError_t tg_cuda_fp8_scale_update(float *history, float *scale, float *scale_inv, int64_t len, int n, int most_recent,
+                                     float margin_div, const float *fp8_max, cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif

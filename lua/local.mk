@@ -3,7 +3,7 @@ tegraphluadir = $(luadir)/tegraph
 dist_tegraphlua_DATA = \
 	%D%/tegraph/init.lua %D%/tegraph/raise.lua \
 	%D%/tegraph/nn.lua %D%/tegraph/optim.lua %D%/tegraph/data.lua %D%/tegraph/text.lua %D%/tegraph/progress.lua \
-	%D%/tegraph/cli.lua %D%/tegraph/checkpoint.lua %D%/tegraph/gpt2.lua \
+	%D%/tegraph/cli.lua %D%/tegraph/checkpoint.lua %D%/tegraph/gpt2.lua %D%/tegraph/fp8.lua \
 	%D%/tegraph/train.lua
 # lua/tegraph/schedule: pipeline schedules (pure Lua; see t/schedule.mk).
 tegraphscheduledir = $(luadir)/tegraph/schedule

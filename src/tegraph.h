@@ -602,6 +602,68 @@ TG_API int tg_module_forward_pre_hook_count(const tg_module *m);
 /* The module's name ("h.0.attn"; "" when unnamed). */
 TG_API const char *tg_module_name(const tg_module *m);
 
+/* ------------------------------------------------------------------ FP8 scaling (TransformerEngine's recipes)
+ * The scaling state of FP8 tensors lives on the device, so every update is
+ * stream work (capturable, no host reads). For n tensor roles (a Linear's
+ * input, weight and grad_output) amax_history is f32 (len, n) (or (len) when
+ * n = 1), row 0 the amax being recorded (the casts max-accumulate into it);
+ * scale and scale_inv are f32 (n). tg_fp8_scale_update does TE's delayed-scaling
+ * update per role j: amax = the maximum of the column (most_recent: its row 0);
+ * the rows roll up by one (row i gets row i + 1, the last row the old row 0,
+ * row 0 becomes 0); scale = (fp8_max[j] / amax) / 2^margin when amax is finite
+ * and > 0, else the previous scale is kept (an infinite scale becomes FLT_MAX);
+ * scale_inv = 1 / scale. fp8_max[j] is the largest value of the role's format
+ * (448 for E4M3, 57344 for E5M2). With len 1 and most_recent it is current
+ * scaling: the scale from this amax. Errors name the tensor and its shape. */
+#define TG_FP8_MAX_ROLES 8 /* roles one tg_fp8_scale_update call takes at most */
+TG_API tg_status tg_fp8_scale_update(tg_tensor *amax_history, tg_tensor *scale, tg_tensor *scale_inv, const double *fp8_max,
+                                     int margin, int most_recent);
+
+/* An FP8 recipe (TransformerEngine's recipe.DelayedScaling and
+ * Float8CurrentScaling). Modules that run FP8 (Linear and the modules built of
+ * Linears: LayerNormLinear, LayerNormMLP, CausalSelfAttention,
+ * TransformerLayer; never the LM head) keep per Linear one scaling state of
+ * three roles: input (x), weight and grad_output (dy), each with an amax
+ * history, a scale and a scale_inv on the device. Formats: HYBRID casts x and
+ * the weight to E4M3 and dy to E5M2, E4M3 casts all three to E4M3.
+ *   delayed: the casts of step k max-accumulate their amaxes into row 0 of
+ *     the history; the first forward of step k + 1 (microbatch 1) updates the
+ *     scales with tg_fp8_scale_update (margin, amax_compute_algo) before it
+ *     casts, so the scales used in a step come from the amaxes of the steps
+ *     before it. The update is a kernel on the stream: a graph of microbatch 1
+ *     holds it.
+ *   current: every cast first computes its tensor's amax, then its scale
+ *     (fp8_max / amax; the previous scale when amax is 0 or not finite).
+ * The weight is cast (with its transpose) once per step, at microbatch 1, and
+ * reused by the step's other microbatches. */
+typedef enum tg_fp8_scaling { TG_FP8_OFF = 0, TG_FP8_DELAYED, TG_FP8_CURRENT } tg_fp8_scaling;
+typedef enum tg_fp8_format { TG_FP8_HYBRID = 0, TG_FP8_FORMAT_E4M3 } tg_fp8_format;
+typedef enum tg_fp8_amax_algo { TG_FP8_AMAX_MAX = 0, TG_FP8_AMAX_MOST_RECENT } tg_fp8_amax_algo;
+typedef struct tg_fp8_recipe {
+    tg_fp8_scaling scaling;             /* TG_FP8_OFF: the module computes in its dtype */
+    tg_fp8_format format;               /* default TG_FP8_HYBRID */
+    int margin;                         /* delayed: 0..127, default 0 */
+    int amax_history_len;               /* delayed: >= 1, default 1024 */
+    tg_fp8_amax_algo amax_compute_algo; /* delayed: default TG_FP8_AMAX_MAX */
+} tg_fp8_recipe;
+/* TE's defaults: delayed (margin 0, history 1024, max, HYBRID) or current (HYBRID). */
+TG_API void tg_fp8_recipe_delayed(tg_fp8_recipe *r);
+TG_API void tg_fp8_recipe_current(tg_fp8_recipe *r);
+/* TG_EINVAL naming the field and its value when r is not a valid recipe. */
+TG_API tg_status tg_fp8_recipe_check(const tg_fp8_recipe *r);
+/* Sets the FP8 recipe of m and of every module under it (r NULL or
+ * TG_FP8_OFF: off), as the module option fp8 does; the scaling states are
+ * made now (fresh: histories 0, scales 1). Refused (TG_ESTATE) while m's
+ * device captures or while m belongs to a graphed set. */
+TG_API tg_status tg_module_set_fp8(tg_module *m, const tg_fp8_recipe *r);
+/* fp8_autocast: while set (active), modules run FP8 with *r when enabled,
+ * or not at all when not enabled, whatever their own fp8 option; unset, each
+ * module follows its option. tg_fp8_autocast_get reads the current setting
+ * (to put it back after a region). Graphed callables keep what was in effect
+ * when they were captured. */
+TG_API tg_status tg_fp8_autocast_set(int active, int enabled, const tg_fp8_recipe *r);
+TG_API void tg_fp8_autocast_get(int *active, int *enabled, tg_fp8_recipe *r);
+
 /* ------------------------------------------------------------------ runtime (embedding)
  * A runtime is a Lua 5.4 state with the tegraph library loaded
  * (`tegraph` is require-able and also the global `tg`). */

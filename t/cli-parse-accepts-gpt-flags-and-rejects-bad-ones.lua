@@ -15,6 +15,7 @@ local defaults = {
   { "quiet", false, "no progress lines" },
   { "fuse-wgrad", false, "fused wgrad" },
   { "trace", nil, "trace file" },
+  { "graph", false, "graphs", values = { "full" } },
 }
 
 local function try(...) return cli.try(defaults, { ... }) end
@@ -60,6 +61,16 @@ end
 for _, v in ipairs { "0", "false", "no" } do
   tap.is(try("--quiet", "--quiet=" .. v).quiet, false, "--quiet=" .. v .. " is false")
 end
+
+-- a flag that takes words: bare is true, `--graph full` and `--graph=full` give the word, other arguments stay
+o = try("--graph", "--steps", "3")
+tap.ok(o.graph == true and o.steps == 3, "--graph bare is true and leaves the next option alone")
+tap.is(try("--graph", "full").graph, "full", "--graph full gives the word")
+tap.is(try("--graph=full").graph, "full", "--graph=full gives the word")
+o = cli.try(defaults, { "--graph", "partly" })
+tap.ok(o == nil, "--graph followed by another word is not its value (an unknown argument)")
+local r0, m0 = cli.try(defaults, { "--graph=partly" })
+tap.ok(r0 == nil and m0:find("or --graph full (got 'partly')", 1, true) ~= nil, "--graph=partly fails listing the words: " .. tostring(m0))
 
 ------------------------------------------------------------------------ bad input
 local function bad(args, want, what)

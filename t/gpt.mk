@@ -14,6 +14,7 @@ GPT_LUA_TESTS = \
 	t/adamw-capturable-bad-use-errors.lua \
 	t/data-bin-files-load-and-fail-clearly.lua \
 	t/gpt-example-loss-falls.lua \
+	t/gpt-graph-full-gives-the-eager-losses.lua \
 	t/safetensors-round-trip-and-bad-files.lua \
 	t/gpt2-weights-in-and-out.lua \
 	t/gpt-refuses-bad-options-up-front.lua \

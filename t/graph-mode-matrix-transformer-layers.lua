@@ -1,6 +1,6 @@
 -- graph-mode-matrix-transformer-layers.lua — the mode matrix (t/lib/mode_matrix.lua) on TransformerLayer chunks,
--- partial mode: every layer's attention and MLP graphed in place, norms and residual adds eager (compared with
--- eager whose residual adds are unfused too, as the partial mode's are)
+-- partial mode: every layer's attention and MLP graphed in place with the residual as their graphs' second input,
+-- norms eager, bit-identical to default eager; orders include the 1F1B and ZB-H1 schedules' (static buffers reused)
 -- (layernorm+gelu, rmsnorm+swiglu), whose residual adds run inside GEMMs and norm kernels and whose GELU
 -- backward runs in fc2's dgrad: {eager, graphed} x {delay_wgrad off, on} x {fused accumulation off, on}, two
 -- orders: identical gradients after every step, identical hook info sequences, identical parameters.
@@ -37,6 +37,6 @@ end
 
 local MM = require "mode_matrix" -- t/lib/mode_matrix.lua
 MM.run{ t = t, build = build, xs = xs, dys = dys, sample = { xs[1], tg.zeros({ 2, TOK, H }) }, steps = STEPS,
-  partial = { "attn", "mlp" }, partial_sample = tg.zeros({ 2, TOK, D }), unfused = true, full = true }
+  partial = { "attn", "mlp" }, partial_sample = tg.zeros({ 2, TOK, D }), full = true, schedules = true }
 
 t.done_testing()

@@ -34,7 +34,7 @@ end
 
 local MM = require "mode_matrix" -- t/lib/mode_matrix.lua
 MM.run{ t = t, build = build, xs = xs, dys = dys, sample = { xs[1], tg.zeros({ TOK, H }) }, steps = STEPS,
-  partial = { "mlp", "lnl" }, partial_sample = tg.zeros({ TOK, H }), full = true }
+  partial = { "mlp", "lnl" }, partial_sample = tg.zeros({ TOK, H }), full = true, schedules = true }
 
 -- TransformerEngine's bug on purpose: no hook dispatch after W replays -> the step check names the parameters.
 -- The graphed set reads the switch when it is made.

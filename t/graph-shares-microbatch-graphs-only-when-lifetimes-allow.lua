@@ -72,11 +72,11 @@ local function count_hooks(mods)
   return n
 end
 
-local function graphed(kind, delay, share)
+local function graphed(kind, delay, share, reuse)
   local mods = chunks(delay)
   local hooks = count_hooks(mods)
   local g = tg.graph.make_graphed(mods, { sample = { X[1], tg.zeros({ ROWS, H }) }, microbatches = M,
-    order = order_of(kind), share = share })
+    order = order_of(kind), share = share, reuse = reuse })
   return g, mods, hooks
 end
 
@@ -94,10 +94,10 @@ for _, delay in ipairs { false, true } do
       local per_mb = delay and 3 or 2
       t.is(g[1]:graphs(), 2 * per_mb, mode .. ", sequential order: one F, B" .. (delay and ", W" or "")
         .. " per chunk, not one per microbatch")
-      local u = graphed(kind, delay, false)
+      local u = graphed(kind, delay, false, false) -- a graph set and static buffers per microbatch, none reused
       local peak, upeak = g[1]:memory(), u[1]:memory()
       t.ok(not u[1]:shared() and u[1]:graphs() == M * 2 * per_mb and peak < upeak, string.format(
-        "%s, sequential order: graph memory %d bytes shared against %d with share = false (%d graphs)", mode, peak,
+        "%s, sequential order: graph memory %d bytes shared against %d with share = false, reuse = false (%d graphs)", mode, peak,
         upeak, u[1]:graphs()))
       u:free()
     else

@@ -13,3 +13,4 @@ include $(srcdir)/t/sched.mk
 include $(srcdir)/t/trace.mk
 include $(srcdir)/t/errors.mk
 include $(srcdir)/t/fp8-ops.mk
+include $(srcdir)/t/fp8.mk

@@ -1,7 +1,8 @@
 -- graph_full_iteration.lua — one GPT training step (every microbatch's forward and backward, delayed layer
--- wgrads, wgrad hooks, capturable AdamW) three ways: eager, per-layer graphs (tegraph.train with graph = true)
--- and full-iteration capture (tg.graph.capture_step, replayed per step with static input buffers the loop
--- fills). Prints host time per step (issuing the work), wall time per step and tokens/s.
+-- wgrads, wgrad hooks, capturable AdamW) four ways: eager, per-layer graphs (tegraph.train with graph = true),
+-- full-iteration capture in tegraph.train (graph = "full", gpt.lua --graph full) and by hand
+-- (tg.graph.capture_step, replayed per step with static input buffers the loop fills). Prints host time per
+-- step (issuing the work), wall time per step and tokens/s.
 -- usage: tegraph run examples/bench/graph_full_iteration.lua [--preset tiny|small|gpt2] [--batch 8]
 --        [--microbatches 2] [--iters 20] [--dtype bf16] [--device cpu|cuda]
 local tg = require "tegraph"
@@ -46,9 +47,9 @@ end
 local xs, ys = {}, {}
 for m = 1, M do xs[m], ys[m] = ids(), ids() end
 
--- Times `step` (host: issuing; wall: until the device is done); one untimed step first.
-local function timed(step)
-  step()
+-- Times `step` (host: issuing; wall: until the device is done); `warm` (default 1) untimed steps first.
+local function timed(step, warm)
+  for _ = 1, warm or 1 do step() end
   stream:sync()
   local t0 = tg.time()
   for _ = 1, opt.iters do step() end
@@ -59,11 +60,13 @@ local function timed(step)
 end
 
 local results = {}
-for _, mode in ipairs { "eager", "layers" } do
-  local tr = train.new { model = model(), microbatches = M, graph = mode == "layers", hooks = "noop",
+-- "train-full": tegraph.train's graph = "full" (gpt.lua --graph full): step 1 eager, step 2 captures (both untimed)
+for _, mode in ipairs { "eager", "layers", "train-full" } do
+  local tr = train.new { model = model(), microbatches = M, hooks = "noop",
+    graph = mode == "layers" or (mode == "train-full" and "full") or false,
     sample = mode == "layers" and tg.zeros({ B, T }, { dtype = "i32", device = device }) or nil,
     adamw = { lr = 1e-4, capturable = true } }
-  results[#results + 1] = { mode, timed(function() tr:step(xs, ys, 1e-4) end) }
+  results[#results + 1] = { mode, timed(function() tr:step(xs, ys, 1e-4) end, mode == "train-full" and 2 or 1) }
 end
 
 do -- full iteration: static input buffers, one capture
@@ -95,6 +98,6 @@ end
 print(string.format("GPT step: preset %s (%d layers, width %d, vocab %d), %d x %d tokens x %d microbatches, %s, device %s",
   opt.preset, P.layers, P.width, P.vocab, B, T, M, opt.dtype, tostring(device)))
 for _, r in ipairs(results) do
-  print(string.format("%-7s host %10.1f us/step   wall %10.1f us/step   %12.0f tokens/s", r[1], r[2] * 1e6, r[3] * 1e6,
+  print(string.format("%-10s host %10.1f us/step   wall %10.1f us/step   %12.0f tokens/s", r[1], r[2] * 1e6, r[3] * 1e6,
     B * T * M / r[3]))
 end

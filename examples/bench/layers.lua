@@ -2,12 +2,14 @@
 -- (the same stacks in PyTorch: examples/bench/peers/layers.py).
 --
 --   tegraph run examples/bench/layers.lua [--torch FILE] [--iters 30] [--only NAME] [--modes eager,graphed]
---                                         [--fused 0|1] [--gemm 8192]
+--                                         [--fused 0|1] [--gemm 8192] [--fp8 delayed|current]
 --
 -- --torch FILE: the output of peers/layers.py (its JSON lines), to print our time / PyTorch's time per mode
 -- (below 1: tegraph is faster) and the throughput ratio. --gemm N: also time an N x N x N bf16 GEMM through
 -- tegraph (cuBLASLt) for the GEMM peak. Times: median over --iters steps, each synchronised (device wall
 -- time, launch gaps included), after 5 warm-up steps, as peers/layers.py does with CUDA events.
+-- --fp8 delayed|current: every configuration and mode also runs with the layers' GEMMs in FP8 (HYBRID recipe:
+-- tg.fp8.DelayedScaling{} or tg.fp8.CurrentScaling{}), printed after the bf16 run with its speedup over it.
 local tg = require "tegraph"
 
 local opt = require("tegraph.cli").parse("examples/bench/layers.lua", {
@@ -18,7 +20,12 @@ local opt = require("tegraph.cli").parse("examples/bench/layers.lua", {
   { "fused", 0, "1: weight gradients fused into f32 main_grad" },
   { "gemm", 8192, "also time an N x N x N bf16 GEMM (0: skip)" },
   { "device", nil, "cpu or cuda (default: tegraph's default device)" },
+  { "fp8", nil, "delayed or current: also run the stacks with FP8 GEMMs (HYBRID) and print the speedup over bf16" },
 }, arg)
+local recipe = nil
+if opt.fp8 == "delayed" then recipe = tg.fp8.DelayedScaling{}
+elseif opt.fp8 == "current" then recipe = tg.fp8.CurrentScaling{}
+elseif opt.fp8 ~= nil then error("--fp8 must be delayed or current (got " .. tostring(opt.fp8) .. ")", 0) end
 local device = opt.device or tg.default_device()
 local stream = tg.stream.current(device)
 
@@ -52,12 +59,12 @@ if opt.torch then
   f:close()
 end
 
-local function build(c)
+local function build(c, fp8)
   tg.manual_seed(0)
   local layers = { name = "stack" }
   for l = 1, c.L do
     layers[l] = tg.nn.TransformerLayer(c.h, 4 * c.h, c.nh, {
-      dtype = "bf16", device = device,
+      dtype = "bf16", device = device, fp8 = fp8,
       fuse_wgrad_accumulation = opt.fused == 1, name = "h." .. (l - 1),
     })
   end
@@ -70,8 +77,8 @@ local function median(ts)
 end
 
 -- ms (median synchronised step), host ms to issue one step, wall ms per step when issued back to back.
-local function bench(c, mode)
-  local model = build(c)
+local function bench(c, mode, fp8)
+  local model = build(c, fp8)
   local x = tg.randn({ c.b, c.t, c.h }, { dtype = "bf16", device = device })
   local dy = tg.randn({ c.b, c.t, c.h }, { dtype = "bf16", device = device })
   local g = mode == "graphed" and tg.graph.make_graphed(model, { sample = x, microbatches = 1 }) or nil
@@ -129,6 +136,17 @@ for _, c in ipairs(cfgs) do
           tr and string.format("%.2fx time", ms / tr.ms) or "-",
           tgr and string.format("%.2fx time", ms / tgr.ms) or "-"))
         results[#results + 1] = { cfg = c.name, mode = mode, ms = ms, tflops = tf }
+      end
+      if recipe then -- the same stack with FP8 GEMMs: its time, bf16-equivalent TFLOP/s and speedup over bf16
+        local ok8, ms8, host8, wall8 = pcall(bench, c, mode, recipe)
+        local name = c.name .. " fp8"
+        if not ok8 then
+          print(string.format("%-17s %-8s FAILED: %s", name, mode, tostring(ms8)))
+        else
+          print(string.format("%-17s %-8s %10.3f %9.1f %10.3f %10.3f %12s", name, mode, ms8, f / ms8 / 1e9, host8, wall8,
+            ok and string.format("%.2fx bf16", ms / ms8) or "-"))
+          results[#results + 1] = { cfg = name, mode = mode, ms = ms8, tflops = f / ms8 / 1e9 }
+        end
       end
     end
   end

@@ -7,6 +7,8 @@
 --     { "vocab", nil, "vocabulary size", "number" },          -- nil default: say the kind
 --     { "quiet", false, "no progress lines" },               -- boolean: --quiet, --quiet=1|true|yes|0|false|no
 --     { "layers", 2, "transformer layers", min = 1 },         -- numbers may have bounds: min =, max =
+--     { "graph", false, "...", values = { "full" } },          -- a flag that also takes one of these words:
+--                                                               -- --graph (true), --graph full, --graph=full
 --   }, arg)
 --
 -- Bad input prints "PROG: what is wrong" and the usage on stderr and exits 2 (a usage error, like the
@@ -48,7 +50,15 @@ local function index(defaults)
         error(string.format("cli: option --%s: %s needs a number option and a number bound", name, b), 0)
       end
     end
-    known[name] = { default = d[2], help = d[3] or "", kind = kind, min = d.min, max = d.max }
+    if d.values ~= nil and (kind ~= "boolean" or type(d.values) ~= "table") then
+      error(string.format("cli: option --%s: values needs a flag and a list of words", name), 0)
+    end
+    local values
+    for _, v in ipairs(d.values or {}) do
+      values = values or {}
+      values[v] = true
+    end
+    known[name] = { default = d[2], help = d[3] or "", kind = kind, min = d.min, max = d.max, values = values }
   end
   return known
 end
@@ -77,13 +87,23 @@ function M.try(defaults, argv)
     local d = name and known[name]
     if not d then return nil, "unknown argument '" .. a .. "'" end
     if d.kind == "boolean" then
-      -- a flag: bare means on; `--flag VALUE` is not a thing (VALUE would be the next argument)
-      if val == nil or TRUE[val:lower()] then
+      -- a flag: bare means on; `--flag VALUE` is not a thing (VALUE would be the next argument), except
+      -- for a flag that takes words (values =): `--flag WORD` when the next argument is one of them
+      if val == nil and d.values and argv[i + 1] ~= nil and d.values[tostring(argv[i + 1])] then
+        i = i + 1
+        o[name] = tostring(argv[i])
+      elseif val ~= nil and d.values and d.values[val] then
+        o[name] = val
+      elseif val == nil or TRUE[val:lower()] then
         o[name] = true
       elseif FALSE[val:lower()] then
         o[name] = false
       else
-        return nil, "--" .. name .. " is a flag: give it alone or as --" .. name .. "=1|true|yes|0|false|no (got '" .. val .. "')"
+        local words = {}
+        for w in pairs(d.values or {}) do words[#words + 1] = w end
+        table.sort(words)
+        return nil, "--" .. name .. " is a flag: give it alone or as --" .. name .. "=1|true|yes|0|false|no"
+          .. (#words > 0 and (" or --" .. name .. " " .. table.concat(words, "|")) or "") .. " (got '" .. val .. "')"
       end
     else
       if val == nil then

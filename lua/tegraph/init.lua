@@ -19,6 +19,10 @@ function M.shape_str(shape)
   return "[" .. table.concat(shape, ",") .. "]"
 end
 
+-- tg.fp8: FP8 recipes, fp8_autocast, the amax reduce (lua/tegraph/fp8.lua over core.fp8).
+M.fp8 = require "tegraph.fp8"
+M.fp8_autocast = M.fp8.autocast
+
 -- Lua parts of the library, loaded on first use: tg.optim, tg.data, tg.progress,
 -- tg.schedule, tg.reduce, tg.train, tg.text (each also require-able as "tegraph.NAME").
 local lazy = { optim = true, data = true, progress = true, schedule = true, reduce = true, train = true, text = true }

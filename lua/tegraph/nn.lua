@@ -27,7 +27,9 @@ end
 --          num_attention_heads=, num_layers=, ffn_hidden_size=4*hidden_size,
 --          normalization="LayerNorm", activation="gelu", dtype="f32",
 --          delay_wgrad=false, fuse_wgrad_accumulation=false, init_std=0.02,
---          device=, make_vocab_size_divisible_by=1, residual_init_std=init_std}
+--          device=, make_vocab_size_divisible_by=1, residual_init_std=init_std, fp8=}
+-- fp8 = a recipe (tg.fp8.DelayedScaling{...}): the transformer layers' GEMMs run in FP8; the embedding and
+-- the LM head stay in dtype.
 -- residual_init_std: the std of the layers' residual projections (attn.proj and mlp.fc2 weights);
 -- GPT-2's recipe (nanoGPT, llm.c) is init_std / sqrt(2 * num_layers).
 -- delay_wgrad = "layers" delays the transformer layers' wgrad only (the embedding and
@@ -47,6 +49,7 @@ local GPT_KEYS = {
   num_layers = true, ffn_hidden_size = true, normalization = true, activation = true, dtype = true,
   delay_wgrad = true, fuse_wgrad_accumulation = true, init_std = true, device = true,
   make_vocab_size_divisible_by = true, residual_init_std = true, fused_lm_head = true, lm_head_chunk_rows = true,
+  fp8 = true,
 }
 local GPT_RENAMED = {
   vocab = "vocab_size", context = "max_position_embeddings", width = "hidden_size", heads = "num_attention_heads",
@@ -112,6 +115,7 @@ function nn.GPT(cfg)
         activation = cfg.activation,
         name = "h." .. (i - 1),
         delay_wgrad = cfg.delay_wgrad ~= nil and cfg.delay_wgrad ~= false,
+        fp8 = cfg.fp8, -- the layers' GEMMs in FP8; the embedding and the LM head stay in dtype (as in TE)
       })
     layers[i] = blocks[#blocks]
   end

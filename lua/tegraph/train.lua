@@ -18,6 +18,10 @@
 --                     F/B/W graphs per microbatch (delayed wgrad), captured and run in one plan's
 --                     order: every forward, then the backwards, the W of a chunk right after the
 --                     last microbatch's B of that chunk (its bucket reduce overlaps the rest)
+--   graph = "full"    P = 1, full-iteration capture (tg.graph.capture_step): the first step runs eagerly, the
+--                     second captures the whole step (every microbatch's forward and backward, the hooks'
+--                     reduce and ddp's finish, the clip and capturable AdamW) and replays it; each later step
+--                     copies the batches into static inputs, sets the lr on the device and replays
 --   graph_modules     P = 1, eager step with the named modules of every layer (attn, mlp) graphed in place
 --                     (tg.graph.graph_modules; Megatron's --cuda-graph-modules)
 --   P > 1             the layers split into P x V chunks (V = 2 for interleaved and zb_v), this rank
@@ -113,8 +117,21 @@ function M.new(o)
   end
   local D = N // P
   local L = #model.layers
+  if o.graph ~= nil and type(o.graph) ~= "boolean" and o.graph ~= "full" then
+    fail("graph must be true (graphed layer chunks), \"full\" (full-iteration capture) or false (got " .. tostring(o.graph) .. ")")
+  end
   local self = setmetatable({ model = model, M = Mb, P = P, D = D, N = N, world = world, graph = o.graph == true,
-    stage = 1, dp_rank = 0 }, Trainer)
+    full = o.graph == "full", stage = 1, dp_rank = 0 }, Trainer)
+  if self.full and N > 1 then
+    fail(string.format("graph = \"full\" on %d ranks: collectives are not captured (tg.comm refuses them while a " ..
+      "device captures), so the reduce cannot be in the graph; run one rank, or graph = true (per-layer graphs, the " ..
+      "reduce issued from the hooks after each replay)", N))
+  end
+  if self.full and P > 1 then fail("graph = \"full\" captures the whole step of one process: not with pipeline " .. P) end
+  if self.full and o.graph_modules ~= nil then fail("graph = \"full\" captures the whole step: graph_modules is for the eager step") end
+  if self.full and o.reduce == "zero1" then
+    fail("graph = \"full\" with zero1 is not supported (zero1's finish and step are not captured; use ddp)")
+  end
   if o.reduce ~= nil and o.reduce ~= "ddp" and o.reduce ~= "zero1" and o.reduce ~= "none" then
     fail("reduce must be ddp, zero1 or none (got " .. tostring(o.reduce) .. ")")
   end
@@ -255,9 +272,14 @@ function M.new(o)
     self.zero1 = require("tegraph.reduce.zero1").new(ao)
     self.hooks = "zero1"
   end
+  -- FP8 with delayed scaling on several replicas: the step's amaxes reduced (max) over dp after each step
+  local fp8r = model.cfg.fp8
+  if self.dp and self.D > 1 and fp8r and fp8r.scaling == "delayed" then
+    self.fp8_amax = tg.fp8.amax_reduce { model = model.layers, comm = self.dp }
+  end
   if not self.zero1 then
     ao.sync_norm = false
-    if self.graph then ao.capturable = true end
+    if self.graph or self.full then ao.capturable = true end
     self.adamw = optim.AdamW(params, ao)
   end
 
@@ -306,6 +328,12 @@ function Trainer:parameters() return self.params end
 -- the gradient norm are read before the update (a sync), and a non-finite one leaves the update
 -- out on every rank: the result then has skipped = true, and losses (as Trainer:losses) and norm.
 function Trainer:step(xs, ys, lr, o)
+  if self.full and self.full_warm then return self:full_step(xs, ys, lr, o) end
+  if self.full and o and o.skip_nonfinite then
+    fail("skip_nonfinite (--on-nan skip) reads the losses and the norm before the update, which a captured step " ..
+      "cannot; use --on-nan stop with --graph full")
+  end
+  self.full_warm = self.full -- full: this first step runs eagerly (allocator and library workspaces warm)
   local t0 = tg.time()
   local Mb = self.M
   local losses = {}
@@ -340,6 +368,7 @@ function Trainer:step(xs, ys, lr, o)
     error(err, 0)
   end
   tg.step_end() -- the hook check: every parameter's hooks fired once per microbatch
+  if self.fp8_amax then self.fp8_amax:reduce() end
   if self.ddp then self.ddp:finish() end
   if self.zero1 then self.zero1:finish() end
   if self.tie then -- the two copies of the token table take the sum of their gradients
@@ -371,6 +400,55 @@ function Trainer:step(xs, ys, lr, o)
     return r
   end
   self:update(lr)
+  return { loss = losses, host_s = tg.time() - t0 }
+end
+
+-- graph = "full": the captured step's body — every microbatch's forward and backward on the static inputs,
+-- the delayed wgrads, ddp's finish (its hooks' all-reduces are device work in the graph), the clip and
+-- capturable AdamW (lr on the device). Losses land in static tensors, read after each replay.
+function Trainer:full_body()
+  local model, Mb = self.model, self.M
+  local scale = 1.0 / Mb
+  for mb = 1, Mb do
+    self.full_losses[mb] = model:forward_loss(self.sx[mb], self.sy[mb], mb, -1, scale)
+    model:backward(scale, mb)
+  end
+  if model:need_backward_dw() then
+    for mb = 1, Mb do model:backward_dw(mb) end
+  end
+  if self.ddp then self.ddp:finish() end
+  self.adamw:step()
+end
+
+-- graph = "full" after the first step: captures the step once, then per step fills the static inputs, sets
+-- the lr and replays (step_begin, the graph, step_end with the hook check).
+function Trainer:full_step(xs, ys, lr, o)
+  if o and o.skip_nonfinite then
+    fail("skip_nonfinite (--on-nan skip) reads the losses and the norm before the update, which a captured step " ..
+      "cannot; use --on-nan stop with --graph full")
+  end
+  local t0 = tg.time()
+  local Mb = self.M
+  if not self.captured then
+    self.sx, self.sy, self.full_losses = {}, {}, {}
+    for mb = 1, Mb do self.sx[mb], self.sy[mb] = tg.zeros_like(xs[mb]), tg.zeros_like(ys[mb]) end
+    self.captured = tg.graph.capture_step(function() self:full_body() end, { microbatches = Mb })
+  end
+  for mb = 1, Mb do
+    for _, pair in ipairs { { self.sx[mb], xs[mb], "inputs" }, { self.sy[mb], ys[mb], "targets" } } do
+      local want, got = tg.shape_str(pair[1]:shape()), tg.shape_str(pair[2]:shape())
+      if want ~= got or pair[1].dtype ~= pair[2].dtype then
+        fail(string.format("graph = \"full\": microbatch %d's %s are %s %s, the captured step's %s %s", mb, pair[3], got,
+          pair[2].dtype, want, pair[1].dtype))
+      end
+    end
+    self.sx[mb]:copy_(xs[mb])
+    self.sy[mb]:copy_(ys[mb])
+  end
+  self.adamw:set_lr(lr)
+  self.captured:replay()
+  local losses = {}
+  for mb = 1, Mb do losses[mb] = self.full_losses[mb] end
   return { loss = losses, host_s = tg.time() - t0 }
 end
 
@@ -474,6 +552,9 @@ function Trainer:describe()
   if self.graph then
     parts[#parts + 1] = string.format("graphed (%d graphed callable(s) of %d layer(s) per stage%s, delayed wgrad, capturable AdamW)",
       self.P > 1 and self.C // self.P or self.C, #self.model.layers // self.C, self.tied_split and "" or "")
+  end
+  if self.full then
+    parts[#parts + 1] = "full-iteration capture (the whole step, reduce and capturable AdamW in one graph, replayed from step 2)"
   end
   if self.partial then
     parts[#parts + 1] = string.format("partial capture (%d modules graphed: %s)", #self.partial.modules, self.partial_names)

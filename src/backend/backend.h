@@ -430,6 +430,23 @@ struct tg_zero_multi_args {
 };
 #define tg_zero_multi_args_size(n) (sizeof(struct tg_zero_multi_args) + (size_t)(n) * sizeof(struct tg_zero_multi_buf))
 
+/* FP8 delayed scaling (TransformerEngine's update), for n tensor roles at once:
+ * history (len, n) f32 row-major, row 0 the amax being recorded. Per role j:
+ * amax = max over the rows (TG_FP8_AMAX_MAX, NaN rows ignored) or row 0
+ * (TG_FP8_AMAX_MOST_RECENT); the rows roll up by one: row i gets row i + 1,
+ * the last row gets the old row 0, row 0 becomes 0. Then scale[j] =
+ * (fp8_max[j] / amax) / 2^margin when amax is finite and > 0, else scale[j]
+ * is kept; an infinite result becomes FLT_MAX; scale_inv[j] = 1 / scale[j]. */
+struct tg_fp8_scale_update_args {
+    float *history;            /* (len, n) */
+    float *scale, *scale_inv;  /* (n) */
+    int64_t len;
+    int n;
+    int most_recent;
+    float margin_div;          /* 2^margin */
+    float fp8_max[TG_FP8_MAX_ROLES];
+};
+
 /* ------------------------------------------------------------------ FP8 (ops_fp8.c; tegraph.h: tg_fp8_*)
  * amax words are f32 bits compared as unsigned integers (|x| has its sign bit
  * cleared, so NaN > Inf > numbers); accumulate: *amax = max(*amax, new) in
@@ -576,6 +593,7 @@ struct tg_backend {
     tg_status (*adamw_count)(tg_stream *s, int32_t *step); /* *step += 1 on the device */
     tg_status (*sumsq_multi)(tg_stream *s, const struct tg_sumsq_multi_args *a);
     tg_status (*zero_multi)(tg_stream *s, const struct tg_zero_multi_args *a);
+    tg_status (*fp8_scale_update)(tg_stream *s, const struct tg_fp8_scale_update_args *a);
 
     /* FP8 */
     tg_status (*fp8_cast)(tg_stream *s, const struct tg_fp8_cast_args *a);

@@ -388,6 +388,14 @@ static tg_status cuda_adamw(tg_stream *s, const struct tg_adamw_args *a)
     return TG_OK;
 }
 
+static tg_status cuda_fp8_scale_update(tg_stream *s, const struct tg_fp8_scale_update_args *a)
+{
+    LAUNCH(s, tg_cuda_fp8_scale_update(a->history, a->scale, a->scale_inv, a->len, a->n, a->most_recent, a->margin_div,
+                                       a->fp8_max, tg_cuda_stream(s)));
+    return TG_OK;
+}
+_Static_assert(TGK_FP8_MAX_ROLES == TG_FP8_MAX_ROLES, "kernels.h TGK_FP8_MAX_ROLES follows backend.h");
+
 static tg_status cuda_adamw_count(tg_stream *s, int32_t *step)
 {
     LAUNCH(s, tg_cuda_adamw_count(step, tg_cuda_stream(s)));
@@ -492,6 +500,7 @@ const struct tg_backend tg_backend_cuda = {
     .adamw_multi = cuda_adamw_multi,
     .adamw_count = cuda_adamw_count,
     .sumsq_multi = cuda_sumsq_multi,
+    .fp8_scale_update = cuda_fp8_scale_update,
     .zero_multi = cuda_zero_multi,
     .fp8_cast = tg_cuda_fp8_cast_op,
     .fp8_transpose = tg_cuda_fp8_transpose_op,

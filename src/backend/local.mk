@@ -6,6 +6,7 @@ libtegraph_la_SOURCES += \
 	%D%/cpu_kernels.c \
 	%D%/cpu_gemm.c \
 	%D%/cpu_nn.c \
+	%D%/cpu_fp8_scale.c \
 	%D%/cpu_fp8.c \
 	%D%/cpu_impl.h
 if HAVE_CUDA

@@ -38,6 +38,7 @@ struct tg_storage {
     tg_device dev;
     int refcount;
     struct tg_pool *pool; /* NULL: the device allocator owns data */
+    int range_returned;   /* pool storage whose range went back to the pool early (tg_storage_return_range) */
 };
 
 struct tg_tensor {
@@ -74,10 +75,26 @@ struct tg_pool {
     struct tg_pool_free *free_list;
     size_t used, peak, reserved;
     size_t total; /* bytes ever handed out: what the pool would hold without reuse */
+    long defer_until;              /* >= 0: ranges freed now stay taken until tg_pool_release_deferred(p, pos >= it) */
+    struct tg_pool_deferred *deferred; /* those ranges */
+};
+
+/* A range freed while the pool defers frees, and the position from which it may be reused. */
+struct tg_pool_deferred {
+    struct tg_pool_deferred *next;
+    void *ptr;
+    size_t bytes;
+    long until;
 };
 
 tg_status tg_storage_new(tg_pool *pool, tg_device dev, size_t bytes, struct tg_storage **out);
 void tg_storage_release(struct tg_storage *s);
+/* Gives a pool storage's range back to its pool now, while its handles stay:
+ * later allocations from the pool may take the range (the graph layer, for a
+ * static buffer whose last reader in the capture order has been captured).
+ * The storage keeps its pool reference; its last release frees nothing more.
+ * No-op for storages outside pools or already returned. */
+void tg_storage_return_range(struct tg_storage *s);
 /* The pool pushed for dev on this thread, or NULL. */
 tg_pool *tg_pool_current(tg_device dev);
 /* 1 while p is on this thread's stack of pushed pools. */
@@ -85,6 +102,13 @@ int tg_pool_pushed(const tg_pool *p);
 /* Allocation from a pool (256-byte aligned) and its release. */
 tg_status tg_pool_alloc(tg_pool *p, size_t bytes, void **out);
 void tg_pool_free_range(tg_pool *p, void *ptr, size_t bytes);
+/* The graph layer's capture positions: while until >= 0, ranges freed go on a
+ * deferred list instead of the free list (a graph that later microbatches
+ * replay keeps every range it touched until its last replay's position);
+ * -1 stops deferring. tg_pool_release_deferred frees those whose position has
+ * come (until <= pos). */
+void tg_pool_defer(tg_pool *p, long until);
+void tg_pool_release_deferred(tg_pool *p, long pos);
 
 /* ------------------------------------------------------------------ streams and graphs */
 struct tg_stream {

@@ -9,6 +9,7 @@
 static const char *const names[TG_DEBUG_COUNT] = {
     [TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY] = "skip_hooks_after_replay",
     [TG_DEBUG_GRAPH_SHARE_ANY_ORDER] = "graph_share_any_order",
+    [TG_DEBUG_GRAPH_REUSE_EARLY] = "graph_reuse_early",
     [TG_DEBUG_UNFUSED_RESIDUAL] = "unfused_residual",
     [TG_DEBUG_UNFUSED_DGELU] = "unfused_dgelu",
     [TG_DEBUG_GEMM_BLOCKED] = "gemm_blocked",

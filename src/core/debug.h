@@ -31,6 +31,10 @@ typedef enum tg_debug_flag {
      * even when its order interleaves microbatches (the reuse-too-early bug, for the test that proves the
      * lifetime check matters); read by tg_graphed_new for the set it makes. */
     TG_DEBUG_GRAPH_SHARE_ANY_ORDER,
+    /* "graph_reuse_early": a graphed set that reuses static buffers across microbatches lets a buffer go at
+     * its microbatch's B, ignoring the deferred W (and the earlier chunk's B) that still read it (the
+     * reuse-too-early bug, for the test that proves the lifetimes matter); read by tg_graphed_new. */
+    TG_DEBUG_GRAPH_REUSE_EARLY,
     TG_DEBUG_COUNT
 } tg_debug_flag;
 

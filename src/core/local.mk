@@ -16,6 +16,7 @@ libtegraph_la_SOURCES += \
 	%D%/ops_nn.c \
 	%D%/ops_optim.h \
 	%D%/ops_optim.c \
+	%D%/ops_fp8_scale.c \
 	%D%/ops_fp8.c \
 	%D%/rng.c \
 	%D%/data.h %D%/data.c

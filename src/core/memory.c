@@ -20,6 +20,7 @@ tg_status tg_pool_new(tg_device dev, tg_pool **out)
     if (!p) return tg_error(TG_ENOMEM, "tg_pool_new: out of host memory");
     p->dev = dev;
     p->refcount = 1;
+    p->defer_until = -1;
     *out = p;
     return TG_OK;
 }
@@ -34,6 +35,10 @@ void tg_pool_release(tg_pool *p)
 {
     if (!p || --p->refcount > 0) return;
     const struct tg_backend *be = tg_backend_for(p->dev);
+    for (struct tg_pool_deferred *d = p->deferred, *next; d; d = next) {
+        next = d->next;
+        free(d);
+    }
     for (struct tg_pool_free *f = p->free_list, *next; f; f = next) {
         next = f->next;
         free(f);
@@ -115,8 +120,34 @@ static struct tg_pool_block *pool_block_of(tg_pool *p, const char *ptr)
     return NULL;
 }
 
+void tg_pool_defer(tg_pool *p, long until) { p->defer_until = until; }
+
+void tg_pool_release_deferred(tg_pool *p, long pos)
+{
+    long keep = p->defer_until;
+    p->defer_until = -1; /* the frees below are real */
+    for (struct tg_pool_deferred **dp = &p->deferred; *dp;) {
+        struct tg_pool_deferred *d = *dp;
+        if (d->until <= pos) {
+            *dp = d->next;
+            tg_pool_free_range(p, d->ptr, d->bytes);
+            free(d);
+        } else {
+            dp = &d->next;
+        }
+    }
+    p->defer_until = keep;
+}
+
 void tg_pool_free_range(tg_pool *p, void *ptr, size_t bytes)
 {
+    if (p->defer_until >= 0) {
+        struct tg_pool_deferred *d = malloc(sizeof *d);
+        if (!d) return; /* the range stays taken: a leak inside the pool, never a reuse too early */
+        *d = (struct tg_pool_deferred){.next = p->deferred, .ptr = ptr, .bytes = bytes, .until = p->defer_until};
+        p->deferred = d;
+        return;
+    }
     size_t size = pool_round(bytes);
     struct tg_pool_block *b = pool_block_of(p, ptr);
     TG_ASSERT(b != NULL);
@@ -204,11 +235,18 @@ tg_status tg_storage_new(tg_pool *pool, tg_device dev, size_t bytes, struct tg_s
     return TG_OK;
 }
 
+void tg_storage_return_range(struct tg_storage *s)
+{
+    if (!s || !s->pool || s->range_returned) return;
+    tg_pool_free_range(s->pool, s->data, s->bytes);
+    s->range_returned = 1;
+}
+
 void tg_storage_release(struct tg_storage *s)
 {
     if (!s || --s->refcount > 0) return;
     if (s->pool) {
-        tg_pool_free_range(s->pool, s->data, s->bytes);
+        if (!s->range_returned) tg_pool_free_range(s->pool, s->data, s->bytes);
         tg_pool_release(s->pool);
     } else {
         tg_backend_for(s->dev)->free(s->dev.index, s->data);

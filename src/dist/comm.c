@@ -409,10 +409,10 @@ static tg_status pick(tg_comm *c, const char *what, const tg_tensor *t, const st
     if (finalized) return tg_error(TG_ESTATE, "%s: the communicators were finalised", what);
     if (!dtype_ok(t->dtype))
         return tg_error(TG_EINVAL, "%s: dtype %s is not supported (f32, bf16 or i32)", what, tg_dtype_name(t->dtype));
+    if (c->size == 1) return TG_OK; /* one rank: nothing is issued, so a capture may hold the call (a full-iteration step) */
     if (tg_device_capturing(d))
         return tg_error(TG_ECAPTURE, "%s: not allowed while %s captures (stream '%s'): issue it from a hook after the replay",
                         what, tg_device_str(d, dev, sizeof dev), tg_device_capturer_name(d));
-    if (c->size == 1) return TG_OK;
     if (d.type == TG_CPU) {
         if (!c->mpi)
             return tg_error(TG_ENOTSUP,

@@ -4,6 +4,7 @@
 #include "trace/trace.h"
 #include "graph/graphed.h"
 
+#include <limits.h>
 #include <string.h>
 
 /* What a B or W graph computed wgrad for: each parameter once per contribution. */
@@ -18,6 +19,8 @@ struct entry {           /* one (chunk, microbatch) */
     tg_tensor *out;      /* static output, written by the F graph */
     tg_tensor *dout;     /* static output gradient, read by the B graph */
     tg_tensor *din;      /* static input gradient, written by the B graph (NULL: none) */
+    tg_tensor *in2;      /* two-input chunks: the static residual input (y = res + f(x)) */
+    tg_tensor *dout2;    /* chunks whose B takes a residual gradient: the static one (dx = dres + dgrad(dy)) */
     struct wgrad_set bset, wset;
 };
 
@@ -26,12 +29,21 @@ struct tg_graphed {
     int nchunks, mbs;
     struct entry *e;     /* [(chunk - 1) * mbs + (mb - 1)] */
     int *has_w;          /* per chunk */
+    int *res;            /* per chunk: its F graph takes a residual input (forward_res) */
+    int *dres;           /* per chunk: its B graph takes a residual gradient (backward_res; in place only) */
+    tg_tensor **out_like; /* per chunk: a warm-up output (the residual input's layout), freed after capture */
     struct tg_graph_action *order;
     int norder, pos;
     tg_pool *pool;
     tg_device dev;
     int skip_hooks_after_w; /* TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY when the set was made */
     int shared;          /* every microbatch replays microbatch 1's graphs (tg_graphed_shared) */
+    int reuse;           /* static buffers go back to the pool when their last reader is captured (tg_graphed_reused) */
+    int reuse_early;     /* test switch graph_reuse_early: ... at their microbatch's B, deferred W readers ignored */
+    int *slot_of;        /* per entry: the microbatch whose graphs it replays (microbatches of a chunk whose lifetimes
+                            do not overlap share one set); NULL: each its own */
+    long *slot_end;      /* per entry that owns graphs others replay: the last position any of them is live */
+    int slot_share;      /* tg_graphed_opts.share_overlap, with reuse on and no chain */
     struct tg_graph_action *capture_order; /* test switch graph_share_any_order: microbatch 1's actions */
     int ncapture;        /* actions of the order captured: all, or microbatch 1's block when shared */
     tg_stream *on;       /* the next replay call's stream (tg_graphed_replay_on), or NULL */
@@ -44,7 +56,10 @@ int tg_graph_capturing(void) { return capturing_depth > 0; }
 
 static struct entry *entry_of(tg_graphed *g, int chunk, int mb) { return &g->e[(chunk - 1) * g->mbs + (mb - 1)]; }
 /* The entry whose graphs replay for (chunk, mb): microbatch 1's when shared. */
-static struct entry *replay_entry(tg_graphed *g, int chunk, int mb) { return entry_of(g, chunk, g->shared ? 1 : mb); }
+static struct entry *replay_entry(tg_graphed *g, int chunk, int mb)
+{
+    return entry_of(g, chunk, g->shared ? 1 : g->slot_of ? g->slot_of[(chunk - 1) * g->mbs + mb - 1] : mb);
+}
 
 /* Whether the order is M blocks, block m being block 1 with microbatch m: the
  * microbatches run one after another, each through the same actions. */
@@ -241,7 +256,7 @@ static tg_status check_w_present(tg_graphed *g)
     return TG_OK;
 }
 
-/* Copies every parameter's grad and main_grad, to put them back after warm-up. */
+/* Copies every parameter's grad and main_grad and the FP8 scaling state, to put them back after warm-up. */
 struct grad_backup {
     tg_tensor **saved;
     tg_tensor **live;
@@ -255,9 +270,13 @@ static tg_status backup_grads(tg_graphed *g, struct grad_backup *bk)
         tg_param **ps;
         int np;
         TG_TRY(tg_module_parameters(g->chunks[c], &ps, &np));
-        tg_status st = TG_OK;
-        for (int i = 0; i < np && st == TG_OK; i++) {
-            tg_tensor *bufs[2] = {ps[i]->grad, ps[i]->main_grad};
+        /* and the FP8 scaling state (amax histories, scales), which warm-up casts and updates */
+        tg_tensor **f8 = NULL;
+        int nf8 = 0;
+        tg_status st = tg_module_fp8_prepare(g->chunks[c]);
+        if (st == TG_OK) st = tg_module_fp8_tensors(g->chunks[c], &f8, &nf8);
+        for (int i = 0; i < np + nf8 && st == TG_OK; i++) {
+            tg_tensor *bufs[2] = {i < np ? ps[i]->grad : f8[i - np], i < np ? ps[i]->main_grad : NULL};
             for (int j = 0; j < 2 && st == TG_OK; j++) {
                 if (!bufs[j]) continue;
                 tg_tensor **ns = realloc(bk->saved, (size_t)(bk->n + 1) * sizeof *ns);
@@ -280,6 +299,7 @@ static tg_status backup_grads(tg_graphed *g, struct grad_backup *bk)
             }
         }
         free(ps);
+        free(f8);
         TG_TRY(st);
     }
     return TG_OK;
@@ -307,7 +327,7 @@ static tg_status make_dy(const tg_tensor *like, tg_tensor **out)
 
 /* Runs the order eagerly `iters` times with hooks silenced; records which
  * chunks queue wgrad work (need W graphs). */
-static tg_status warm_up(tg_graphed *g, const tg_tensor *const *samples, int iters)
+static tg_status warm_up(tg_graphed *g, const tg_tensor *const *samples, const tg_tensor *const *samples2, int iters)
 {
     tg_status st = TG_OK;
     for (int it = 0; it < iters && st == TG_OK; it++) {
@@ -316,7 +336,8 @@ static tg_status warm_up(tg_graphed *g, const tg_tensor *const *samples, int ite
             tg_module *m = g->chunks[a->chunk - 1];
             if (a->op == 'F') {
                 tg_tensor *y = NULL;
-                st = tg_module_forward(m, a->mb, samples[a->chunk - 1], &y);
+                const tg_tensor *r = samples2 ? samples2[a->chunk - 1] : NULL;
+                st = tg_module_forward_res(m, a->mb, samples[a->chunk - 1], r, &y);
                 if (st == TG_OK && !entry_of(g, a->chunk, a->mb)->out) {
                     /* keep the output's shape for the static dy */
                     entry_of(g, a->chunk, a->mb)->out = y;
@@ -336,6 +357,10 @@ static tg_status warm_up(tg_graphed *g, const tg_tensor *const *samples, int ite
         }
     }
     /* shapes are known now; the F captures allocate the real static outputs */
+    for (int c = 1; st == TG_OK && c <= g->nchunks; c++) {
+        const tg_tensor *y = entry_of(g, c, 1)->out;
+        if (y) st = tg_tensor_new(y->dtype, y->ndim, y->shape, g->dev, &g->out_like[c - 1]);
+    }
     for (int i = 0; i < g->nchunks * g->mbs; i++) {
         tg_tensor_free(g->e[i].out);
         g->e[i].out = NULL;
@@ -349,6 +374,142 @@ static int same_layout(const tg_tensor *a, const tg_tensor *b)
     return a && b && a->dtype == b->dtype && tg_tensor_same_shape(a, b);
 }
 
+/* ------------------------------------------------------------------ static buffer reuse across microbatches */
+/* Where each (chunk, microbatch)'s static buffers stop being read, as positions
+ * in the capture order (which is the replay order). A buffer is held from the
+ * action that allocates it until its last reader: the input, output and output
+ * gradient until the last of the (chunk, mb)'s B and W (the saved input and the
+ * output gradient are what a deferred W reads; a module may save its output);
+ * the input gradient until microbatch mb's last action in the set (the chunk
+ * before, whose B reads it, runs within that microbatch's actions). Past that
+ * position the range goes back to the pool, and buffers or temporaries that
+ * later captures allocate take it: replays follow the captured order, so the
+ * earlier owner is done with it whenever the later one writes it. */
+struct lifetimes {
+    int *last_cm; /* [(chunk - 1) * mbs + mb - 1]: position of the last of B and W */
+    int *b_cm;    /* position of B */
+    int *f_cm;    /* position of F */
+    int *last_mb; /* [mb - 1]: position of the microbatch's last action */
+};
+
+static void lifetimes_free(struct lifetimes *lt)
+{
+    free(lt->last_cm);
+    free(lt->b_cm);
+    free(lt->f_cm);
+    free(lt->last_mb);
+    memset(lt, 0, sizeof *lt);
+}
+
+static tg_status lifetimes_of(const tg_graphed *g, struct lifetimes *lt)
+{
+    int n = g->nchunks * g->mbs;
+    lt->last_cm = malloc((size_t)n * sizeof *lt->last_cm);
+    lt->b_cm = malloc((size_t)n * sizeof *lt->b_cm);
+    lt->f_cm = malloc((size_t)n * sizeof *lt->f_cm);
+    lt->last_mb = malloc((size_t)g->mbs * sizeof *lt->last_mb);
+    if (!lt->last_cm || !lt->b_cm || !lt->f_cm || !lt->last_mb) {
+        lifetimes_free(lt);
+        return tg_error(TG_ENOMEM, "out of host memory");
+    }
+    for (int i = 0; i < n; i++) lt->last_cm[i] = lt->b_cm[i] = lt->f_cm[i] = -1;
+    for (int m = 0; m < g->mbs; m++) lt->last_mb[m] = -1;
+    for (int i = 0; i < g->norder; i++) {
+        const struct tg_graph_action *a = &g->order[i];
+        if (a->op == 'W' && !g->has_w[a->chunk - 1]) continue; /* not replayed */
+        int k = (a->chunk - 1) * g->mbs + a->mb - 1;
+        if (a->op != 'F') lt->last_cm[k] = i;
+        if (a->op == 'B') lt->b_cm[k] = i;
+        if (a->op == 'F') lt->f_cm[k] = i;
+        lt->last_mb[a->mb - 1] = i;
+    }
+    return TG_OK;
+}
+
+/* Whether the buffer of entry k (role 0 in, 1 out, 2 dout, 3 din, 4 in2, 5 dout2) is past its last reader at position pos. */
+static int buffer_done(const tg_graphed *g, const struct lifetimes *lt, int k, int role, int pos)
+{
+    if (g->slot_of && g->slot_end[k] >= 0) return g->slot_end[k] <= pos; /* graphs later microbatches replay */
+    int until = g->reuse_early ? lt->b_cm[k] /* the reuse-too-early bug on purpose (tests) */
+                : role == 3    ? lt->last_mb[k % g->mbs]
+                               : lt->last_cm[k];
+    return until >= 0 && until <= pos;
+}
+
+#define NROLES 6
+static tg_tensor **entry_buffer(struct entry *e, int role)
+{
+    return role == 0 ? &e->in : role == 1 ? &e->out : role == 2 ? &e->dout : role == 3 ? &e->din
+         : role == 4 ? &e->in2 : &e->dout2;
+}
+
+/* One set of graphs for microbatches of a chunk whose lifetimes do not overlap
+ * (Megatron's reuse_cudagraphs, where the order overlaps microbatches): the
+ * lifetime of (chunk c, mb m) runs from its F to microbatch m's last action
+ * (its input gradient is read until then), or to its B under the test switch.
+ * Taking microbatches in F order, m joins the first set whose current holder's
+ * lifetime ended before F of m; the first microbatch of a set captures, the
+ * others replay its graphs with its buffers. Everything those graphs touch is
+ * held until the set's last lifetime ends (slot_end; the pool defers the
+ * frees of their captures), so no later capture takes a range one of them
+ * still reads. Overwrite or accumulate and the hooks' microbatch are decided
+ * at replay. */
+static tg_status assign_slots(tg_graphed *g, const struct lifetimes *lt)
+{
+    int n = g->nchunks * g->mbs;
+    g->slot_of = malloc((size_t)n * sizeof *g->slot_of);
+    g->slot_end = malloc((size_t)n * sizeof *g->slot_end);
+    int *first = malloc((size_t)g->mbs * sizeof *first);
+    long *end = malloc((size_t)g->mbs * sizeof *end);
+    if (!g->slot_of || !g->slot_end || !first || !end) {
+        free(first);
+        free(end);
+        return tg_error(TG_ENOMEM, "out of host memory");
+    }
+    for (int k = 0; k < n; k++) g->slot_of[k] = k % g->mbs + 1, g->slot_end[k] = -1;
+    for (int c = 1; c <= g->nchunks; c++) {
+        int nslots = 0;
+        for (int i = 0; i < g->norder; i++) {
+            const struct tg_graph_action *a = &g->order[i];
+            if (a->op != 'F' || a->chunk != c) continue;
+            int k = (c - 1) * g->mbs + a->mb - 1;
+            long e = g->reuse_early ? lt->b_cm[k] : lt->last_mb[a->mb - 1];
+            int s = 0;
+            while (s < nslots && end[s] >= i) s++;
+            if (s == nslots) first[nslots++] = a->mb;
+            end[s] = e;
+            g->slot_of[k] = first[s];
+        }
+        for (int s = 0; s < nslots; s++) {
+            int k0 = (c - 1) * g->mbs + first[s] - 1, members = 0;
+            for (int m = 1; m <= g->mbs; m++) members += g->slot_of[(c - 1) * g->mbs + m - 1] == first[s];
+            if (members > 1) g->slot_end[k0] = end[s];
+        }
+    }
+    free(first);
+    free(end);
+    return TG_OK;
+}
+
+/* After the capture at position pos: every static buffer all of whose holders
+ * (chained chunks share one) are past their last reader goes back to the pool. */
+static void return_done_buffers(tg_graphed *g, const struct lifetimes *lt, int pos)
+{
+    int n = g->nchunks * g->mbs;
+    for (int k = 0; k < n; k++)
+        for (int r = 0; r < NROLES; r++) {
+            tg_tensor *t = *entry_buffer(&g->e[k], r);
+            if (!t || t->storage->range_returned || !buffer_done(g, lt, k, r, pos)) continue;
+            int all = 1;
+            for (int k2 = 0; k2 < n && all; k2++)
+                for (int r2 = 0; r2 < NROLES && all; r2++) {
+                    tg_tensor *u = *entry_buffer(&g->e[k2], r2);
+                    if (u && u->storage == t->storage && !buffer_done(g, lt, k2, r2, pos)) all = 0;
+                }
+            if (all) tg_storage_return_range(t->storage);
+        }
+}
+
 /* Warm-up needs one iteration at least to learn output shapes and W needs.
  * chain: chunk c + 1's static input is chunk c's static output (same microbatch),
  * and chunk c's static output gradient chunk c + 1's static input gradient. */
@@ -357,11 +518,21 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples, int
     tg_stream *s = tg_stream_current(g->dev);
     if (!s) return TG_ENOMEM;
     tg_status st = TG_OK;
+    struct lifetimes lt = {0};
+    if (g->reuse) TG_TRY(lifetimes_of(g, &lt));
+    if (g->reuse && g->slot_share && !chain) st = assign_slots(g, &lt);
     const struct tg_graph_action *co = g->capture_order ? g->capture_order : g->order;
     for (int i = 0; i < g->ncapture && st == TG_OK; i++) {
         const struct tg_graph_action *a = &co[i];
         tg_module *m = g->chunks[a->chunk - 1];
         struct entry *e = entry_of(g, a->chunk, a->mb);
+        int k = (a->chunk - 1) * g->mbs + a->mb - 1;
+        if (g->slot_of && g->slot_of[k] != a->mb) { /* replays the graphs of its set's first microbatch */
+            return_done_buffers(g, &lt, i);
+            tg_pool_release_deferred(g->pool, i);
+            continue;
+        }
+        if (g->slot_of && g->slot_end[k] >= 0) tg_pool_defer(g->pool, g->slot_end[k]);
         const tg_tensor *x = samples[a->chunk - 1];
         const struct entry *prev = chain && a->chunk > 1 ? entry_of(g, a->chunk - 1, a->mb) : NULL;
         const struct entry *next = chain && a->chunk < g->nchunks ? entry_of(g, a->chunk + 1, a->mb) : NULL;
@@ -372,10 +543,15 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples, int
                 st = tg_tensor_new_in(g->pool, x->dtype, x->ndim, x->shape, g->dev, &e->in);
                 if (st == TG_OK) st = tg_copy(e->in, x); /* sensible contents for the capture-time shapes */
             }
+            if (st == TG_OK && g->res[a->chunk - 1] && !e->in2) {
+                const tg_tensor *l = g->out_like[a->chunk - 1];
+                st = tg_tensor_new_in(g->pool, l->dtype, l->ndim, l->shape, g->dev, &e->in2);
+                if (st == TG_OK) st = tg_fill(e->in2, 0.0);
+            }
             if (st == TG_OK) st = tg_stream_begin_capture(s);
             if (st != TG_OK) { tg_error_prefix(st, "capturing F chunk %d mb %d", a->chunk, a->mb); break; }
             tg_engine_set_capture_observer(observe, NULL);
-            st = tg_module_forward(m, a->mb, e->in, &e->out);
+            st = tg_module_forward_res(m, a->mb, e->in, e->in2, &e->out);
             tg_engine_set_capture_observer(NULL, NULL);
             tg_status end = tg_stream_end_capture(s, &e->f);
             if (st == TG_OK) st = end;
@@ -386,10 +562,15 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples, int
                 st = tg_tensor_new_in(g->pool, e->out->dtype, e->out->ndim, e->out->shape, g->dev, &e->dout);
                 if (st == TG_OK) st = tg_fill(e->dout, 0.0);
             }
+            if (st == TG_OK && g->dres[a->chunk - 1]) { /* the residual gradient has the input's layout */
+                const tg_tensor *l = samples[a->chunk - 1];
+                st = tg_tensor_new_in(g->pool, l->dtype, l->ndim, l->shape, g->dev, &e->dout2);
+                if (st == TG_OK) st = tg_fill(e->dout2, 0.0);
+            }
             if (st == TG_OK) st = tg_stream_begin_capture(s);
             if (st != TG_OK) { tg_error_prefix(st, "capturing B chunk %d mb %d", a->chunk, a->mb); break; }
             tg_engine_set_capture_observer(observe, &e->bset);
-            st = tg_module_backward(m, a->mb, e->dout, &e->din);
+            st = tg_module_backward_res(m, a->mb, e->dout, e->dout2, &e->din);
             tg_engine_set_capture_observer(NULL, NULL);
             tg_status end = tg_stream_end_capture(s, &e->b);
             if (st == TG_OK) st = end;
@@ -402,8 +583,14 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples, int
             tg_status end = tg_stream_end_capture(s, &e->w);
             if (st == TG_OK) st = end;
         }
+        tg_pool_defer(g->pool, -1);
         if (st != TG_OK) tg_error_prefix(st, "capturing %s chunk %d mb %d", op_name(a->op), a->chunk, a->mb);
+        else if (g->reuse) return_done_buffers(g, &lt, i);
+        tg_pool_release_deferred(g->pool, i);
     }
+    tg_pool_defer(g->pool, -1);
+    tg_pool_release_deferred(g->pool, LONG_MAX);
+    lifetimes_free(&lt);
     for (int i = 0; i < g->nchunks * g->mbs && st == TG_OK; i++) {
         struct entry *e = &g->e[i];
         tg_graph *gs[3] = {e->f, e->b, e->w};
@@ -432,13 +619,13 @@ static int holds(const tg_module *m, const tg_module *x)
     return 0;
 }
 
-static tg_status route_forward(void *ctx, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
+static tg_status route_forward(void *ctx, int chunk, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
 {
-    return tg_graphed_forward(ctx, chunk, mb, x, y);
+    return tg_graphed_forward_res(ctx, chunk, mb, x, res, y);
 }
-static tg_status route_backward(void *ctx, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
+static tg_status route_backward(void *ctx, int chunk, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx)
 {
-    return tg_graphed_backward(ctx, chunk, mb, dy, dx);
+    return tg_graphed_backward_res(ctx, chunk, mb, dy, dres, dx);
 }
 static tg_status route_backward_dw(void *ctx, int chunk, int mb) { return tg_graphed_backward_dw(ctx, chunk, mb); }
 
@@ -457,6 +644,12 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
         tg_device d = tg_tensor_device(o->samples[c]);
         if (chunks[c]->opts.device.type != dev.type || chunks[c]->opts.device.index != dev.index || d.type != dev.type || d.index != dev.index)
             return tg_error(TG_EINVAL, "make_graphed: chunk %d or its sample is on another device than chunk 1", c + 1);
+        if (o->samples2 && o->samples2[c]) {
+            tg_device d2 = tg_tensor_device(o->samples2[c]);
+            if (d2.type != dev.type || d2.index != dev.index)
+                return tg_error(TG_EINVAL, "make_graphed: chunk %d's second sample input is on another device than chunk 1", c + 1);
+            if (o->in_place) return tg_error(TG_EINVAL, "make_graphed: chunk %d: in place, a residual input comes from the parent, not a second sample", c + 1);
+        }
         if (tg_module_need_backward_dw(chunks[c]))
             return tg_error(TG_ESTATE, "make_graphed: chunk %d has queued wgrad work (call backward_dw first)", c + 1);
         const tg_module *r = routed_under(chunks[c]);
@@ -477,9 +670,17 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     g->skip_hooks_after_w = tg_debug_get(TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY);
     g->chunks = calloc((size_t)nchunks, sizeof *g->chunks);
     g->has_w = calloc((size_t)nchunks, sizeof *g->has_w);
+    g->res = calloc((size_t)nchunks, sizeof *g->res);
+    g->dres = calloc((size_t)nchunks, sizeof *g->dres);
+    g->out_like = calloc((size_t)nchunks, sizeof *g->out_like);
     g->e = calloc((size_t)(nchunks * g->mbs), sizeof *g->e);
-    tg_status st = g->chunks && g->has_w && g->e ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
-    for (int c = 0; c < nchunks && st == TG_OK; c++) g->chunks[c] = tg_module_retain(chunks[c]);
+    tg_status st = g->chunks && g->has_w && g->e && g->res && g->dres && g->out_like ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
+    for (int c = 0; c < nchunks && st == TG_OK; c++) {
+        g->chunks[c] = tg_module_retain(chunks[c]);
+        /* two inputs: given a second sample, or graphed in place under a parent that hands it a residual */
+        g->res[c] = (o->samples2 && o->samples2[c]) || (o->in_place && (chunks[c]->parent_res & TG_PARENT_RES_FORWARD));
+        g->dres[c] = o->in_place && (chunks[c]->parent_res & TG_PARENT_RES_BACKWARD);
+    }
     if (st == TG_OK && o->order) {
         g->order = malloc((size_t)o->norder * sizeof *g->order);
         if (!g->order) st = tg_error(TG_ENOMEM, "out of host memory");
@@ -492,6 +693,10 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
         int share_any = tg_debug_get(TG_DEBUG_GRAPH_SHARE_ANY_ORDER);
         g->shared = !o->no_share && g->mbs > 1 && (order_is_sequential(g) || share_any);
         g->ncapture = g->norder;
+        /* shared: one set of buffers already; else every (chunk, mb) has its own, reused where lifetimes allow */
+        g->reuse = !o->no_reuse && !g->shared && g->mbs > 1;
+        g->reuse_early = g->reuse && tg_debug_get(TG_DEBUG_GRAPH_REUSE_EARLY);
+        g->slot_share = g->reuse && o->share_overlap && !o->chain;
         if (g->shared && order_is_sequential(g)) g->ncapture = g->norder / g->mbs;
         else if (g->shared) { /* the reuse-too-early bug on purpose (tests): microbatch 1's actions only */
             struct tg_graph_action *o1 = malloc((size_t)g->norder * sizeof *o1);
@@ -525,7 +730,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     if (st == TG_OK) st = tg_stream_new(dev, "graph-warmup", &side);
     if (st == TG_OK) {
         prev = tg_stream_set_current(side);
-        st = warm_up(g, o->samples, warmup);
+        st = warm_up(g, o->samples, o->samples2, warmup);
         tg_engine_set_quiet(0);
         if (st != TG_OK) tg_error_prefix(st, "make_graphed warm-up");
         if (st == TG_OK) st = check_w_present(g);
@@ -533,6 +738,10 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
         if (st == TG_OK) {
             st = capture_all(g, o->samples, o->chain && !g->shared && !o->in_place);
             tg_pool_pop(g->pool);
+        }
+        for (int c = 0; c < nchunks; c++) { /* the layouts were for the capture */
+            tg_tensor_free(g->out_like[c]);
+            g->out_like[c] = NULL;
         }
         tg_status sy = tg_stream_sync(side);
         if (st == TG_OK) st = sy;
@@ -560,7 +769,8 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
             return tg_error(TG_ENOMEM, "out of host memory");
         }
         for (int c = 0; c < nchunks; c++) {
-            g->routes[c] = (struct tg_module_route){.ctx = g, .chunk = c + 1, .has_w = g->has_w[c], .forward = route_forward,
+            g->routes[c] = (struct tg_module_route){.ctx = g, .chunk = c + 1, .has_w = g->has_w[c], .res = g->res[c],
+                                                    .dres = g->dres[c], .forward = route_forward,
                                                     .backward = route_backward, .backward_dw = route_backward_dw};
             g->chunks[c]->route = &g->routes[c];
             g->chunks[c]->route_wpend = 0;
@@ -583,6 +793,8 @@ void tg_graphed_free(tg_graphed *g)
         tg_tensor_free(e->out);
         tg_tensor_free(e->dout);
         tg_tensor_free(e->din);
+        tg_tensor_free(e->in2);
+        tg_tensor_free(e->dout2);
         set_free(&e->bset);
         set_free(&e->wset);
     }
@@ -595,8 +807,14 @@ void tg_graphed_free(tg_graphed *g)
     free(g->e);
     free(g->chunks);
     free(g->has_w);
+    free(g->res);
+    free(g->dres);
+    for (int c = 0; g->out_like && c < g->nchunks; c++) tg_tensor_free(g->out_like[c]);
+    free(g->out_like);
     free(g->order);
     free(g->capture_order);
+    free(g->slot_of);
+    free(g->slot_end);
     free(g->routes);
     free(g);
 }
@@ -622,28 +840,46 @@ static tg_status replay(tg_graphed *g, tg_graph *graph, char op, int chunk, int 
     return st;
 }
 
-static tg_status replay_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
+static tg_status replay_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
 {
     *y = NULL;
     TG_TRY(check_order(g, 'F', chunk, &mb));
     struct entry *e = replay_entry(g, chunk, mb);
-    char what[64];
+    char what[80];
+    if (g->res[chunk - 1] && !res)
+        return tg_error(TG_EINVAL, "graphed forward chunk %d mb %d: the chunk takes two inputs (x, res), got one", chunk, mb);
+    if (!g->res[chunk - 1] && res)
+        return tg_error(TG_EINVAL, "graphed forward chunk %d mb %d: the chunk takes one input, got two (x, res)", chunk, mb);
     snprintf(what, sizeof what, "graphed forward chunk %d mb %d input", chunk, mb);
     TG_TRY(check_like(what, x, e->in));
+    if (res) {
+        snprintf(what, sizeof what, "graphed forward chunk %d mb %d residual input", chunk, mb);
+        TG_TRY(check_like(what, res, e->in2));
+    }
     TG_TRY(tg_module_run_forward_pre_hooks(g->chunks[chunk - 1], mb));
     if (!tg_tensor_same_memory(x, e->in)) TG_TRY(tg_copy(e->in, x));
+    if (res && !tg_tensor_same_memory(res, e->in2)) TG_TRY(tg_copy(e->in2, res));
     TG_TRY(replay(g, e->f, 'F', chunk, mb));
     mark_forward(g->chunks[chunk - 1]);
     advance(g);
     return tg_tensor_ref(e->out, y);
 }
 
-static tg_status replay_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
+static tg_status replay_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx)
 {
     *dx = NULL;
     TG_TRY(check_order(g, 'B', chunk, &mb));
     struct entry *e = replay_entry(g, chunk, mb);
-    char what[64];
+    char what[80];
+    if (g->dres[chunk - 1] && !dres)
+        return tg_error(TG_EINVAL, "graphed backward chunk %d mb %d: the chunk was captured with a residual gradient, got none", chunk, mb);
+    if (!g->dres[chunk - 1] && dres)
+        return tg_error(TG_EINVAL, "graphed backward chunk %d mb %d: the chunk was captured without a residual gradient, got one", chunk, mb);
+    if (dres) {
+        snprintf(what, sizeof what, "graphed backward chunk %d mb %d residual gradient", chunk, mb);
+        TG_TRY(check_like(what, dres, e->dout2));
+        if (!tg_tensor_same_memory(dres, e->dout2)) TG_TRY(tg_copy(e->dout2, dres));
+    }
     snprintf(what, sizeof what, "graphed backward chunk %d mb %d gradient", chunk, mb);
     if (dy) {
         TG_TRY(check_like(what, dy, e->dout));
@@ -699,21 +935,33 @@ static tg_status call_end(tg_stream *prev, tg_status st)
     return st;
 }
 
-tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
+tg_status tg_graphed_forward_res(tg_graphed *g, int chunk, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
 {
     tg_stream *prev;
     *y = NULL;
     tg_status st = call_begin(g, &prev);
-    return call_end(prev, st == TG_OK ? replay_forward(g, chunk, mb, x, y) : st);
+    return call_end(prev, st == TG_OK ? replay_forward(g, chunk, mb, x, res, y) : st);
 }
 
-tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
+tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
+{
+    return tg_graphed_forward_res(g, chunk, mb, x, NULL, y);
+}
+
+tg_status tg_graphed_backward_res(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx)
 {
     tg_stream *prev;
     *dx = NULL;
     tg_status st = call_begin(g, &prev);
-    return call_end(prev, st == TG_OK ? replay_backward(g, chunk, mb, dy, dx) : st);
+    return call_end(prev, st == TG_OK ? replay_backward(g, chunk, mb, dy, dres, dx) : st);
 }
+
+tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
+{
+    return tg_graphed_backward_res(g, chunk, mb, dy, NULL, dx);
+}
+
+int tg_graphed_inputs(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks && g->res[chunk - 1] ? 2 : 1; }
 
 tg_status tg_graphed_backward_dw(tg_graphed *g, int chunk, int mb)
 {
@@ -730,6 +978,7 @@ void tg_graphed_reset(tg_graphed *g)
 int tg_graphed_has_w(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks && g->has_w[chunk - 1]; }
 int tg_graphed_nchunks(const tg_graphed *g) { return g->nchunks; }
 int tg_graphed_shared(const tg_graphed *g) { return g->shared; }
+int tg_graphed_reused(const tg_graphed *g) { return g->reuse; }
 
 int tg_graphed_ngraphs(const tg_graphed *g)
 {

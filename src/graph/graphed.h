@@ -18,6 +18,11 @@ typedef struct tg_graphed tg_graphed;
 
 typedef struct tg_graphed_opts {
     const tg_tensor *const *samples; /* one sample input per chunk (shape and dtype of its input) */
+    const tg_tensor *const *samples2; /* NULL, or per chunk NULL or a second sample input: the chunk takes two
+                                         inputs (x, res), its F graph runs forward_res (y = res + f(x), the add
+                                         fused where the module can), and the gradient of res is dy. In place,
+                                         a chunk takes a residual input (and its B a residual gradient) when
+                                         its parent hands it one (tg_module.parent_res) */
     int microbatches;
     const struct tg_graph_action *order; /* NULL: all F in order, then B (and W) in reverse */
     int norder;
@@ -26,6 +31,13 @@ typedef struct tg_graphed_opts {
     tg_pool *pool; /* graph memory (shared between graphed sets); NULL: a new one */
     int no_share;  /* 1: one set of graphs and static buffers per microbatch even when the order would
                       let every microbatch share microbatch 1's (see tg_graphed_shared) */
+    int share_overlap; /* 1: where microbatches overlap, those of a chunk whose lifetimes do not overlap still share
+                          one set of graphs (fewer graphs; the pool holds what those graphs touch until the last
+                          of them is done, so graph memory may grow); needs reuse, not with chain */
+    int no_reuse;  /* 1: every (chunk, microbatch) keeps its static buffers for the set's life; 0 (default):
+                      when microbatches do not share graphs, a static buffer's memory goes back to the pool
+                      once its last reader in the order is captured, and later captures reuse it (see
+                      tg_graphed_reused) */
     int in_place;  /* 1: partial capture. The chunks are modules inside a model that runs eagerly; after
                       capture their own calls (tg_module_forward / backward / backward_dw, as their parents
                       make them) replay the chunk's graphs, in the set's order; a residual a parent hands
@@ -56,6 +68,14 @@ void tg_graphed_free(tg_graphed *g);
 tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y);
 tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx);
 tg_status tg_graphed_backward_dw(tg_graphed *g, int chunk, int mb);
+/* Two-input chunks: forward with the residual input res (copied into its
+ * static buffer like x). backward_res: chunks whose B graph takes a residual
+ * gradient (in place, under a parent that passes one): dx = dres + dgrad(dy),
+ * the add inside the graph. Calls with the wrong number of inputs fail. */
+tg_status tg_graphed_forward_res(tg_graphed *g, int chunk, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y);
+tg_status tg_graphed_backward_res(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
+/* 2 for chunks that take (x, res), else 1. */
+int tg_graphed_inputs(const tg_graphed *g, int chunk);
 /* The next replay call (forward, backward or backward_dw) runs on stream s
  * (NULL: the current stream of the set's device) after s waits for event wait
  * (NULL: nothing): its copies, zeroing and graph go on s, and its hooks fire
@@ -78,6 +98,16 @@ int tg_graphed_nchunks(const tg_graphed *g);
  * are live while another's are written; overwrite or accumulate is decided at
  * replay, so one graph serves every microbatch (Megatron's reuse_cudagraphs). */
 int tg_graphed_shared(const tg_graphed *g);
+/* Whether the set reuses static buffer memory across microbatches (orders
+ * whose microbatches overlap, TransformerEngine's reuse of graph input and
+ * output buffers): the static input, output and output gradient of a (chunk,
+ * mb) are held until its last B or W, the input gradient until the
+ * microbatch's last action in the order; after that later captures take
+ * their memory. So the output forward returns is valid until that B / W,
+ * and the input gradient backward returns until the microbatch's last action
+ * of the set (a caller that holds them longer, such as a transfer to another
+ * stage's set, makes the set with no_reuse). */
+int tg_graphed_reused(const tg_graphed *g);
 /* The number of graphs the set holds. */
 int tg_graphed_ngraphs(const tg_graphed *g);
 tg_module *tg_graphed_chunk(const tg_graphed *g, int chunk);

@@ -7,7 +7,7 @@ libtegraph_la_SOURCES += \
 	%D%/lua_stream.c \
 	%D%/lua_bind.h %D%/lua_bind.c \
 	%D%/lua_step.c \
-	%D%/lua_nn.h %D%/lua_nn.c %D%/lua_param.c %D%/lua_module.c %D%/lua_nn_new.c %D%/lua_ops.c %D%/lua_fp8.c \
+	%D%/lua_nn.h %D%/lua_nn.c %D%/lua_param.c %D%/lua_module.c %D%/lua_nn_new.c %D%/lua_ops.c %D%/lua_fp8.c %D%/lua_fp8_recipe.c \
 	%D%/lua_data.h %D%/lua_data.c \
 	%D%/lua_graph.h %D%/lua_graph.c \
 	%D%/lua_sched.h %D%/lua_sched.c \

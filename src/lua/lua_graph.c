@@ -52,6 +52,8 @@ static void replay_opts(lua_State *L, tg_graphed *g, int idx, const char *what)
 }
 
 /* g:forward(x [, mb [, opts]]) -> y; g:backward(dy [, mb [, opts]]) -> dx;
+ * chunks made with a pair sample {x, res}: g:forward({x, res}, mb) -> y =
+ * res + f(x), g:backward(dy, mb) -> dx, dres (dres: dy, the gradient of res);
  * g:backward_dw([mb [, opts]]): the modules' protocol, each the next action of
  * the captured order (mb omitted: that action's microbatch). opts: {stream =
  * s, wait = event}: replay on s after it waits for the event. */
@@ -59,12 +61,22 @@ static int g_forward(lua_State *L)
 {
     int chunk;
     tg_graphed *g = graphed_check(L, 1, &chunk);
-    tg_tensor *x = tgl_protocol_tensor(L, 2, "forward(x, mb)");
+    tg_tensor *x, *res = NULL;
+    if (lua_istable(L, 2) && !tgl_tensor_test(L, 2)) { /* {x, res}: a chunk with two inputs */
+        if (luaL_len(L, 2) != 2) return luaL_error(L, "graphed forward: the inputs must be a tensor or a pair {x, res}");
+        lua_geti(L, 2, 1);
+        lua_geti(L, 2, 2);
+        x = tgl_protocol_tensor(L, -2, "forward({x, res}, mb)");
+        res = tgl_protocol_tensor(L, -1, "forward({x, res}, mb)");
+        lua_pop(L, 2); /* the table keeps them */
+    } else {
+        x = tgl_protocol_tensor(L, 2, "forward(x, mb)");
+    }
     int mb = tgl_mb_arg(L, 3);
     replay_opts(L, g, 4, "graphed forward");
     tg_tensor **slot = tgl_tensor_push(L);
     lua_State *prev = tgl_nn_enter(L); /* Lua-table modules never run at replay, but keep one rule */
-    tg_status st = tg_graphed_forward(g, chunk, mb, x, slot);
+    tg_status st = tg_graphed_forward_res(g, chunk, mb, x, res, slot);
     tgl_nn_leave(prev);
     tgl_check(L, st);
     return 1;
@@ -83,7 +95,12 @@ static int g_backward(lua_State *L)
     tgl_nn_leave(prev);
     tgl_check(L, st);
     if (!*slot) lua_pushnil(L);
-    return 1;
+    if (tg_graphed_inputs(g, chunk) < 2) return 1;
+    /* y = res + f(x): the gradient of res is dy */
+    if (!dy) return luaL_error(L, "graphed backward chunk %d: a chunk with two inputs needs dy", chunk);
+    tg_tensor **dres = tgl_tensor_push(L);
+    tgl_check(L, tg_tensor_ref(dy, dres));
+    return 2;
 }
 
 static int g_backward_dw(lua_State *L)
@@ -122,6 +139,14 @@ static int g_shared(lua_State *L)
 {
     int chunk;
     lua_pushboolean(L, tg_graphed_shared(graphed_check(L, 1, &chunk)));
+    return 1;
+}
+
+/* c:reused() -> whether static buffer memory is reused across microbatches whose lifetimes do not overlap. */
+static int g_reused(lua_State *L)
+{
+    int chunk;
+    lua_pushboolean(L, tg_graphed_reused(graphed_check(L, 1, &chunk)));
     return 1;
 }
 
@@ -174,7 +199,7 @@ static int g_tostring(lua_State *L)
 
 static const luaL_Reg graphed_methods[] = {
     {"forward", g_forward}, {"backward", g_backward}, {"backward_dw", g_backward_dw},
-    {"reset", g_reset},     {"memory", g_memory}, {"shared", g_shared}, {"graphs", g_graphs},     {"has_w", g_has_w},
+    {"reset", g_reset},     {"memory", g_memory}, {"shared", g_shared}, {"reused", g_reused}, {"graphs", g_graphs},     {"has_w", g_has_w},
     {"free", g_free},       {NULL, NULL},
 };
 
@@ -202,7 +227,10 @@ static struct tg_graph_action *read_order(lua_State *L, int idx, int *n)
 }
 
 /* tg.graph.make_graphed(chunks, opts) -> callable, or a list of callables when chunks is a list.
- * opts: sample (a tensor, or one per chunk), microbatches (1), order, warmup, pool: the fields of
+ * opts: sample (a tensor, or one per chunk; a chunk's entry may be a pair {x, res}: two inputs),
+ * microbatches (1), order, warmup, pool, share (nil: microbatch 1's graphs for every microbatch when
+ * the order is sequential; true: also across overlapping microbatches whose lifetimes allow; false:
+ * never), reuse (static buffers across microbatches; default true), chain, in_place: the fields of
  * tg_graphed_opts (graph/graphed.h), passed through (warmup absent: the engine's default). */
 static int l_make_graphed(lua_State *L)
 {
@@ -218,6 +246,8 @@ static int l_make_graphed(lua_State *L)
     if (n < 1) return luaL_argerror(L, 1, "no chunks");
     tg_module **chunks = lua_newuserdatauv(L, (size_t)n * sizeof *chunks, 0); /* +1 */
     const tg_tensor **samples = lua_newuserdatauv(L, (size_t)n * sizeof *samples, 0); /* +1 */
+    const tg_tensor **samples2 = lua_newuserdatauv(L, (size_t)n * sizeof *samples2, 0); /* +1 */
+    int two = 0;
     lua_createtable(L, n, 0); /* +1: the chunks' Module values (a Lua-table module's wrapper too), kept by the set */
     int keep = lua_gettop(L);
     for (int i = 1; i <= n; i++) {
@@ -235,13 +265,29 @@ static int l_make_graphed(lua_State *L)
         if ((int)luaL_len(L, -1) != n) return luaL_error(L, "make_graphed: %d sample inputs for %d chunks", (int)luaL_len(L, -1), n);
         for (int i = 1; i <= n; i++) {
             lua_geti(L, -1, i);
-            samples[i - 1] = tgl_tensor_check(L, -1);
+            samples2[i - 1] = NULL;
+            if (lua_istable(L, -1) && !tgl_tensor_test(L, -1)) { /* {x, res}: a chunk with two inputs */
+                if (luaL_len(L, -1) != 2)
+                    return luaL_error(L, "make_graphed: sample[%d] must be a tensor or a pair {x, res} (got a list of %d)", i,
+                                      (int)luaL_len(L, -1));
+                lua_geti(L, -1, 1);
+                lua_geti(L, -2, 2);
+                if (!tgl_tensor_test(L, -2) || !tgl_tensor_test(L, -1))
+                    return luaL_error(L, "make_graphed: sample[%d] must be a pair of tensors {x, res}", i);
+                samples[i - 1] = tgl_tensor_check(L, -2);
+                samples2[i - 1] = tgl_tensor_check(L, -1);
+                two = 1;
+                lua_pop(L, 2);
+            } else {
+                samples[i - 1] = tgl_tensor_check(L, -1);
+            }
             lua_pop(L, 1); /* the list keeps it alive */
         }
     } else {
         return luaL_error(L, "make_graphed: opts.sample must be a tensor or a list of tensors (one per chunk)");
     }
     o.samples = samples;
+    o.samples2 = two ? samples2 : NULL;
     lua_getfield(L, 2, "microbatches");
     o.microbatches = lua_isnil(L, -1) ? 1 : tgl_checkint(L, -1);
     lua_getfield(L, 2, "warmup");
@@ -253,6 +299,12 @@ static int l_make_graphed(lua_State *L)
     if (!lua_isnil(L, -1)) {
         luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.share a boolean");
         o.no_share = !lua_toboolean(L, -1);
+        o.share_overlap = lua_toboolean(L, -1); /* true: also across overlapping microbatches where lifetimes allow */
+    }
+    lua_getfield(L, 2, "reuse");
+    if (!lua_isnil(L, -1)) {
+        luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.reuse a boolean");
+        o.no_reuse = !lua_toboolean(L, -1);
     }
     lua_getfield(L, 2, "chain");
     if (!lua_isnil(L, -1)) {

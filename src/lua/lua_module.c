@@ -378,6 +378,8 @@ static int m_set_delay_wgrad(lua_State *L)
 
 static const luaL_Reg m_methods[] = {
     {"set_delay_wgrad", m_set_delay_wgrad},
+    {"set_fp8", tgl_module_set_fp8},
+    {"fp8_state", tgl_module_fp8_state},
     {"forward", m_forward},
     {"forward_res", m_forward_res},
     {"backward", m_backward},

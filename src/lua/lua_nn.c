@@ -12,5 +12,6 @@ void tgl_open_nn(lua_State *L)
     tgl_nn_constructors(L);
     lua_setfield(L, core, "nn");
     tgl_open_ops(L);
+    tgl_open_fp8(L);
     lua_settop(L, core);
 }

@@ -57,6 +57,14 @@ int tgl_mb_arg(lua_State *L, int idx);
 tg_tensor *tgl_protocol_tensor(lua_State *L, int idx, const char *call);
 void tgl_open_module(lua_State *L);
 
+/* FP8 recipes (lua_fp8_recipe.c): sets core.fp8 (recipes, autocast setting, scale update)
+ * on the table at the top; reads a recipe table (raises naming `what`); the
+ * module methods set_fp8 and fp8_state. */
+void tgl_open_fp8(lua_State *L);
+void tgl_fp8_recipe_check(lua_State *L, int idx, const char *what, tg_fp8_recipe *r);
+int tgl_module_set_fp8(lua_State *L);
+int tgl_module_fp8_state(lua_State *L);
+
 /* Constructors (lua_nn_new.c): sets them into the table at the top. */
 void tgl_nn_constructors(lua_State *L);
 

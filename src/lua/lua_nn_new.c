@@ -9,6 +9,7 @@
 #include "nn/nn.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const common_keys[] = {"dtype", "device", "bias", "delay_wgrad", "fuse_wgrad_accumulation",
@@ -153,6 +154,18 @@ static void ctor_args(lua_State *L, const struct ctor *c, tg_module_opts *o)
     read_common(L, o);
 }
 
+/* The fp8 option (a recipe, or nil / false: off) into o->fp8: for the modules built of Linears. */
+static void fp8_opt(lua_State *L, const struct ctor *c, tg_module_opts *o)
+{
+    int ty = lua_getfield(L, 1, "fp8");
+    if (ty != LUA_TNIL && !(ty == LUA_TBOOLEAN && !lua_toboolean(L, -1))) {
+        char what[64];
+        snprintf(what, sizeof what, "%s: option 'fp8'", c->name);
+        tgl_fp8_recipe_check(L, -1, what, &o->fp8);
+    }
+    lua_pop(L, 1);
+}
+
 /* An integer option; def < 0 means required. */
 static int64_t int_opt(lua_State *L, const struct ctor *c, const char *k, int64_t def)
 {
@@ -199,13 +212,14 @@ static const char *str_opt(lua_State *L, const struct ctor *c, const char *k, co
 
 #define LIST(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-static const struct ctor linear_c = {"nn.Linear", LIST("in_features", "out_features"), NULL,
+static const struct ctor linear_c = {"nn.Linear", LIST("in_features", "out_features"), LIST("fp8"),
                                      LIST("in", "in_features", "out", "out_features")};
 
 static int nn_linear(lua_State *L)
 {
     tg_module_opts o;
     ctor_args(L, &linear_c, &o);
+    fp8_opt(L, &linear_c, &o);
     int64_t in = int_opt(L, &linear_c, "in_features", -1), out = int_opt(L, &linear_c, "out_features", -1);
     tg_module **slot = tgl_module_newbox(L, 0);
     CTOR_END(L, slot, tg_linear_new(in, out, &o, slot));
@@ -233,7 +247,7 @@ static int nn_rmsnorm(lua_State *L)
 }
 
 static const struct ctor layernorm_linear_c = {
-    "nn.LayerNormLinear", LIST("in_features", "out_features"), LIST("normalization"),
+    "nn.LayerNormLinear", LIST("in_features", "out_features"), LIST("normalization", "fp8"),
     LIST("in", "in_features", "out", "out_features", "norm", "normalization")};
 
 static int nn_layernorm_linear(lua_State *L)
@@ -241,6 +255,7 @@ static int nn_layernorm_linear(lua_State *L)
     const struct ctor *c = &layernorm_linear_c;
     tg_module_opts o;
     ctor_args(L, c, &o);
+    fp8_opt(L, c, &o);
     int64_t in = int_opt(L, c, "in_features", -1), out = int_opt(L, c, "out_features", -1);
     const char *norm = str_opt(L, c, "normalization", "LayerNorm");
     tg_module **slot = tgl_module_newbox(L, 0);
@@ -248,7 +263,7 @@ static int nn_layernorm_linear(lua_State *L)
 }
 
 static const struct ctor layernorm_mlp_c = {
-    "nn.LayerNormMLP", LIST("hidden_size", "ffn_hidden_size"), LIST("normalization", "activation"),
+    "nn.LayerNormMLP", LIST("hidden_size", "ffn_hidden_size"), LIST("normalization", "activation", "fp8"),
     LIST("dim", "hidden_size", "hidden", "ffn_hidden_size", "norm", "normalization")};
 
 /* The table form may leave ffn_hidden_size out: 4 * hidden_size. */
@@ -257,13 +272,14 @@ static int nn_layernorm_mlp(lua_State *L)
     const struct ctor *c = &layernorm_mlp_c;
     tg_module_opts o;
     ctor_args(L, c, &o);
+    fp8_opt(L, c, &o);
     int64_t h = int_opt(L, c, "hidden_size", -1), f = ffn_opt(L, c, h);
     const char *norm = str_opt(L, c, "normalization", "LayerNorm"), *act = str_opt(L, c, "activation", "gelu");
     tg_module **slot = tgl_module_newbox(L, 0);
     CTOR_END(L, slot, tg_layernorm_mlp_new(h, f, norm, act, &o, slot));
 }
 
-static const struct ctor attention_c = {"nn.CausalSelfAttention", LIST("hidden_size", "num_attention_heads"), NULL,
+static const struct ctor attention_c = {"nn.CausalSelfAttention", LIST("hidden_size", "num_attention_heads"), LIST("fp8"),
                                         LIST("dim", "hidden_size", "heads", "num_attention_heads")};
 
 static int nn_attention(lua_State *L)
@@ -271,6 +287,7 @@ static int nn_attention(lua_State *L)
     const struct ctor *c = &attention_c;
     tg_module_opts o;
     ctor_args(L, c, &o);
+    fp8_opt(L, c, &o);
     int64_t h = int_opt(L, c, "hidden_size", -1), nh = int_opt(L, c, "num_attention_heads", -1);
     if (nh > INT_MAX) luaL_error(L, "%s: num_attention_heads %I is too large", c->name, (lua_Integer)nh);
     tg_module **slot = tgl_module_newbox(L, 0);
@@ -278,7 +295,7 @@ static int nn_attention(lua_State *L)
 }
 
 static const struct ctor transformer_layer_c = {
-    "nn.TransformerLayer", LIST("hidden_size", "ffn_hidden_size", "num_attention_heads"), LIST("normalization", "activation"),
+    "nn.TransformerLayer", LIST("hidden_size", "ffn_hidden_size", "num_attention_heads"), LIST("normalization", "activation", "fp8"),
     LIST("dim", "hidden_size", "hidden", "ffn_hidden_size", "heads", "num_attention_heads", "norm", "normalization")};
 
 /* The table form may leave ffn_hidden_size out: 4 * hidden_size. */
@@ -287,6 +304,7 @@ static int nn_transformer_layer(lua_State *L)
     const struct ctor *c = &transformer_layer_c;
     tg_module_opts o;
     ctor_args(L, c, &o);
+    fp8_opt(L, c, &o);
     int64_t h = int_opt(L, c, "hidden_size", -1), f = ffn_opt(L, c, h);
     int64_t nh = int_opt(L, c, "num_attention_heads", -1);
     if (nh > INT_MAX) luaL_error(L, "%s: num_attention_heads %I is too large", c->name, (lua_Integer)nh);

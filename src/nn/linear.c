@@ -34,10 +34,77 @@ static tg_status dgelu_source(tg_module *m, tg_module *g, int mb, const struct t
 
 /* y = res + x W^T (+ b): res (NULL: none) is the C that the GEMM's beta = 1 scales;
  * with gelu (y = res + gelu(...)) it is a separate add. */
+/* The FP8 forward (recipe r): the weight cast (with its transpose) at microbatch 1
+ * after the delayed-scaling update, or when no cast is cached; x cast with its
+ * transpose (kept for the wgrad); y = (x8 W8^T) * scale_invs (+ res) (+ b), gelu. */
+static tg_status linear_forward_fp8(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y,
+                                    const tg_fp8_recipe *r)
+{
+    struct linear *L = m->impl;
+    TG_TRY(tg_fp8_state_ensure(m, r, L->out, L->in));
+    struct tg_fp8_state *S = m->fp8;
+    tg_status st = TG_OK;
+    if (mb == 1 || !S->w_valid) {
+        st = tg_fp8_state_update(S);
+        if (st == TG_OK) st = tg_fp8_state_cast(S, TG_FP8_ROLE_WEIGHT, L->w->data, S->w8, S->w8_t, S->w_scale_inv);
+        S->w_valid = st == TG_OK;
+    }
+    const tg_dtype dt = m->opts.dtype, xdt = tg_fp8_role_dtype(r, TG_FP8_ROLE_INPUT);
+    tg_tensor *out = NULL, *x2 = NULL, *y2 = NULL, *h = NULL, *h2 = NULL, *x8 = NULL, *x8t = NULL, *xs = NULL;
+    tg_tensor *keep[4] = {NULL, NULL, NULL, NULL};
+    if (st == TG_OK) st = tg_nn_new_like(m, x, L->out, dt, &out);
+    if (st == TG_OK && res) st = tg_nn_check_like("res", res, out, L->out, dt);
+    if (st == TG_OK) st = tg_nn_rows(x, &x2);
+    if (st == TG_OK) st = tg_nn_rows(out, &y2);
+    const int64_t n = st == TG_OK ? x2->shape[0] : 0, one[1] = {1};
+    int64_t xs8[2] = {n, L->in}, xt8[2] = {L->in, n};
+    if (st == TG_OK) st = tg_module_tensor(m, xdt, 2, xs8, &x8);
+    if (st == TG_OK) st = tg_module_tensor(m, xdt, 2, xt8, &x8t);
+    if (st == TG_OK) st = tg_module_tensor(m, TG_F32, 1, one, &xs);
+    if (st == TG_OK) st = tg_fp8_state_cast(S, TG_FP8_ROLE_INPUT, x2, x8, x8t, xs);
+    if (st == TG_OK && L->gelu) st = tg_nn_new_like(m, x, L->out, dt, &h);
+    if (st == TG_OK && h) st = tg_nn_rows(h, &h2);
+    /* the bias (and gelu) ride in the GEMM's epilogue where the FP8 GEMM takes them (a bf16 bias), else run after it */
+    const int epi_ok = L->b && dt == TG_BF16;
+    tg_tensor *d = L->gelu ? h2 : y2;
+    if (st == TG_OK && res && !L->gelu) st = tg_copy(y2, res); /* y = res + ...: the GEMM's beta = 1 on D */
+    if (st == TG_OK && L->gelu && epi_ok)
+        st = tg_fp8_gemm(y2, x8, 0, xs, S->w8, 1, S->w_scale_inv, 1.0, 0.0, TG_EPI_BIAS_GELU, L->b->data, h2, NULL, 0);
+    else if (st == TG_OK) {
+        st = tg_fp8_gemm(d, x8, 0, xs, S->w8, 1, S->w_scale_inv, 1.0, res && !L->gelu ? 1.0 : 0.0,
+                         epi_ok ? TG_EPI_BIAS : TG_EPI_NONE, epi_ok ? L->b->data : NULL, NULL, NULL, 0);
+        if (st == TG_OK && L->b && !epi_ok) st = tg_bias_add(d, L->b->data);
+        if (st == TG_OK && L->gelu) st = tg_gelu_forward(y2, h2);
+    }
+    if (st == TG_OK && res && L->gelu) st = tg_binary(TG_ADD, out, res, out);
+    if (st == TG_OK) st = tg_tensor_ref(x, &keep[0]);
+    if (st == TG_OK) {
+        keep[1] = h, h = NULL;
+        keep[2] = x8t, x8t = NULL;
+        keep[3] = xs, xs = NULL;
+        st = tg_module_save(m, mb, keep, 4);
+    }
+    tg_tensor_free(h);
+    tg_tensor_free(h2);
+    tg_tensor_free(x2);
+    tg_tensor_free(y2);
+    tg_tensor_free(x8);
+    tg_tensor_free(x8t);
+    tg_tensor_free(xs);
+    if (st != TG_OK) {
+        tg_tensor_free(out);
+        return st;
+    }
+    *y = out;
+    return TG_OK;
+}
+
 static tg_status linear_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
 {
     struct linear *L = m->impl;
     TG_TRY(tg_nn_check_rows("x", x, m->opts.dtype, L->in));
+    const tg_fp8_recipe *r = L->shared ? NULL : tg_fp8_effective(m);
+    if (r) return linear_forward_fp8(m, mb, x, res, y, r);
     tg_tensor *out = NULL, *x2 = NULL, *y2 = NULL, *h = NULL, *h2 = NULL, *r2 = NULL, *keep[2] = {NULL, NULL};
     tg_status st = tg_nn_new_like(m, x, L->out, m->opts.dtype, &out);
     if (st == TG_OK && res) st = tg_nn_check_like("res", res, out, L->out, m->opts.dtype);
@@ -86,30 +153,56 @@ static tg_status linear_backward(tg_module *m, int mb, const tg_tensor *dy, tg_t
     TG_TRY(tg_nn_check_like("dy", dy, s->t[0], L->out, m->opts.dtype));
     if (L->dgelu_of) TG_TRY(dgelu_source(m, L->dgelu_of, mb, s, &src));
     int dh_given = L->gelu && s->ival == DH_GIVEN; /* dy is already dh */
+    const int fp8 = s->n >= 4 && s->t[2]; /* the forward ran FP8: x8^T and its scale_inv saved */
+    if (fp8 && (!m->fp8 || !m->fp8->w_valid)) { /* set_fp8 dropped or replaced it: no weight cast to use */
+        char a[160];
+        return tg_error(TG_ESTATE, "%s: its FP8 state was dropped or replaced between the forward and the backward of "
+                        "microbatch %d", tg_module_label(m, a, sizeof a), mb);
+    }
     tg_tensor *out = NULL, *dx2 = NULL, *dy2 = NULL, *dh = NULL, *h2 = NULL, *kept = NULL;
+    tg_tensor *dy8 = NULL, *dy8t = NULL, *dys = NULL;
     tg_status st = tg_nn_new_like(m, s->t[0], L->in, m->opts.dtype, &out);
     if (st == TG_OK && L->gelu && !dh_given) st = tg_nn_new_like(m, s->t[0], L->out, m->opts.dtype, &dh);
     if (st == TG_OK && dh) st = tg_gelu_backward(dh, dy, s->t[1]); /* dh = gelu'(h) * dy */
     if (st == TG_OK) st = tg_nn_rows(out, &dx2);
     if (st == TG_OK) st = tg_nn_rows(dh ? dh : dy, &dy2);
     if (st == TG_OK && src) st = tg_nn_rows(src->t[1], &h2);
-    if (st == TG_OK && src) /* dgrad into the gelu before: dx = gelu'(h) * (dy @ W), one GEMM */
+    if (st == TG_OK && fp8) { /* dy cast with its transpose (for the wgrad); dx = (dy8 W8) * scale_invs */
+        struct tg_fp8_state *S = m->fp8;
+        const tg_dtype gdt = tg_fp8_role_dtype(&S->r, TG_FP8_ROLE_GRAD);
+        const int64_t n = dy2->shape[0], one[1] = {1};
+        int64_t ds[2] = {n, L->out}, dts[2] = {L->out, n};
+        st = tg_module_tensor(m, gdt, 2, ds, &dy8);
+        if (st == TG_OK) st = tg_module_tensor(m, gdt, 2, dts, &dy8t);
+        if (st == TG_OK) st = tg_module_tensor(m, TG_F32, 1, one, &dys);
+        if (st == TG_OK) st = tg_fp8_state_cast(S, TG_FP8_ROLE_GRAD, dy2, dy8, dy8t, dys);
+        if (st == TG_OK) st = tg_fp8_gemm(dx2, dy8, 0, dys, S->w8_t, 1, S->w_scale_inv, 1.0, 0.0, TG_EPI_NONE, NULL, NULL, NULL, 0);
+        if (st == TG_OK && src) st = tg_gelu_backward(dx2, dx2, h2); /* into the gelu before: dx = gelu'(h) * dx */
+    } else if (st == TG_OK && src) /* dgrad into the gelu before: dx = gelu'(h) * (dy @ W), one GEMM */
         st = tg_gemm_ex(dx2, dy2, 0, L->w->data, 0, 1.0, 0.0, TG_EPI_DGELU, NULL, h2, NULL, 0.0);
     else if (st == TG_OK) st = tg_gemm(dx2, dy2, 0, L->w->data, 0, 1.0, 0.0); /* dgrad: dx = dy @ W */
     tg_tensor_free(dx2);
     tg_tensor_free(dy2);
     tg_tensor_free(h2);
+    tg_tensor_free(dy8);
     if (st == TG_OK && !dh) st = tg_tensor_ref(dy, &kept);
     if (st != TG_OK) {
         tg_tensor_free(dh);
         tg_tensor_free(out);
+        tg_tensor_free(dy8t);
+        tg_tensor_free(dys);
         return st;
     }
     if (src) src->ival = DH_GIVEN; /* the source's backward now gets dh */
-    /* the wgrad needs dy (dh with gelu), no longer h */
+    /* the wgrad needs dy (dh with gelu), no longer h; FP8: also x8^T, dy8^T and their scale_invs */
     tg_tensor_free(s->t[1]);
     s->t[1] = dh ? dh : kept;
     s->n = 2;
+    if (fp8) {
+        s->t[4] = dy8t;
+        s->t[5] = dys;
+        s->n = 6;
+    }
     tg_module_take(m, mb, &s);
     *dx = out;
     return tg_module_wgrad_or_queue(m, s);
@@ -121,8 +214,11 @@ static tg_status linear_wgrad(tg_module *m, struct tg_saved *item)
     tg_tensor *x2 = NULL, *dy2 = NULL;
     tg_status st = tg_nn_rows(item->t[0], &x2);
     if (st == TG_OK) st = tg_nn_rows(item->t[1], &dy2);
-    /* wgrad: dW (out, in) = acc * dW + dy^T @ x; db = acc * db + sum_n dy, in the GEMM's epilogue */
-    if (st == TG_OK)
+    if (st == TG_OK && item->n >= 6 && item->t[4]) { /* FP8: dW = acc * dW + (dy8^T x8) * scale_invs; db from dy */
+        st = tg_fp8_gemm(tg_param_wgrad_target(L->w), item->t[4], 0, item->t[5], item->t[2], 1, item->t[3], 1.0,
+                         tg_param_wgrad_accumulate(L->w), TG_EPI_NONE, NULL, NULL, NULL, 0);
+        if (st == TG_OK && L->b) st = tg_bias_backward_dw(tg_param_wgrad_target(L->b), dy2, tg_param_wgrad_accumulate(L->b));
+    } else if (st == TG_OK) /* wgrad: dW (out, in) = acc * dW + dy^T @ x; db = acc * db + sum_n dy, in the GEMM's epilogue */
         st = tg_gemm_ex(tg_param_wgrad_target(L->w), dy2, 1, x2, 0, 1.0, tg_param_wgrad_accumulate(L->w),
                         L->b ? TG_EPI_BGRAD : TG_EPI_NONE, NULL, NULL, L->b ? tg_param_wgrad_target(L->b) : NULL,
                         L->b ? tg_param_wgrad_accumulate(L->b) : 0.0);
@@ -165,6 +261,8 @@ tg_status tg_linear_new(int64_t in, int64_t out, const tg_module_opts *o, tg_mod
     int64_t ws[2] = {out, in}, bs[1] = {out};
     tg_status st = tg_module_add_param(m, "weight", 2, ws, m->opts.init_std, 0.0, &L->w);
     if (st == TG_OK && m->opts.bias) st = tg_module_add_param(m, "bias", 1, bs, 0.0, 0.0, &L->b);
+    /* the fp8 option makes the scaling state now, outside any capture */
+    if (st == TG_OK && m->opts.fp8.scaling != TG_FP8_OFF) st = tg_fp8_state_ensure(m, &m->opts.fp8, out, in);
     if (st != TG_OK) {
         tg_module_release(m);
         return st;

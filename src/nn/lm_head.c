@@ -224,6 +224,7 @@ tg_status tg_lm_head_new(int64_t c, int64_t vocab, tg_module *tied_embedding, co
         co = m->opts; /* the projection's weight is "<name>.weight" */
         co.bias = 0;
         st = table ? tg_linear_new_shared(table, &co, &tmp) : tg_linear_new(c, vocab, &co, &tmp);
+        if (st == TG_OK) tmp->fp8_exempt = 1; /* the LM head stays in its dtype under FP8 (as in TransformerEngine) */
         if (st == TG_OK) st = tg_module_add_child(m, tmp);
         tg_module_release(tmp);
     }

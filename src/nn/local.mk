@@ -6,6 +6,7 @@ libtegraph_la_SOURCES += \
 	%D%/module.c \
 	%D%/sequential.c \
 	%D%/linear.c \
+	%D%/fp8.c \
 	%D%/norm.c \
 	%D%/layernorm_linear.c \
 	%D%/layernorm_mlp.c \

@@ -167,8 +167,9 @@ tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const 
         int sp = st == TG_OK && tg_trace_on && !r ? span_begin(m, "forward", mb) : -1;
         if (st != TG_OK) {
         } else if (r) { /* the residual add runs eagerly, after the replay */
-            st = m->route->forward(m->route->ctx, m->route->chunk, mb, x, y);
-            if (st == TG_OK && res) st = tg_nn_add_residual(res, y);
+            const tg_tensor *gres = m->route->res ? res : NULL; /* the graph adds it, or it is added after */
+            st = m->route->forward(m->route->ctx, m->route->chunk, mb, x, gres, y);
+            if (st == TG_OK && res && !gres) st = tg_nn_add_residual(res, y);
         } else if (!res) {
             st = m->vt->forward(m, mb, x, y);
         } else if (m->vt->forward_res && !tg_debug_get(TG_DEBUG_UNFUSED_RESIDUAL)) {
@@ -215,9 +216,10 @@ tg_status tg_module_backward_res(tg_module *m, int mb, const tg_tensor *dy, cons
         int r = routed(m);
         int sp = tg_trace_on && !r ? span_begin(m, "backward", mb) : -1;
         if (r) {
-            st = m->route->backward(m->route->ctx, m->route->chunk, mb, dy, dx);
+            const tg_tensor *gdres = m->route->dres ? dres : NULL;
+            st = m->route->backward(m->route->ctx, m->route->chunk, mb, dy, gdres, dx);
             if (st == TG_OK && m->route->has_w) m->route_wpend++;
-            if (st == TG_OK && dres) st = tg_nn_add_residual(dres, dx);
+            if (st == TG_OK && dres && !gdres) st = tg_nn_add_residual(dres, dx);
         } else if (!dres) {
             st = m->vt->backward(m, mb, dy, dx);
         } else if (m->vt->backward_res && !tg_debug_get(TG_DEBUG_UNFUSED_RESIDUAL)) {
@@ -469,6 +471,7 @@ void tg_module_release(tg_module *m)
 {
     if (!m || --m->refcount > 0) return;
     if (m->vt->destroy) m->vt->destroy(m);
+    tg_fp8_state_free(m->fp8);
     saved_list_free(m->saved);
     saved_list_free(m->wq_head);
     free(m->open_mb);

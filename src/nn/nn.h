@@ -140,6 +140,7 @@ typedef struct tg_module_opts {
     const char *name;            /* prefix of parameter names */
     double eps;                  /* norms (default 1e-5) */
     double init_std;             /* weight init std (default 0.02) */
+    tg_fp8_recipe fp8;           /* FP8 recipe of its Linears (scaling TG_FP8_OFF: none) */
 } tg_module_opts;
 
 /* Fills defaults. */
@@ -185,12 +186,16 @@ struct tg_module_vtbl {
  * set (src/graph), so the parent that holds it runs the rest eagerly and calls
  * the graphs in place of the child. The graph layer fills it in; nn only calls
  * through it. */
+#define TG_PARENT_RES_FORWARD 1
+#define TG_PARENT_RES_BACKWARD 2
 struct tg_module_route {
     void *ctx;
     int chunk;
     int has_w; /* the chunk has W graphs: each backward leaves one backward_dw waiting */
-    tg_status (*forward)(void *ctx, int chunk, int mb, const tg_tensor *x, tg_tensor **y);
-    tg_status (*backward)(void *ctx, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx);
+    int res;   /* the F graph takes the parent's residual (else it is added after the replay) */
+    int dres;  /* the B graph takes the parent's residual gradient (else it is added after the replay) */
+    tg_status (*forward)(void *ctx, int chunk, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y);
+    tg_status (*backward)(void *ctx, int chunk, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
     tg_status (*backward_dw)(void *ctx, int chunk, int mb);
 };
 
@@ -219,7 +224,11 @@ struct tg_module {
     int nopen, open_cap;
     const struct tg_module_route *route; /* set while a graphed set replays m's calls (partial capture) */
     int route_wpend;             /* routed backwards whose backward_dw has not run */
+    int parent_res;              /* how its parent calls it: TG_PARENT_RES_FORWARD (forward_res), _BACKWARD
+                                    (backward_res); set by the parent, read by partial capture */
     void *impl;                  /* module-specific state */
+    struct tg_fp8_state *fp8;    /* a Linear's FP8 scaling state and weight cache (src/nn/fp8.c), or NULL */
+    int fp8_exempt;              /* never runs FP8 (the LM head's projection) */
 };
 
 /* Generic module calls (all modules, composites included).
@@ -366,6 +375,42 @@ tg_status tg_linear_gelu_new(int64_t in, int64_t out, const tg_module_opts *o, t
  * gelu_src's saved pre-activation (DGELU epilogue), so *dx is dh, and
  * gelu_src's next backward of mb takes dh as its dy (no gelu_backward). */
 tg_status tg_linear_backward_dgelu(tg_module *m, int mb, const tg_tensor *dy, tg_module *gelu_src, tg_tensor **dx);
+/* ------------------------------------------------------------------ FP8 (src/nn/fp8.c)
+ * A Linear's scaling state: roles input, weight, grad_output; history (len, 3),
+ * scale and scale_inv (3) f32 on the module's device, with (1) views per role
+ * (amax = the role's element of history row 0); the weight's FP8 copy and its
+ * transpose, cast once per step, with their scale_inv. */
+enum { TG_FP8_ROLE_INPUT = 0, TG_FP8_ROLE_WEIGHT, TG_FP8_ROLE_GRAD, TG_FP8_ROLES };
+struct tg_fp8_state {
+    tg_fp8_recipe r;
+    tg_tensor *history, *scale, *scale_inv;
+    tg_tensor *amax_v[TG_FP8_ROLES], *scale_v[TG_FP8_ROLES], *scale_inv_v[TG_FP8_ROLES];
+    tg_tensor *w8, *w8_t, *w_scale_inv; /* (out, in), (in, out) fwd format; (1) */
+    int w_valid;                        /* w8 holds a cast of the weight (made at a microbatch 1) */
+};
+/* The recipe m runs with now (the autocast setting, else its option), or NULL. */
+const tg_fp8_recipe *tg_fp8_effective(const tg_module *m);
+/* The FP8 dtype of a role under r. */
+tg_dtype tg_fp8_role_dtype(const tg_fp8_recipe *r, int role);
+/* m->fp8 for recipe r and a weight (out, in): kept when it was made for r,
+ * else made fresh (refused while m's device captures). */
+tg_status tg_fp8_state_ensure(tg_module *m, const tg_fp8_recipe *r, int64_t out, int64_t in);
+void tg_fp8_state_free(struct tg_fp8_state *s);
+/* Delayed scaling: the scale update of all three roles (microbatch 1). */
+tg_status tg_fp8_state_update(struct tg_fp8_state *s);
+/* Casts x (rows (N, C)) for a role: y (N, C) and/or y_t (C, N) in the role's
+ * format, y_scale_inv (1) = the factor that dequantizes them. Delayed: with the
+ * role's scale, its amax max-accumulated into history row 0; current: the
+ * scale from x's amax first. */
+tg_status tg_fp8_state_cast(struct tg_fp8_state *s, int role, const tg_tensor *x, tg_tensor *y, tg_tensor *y_t,
+                            tg_tensor *y_scale_inv);
+/* The scaling tensors (history, scale, scale_inv) of every FP8 state under m,
+ * in module order (caller frees the array). */
+tg_status tg_module_fp8_tensors(tg_module *m, tg_tensor ***out, int *n);
+/* Makes the scaling states that m and the modules under it need under the
+ * current autocast setting (before a graphed set backs them up). */
+tg_status tg_module_fp8_prepare(tg_module *m);
+
 /* The engine's list of live parameters (param.c links and unlinks). */
 void tg_engine_link(tg_param *p);
 void tg_engine_unlink(tg_param *p);

@@ -75,6 +75,10 @@ tg_status tg_transformer_layer_new(int64_t c, int n_head, int64_t hidden, const 
         if (st == TG_OK) st = tg_module_add_child(m, tmp);
         tg_module_release(tmp);
     }
+    if (st == TG_OK) { /* block_forward / block_backward hand them residuals (partial capture graphs them with it) */
+        m->children[1]->parent_res = TG_PARENT_RES_FORWARD;
+        m->children[2]->parent_res = TG_PARENT_RES_FORWARD | TG_PARENT_RES_BACKWARD;
+    }
     if (st != TG_OK) {
         tg_module_release(m);
         return tg_error_prefix(st, "TransformerLayer");

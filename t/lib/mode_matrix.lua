@@ -1,6 +1,8 @@
 -- mode_matrix.lua — the graphed-callables mode matrix used by the graph-mode-matrix tests: two chunks,
 -- {eager, graphed} x {delay_wgrad off, on} x {fused accumulation off, on}, two orders (all F then B+W in
--- reverse; 1F1B-like with W deferred). Checks identical gradients after every step, identical hook info
+-- reverse; 1F1B-like with W deferred; with `schedules`, the orders of one process running both stages of the 1F1B
+-- and ZB-H1 schedules, and a "graphed-share" mode: share = true). Graphed sets reuse static buffers across
+-- microbatches (the default). Checks identical gradients after every step, identical hook info
 -- sequences per delay setting, identical parameters after a plain SGD step. With `partial` (module names), a
 -- "partial" mode too: the chunks run eagerly with those modules graphed in place (tg.graph.graph_modules).
 -- With `full`, a "full" mode: the whole step (every action and the SGD) captured once with
@@ -8,8 +10,11 @@
 --   require("mode_matrix").run{ t = tap, build = fn(delay, fuse) -> {chunk1, chunk2}, xs = {...}, dys = {...},
 --                               sample = {x of chunk 1, x of chunk 2}, steps = 3,
 --                               partial = {"mlp", ...}, partial_sample = x of those modules, unfused = true }
--- A module graphed in place gets its parent's residual added after its replay, so with `unfused` the partial
--- mode is compared with an eager run that adds residuals unfused too (tg.debug "unfused_residual").
+-- A module graphed in place takes its parent's residual into its graphs (the adds stay fused, as in eager); with
+-- `unfused` the partial mode is compared with an eager run that adds residuals unfused (tg.debug "unfused_residual").
+-- With `fp8 = true` (the chunks' Linears built with an FP8 recipe): the FP8 scaling state (amax histories,
+-- scales, scale_invs) after the steps is compared too, bit for bit, and the reference run must have moved its
+-- scales off 1 (the scale updates ran and were used).
 local tg = require "tegraph"
 local G = require "grads"
 local MM = {}
@@ -41,7 +46,16 @@ function MM.orders(M)
     for _, w in ipairs(ws) do o[#o + 1] = w end
     return o
   end
-  return default_order(), one_f_one_b_order()
+  -- The compute orders a process running both stages of a schedule replays (tegraph.schedule), one chunk per stage.
+  local schedule = require "tegraph.schedule"
+  local function plan_order(gen)
+    local o = {}
+    for _, a in ipairs(schedule.exec_order(gen{ stages = 2, microbatches = M })) do
+      o[#o + 1] = { op = a.op, chunk = a.chunk, mb = a.mb }
+    end
+    return o
+  end
+  return default_order(), one_f_one_b_order(), plan_order(schedule.one_f_one_b), plan_order(schedule.zb_h1)
 end
 
 
@@ -79,8 +93,12 @@ function MM.run(cfg)
       end)
     end
     local g, pset
-    if mode == "graphed" then
-      g = tg.graph.make_graphed(chunks, { sample = cfg.sample, microbatches = M, order = order })
+    if mode == "graphed" or mode == "graphed-share" then
+      -- graphed-share: microbatches of a chunk whose lifetimes do not overlap replay one set of graphs
+      g = tg.graph.make_graphed(chunks, { sample = cfg.sample, microbatches = M, order = order,
+        share = mode == "graphed-share" or nil })
+      -- every order here overlaps microbatches: one graph set per microbatch, static buffers reused
+      t.ok(g[1]:reused() and not g[1]:shared(), "graphed: static buffers reused across microbatches")
     elseif mode == "partial" then
       pset = tg.graph.graph_modules(chunks, cfg.partial, { sample = cfg.partial_sample, microbatches = M, order = order })
       for _, m in ipairs(pset.modules) do
@@ -127,15 +145,34 @@ function MM.run(cfg)
       end
     end
     if pset then pset:free() end
-    return steps, log, params_of(chunks), g
+    local params = params_of(chunks)
+    if cfg.fp8 then -- the scaling state joins the compared values, named by module and field
+      local n = 0
+      for _, c in ipairs(chunks) do
+        for _, st in ipairs(c:fp8_state()) do
+          n = n + 1
+          for _, f in ipairs{ "amax_history", "scale", "scale_inv" } do
+            params["fp8 " .. st.module .. " " .. f] = G.flatten(st[f]:totable())
+          end
+        end
+      end
+      t.ok(n > 0, string.format("%s, delay_wgrad=%s, fuse=%s: the chunks hold FP8 scaling states", mode, tostring(delay), tostring(fuse)))
+    end
+    return steps, log, params, g
   end
 
-  local default_order, one_f_one_b_order = MM.orders(M)
-  for _, ord in ipairs{ { "default", default_order }, { "1f1b", one_f_one_b_order } } do
+  local default_order, one_f_one_b_order, sched_1f1b, sched_zbh1 = MM.orders(M)
+  local orders = { { "default", default_order }, { "1f1b", one_f_one_b_order } }
+  if cfg.schedules then -- the 1F1B and ZB-H1 schedules' orders (graphed sets reuse static buffers there)
+    orders[#orders + 1] = { "schedule 1f1b", sched_1f1b }
+    orders[#orders + 1] = { "schedule zb_h1", sched_zbh1 }
+  end
+  for _, ord in ipairs(orders) do
     local oname, order = ord[1], ord[2]
     local ref_steps, ref_params
     local ref_log = {} -- per delay setting: the firing sequence must match exactly
     local modes = { "eager", "graphed" }
+    if cfg.schedules then modes[#modes + 1] = "graphed-share" end
     if cfg.partial and cfg.unfused then
       modes[#modes + 1] = "eager-unfused"
     end
@@ -173,6 +210,13 @@ function MM.run(cfg)
             local nonzero = false
             for _, v in pairs(steps[1]) do for _, x in ipairs(v) do nonzero = nonzero or x ~= 0 end end
             t.ok(nonzero, label .. ": reference gradients are not all zero")
+            if cfg.fp8 then
+              local moved = false
+              for k, v in pairs(params) do
+                if k:match("^fp8 .* scale$") then for _, x in ipairs(v) do moved = moved or x ~= 1 end end
+              end
+              t.ok(moved, label .. ": FP8 scales were updated from the recorded amaxes (not all 1)")
+            end
           else
             for s = 1, STEPS do
               local ok, why = same(ref_steps[s], steps[s])

@@ -12,6 +12,11 @@
 #   fp8        examples/bench/fp8_gemm (FP8 and bf16 GEMM 8192^3, cuBLASLt) and peers/fp8_gemm.py
 #              (torch._scaled_mm), with the ratio of the two FP8 figures
 #   layers     peers/layers.py, then examples/bench/layers.lua --torch (ratios to PyTorch per mode)
+#   fp8train   FP8 training: t/cuda-fp8-layer-matches-cpu.lua, the layer stacks in FP8 next to bf16
+#              (layers.lua --fp8 delayed), GPT-2 124M steps in bf16 and with --fp8 delayed / current
+#              (tokens/s), and, with FP8_TEXT=FILE (a real text file; FP8_TOKENIZER=DIR for GPT-2 BPE), the
+#              training-quality run: FP8_STEPS (default 1000) steps in bf16 and in FP8 (delayed), the loss
+#              curves as JSON lines and each run's mean loss over its last 100 steps
 #   gpt2       peers/gpt2.py and examples/gpt.lua at GPT-2 124M size on one GPU (tokens/s)
 #   lmhead     the fused LM head: its GPU test, examples/bench/lm_head.lua (the head alone at GPT-2 size: ms, calls,
 #              peak memory it adds, unfused and per chunk size), then gpt.lua at GPT-2 124M size (bf16, 8 x 2
@@ -27,6 +32,10 @@
 #              (kprof-diff.sh BEFORE.txt AFTER.txt: two profiles side by side, per group and per kernel)
 #   dp         gpt.lua at GPT-2 124M size on 1 GPU, on 2 GPUs (ddp), and on 2 GPUs with a trace (2 GPUs)
 #   replay     examples/bench/graph_replay.lua: host time per microbatch, eager vs graphed
+#   graphs     examples/bench/graph_memory.lua at GPT-2 124M size (graph pool memory and graph counts per order,
+#              1F1B and ZB-H1 included: before, with the default buffer reuse, with share = true), then
+#              examples/bench/graph_full_iteration.lua (tiny, small, gpt2) and gpt.lua at GPT-2 124M size eager,
+#              --graph and --graph full (tokens/s)
 #   allreduce  all-reduce bus bandwidth, examples/bench/allreduce.lua vs peers/allreduce.py (2 GPUs)
 #   optim      examples/bench/optim.lua: AdamW step variants over GPT-2 124M's parameters
 #   fork       the t/dist scripts under `tegraph run -n 2` (the fork launcher, NCCL; 2 GPUs)
@@ -75,7 +84,7 @@ done
 [ ${#STAGES[@]} -gt 0 ] || { echo "run.sh: no stage given" >&2; usage 2 >&2; }
 for s in "${STAGES[@]}"; do
   case $s in
-    tests|launch|ops|fp8|layers|gpt2|lmhead|profile|dp|replay|allreduce|optim|fork|sanit|suite) ;;
+    tests|launch|ops|fp8|layers|fp8train|gpt2|lmhead|profile|dp|graphs|replay|allreduce|optim|fork|sanit|suite) ;;
     *) echo "run.sh: unknown stage '$s'" >&2; exit 2 ;;
   esac
 done
@@ -142,6 +151,29 @@ for s in "${STAGES[@]}"; do
     echo "layers.py rc=$?"; grep -v "^{" "$OUT/torch_layers.out" | tail -5; grep "^{" "$OUT/torch_layers.out"
     timeout "$(cap 200)" ./tegraph run "$SRC/examples/bench/layers.lua" --torch "$OUT/torch_layers.out" 2>&1 | tee "$OUT/layers.txt"
     ;;
+  fp8train)
+    stage "fp8 training"
+    timeout "$(cap 600)" make -j"$(nproc)" check TESTS=t/cuda-fp8-layer-matches-cpu.lua > "$OUT/fp8-check.log" 2>&1
+    echo "t/cuda-fp8-layer-matches-cpu.lua: $(grep -c '^ok' t/cuda-fp8-layer-matches-cpu.log) ok, $(grep -c '^not ok' t/cuda-fp8-layer-matches-cpu.log) not ok"
+    grep -E "^(not )?ok|^#" t/cuda-fp8-layer-matches-cpu.log | head -20
+    timeout "$(cap 300)" ./tegraph run "$SRC/examples/bench/layers.lua" --fp8 delayed --gemm 0 2>&1 | tee "$OUT/fp8-layers.txt"
+    data
+    for f in "" "--fp8 delayed" "--fp8 current"; do
+      echo "--- bf16 $f"
+      timeout "$(cap 150)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 --vocab-pad 64 $f 2>&1 | tail -4
+    done | tee "$OUT/fp8-gpt2.txt"
+    if [ -n "$FP8_TEXT" ]; then
+      q="--text $FP8_TEXT ${FP8_TOKENIZER:+--tokenizer $FP8_TOKENIZER} --context 1024 --width 768 --heads 12 --layers 12"
+      q="$q --batch 8 --microbatches 2 --dtype bf16 --fuse-wgrad --steps ${FP8_STEPS:-1000} --lr 6e-4 --min-lr 6e-5"
+      q="$q --warmup 100 --vocab-pad 64 --sample-tokens 0 --quiet"
+      for f in bf16 delayed; do
+        a=""; [ "$f" = bf16 ] || a="--fp8 $f"
+        timeout "$(cap 3000)" ./tegraph run "$SRC/examples/gpt.lua" $q $a --log "$OUT/fp8-quality-$f.jsonl" > "$OUT/fp8-quality-$f.txt" 2>&1
+        echo "$f: rc=$? last-100-step mean loss $(grep -o '"loss":[0-9.eE+-]*' "$OUT/fp8-quality-$f.jsonl" | cut -d: -f2 |
+          tail -100 | awk '{ s += $1; n++ } END { if (n) printf "%.4f over %d steps", s / n, n }')"
+      done | tee "$OUT/fp8-quality.txt"
+    fi
+    ;;
   gpt2)
     stage gpt2
     (cd "$PEERS" && timeout "$(cap 200)" "$PYTHON" gpt2.py --modes eager,compile --vocab-pad 1 &&
@@ -199,6 +231,20 @@ for s in "${STAGES[@]}"; do
     timeout "$(cap 150)" ./tegraph run -n 2 "$SRC/examples/gpt.lua" $G 2>&1 | grep -E "gpt:|steady|trained|rank|trace|overlap"
     timeout "$(cap 150)" ./tegraph run -n 2 "$SRC/examples/gpt.lua" $G --trace "$OUT/gpt2-ddp-trace.json" --trace-steps 10:12 2>&1 |
       grep -E "gpt:|steady|trained|rank|trace|overlap"
+    ;;
+  graphs)
+    stage "graph memory and full-iteration capture"
+    timeout "$(cap 300)" ./tegraph run "$SRC/examples/bench/graph_memory.lua" --layers 12 --hidden 768 --heads 12 \
+      --seq 1024 --batch 4 --microbatches 8 --stages 4 --dtype bf16 --delay 2>&1 | tee "$OUT/graph_memory.txt"
+    for p in tiny small gpt2; do
+      timeout "$(cap 200)" ./tegraph run "$SRC/examples/bench/graph_full_iteration.lua" --preset "$p" --iters 20 2>&1 | tail -5
+    done | tee "$OUT/graph_full_iteration.txt"
+    data
+    for f in "" "--graph" "--graph full"; do
+      echo "--- gpt.lua $f"
+      timeout "$(cap 150)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 $f 2>&1 |
+        grep -E "steady|host time|trained|rror"
+    done | tee "$OUT/gpt2-graph-full.txt"
     ;;
   replay)
     stage "graph replay"

@@ -110,7 +110,9 @@ function M.make_graphed(plan, chunks, opts)
       for _, a in ipairs(order) do a.chunk = index[a.chunk] end
       local ms, ss = {}, {}
       for k, c in ipairs(mine) do ms[k], ss[k] = chunks[c], samples[c] end
-      local g = tg.graph.make_graphed(ms, with { sample = ss, order = order })
+      -- reuse = false: a stage's first chunk hands its input gradient to another stage's set, which
+      -- reads it after this set's later microbatches may have taken its memory
+      local g = tg.graph.make_graphed(ms, with { sample = ss, order = order, reuse = false })
       for k, c in ipairs(mine) do out[c] = g[k] end
     end
   end
