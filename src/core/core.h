@@ -179,6 +179,18 @@ void tg_device_index_init(tg_stream *s);
 /* Remembers the first op error while s captures (end_capture then fails); returns st. */
 tg_status tg_stream_note_error(tg_stream *s, tg_status st);
 
+/* Host work in stream order that can fail: fn(ud) runs now, or, while s captures, is recorded into
+ * the graph and runs at each replay (its failure fails the replay). The graph holds ud: retain(ud)
+ * when it is recorded (also into an enclosing capture when the graph is replayed inside one),
+ * drop(ud) when the graph is freed. Backends without it (CUDA) fail with TG_ENOTSUP. */
+struct tg_host_call {
+    tg_status (*fn)(void *ud);
+    void *ud;
+    void (*retain)(void *ud);
+    void (*drop)(void *ud);
+};
+tg_status tg_stream_host_call(tg_stream *s, const struct tg_host_call *h);
+
 /* TG_OK when v is exactly representable in dt's integers (float dtypes: always);
  * else TG_EINVAL "what: value v [at index i] does not fit dt" (index < 0: none). */
 tg_status tg_value_fits(tg_dtype dt, double v, const char *what, long long index);

@@ -93,6 +93,15 @@ tg_status tg_stream_end_capture(tg_stream *s, tg_graph **out)
     return TG_OK;
 }
 
+tg_status tg_stream_host_call(tg_stream *s, const struct tg_host_call *h)
+{
+    char d[32];
+    if (!s->be->host_call)
+        return tg_error(TG_ENOTSUP, "host work in the order of stream '%s' is not supported on %s", s->name,
+                        tg_device_str(s->dev, d, sizeof d));
+    return tg_stream_note_error(s, s->be->host_call(s, h));
+}
+
 tg_status tg_graph_replay(tg_graph *g, tg_stream *s)
 {
     if (!g) return tg_error(TG_ESTATE, "replay of a graph that was never captured");

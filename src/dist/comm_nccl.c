@@ -321,9 +321,11 @@ static tg_status begin(struct nccl_group *g, struct tg_comm_req *r)
     TG_TRY(tg_device_use((tg_device){TG_CUDA, g->dev}));
     tg_stream *s = tg_stream_current((tg_device){TG_CUDA, g->dev});
     if (!s) return tg_error(TG_EDEVICE, "%s: no stream on cuda:%d", r->desc, g->dev);
+    /* While s captures, the comm stream joins the capture through this wait (a fork of the graph);
+     * the request's wait joins it back. */
     TG_TRY(tg_event_record(g->ready, s));
     TG_TRY(tg_stream_wait_event(g->ts, g->ready));
-    r->span = tg_comm_span_open(r, g->ts);
+    if (!r->captured) r->span = tg_comm_span_open(r, g->ts); /* the comm stream is no tegraph capture: no span */
     return TG_OK;
 }
 
@@ -375,7 +377,9 @@ static tg_status end(struct nccl_group *g, struct tg_comm_req *r, ncclResult_t r
         return st;
     }
     r->impl = q;
-    (void)watch_add(g, r->desc); /* the op is issued either way; only the watchdog would miss it */
+    /* the op is issued either way; only the watchdog would miss it. A captured op runs at replays,
+     * and its event may not be queried while the capture lasts: not watched. */
+    if (!r->captured) (void)watch_add(g, r->desc);
     return TG_OK;
 }
 
@@ -634,6 +638,7 @@ const struct tg_comm_transport tg_comm_nccl = {
     .group_end = n_group_end,
     .drain = n_drain,
     .stream_spans = 1,
+    .capturable = 1,
 };
 
 #endif /* TG_HAVE_NCCL */

@@ -100,6 +100,14 @@ static int l_rank(lua_State *L)
     return 1;
 }
 
+/* c:seq() -> collectives run on c so far (tg_comm_seq) */
+static int l_seq(lua_State *L)
+{
+    int a;
+    lua_pushinteger(L, (lua_Integer)tg_comm_seq(comm_arg(L, &a)));
+    return 1;
+}
+
 static int l_size(lua_State *L)
 {
     int a;
@@ -632,6 +640,7 @@ static int gb_tostring(lua_State *L)
 static const luaL_Reg comm_methods[] = {
     {"rank", l_rank},
     {"size", l_size},
+    {"seq", l_seq},
     {"local_rank", l_local_rank},
     {"local_size", l_local_size},
     {"backend", l_backend},
