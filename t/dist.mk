@@ -5,6 +5,8 @@ DIST_LUA_TESTS = \
 DIST_SH_TESTS = \
 	t/dist-comm-ops.sh \
 	t/dist-collectives-captured-replay-like-eager.sh \
+	t/dist-captured-collective-replayed-alone-fails.sh \
+	t/dist-gpt-graph-full-on-ranks-gives-the-eager-losses.sh \
 	t/dist-ddp-matches-single-process.sh \
 	t/dist-zero1-matches-ddp.sh \
 	t/dist-custom-reduce.sh \
