@@ -889,10 +889,27 @@ void tg_comm_req_free(tg_comm_req *r)
     free(r);
 }
 
+/* A graph holding ops captured on a capturable transport (NCCL): after each replay the transport
+ * watches the replay's stream, so a peer that does not replay fails the job at the timeout. */
+static tg_status replay_watch(void *ud)
+{
+    tg_comm *c = ud;
+    if (!c->nccl || !c->nccl_tr->watch_replay) return TG_OK; /* finalised */
+    return c->nccl_tr->watch_replay(c->nccl, tg_stream_current(c->cuda_dev));
+}
+
+static void comm_retain(void *ud) { ((tg_comm *)ud)->refcount++; }
+static void comm_drop(void *ud) { release_comm(ud); }
+
 /* Issues through issue() on a request; completes it at once when the caller
  * wants a blocking call (out == NULL). */
 static tg_status finish_issue(tg_comm_req *r, tg_status st, tg_comm_req **out)
 {
+    if (st == TG_OK && r->captured && r->tr && r->tr->watch_replay) {
+        tg_graph *g = tg_device_capture_graph(r->comm->cuda_dev);
+        struct tg_host_call h = {replay_watch, r->comm, comm_retain, comm_drop};
+        if (g) (void)tg_graph_after_replay(g, &h); /* the op is captured either way; only the watch would miss it */
+    }
     if (st != TG_OK) {
         r->done = 1;
         r->failed = 0;

@@ -42,6 +42,9 @@ struct tg_comm_transport {
     /* 1: collectives can be issued on a capturing stream and become part of its graph (NCCL);
      * 0: comm.c records them as host work of the capture, run at each replay (MPI on the CPU) */
     int capturable;
+    /* optional (capturable transports): watches the work issued on s so far — a replay of a graph
+     * holding captured ops — like an op of its own (timeout, departed peers) */
+    tg_status (*watch_replay)(void *impl, tg_stream *s);
 };
 
 /* p2p channels (tg_comm_req.channel): the data; a sender's signature to its receiver; a receiver's
