@@ -160,7 +160,8 @@ for s in "${STAGES[@]}"; do
     data
     for f in "" "--fp8 delayed" "--fp8 current"; do
       echo "--- bf16 $f"
-      timeout "$(cap 150)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 --vocab-pad 64 $f 2>&1 | tail -4
+      timeout "$(cap 150)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 --vocab-pad 64 \
+        --samples 0 $f 2>&1 | grep -E "steady|issued|host time|rror"
     done | tee "$OUT/fp8-gpt2.txt"
     if [ -n "$FP8_TEXT" ]; then
       q="--text $FP8_TEXT ${FP8_TOKENIZER:+--tokenizer $FP8_TOKENIZER} --context 1024 --width 768 --heads 12 --layers 12"
