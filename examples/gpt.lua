@@ -65,7 +65,7 @@ local defaults = {
   { "dtype", "f32", "compute dtype: f32 or bf16" },
   { "fp8", nil, "the transformer layers' GEMMs in FP8 (HYBRID): delayed or current scaling (TE's recipes); the LM head stays in --dtype", "string" },
   { "delay-wgrad", false, "delay weight gradients to backward_dw (TE delay_wgrad_compute)" },
-  { "fuse-wgrad", false, "accumulate weight gradients into f32 main_grad" },
+  { "fuse-wgrad", nil, "accumulate weight gradients into f32 main_grad (default: on with --dtype bf16, off in f32; --fuse-wgrad=0: bf16 gradients)", "boolean" },
   { "fused-lm-head", 1, "LM head loss in chunks of rows with its backward at once, no (N, V) logits (1) or the whole logits (0)", min = 0, max = 1 },
   { "lm-head-chunk", nil, "rows per chunk of the fused LM head loss (default: chunks of at most 256 MiB of logits)", "number", min = 1 },
   { "seed", 1234, "seed of initialisation and batches" },
@@ -279,7 +279,7 @@ print(string.format("gpt: %s | vocab %d%s, context %d, width %d, heads %d, layer
   model:num_parameters()))
 print(string.format("     device %s, dtype %s, %d steps x %d microbatches x %d sequences%s%s%s", tg.default_device(), opt.dtype,
   opt.steps, M * D, B, delay and ", delayed wgrad" .. (delay == "layers" and " (layers)" or "") or "",
-  opt["fuse-wgrad"] and ", fused main_grad" or "", world and string.format(", %d ranks", world:size()) or ""))
+  model.layers[1]:parameters()[1].fused and ", f32 main_grad" or "", world and string.format(", %d ranks", world:size()) or ""))
 local mode = trainer:describe()
 if mode ~= "" then print("     " .. mode) end
 

@@ -2,7 +2,8 @@
 -- token ids outside the embedding table and targets outside the vocabulary (at once on the CPU, and at the next read
 -- after a replay), values that do not fit an integer dtype, a delayed wgrad popped in a later step, module calls from
 -- a wgrad hook, the same hook twice, AdamW options and parameters, a step before any gradient, make_graphed warm-up,
--- script option bounds and steps skipped for a non-finite gradient norm.
+-- script option bounds, steps skipped for a non-finite gradient norm, and misspelt options of AdamW and the
+-- communicator calls.
 local tg = require "tegraph"
 local optim = require "tegraph.optim"
 local progress = require "tegraph.progress"
@@ -117,6 +118,8 @@ local bad = {
   { { eps = -1e-8 }, "AdamW: eps must be > 0", "a negative eps" },
   { { weight_decay = -0.1 }, "AdamW: weight_decay must be >= 0", "a negative weight_decay" },
   { { max_norm = 0 }, "AdamW: max_norm must be > 0", "max_norm = 0" },
+  { { lr = 1e-3, weight_decy = 0.1 }, "AdamW: unknown option 'weight_decy' %(known: lr, betas, .*no_decay%)",
+    "a misspelt option (it would be ignored)" },
 }
 for _, b in ipairs(bad) do
   tap.error_like(function() optim.AdamW(params(), b[1]) end, b[2], b[3] .. " is refused at construction")
@@ -173,4 +176,17 @@ bar2:update(1, { loss = 0 / 0, norm = 1.0, skipped = true })
 tap.is(bar2.skipped, 1, "a step reported skipped (a NaN loss) counts though its norm is finite")
 tap.error_like(function() bar2:update(2, { loss = 0 / 0, skipped = true }) end, "step 2: 2 steps in a row skipped",
   "... and two in a row stop a run with max_skips = 2")
+------------------------------------------------------------------------ communicator options
+-- a misspelt option of a collective, a send or a barrier would be ignored (a max that sums): refused, naming it
+tap.error_like(function() tg.comm.all_reduce(tg.ones { 2 }, { opp = "max" }) end,
+  "accepted%-but%-wrong%-is%-refused%.lua:%d+: all_reduce: unknown option 'opp' %(known: op, async, name%)",
+  "all_reduce with a misspelt op option is refused")
+tap.error_like(function() tg.comm.broadcast(tg.ones { 2 }, { root = 0, op = "sum" }) end,
+  "broadcast: unknown option 'op' %(known: root, async, name%)", "broadcast refuses an option it does not take")
+tap.error_like(function() tg.comm.barrier { nam = "epoch" } end, "barrier: unknown option 'nam' %(known: name%)",
+  "barrier refuses a misspelt name")
+tap.error_like(function() tg.comm.all_gather(tg.ones { 2 }, tg.ones { 2 }, { true }) end,
+  "all_gather: unknown option number key %(known: async, name%)", "a list entry in the options is refused")
+tap.is(tg.comm.all_reduce(tg.ones { 2 }, { op = "max", async = false, name = "x" }):totable()[1], 1,
+  "known options are taken (one rank: the tensor as it is)")
 tap.done_testing()

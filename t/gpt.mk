@@ -18,7 +18,8 @@ GPT_LUA_TESTS = \
 	t/safetensors-round-trip-and-bad-files.lua \
 	t/gpt2-weights-in-and-out.lua \
 	t/gpt-refuses-bad-options-up-front.lua \
-	t/gpt-max-skips-stops-a-run-of-skipped-steps.lua
+	t/gpt-max-skips-stops-a-run-of-skipped-steps.lua \
+	t/bf16-study-pairs-inputs-and-emulates-autocast.lua
 GPT_SH_TESTS = \
 	t/gpt-graph-without-hook-dispatch-fails-at-step-end.sh \
 	t/gpt-on-nan-stops-or-skips.sh

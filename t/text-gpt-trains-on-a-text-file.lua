@@ -91,6 +91,12 @@ bad("b5", nil, "#version: 0.2\nĠ t\nq zz\n", "merges%.txt:3: token \"zz\" is no
   "a merge naming an unknown token names the line")
 bad("b6", nil, "#version: 0.2\nĠt h e\n", "merges%.txt:2: expected two tokens", "a malformed merge line is named")
 bad("b7", '{"a\\q": 0}', nil, "bad escape", "a bad JSON escape is refused")
+-- a merge token longer than any vocabulary entry (found by fuzzing: it overflowed a stack buffer)
+bad("b8", nil, "#version: 0.2\n\196\160 t\ne " .. string.rep("F", 1500) .. "\n",
+  "merges%.txt:3: \"FFFF+\" is not in GPT%-2's byte%-to%-unicode form %(longer than any vocabulary entry%)",
+  "a merge token of 1500 bytes is refused naming the line")
+bad("b9", nil, "#version: 0.2\n" .. string.rep("x", 5000) .. " t\n",
+  "merges%.txt:2: .*%(longer than any vocabulary entry%)", "a merge token of 5000 bytes too")
 
 os.execute("rm -rf '" .. base .. "'")
 tap.done_testing()

@@ -6,7 +6,7 @@ local ops = core.ops
 local data = {}
 
 -- llm.c layout: a header of 256 little-endian int32 (magic, version, token
--- count, unused), then the tokens as little-endian uint16.
+-- count, unused), then the tokens as little-endian uint16 (validated in C: src/core/data.c).
 data.MAGIC = 20240520
 data.VERSION = 1
 data.HEADER_BYTES = 256 * 4
@@ -26,45 +26,7 @@ function data.open(path, o)
   local bytes, rerr = f:read("a")
   f:close()
   if not bytes then raise(string.format("%s: cannot read token file: %s", path, rerr or "read failed")) end
-  local first, ntok
-  local magic = #bytes >= 4 and string.unpack("<i4", bytes) or nil
-  if magic == data.MAGIC or (not o.vocab and #bytes < data.HEADER_BYTES) then
-    if #bytes < data.HEADER_BYTES then
-      raise(string.format("%s: truncated token file: %d bytes, shorter than the %d-byte llm.c header", path, #bytes,
-        data.HEADER_BYTES))
-    end
-    local version
-    magic, version, ntok = string.unpack("<i4i4i4", bytes)
-    if version ~= data.VERSION then
-      raise(string.format("%s: unsupported version %d (expected %d: uint16 tokens)", path, version, data.VERSION))
-    end
-    if ntok < 0 then raise(string.format("%s: negative token count %d in the header", path, ntok)) end
-    local have = (#bytes - data.HEADER_BYTES) // 2
-    if have < ntok then
-      raise(string.format("%s: truncated token file: the header says %d tokens but the file holds %d (%d bytes)", path,
-        ntok, have, #bytes))
-    end
-    first = data.HEADER_BYTES
-  elseif o.vocab then -- nanoGPT: uint16 tokens without a header
-    if #bytes % 2 ~= 0 then
-      raise(string.format("%s: %d bytes: not a headerless uint16 token file (odd size)", path, #bytes))
-    end
-    first, ntok = 0, #bytes // 2
-  else
-    raise(string.format("%s: bad magic %s in the header (expected %d: an llm.c .bin token file; a headerless " ..
-      "nanoGPT .bin loads when the vocabulary size is given: --vocab)", path, magic and tostring(magic) or "(none)",
-      data.MAGIC))
-  end
-  if ntok < 2 then raise(string.format("%s: %d tokens, need at least 2", path, ntok)) end
-  local max, at = ops.u16_scan(bytes, first, ntok)
-  local vocab = o.vocab
-  if vocab then
-    if max >= vocab then
-      raise(string.format("%s: token id %d at position %d is >= the vocabulary size %d", path, max, at, vocab))
-    end
-  else
-    vocab = math.max(256, max + 1)
-  end
+  local first, ntok, vocab = ops.token_file(bytes, path, o.vocab)
   return setmetatable({ path = path, bytes = bytes, first = first, ntok = ntok, vocab = vocab, pos = 0,
     device = o.device, headerless = first == 0 }, Loader)
 end

@@ -26,8 +26,11 @@ end
 --   cfg = {vocab_size=, max_position_embeddings=, hidden_size=,
 --          num_attention_heads=, num_layers=, ffn_hidden_size=4*hidden_size,
 --          normalization="LayerNorm", activation="gelu", dtype="f32",
---          delay_wgrad=false, fuse_wgrad_accumulation=false, init_std=0.02,
+--          delay_wgrad=false, fuse_wgrad_accumulation=(dtype == "bf16"), init_std=0.02,
 --          device=, make_vocab_size_divisible_by=1, residual_init_std=init_std, fp8=}
+-- fuse_wgrad_accumulation: the weight gradients go to f32 main_grad; on by default in bf16, where the
+-- gradients of the microbatches are then summed in f32, as PyTorch's bf16 autocast keeps f32 gradients
+-- (false: bf16 gradients, summed in bf16).
 -- fp8 = a recipe (tg.fp8.DelayedScaling{...}): the transformer layers' GEMMs run in FP8; the embedding and
 -- the LM head stay in dtype.
 -- residual_init_std: the std of the layers' residual projections (attn.proj and mlp.fc2 weights);
@@ -91,11 +94,13 @@ function nn.GPT(cfg)
   if cfg.delay_wgrad ~= nil and type(cfg.delay_wgrad) ~= "boolean" and cfg.delay_wgrad ~= "layers" then
     raise("nn.GPT: cfg.delay_wgrad must be a boolean or \"layers\", got " .. tostring(cfg.delay_wgrad))
   end
+  local fuse = cfg.fuse_wgrad_accumulation
+  if fuse == nil then fuse = cfg.dtype == "bf16" end
   local common = {
     dtype = cfg.dtype,
     device = cfg.device,
     delay_wgrad = cfg.delay_wgrad == true,
-    fuse_wgrad_accumulation = cfg.fuse_wgrad_accumulation,
+    fuse_wgrad_accumulation = fuse,
     init_std = cfg.init_std,
   }
   local function opts(t)

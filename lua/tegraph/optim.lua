@@ -128,6 +128,14 @@ function optim.AdamW(params, o)
         type(p) == "userdata" and tostring(p) or type(p)))
     end
   end
+  local known = { lr = 1, betas = 1, beta1 = 1, beta2 = 1, eps = 1, weight_decay = 1, max_norm = 1, foreach = 1,
+    sync_norm = 1, capturable = 1, no_decay = 1 }
+  for k in pairs(o) do -- a misspelt option would be ignored
+    if not known[k] then
+      raise(string.format("AdamW: unknown option %s (known: lr, betas, beta1, beta2, eps, weight_decay, max_norm, " ..
+        "foreach, sync_norm, capturable, no_decay)", type(k) == "string" and "'" .. k .. "'" or tostring(k)))
+    end
+  end
   local lr, beta1, beta2, eps, weight_decay = optim.check_options(o, "AdamW", 3)
   local self = setmetatable({
     params = params,

@@ -328,6 +328,84 @@ static void gemm_run(const void *p)
     if (!gemm_blocked(g)) gemm_naive(g);
 }
 
+
+/* ------------------------------------------------------------------ the bf16 study (core/debug.h)
+ * With "autocast_gemm" an all-f32 GEMM computes as PyTorch's bf16 autocast does for an f32 model: op(A),
+ * op(B) and the bias rounded to bf16, the product (+ bias) rounded, the GELU output (or DGELU product)
+ * rounded, then C = that + beta * C in f32. "round_residual" rounds C when a residual c_in was added,
+ * "round_grads" when it accumulates in place (the wgrads), and the bias gradient. */
+struct study_gemm {
+    struct tg_gemm_args g;
+    int round_residual, round_grads;
+};
+
+static inline float bf16r(float v) { return tg_bf16_to_f32(tg_f32_to_bf16(v)); }
+
+static void study_run(const void *p)
+{
+    const struct study_gemm *sg = p;
+    const struct tg_gemm_args *g = &sg->g;
+    int64_t m = g->m, n = g->n, k = g->k, nb = g->batch;
+    int residual = g->c_in && g->c_in != g->c;
+    if (m <= 0 || n <= 0 || nb <= 0) return;
+    if (g->c_in && g->c_in != g->c && g->beta != 0.0f) copy_c_in(g);
+    float *ab = malloc((size_t)(nb * m * (k ? k : 1)) * sizeof(float));
+    float *bb = malloc((size_t)(nb * (k ? k : 1) * n) * sizeof(float));
+    float *t = malloc((size_t)(nb * m * n) * sizeof(float));
+    if (!ab || !bb || !t) { /* no memory for the study's copies: the plain GEMM */
+        free(ab), free(bb), free(t);
+        gemm_run(g);
+        return;
+    }
+    for (int64_t bi = 0; bi < nb; bi++) {
+        const void *a, *b;
+        void *c;
+        batch_ptrs(g, bi, &a, &b, &c);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t q = 0; q < k; q++) ab[(bi * m + i) * k + q] = bf16r(op_a(g, a, i, q));
+        for (int64_t q = 0; q < k; q++)
+            for (int64_t j = 0; j < n; j++) bb[(bi * k + q) * n + j] = bf16r(op_b(g, b, q, j));
+    }
+    struct tg_gemm_args h = {.trans_a = 0, .trans_b = 0, .m = m, .n = n, .k = k, .batch = nb, .alpha = g->alpha,
+                             .beta = 0.0f, .a = ab, .lda = k, .stride_a = m * k, .a_dt = TG_F32, .b = bb, .ldb = n,
+                             .stride_b = k * n, .b_dt = TG_F32, .c = t, .ldc = n, .stride_c = m * n, .c_dt = TG_F32,
+                             .epi = TG_EPI_NONE};
+    if (k == 0 || g->alpha == 0.0f) memset(t, 0, (size_t)(nb * m * n) * sizeof(float));
+    else if (!gemm_blocked(&h)) gemm_naive(&h);
+    for (int64_t bi = 0; bi < nb; bi++) {
+        const void *a, *b;
+        void *c;
+        batch_ptrs(g, bi, &a, &b, &c);
+        float *f = c;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                float v = t[(bi * m + i) * n + j];
+                if (g->epi == TG_EPI_BIAS || g->epi == TG_EPI_BIAS_GELU) v += bf16r(((const float *)g->bias)[j]);
+                v = bf16r(v);
+                if (g->epi == TG_EPI_BIAS_GELU) {
+                    if (g->aux) ((float *)g->aux)[bi * g->stride_aux + i * g->ldaux + j] = v;
+                    v = bf16r(0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_A * v * v * v))));
+                } else if (g->epi == TG_EPI_DGELU) {
+                    v = bf16r(epilogue(g, bi, i, j, v));
+                }
+                float *o = f + i * g->ldc + j;
+                float u = g->beta == 0.0f ? v : v + g->beta * *o;
+                if ((residual && sg->round_residual) || (!residual && sg->round_grads)) u = bf16r(u);
+                *o = u;
+            }
+        if (g->epi == TG_EPI_BGRAD)
+            for (int64_t i = 0; i < m; i++) {
+                double s = 0;
+                for (int64_t q = 0; q < k; q++) s += ab[(bi * m + i) * k + q];
+                int64_t o = bi * m + i;
+                float v = bf16r((float)s);
+                if (g->bgrad_acc != 0.0f) v += g->bgrad_acc * ((float *)g->bgrad)[o];
+                ((float *)g->bgrad)[o] = sg->round_grads ? bf16r(v) : v;
+            }
+    }
+    free(ab), free(bb), free(t);
+}
+
 tg_status cpu_gemm(tg_stream *s, const struct tg_gemm_args *a)
 {
     if ((a->a_dt != TG_F32 && a->a_dt != TG_BF16) || (a->b_dt != TG_F32 && a->b_dt != TG_BF16) ||
@@ -341,5 +419,11 @@ tg_status cpu_gemm(tg_stream *s, const struct tg_gemm_args *a)
         (a->epi == TG_EPI_BGRAD && (!a->bgrad || (a->bgrad_dt != TG_F32 && a->bgrad_dt != TG_BF16))) ||
         (a->epi == TG_EPI_DGELU && !a->aux))
         return tg_error(TG_EINVAL, "cpu gemm: bad epilogue %d (bias, aux, bgrad or its dtype missing)", (int)a->epi);
+    if (a->a_dt == TG_F32 && a->b_dt == TG_F32 && a->c_dt == TG_F32 && (a->epi != TG_EPI_BGRAD || a->bgrad_dt == TG_F32) &&
+        tg_debug_get(TG_DEBUG_AUTOCAST_GEMM)) {
+        struct study_gemm sg = {.g = *a, .round_residual = tg_debug_get(TG_DEBUG_ROUND_RESIDUAL),
+                                .round_grads = tg_debug_get(TG_DEBUG_ROUND_GRADS)};
+        return cpu_submit(s, study_run, &sg, sizeof sg);
+    }
     return cpu_submit(s, gemm_run, a, sizeof *a);
 }

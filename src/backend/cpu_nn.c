@@ -1,5 +1,6 @@
 /* cpu_nn.c — CPU reference kernels of the transformer ops (norms, activations, attention, embedding, loss, AdamW); deterministic. */
 #include "backend/cpu_impl.h"
+#include "core/debug.h"
 
 #include <math.h>
 #include <string.h>
@@ -26,6 +27,25 @@ static inline void st_wgrad(void *p, tg_dtype dt, int64_t i, float acc, double g
     st(p, dt, i, (float)v);
 }
 
+/* The bf16 study's rounding of f32 values (core/debug.h: round_residual, round_grads with autocast_gemm). */
+static int study_round(tg_dtype dt, tg_debug_flag flag)
+{
+    return dt == TG_F32 && tg_debug_get(TG_DEBUG_AUTOCAST_GEMM) && tg_debug_get(flag);
+}
+
+/* A parameter element, rounded to bf16 when rp (round_params). */
+static inline float ldp(const void *p, tg_dtype dt, int64_t i, int rp)
+{
+    float v = ld(p, dt, i);
+    return rp ? tg_bf16_to_f32(tg_f32_to_bf16(v)) : v;
+}
+
+static void study_round_f32(void *p, int64_t n)
+{
+    float *f = p;
+    for (int64_t i = 0; i < n; i++) f[i] = tg_bf16_to_f32(tg_f32_to_bf16(f[i]));
+}
+
 static tg_status float_only(const char *what, tg_dtype dt)
 {
     if (dt == TG_F32 || dt == TG_BF16) return TG_OK;
@@ -42,6 +62,7 @@ static void layernorm_forward_run(const void *p)
     const struct tg_layernorm_forward_args *a = p;
     int64_t n = a->n, c = a->c;
     tg_dtype dt = a->dt;
+    const int rp = study_round(dt, TG_DEBUG_ROUND_PARAMS);
 #pragma omp parallel for schedule(static) if (n * c > CPU_PAR_MIN)
     for (int64_t r = 0; r < n; r++) {
         const int64_t o = r * c;
@@ -56,8 +77,8 @@ static void layernorm_forward_run(const void *p)
         a->mean[r] = m;
         a->rstd[r] = rs;
         for (int64_t j = 0; j < c; j++) {
-            float v = (ld(a->x, dt, o + j) - m) * rs * ld(a->gamma, dt, j);
-            if (a->beta) v += ld(a->beta, dt, j);
+            float v = (ld(a->x, dt, o + j) - m) * rs * ldp(a->gamma, dt, j, rp);
+            if (a->beta) v += ldp(a->beta, dt, j, rp);
             st(a->y, dt, o + j, v);
         }
     }
@@ -68,24 +89,26 @@ static void layernorm_backward_run(const void *p)
     const struct tg_layernorm_backward_args *a = p;
     int64_t n = a->n, c = a->c;
     tg_dtype dt = a->dt;
+    const int rp = study_round(dt, TG_DEBUG_ROUND_PARAMS);
 #pragma omp parallel for schedule(static) if (n * c > CPU_PAR_MIN)
     for (int64_t r = 0; r < n; r++) {
         const int64_t o = r * c;
         const float m = a->mean[r], rs = a->rstd[r];
         double s1 = 0, s2 = 0; /* sum dxhat, sum dxhat * xhat */
         for (int64_t j = 0; j < c; j++) {
-            float xhat = (ld(a->x, dt, o + j) - m) * rs, dxhat = ld(a->dy, dt, o + j) * ld(a->gamma, dt, j);
+            float xhat = (ld(a->x, dt, o + j) - m) * rs, dxhat = ld(a->dy, dt, o + j) * ldp(a->gamma, dt, j, rp);
             s1 += dxhat;
             s2 += (double)dxhat * xhat;
         }
         const float m1 = (float)(s1 / (double)c), m2 = (float)(s2 / (double)c);
         for (int64_t j = 0; j < c; j++) {
-            float xhat = (ld(a->x, dt, o + j) - m) * rs, dxhat = ld(a->dy, dt, o + j) * ld(a->gamma, dt, j);
+            float xhat = (ld(a->x, dt, o + j) - m) * rs, dxhat = ld(a->dy, dt, o + j) * ldp(a->gamma, dt, j, rp);
             float d = rs * (dxhat - m1 - xhat * m2);
             if (a->dres) d += ld(a->dres, dt, o + j); /* f32 sum, one rounding */
             st(a->dx, dt, o + j, d);
         }
     }
+    if (study_round(dt, TG_DEBUG_ROUND_RESIDUAL)) study_round_f32(a->dx, n * c);
 }
 
 static void layernorm_backward_dw_run(const void *p)
@@ -110,6 +133,10 @@ static void layernorm_backward_dw_run(const void *p)
             st_wgrad(a->dgamma, a->dw_dt, c0 + j, a->accumulate, dg[j]);
             if (a->dbeta) st_wgrad(a->dbeta, a->dw_dt, c0 + j, a->accumulate, db[j]);
         }
+    }
+    if (study_round(a->dw_dt, TG_DEBUG_ROUND_GRADS)) {
+        study_round_f32(a->dgamma, c);
+        if (a->dbeta) study_round_f32(a->dbeta, c);
     }
 }
 
@@ -172,6 +199,7 @@ static void rmsnorm_backward_run(const void *p)
             st(a->dx, dt, o + j, d);
         }
     }
+    if (study_round(dt, TG_DEBUG_ROUND_RESIDUAL)) study_round_f32(a->dx, n * c);
 }
 
 static void rmsnorm_backward_dw_run(const void *p)
@@ -524,16 +552,18 @@ static void embedding_forward_run(const void *p)
     const struct tg_embedding_forward_args *a = p;
     index_scan(a->check, TG_INDEX_EMBEDDING, a->idx, a->b * a->t, a->v, 0, 0);
     const int64_t BT = a->b * a->t, C = a->c;
+    const int rp = study_round(a->dt, TG_DEBUG_ROUND_PARAMS);
 #pragma omp parallel for schedule(static) if (BT * C > CPU_PAR_MIN)
     for (int64_t r = 0; r < BT; r++) {
         const int64_t id = a->idx[r], t = r % a->t;
         const int valid = id >= 0 && id < a->v;
         for (int64_t j = 0; j < C; j++) {
-            float v = valid ? ld(a->wte, a->dt, id * C + j) : 0.0f;
-            if (a->wpe) v += ld(a->wpe, a->dt, t * C + j);
+            float v = valid ? ldp(a->wte, a->dt, id * C + j, rp) : 0.0f;
+            if (a->wpe) v += ldp(a->wpe, a->dt, t * C + j, rp);
             st(a->out, a->dt, r * C + j, v);
         }
     }
+    if (study_round(a->dt, TG_DEBUG_ROUND_RESIDUAL)) study_round_f32(a->out, BT * C);
 }
 
 /* Row `row` of dwte: the dout rows of positions pos[0..npos) (increasing), summed in that order. */
@@ -596,6 +626,8 @@ static void embedding_backward_dw_run(const void *p)
                 st_wgrad(a->dwpe, a->dwpe_dt, t * C + j, a->accumulate, acc);
             }
     }
+    if (a->dwte && study_round(a->dwte_dt, TG_DEBUG_ROUND_GRADS)) study_round_f32(a->dwte, V * C);
+    if (a->dwpe && study_round(a->dwpe_dt, TG_DEBUG_ROUND_GRADS)) study_round_f32(a->dwpe, a->tmax * C);
 }
 
 tg_status cpu_embedding_forward(tg_stream *s, const struct tg_embedding_forward_args *a)

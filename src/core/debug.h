@@ -35,6 +35,21 @@ typedef enum tg_debug_flag {
      * its microbatch's B, ignoring the deferred W (and the earlier chunk's B) that still read it (the
      * reuse-too-early bug, for the test that proves the lifetimes matter); read by tg_graphed_new. */
     TG_DEBUG_GRAPH_REUSE_EARLY,
+    /* The bf16 study (examples/bench/bf16_study.lua), CPU backend, f32 tensors only; read per kernel call.
+     * "autocast_gemm": GEMMs compute as PyTorch's bf16 autocast does for an f32 model: operands and bias
+     * rounded to bf16, the product (+ bias) rounded to bf16, the GELU output rounded, then beta * C added
+     * in f32 (the residual add and the gradient accumulation stay f32); bias gradients from the rounded
+     * operand, rounded.
+     * "round_residual": with autocast_gemm, the residual stream is rounded to bf16 as a bf16 model keeps it:
+     * the embedding output, the results of GEMMs that add a residual, the norms' input gradients.
+     * "round_grads": with autocast_gemm, weight gradients are rounded to bf16 after each contribution, as
+     * bf16 gradients without main_grad are accumulated.
+     * "round_params": with autocast_gemm, the norms' gamma and beta and the embedding's tables are read
+     * rounded to bf16, as a bf16 model stores them (autocast reads them in f32). */
+    TG_DEBUG_AUTOCAST_GEMM,
+    TG_DEBUG_ROUND_RESIDUAL,
+    TG_DEBUG_ROUND_GRADS,
+    TG_DEBUG_ROUND_PARAMS,
     TG_DEBUG_COUNT
 } tg_debug_flag;
 

@@ -112,6 +112,7 @@ static void destroy_comm(tg_comm *c)
     if (c->nccl) c->nccl_tr->destroy(c->nccl);
     if (c->mpi) c->mpi_tr->destroy(c->mpi);
     free(c->checked);
+    free(c->p2p_count);
     free(c);
 }
 
@@ -457,8 +458,9 @@ static int overlap(const tg_tensor *a, const tg_tensor *b)
  * every call while the comm_check debug flag is on. The decision to check depends only on what the
  * ranks are meant to share (call kind, label, the flag), so matching programs check the same calls. */
 enum { SIG_WORDS = 16, SIG_MAGIC = 0x74677367 };
-enum { K_CREATE, K_ALL_REDUCE, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST };
-static const char *const kind_names[] = {"creation", "all_reduce", "reduce_scatter", "all_gather", "broadcast"};
+enum { K_CREATE, K_ALL_REDUCE, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER, K_SEND, K_RECV };
+static const char *const kind_names[] = {"creation",  "all_reduce", "reduce_scatter", "all_gather",
+                                         "broadcast", "barrier",    "send",           "recv"};
 static _Thread_local char next_label[64];
 static int comms_made; /* communicators this process made: the same count on every rank of a job */
 
@@ -469,13 +471,17 @@ static void sig_describe(const int32_t *w, char *buf, size_t n)
     memcpy(label, w + 8, 32);
     label[32] = '\0';
     int kind = w[2];
-    if (w[0] != SIG_MAGIC || kind < 0 || kind > K_BROADCAST) {
+    if (w[0] != SIG_MAGIC || kind < 0 || kind > K_BARRIER) {
         snprintf(buf, n, "(not a tegraph collective)");
         return;
     }
     if (kind == K_CREATE) {
         snprintf(buf, n, "communicator #%d of %d ranks (tegraph %d.%d.%d)", w[1], w[3], w[4] >> 16, (w[4] >> 8) & 255,
                  w[4] & 255);
+        return;
+    }
+    if (kind == K_BARRIER) {
+        snprintf(buf, n, "call #%d: barrier%s%s%s", w[1], label[0] ? " '" : "", label, label[0] ? "'" : "");
         return;
     }
     int64_t numel = (int64_t)(uint32_t)w[5] | (int64_t)w[6] << 32;
@@ -534,7 +540,7 @@ static tg_status check_creation(tg_comm *c, const char *what)
     return sig_exchange(c, what, w, check_device(c));
 }
 
-/* Called by each collective after its own argument checks, before anything is issued. */
+/* Called by each collective after its own argument checks, before anything is issued (t NULL: a barrier). */
 static tg_status cross_check(tg_comm *c, int kind, const tg_tensor *t, tg_comm_op op, int root)
 {
     if (c->checking) return TG_OK;
@@ -558,12 +564,156 @@ static tg_status cross_check(tg_comm *c, int kind, const tg_tensor *t, tg_comm_o
         }
         memcpy(c->checked[c->nchecked++], key, sizeof key);
     }
+    if (!t) {
+        int32_t w[SIG_WORDS] = {SIG_MAGIC, (int32_t)seq, kind};
+        memcpy(w + 8, next_label, strnlen(next_label, 32));
+        return sig_exchange(c, kind_names[kind], w, check_device(c));
+    }
     int64_t numel = tg_tensor_numel(t);
     int32_t w[SIG_WORDS] = {SIG_MAGIC, (int32_t)seq, kind, kind == K_BROADCAST ? root : kind == K_ALL_GATHER ? 0 : (int32_t)op,
                             (int32_t)t->dtype, (int32_t)(uint32_t)numel, (int32_t)(numel >> 32),
                             (int32_t)tg_tensor_device(t).type};
     memcpy(w + 8, next_label, strnlen(next_label, 32)); /* the label's first 32 bytes, zero-padded */
     return sig_exchange(c, kind_names[kind], w, tg_tensor_device(t));
+}
+
+/* ------------------------------------------------------------------ point-to-point argument check
+ * A recv whose buffer differs from the matching send's tensor fails inside the transport without
+ * saying what differed (a truncation error), or completes with part of the data. A checked send or
+ * recv exchanges a signature with its peer (kind, the count of sends or receives so far between the
+ * two, both ranks, dtype, shape, label) on channels of their own, issued with the op and compared
+ * when it completes, so no rank blocks at issue and ring exchanges stay free of deadlock. Checked:
+ * the first send and the first recv between each pair of ranks in each direction, and every one
+ * while the comm_check debug flag is on. Over a transport with channels (MPI; also the signatures
+ * of NCCL ops when MPI is there) both sides compare and fail naming both; over NCCL alone the
+ * sender's signature goes ahead of its data and the receiver compares. */
+enum { P2P_MAGIC = 0x74677032 };
+
+static tg_status req_new(tg_comm *c, const char *what, const char *desc, tg_tensor *a, tg_tensor *b, tg_comm_req **out);
+static tg_status req_fail(tg_comm_req *r, tg_status st);
+
+/* "send #0 of f32 (2, 3) to rank 1 'label'" from a p2p signature. */
+static void p2p_describe(const int32_t *w, char *buf, size_t n)
+{
+    if (w[0] != P2P_MAGIC || (w[2] != K_SEND && w[2] != K_RECV) || w[6] < 0 || w[6] > TG_MAX_DIMS) {
+        snprintf(buf, n, "(not a tegraph send or recv)");
+        return;
+    }
+    char shape[96] = "(", label[33];
+    size_t at = 1;
+    for (int d = 0; d < w[6]; d++) {
+        int64_t v = (int64_t)(uint32_t)w[8 + 2 * d] | (int64_t)w[9 + 2 * d] << 32;
+        at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%lld", d ? ", " : "", (long long)v);
+        if (at >= sizeof shape) at = sizeof shape - 1;
+    }
+    snprintf(shape + at, sizeof shape - at, ")");
+    memcpy(label, w + 16, 32);
+    label[32] = '\0';
+    int send = w[2] == K_SEND;
+    snprintf(buf, n, "%s #%d of %s %s %s rank %d%s%s%s", send ? "send" : "recv", w[1], tg_dtype_name((tg_dtype)w[5]), shape,
+             send ? "to" : "from", send ? w[4] : w[3], label[0] ? " '" : "", label, label[0] ? "'" : "");
+}
+
+/* Issues one signature message of a check (an i32 tensor) on its channel. */
+static tg_status sig_p2p(tg_comm *c, int is_send, tg_tensor *t, int peer, int channel, tg_comm_req **out)
+{
+    const struct tg_comm_transport *tr = c->mpi ? c->mpi_tr : c->nccl_tr;
+    void *impl = c->mpi ? c->mpi : c->nccl;
+    tg_comm_req *r;
+    *out = NULL;
+    c->checking = 1; /* the check is no op of the program's: no span */
+    tg_status st = req_new(c, is_send ? "send" : "recv", "the signature of a send or recv", t, NULL, &r);
+    c->checking = 0;
+    TG_TRY(st);
+    r->tr = tr;
+    r->channel = channel;
+    st = is_send ? tr->send(impl, t, peer, r) : tr->recv(impl, t, peer, r);
+    if (st != TG_OK) {
+        r->done = 1;
+        r->tr = NULL;
+        tg_comm_req_free(r);
+        return st;
+    }
+    *out = r;
+    return TG_OK;
+}
+
+/* Counts the op and, when it is checked, issues r's signature exchange (before the op itself); label: the op's. */
+static tg_status p2p_check_issue(tg_comm *c, int is_send, const tg_tensor *t, int peer, const char *label, tg_comm_req *r)
+{
+    if (!c->p2p_count && !(c->p2p_count = calloc(2 * (size_t)c->size, sizeof *c->p2p_count)))
+        return tg_error(TG_ENOMEM, "out of host memory");
+    int64_t nth = c->p2p_count[(is_send ? 0 : c->size) + peer]++;
+    if (nth > 0 && !tg_debug_get(TG_DEBUG_COMM_CHECK)) return TG_OK;
+    const struct tg_comm_transport *ctr = c->mpi ? c->mpi_tr : c->nccl_tr;
+    if (!ctr) return TG_OK;
+    int32_t *w = r->sig_mine;
+    memset(w, 0, sizeof r->sig_mine);
+    w[0] = P2P_MAGIC;
+    w[1] = (int32_t)nth;
+    w[2] = is_send ? K_SEND : K_RECV;
+    w[3] = is_send ? c->rank : peer; /* the sender */
+    w[4] = is_send ? peer : c->rank; /* the receiver */
+    w[5] = (int32_t)t->dtype;
+    w[6] = t->ndim;
+    w[7] = (int32_t)tg_tensor_device(t).type;
+    for (int d = 0; d < t->ndim && d < TG_MAX_DIMS; d++) {
+        w[8 + 2 * d] = (int32_t)(uint32_t)t->shape[d];
+        w[9 + 2 * d] = (int32_t)(t->shape[d] >> 32);
+    }
+    memcpy(w + 16, label, strnlen(label, 32));
+    int64_t nw = TG_P2P_SIG_WORDS;
+    tg_device dev = check_device(c);
+    int mine_goes = is_send || ctr->channels, theirs_comes = !is_send || ctr->channels;
+    tg_tensor *mine = NULL;
+    tg_status st = TG_OK;
+    if (mine_goes) {
+        st = tg_tensor_new(TG_I32, 1, &nw, dev, &mine);
+        if (st == TG_OK) st = tg_tensor_write(mine, w, sizeof r->sig_mine);
+        if (st == TG_OK) st = sig_p2p(c, 1, mine, peer, is_send ? TG_P2P_SENDER_SIG : TG_P2P_RECEIVER_SIG, &r->sig_out);
+        tg_tensor_free(mine); /* the request holds it */
+    }
+    if (st == TG_OK && theirs_comes) {
+        st = tg_tensor_new(TG_I32, 1, &nw, dev, &r->sig_theirs);
+        if (st == TG_OK)
+            st = sig_p2p(c, 0, r->sig_theirs, peer, is_send ? TG_P2P_RECEIVER_SIG : TG_P2P_SENDER_SIG, &r->sig_in);
+    }
+    return st;
+}
+
+/* Completes r's signature exchange and compares: TG_EINVAL naming both ranks' ops when they differ. */
+static tg_status p2p_check_finish(tg_comm_req *r)
+{
+    tg_status st = TG_OK;
+    if (r->sig_out) st = tg_comm_req_wait(r->sig_out);
+    if (st == TG_OK && r->sig_in) st = tg_comm_req_wait(r->sig_in);
+    int32_t theirs[TG_P2P_SIG_WORDS];
+    if (st == TG_OK && r->sig_in) st = tg_tensor_read(r->sig_theirs, theirs, sizeof theirs);
+    if (st != TG_OK) return tg_error_prefix(st, "%s: comparing the two ranks' arguments", r->what);
+    if (!r->sig_in) return TG_OK;
+    const int32_t *w = r->sig_mine;
+    /* the same pair, the same count, the same dtype and shape; the kinds a send and a recv */
+    int same = theirs[0] == P2P_MAGIC && theirs[1] == w[1] && theirs[2] == (w[2] == K_SEND ? K_RECV : K_SEND) &&
+               theirs[3] == w[3] && theirs[4] == w[4] && memcmp(theirs + 5, w + 5, sizeof(int32_t) * 2) == 0 &&
+               memcmp(theirs + 8, w + 8, sizeof(int32_t) * 8) == 0;
+    if (same) return TG_OK;
+    int me = r->comm->rank, peer = w[2] == K_SEND ? w[4] : w[3];
+    char dm[160], dp[160];
+    p2p_describe(w, dm, sizeof dm);
+    p2p_describe(theirs, dp, sizeof dp);
+    /* the lower rank first: both ranks print the same text */
+    return tg_error(TG_EINVAL, "%s: the ranks disagree: rank %d has %s; rank %d has %s", r->what, me < peer ? me : peer,
+                    me < peer ? dm : dp, me < peer ? peer : me, me < peer ? dp : dm);
+}
+
+/* Frees r's signature exchange. */
+static void p2p_check_free(tg_comm_req *r)
+{
+    tg_comm_req_free(r->sig_out);
+    tg_comm_req_free(r->sig_in);
+    tg_tensor_free(r->sig_theirs);
+    r->sig_out = r->sig_in = NULL;
+    r->sig_theirs = NULL;
 }
 
 /* ------------------------------------------------------------------ requests */
@@ -649,6 +799,11 @@ static tg_status req_fail(tg_comm_req *r, tg_status st)
 tg_status tg_comm_req_wait(tg_comm_req *r)
 {
     if (r->done) return r->err == TG_OK ? TG_OK : tg_error(r->err, "%s", r->errmsg);
+    if (r->sig_out || r->sig_in) {
+        tg_status st = p2p_check_finish(r);
+        p2p_check_free(r);
+        if (st != TG_OK) return req_fail(r, st);
+    }
     if (r->tr) {
         tg_status st = r->tr->wait(r);
         if (st != TG_OK) return req_fail(r, st);
@@ -664,7 +819,22 @@ tg_status tg_comm_req_test(tg_comm_req *r, int *done)
     *done = 1;
     if (r->done) return r->err == TG_OK ? TG_OK : tg_error(r->err, "%s", r->errmsg);
     if (!r->tr) return tg_comm_req_wait(r);
-    tg_status st = r->tr->test(r, done);
+    tg_status st = TG_OK;
+    for (int k = 0; k < 2; k++) { /* the signatures first: the op completes once they compared */
+        tg_comm_req *s = k ? r->sig_in : r->sig_out;
+        int sd = 1;
+        if (s && (st = tg_comm_req_test(s, &sd)) != TG_OK) return tg_comm_req_wait(r);
+        if (!sd) {
+            *done = 0;
+            return TG_OK;
+        }
+    }
+    if (r->sig_out || r->sig_in) {
+        st = p2p_check_finish(r);
+        p2p_check_free(r);
+        if (st != TG_OK) return req_fail(r, st);
+    }
+    st = r->tr->test(r, done);
     if (st != TG_OK) return req_fail(r, st);
     if (*done) {
         r->done = 1;
@@ -680,6 +850,7 @@ void tg_comm_req_free(tg_comm_req *r)
 {
     if (!r) return;
     if (!r->done) (void)tg_comm_req_wait(r);
+    p2p_check_free(r);
     if (r->tr) r->tr->req_release(r);
     /* after a failure the transport may still use the buffers: keep them */
     if (!r->failed) req_drop_tensors(r);
@@ -832,9 +1003,13 @@ static tg_status p2p(tg_comm *c, int is_send, tg_tensor *t, int peer, tg_comm_re
     TG_TRY(pick(c, what, t, &tr, &impl));
     snprintf(extra, sizeof extra, is_send ? " (to %d)" : " (from %d)", peer);
     describe(desc, sizeof desc, what, t, extra);
+    char label[sizeof next_label];
+    memcpy(label, next_label, sizeof label); /* taken by the op's request */
     TG_TRY(req_new(c, what, desc, t, NULL, &r));
     r->tr = tr;
-    return finish_issue(r, is_send ? tr->send(impl, t, peer, r) : tr->recv(impl, t, peer, r), req);
+    tg_status st = p2p_check_issue(c, is_send, t, peer, label, r);
+    if (st == TG_OK) st = is_send ? tr->send(impl, t, peer, r) : tr->recv(impl, t, peer, r);
+    return finish_issue(r, st, req);
 }
 
 tg_status tg_comm_send(tg_comm *c, tg_tensor *t, int peer, tg_comm_req **req)
@@ -852,6 +1027,11 @@ tg_status tg_comm_recv(tg_comm *c, tg_tensor *t, int peer, tg_comm_req **req)
 tg_status tg_comm_barrier(tg_comm *c)
 {
     if (finalized) return tg_error(TG_ESTATE, "barrier: the communicators were finalised");
+    if (c->size > 1 && c->group_depth > 0)
+        return tg_error(TG_ESTATE, "barrier inside a group of ops (they only launch at the group's end)");
+    tg_status st = cross_check(c, K_BARRIER, NULL, TG_COMM_SUM, 0);
+    next_label[0] = '\0'; /* the barrier's label: used */
+    TG_TRY(st);
     if (c->size == 1) return TG_OK;
     if (c->mpi) return c->mpi_tr->barrier(c->mpi);
     return c->nccl_tr->barrier(c->nccl);

@@ -35,7 +35,17 @@ struct tg_comm_transport {
     /* 1: the transport times its ops on its stream (r->span_name when set);
      * 0: comm.c times them on the host, from issue to observed completion */
     int stream_spans;
+    /* 1: send/recv keep r->channel's messages apart from the others (MPI tags), so the check of a
+     * send and its recv can go both ways; 0: one ordered stream per pair (NCCL): only the sender's
+     * signature travels, ahead of its data */
+    int channels;
 };
+
+/* p2p channels (tg_comm_req.channel): the data; a sender's signature to its receiver; a receiver's
+ * signature back to the sender. */
+enum { TG_P2P_DATA = 0, TG_P2P_SENDER_SIG = 1, TG_P2P_RECEIVER_SIG = 2 };
+/* The signature of a send or recv (comm.c): 32-bit words. */
+#define TG_P2P_SIG_WORDS 24
 
 struct tg_comm {
     int rank, size, local_rank, local_size;
@@ -51,6 +61,7 @@ struct tg_comm {
     int checking;                            /* inside a cross-rank argument check */
     char (*checked)[40];                     /* the "kind label" pairs whose first call was checked */
     int nchecked, capchecked;
+    int64_t *p2p_count;                      /* (2 * size) sends to, then receives from, each rank */
     struct tg_comm *next;                    /* all live communicators (abort, finalize) */
 };
 
@@ -70,6 +81,11 @@ struct tg_comm_req {
     char span_name[96];                      /* "all_reduce ddp bucket 2" */
     char span_args[224];                     /* JSON members: op, bytes, label, step */
     struct tg_comm_req *live_prev, *live_next; /* every request not yet freed (tg_world_finalize completes them) */
+    int channel;                             /* p2p: TG_P2P_DATA or a signature's channel */
+    /* a checked send / recv: its signature's exchange with the peer, compared before the op completes */
+    struct tg_comm_req *sig_out, *sig_in;    /* sending ours, receiving theirs (either may be NULL) */
+    tg_tensor *sig_theirs;                   /* (TG_P2P_SIG_WORDS) i32: the peer's signature */
+    int32_t sig_mine[TG_P2P_SIG_WORDS];
 };
 
 /* Opens r's trace span on s (NULL: host time) when it has one; returns its id or -1. */

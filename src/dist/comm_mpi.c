@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#define TG_MPI_TAG 0x7467 /* p2p tag: sends and receives match in issue order per pair */
+#define TG_MPI_TAG 0x7467 /* p2p tag, + the request's channel: sends and receives match in issue order per pair and channel */
 
 struct mpi_group {
     MPI_Comm comm;
@@ -352,7 +352,8 @@ static tg_status m_send(void *impl, tg_tensor *t, int peer, struct tg_comm_req *
     struct mpi_req *m = NULL;
     TG_TRY(req_start(g, r, &m));
     m->peer = peer;
-    return issued(r, MPI_Isend(tg_tensor_data(t), count_of(t), type_of(t->dtype), peer, TG_MPI_TAG, g->comm, &m->req));
+    return issued(r, MPI_Isend(tg_tensor_data(t), count_of(t), type_of(t->dtype), peer, TG_MPI_TAG + r->channel, g->comm,
+                            &m->req));
 }
 
 static tg_status m_recv(void *impl, tg_tensor *t, int peer, struct tg_comm_req *r)
@@ -361,7 +362,8 @@ static tg_status m_recv(void *impl, tg_tensor *t, int peer, struct tg_comm_req *
     struct mpi_req *m = NULL;
     TG_TRY(req_start(g, r, &m));
     m->peer = peer;
-    return issued(r, MPI_Irecv(tg_tensor_data(t), count_of(t), type_of(t->dtype), peer, TG_MPI_TAG, g->comm, &m->req));
+    return issued(r, MPI_Irecv(tg_tensor_data(t), count_of(t), type_of(t->dtype), peer, TG_MPI_TAG + r->channel, g->comm,
+                            &m->req));
 }
 
 static tg_status m_barrier(void *impl)
@@ -486,6 +488,7 @@ const struct tg_comm_transport tg_comm_mpi = {
     .split = m_split,
     .destroy = m_destroy,
     .abort = m_abort,
+    .channels = 1,
 };
 
 #endif /* TG_HAVE_MPI */

@@ -1,6 +1,7 @@
 /* safetensors.c — the safetensors file format: atomic writing, mapped and fully validated reading. */
 #include "core/core.h"
 #include "io/json.h"
+#include "io/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -53,8 +54,9 @@ struct st_entry {
 
 struct tg_safetensors {
     char *path;
-    unsigned char *map;
+    const unsigned char *map;
     size_t size;
+    int mapped; /* map is the file mapped (unmapped on close), not the caller's bytes */
     const unsigned char *data; /* map + 8 + header length */
     size_t data_len;
     int n;
@@ -263,7 +265,7 @@ void tg_safetensors_close(tg_safetensors *f)
     for (int i = 0; i < f->nmeta; i++) free(f->meta_keys[i]), free(f->meta_values[i]);
     free(f->meta_keys);
     free(f->meta_values);
-    if (f->map && f->size) munmap(f->map, f->size);
+    if (f->mapped) munmap((void *)f->map, f->size);
     free(f->path);
     free(f);
 }
@@ -378,7 +380,8 @@ static tg_status parse_header(tg_safetensors *f, const tg_json *root)
     return TG_OK;
 }
 
-tg_status tg_safetensors_open(const char *path, tg_safetensors **out)
+/* A new reader named path (its bytes are set by the caller). */
+static tg_status reader_new(const char *path, tg_safetensors **out)
 {
     *out = NULL;
     if (!path) return tg_error(TG_EINVAL, "safetensors_open: no path");
@@ -387,6 +390,42 @@ tg_status tg_safetensors_open(const char *path, tg_safetensors **out)
         free(f);
         return tg_error(TG_ENOMEM, "out of host memory");
     }
+    *out = f;
+    return TG_OK;
+}
+
+/* Validates the bytes f->map [0, f->size): the header length, the header, the data's layout. */
+static tg_status parse_file(tg_safetensors *f)
+{
+    const char *path = f->path;
+    if (f->size < 8)
+        return tg_error(TG_EINVAL, "%s: truncated: %zu bytes, shorter than the 8-byte header length of a safetensors file", path,
+                        f->size);
+    uint64_t hlen = 0;
+    for (int b = 7; b >= 0; b--) hlen = hlen << 8 | f->map[b];
+    if (hlen > MAX_HEADER)
+        return tg_error(TG_EINVAL, "%s: header length %llu is over %u bytes: not a safetensors file", path,
+                        (unsigned long long)hlen, MAX_HEADER);
+    if (hlen > f->size - 8)
+        return tg_error(TG_EINVAL, "%s: truncated: the header length says %llu bytes but only %zu follow", path,
+                        (unsigned long long)hlen, f->size - 8);
+    if (hlen < 2)
+        return tg_error(TG_EINVAL, "%s: header of %llu bytes is too short for a JSON object", path, (unsigned long long)hlen);
+    f->data = f->map + 8 + hlen;
+    f->data_len = f->size - 8 - (size_t)hlen;
+    tg_json root;
+    char err[256];
+    if (tg_json_parse((const char *)f->map + 8, (size_t)hlen, 4, &root, err, sizeof err) != 0)
+        return tg_error(TG_EINVAL, "%s: header JSON is broken: %s", path, err);
+    tg_status st = parse_header(f, &root);
+    tg_json_free(&root);
+    return st;
+}
+
+tg_status tg_safetensors_open(const char *path, tg_safetensors **out)
+{
+    tg_safetensors *f;
+    TG_TRY(reader_new(path, &f));
     tg_status st = TG_OK;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
@@ -399,37 +438,26 @@ tg_status tg_safetensors_open(const char *path, tg_safetensors **out)
         if (f->size > 0) {
             void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
             if (m == MAP_FAILED) st = tg_error(TG_EIO, "%s: cannot map: %s", path, strerror(errno));
-            else f->map = m;
+            else f->map = m, f->mapped = 1;
         }
     }
     if (fd >= 0) close(fd);
-    if (st == TG_OK && f->size < 8)
-        st = tg_error(TG_EINVAL, "%s: truncated: %zu bytes, shorter than the 8-byte header length of a safetensors file", path,
-                      f->size);
-    uint64_t hlen = 0;
-    if (st == TG_OK) {
-        for (int b = 7; b >= 0; b--) hlen = hlen << 8 | f->map[b];
-        if (hlen > MAX_HEADER)
-            st = tg_error(TG_EINVAL, "%s: header length %llu is over %u bytes: not a safetensors file", path,
-                          (unsigned long long)hlen, MAX_HEADER);
-        else if (hlen > f->size - 8)
-            st = tg_error(TG_EINVAL, "%s: truncated: the header length says %llu bytes but only %zu follow", path,
-                          (unsigned long long)hlen, f->size - 8);
-        else if (hlen < 2)
-            st = tg_error(TG_EINVAL, "%s: header of %llu bytes is too short for a JSON object", path, (unsigned long long)hlen);
+    if (st == TG_OK) st = parse_file(f);
+    if (st != TG_OK) {
+        tg_safetensors_close(f);
+        return st;
     }
-    if (st == TG_OK) {
-        f->data = f->map + 8 + hlen;
-        f->data_len = f->size - 8 - (size_t)hlen;
-        tg_json root;
-        char err[256];
-        if (tg_json_parse((const char *)f->map + 8, (size_t)hlen, 4, &root, err, sizeof err) != 0) {
-            st = tg_error(TG_EINVAL, "%s: header JSON is broken: %s", path, err);
-        } else {
-            st = parse_header(f, &root);
-            tg_json_free(&root);
-        }
-    }
+    *out = f;
+    return TG_OK;
+}
+
+tg_status tg_safetensors_open_memory(const void *bytes, size_t len, const char *name, tg_safetensors **out)
+{
+    tg_safetensors *f;
+    TG_TRY(reader_new(name, &f));
+    f->map = bytes;
+    f->size = bytes ? len : 0;
+    tg_status st = parse_file(f);
     if (st != TG_OK) {
         tg_safetensors_close(f);
         return st;

@@ -5,7 +5,7 @@
  *   init{timeout=} / world() -> Comm      rank() size() local_rank() local_size() backend() device()
  *   all_reduce(t, {op="sum"|"avg"|"max"|"min", async=false, name=})  -> t, or a request (each op: name = its label in traces)
  *   reduce_scatter(out, in, {op=, async=})  all_gather(out, in, {async=})  broadcast(t, root | {root=, async=})
- *   send(t, peer, {async=})  recv(t, peer, {async=})  barrier()  group(fn)
+ *   send(t, peer, {async=, name=})  recv(t, peer, {async=, name=})  barrier({name=})  group(fn)
  *   split(color [, key]) -> Comm          split{dp=, pp=} -> {dp=Comm, pp=Comm, dp_rank=, dp_size=, pp_rank=, pp_size=}
  *   request:wait() -> the op's tensor     request:test() -> done?
  *   grad_buffer(params, {bucket_bytes=, bucket_numel=, align=, pad_to=}) -> GradBuffer
@@ -179,7 +179,16 @@ struct op_opts {
     int root;
 };
 
-/* {op="sum"|"avg"|"max"|"min", async=false, root=0} at idx (nil: defaults). */
+/* The options each call takes (a key outside them is refused: a misspelt option would be ignored). */
+static const char *known_opts(const char *what)
+{
+    if (!strcmp(what, "all_reduce") || !strcmp(what, "reduce_scatter")) return "op, async, name";
+    if (!strcmp(what, "broadcast")) return "root, async, name";
+    if (!strcmp(what, "barrier")) return "name";
+    return "async, name"; /* all_gather, send, recv */
+}
+
+/* {op="sum"|"avg"|"max"|"min", async=false, root=0, name=} at idx (nil: defaults); what's known options only. */
 static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o)
 {
     o->op = TG_COMM_SUM;
@@ -188,6 +197,16 @@ static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o
     tg_comm_label_next(NULL);
     if (lua_isnoneornil(L, idx)) return;
     luaL_checktype(L, idx, LUA_TTABLE);
+    const char *known = known_opts(what);
+    for (lua_pushnil(L); lua_next(L, idx); lua_pop(L, 1)) {
+        const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        size_t n = k ? strlen(k) : 0;
+        const char *at = k && n ? strstr(known, k) : NULL;
+        while (at && !((at == known || at[-1] == ' ') && (at[n] == ',' || at[n] == '\0'))) at = strstr(at + 1, k);
+        if (!at)
+            luaL_error(L, "%s: unknown option %s%s%s (known: %s)", what, k ? "'" : "", k ? k : luaL_typename(L, -2),
+                       k ? "'" : " key", known);
+    }
     if (lua_getfield(L, idx, "op") != LUA_TNIL) {
         const char *s = lua_tostring(L, -1);
         if (!s || tg_comm_op_parse(s, &o->op) != 0)
@@ -301,10 +320,16 @@ static int l_send(lua_State *L) { return p2p(L, 1); }
 /* recv([comm,] t, peer [, {async=}]) -> t (filled), or a request */
 static int l_recv(lua_State *L) { return p2p(L, 0); }
 
+/* barrier([comm,] [{name=}]): name: its label (checked across the ranks like a collective's) */
 static int l_barrier(lua_State *L)
 {
     int a;
-    tgl_check(L, tg_comm_barrier(comm_arg(L, &a)));
+    struct op_opts o;
+    tg_comm *c = comm_arg(L, &a);
+    opts_read(L, a, "barrier", &o);
+    tg_status st = tg_comm_barrier(c);
+    tg_comm_label_next(NULL);
+    tgl_check(L, st);
     return 0;
 }
 

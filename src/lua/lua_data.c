@@ -76,6 +76,30 @@ static int o_token_windows(lua_State *L)
     return 2;
 }
 
+/* token_file(bytes, path [, vocab]) -> first byte, token count, vocabulary size: the token file's bytes
+ * validated (tg_tokens_parse); errors name path. */
+static int o_token_file(lua_State *L)
+{
+    size_t len;
+    const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &len);
+    const char *path = luaL_checkstring(L, 2);
+    int64_t vocab = -1;
+    if (!lua_isnoneornil(L, 3)) {
+        int isint;
+        lua_Integer v = lua_tointegerx(L, 3, &isint);
+        if (!isint || v < 1)
+            tgl_check(L, tg_error(TG_EINVAL, "%s: the vocabulary size must be a positive integer, got %s", path,
+                                  luaL_tolstring(L, 3, NULL)));
+        vocab = (int64_t)v;
+    }
+    tg_token_file tf;
+    tgl_check(L, tg_tokens_parse(s, len, path, vocab, &tf));
+    lua_pushinteger(L, (lua_Integer)tf.first);
+    lua_pushinteger(L, (lua_Integer)tf.ntok);
+    lua_pushinteger(L, (lua_Integer)tf.vocab);
+    return 3;
+}
+
 /* hash64(s...) -> 16 hex digits: FNV-1a (64-bit) over the strings and their lengths (cache file names). */
 static int o_hash64(lua_State *L)
 {
@@ -97,6 +121,7 @@ static const luaL_Reg data_funcs[] = {
     {"hash64", o_hash64},
     {"u16_scan", o_u16_scan},
     {"token_windows", o_token_windows},
+    {"token_file", o_token_file},
     {NULL, NULL},
 };
 

@@ -398,14 +398,16 @@ static size_t skip_ws(const char *buf, size_t n, size_t i)
     return i;
 }
 
-/* Maps a token's text (GPT-2's byte-to-unicode form, UTF-8) back to bytes; -1 when a character is not in the map. */
-static long unmap_token(const int32_t *unmap, const unsigned char *s, size_t n, unsigned char *o)
+/* Maps a token's text (GPT-2's byte-to-unicode form, UTF-8) back to bytes into o (room for cap); -1 when a
+ * character is not in the map, cap + 1 when the bytes do not fit. */
+static long unmap_token(const int32_t *unmap, const unsigned char *s, size_t n, unsigned char *o, size_t cap)
 {
     size_t w = 0;
     for (size_t i = 0; i < n;) {
         int len;
         int32_t cp = utf8_next(s, i, n, &len);
         if (cp < 0 || cp >= 512 || unmap[cp] < 0) return -1;
+        if (w == cap) return (long)cap + 1;
         o[w++] = (unsigned char)unmap[cp];
         i += (size_t)len;
     }
@@ -433,13 +435,11 @@ static int32_t index_find(const tg_tokenizer *t, const struct tok_index *x, cons
     }
 }
 
-/* Parses the vocabulary: one JSON object of token text -> id, ids 0..V-1 each once. */
-static tg_status load_vocab(const char *path, tg_tokenizer **out)
+/* Parses the vocabulary, the n bytes at buf of the file path: one JSON object of token text -> id, ids 0..V-1
+ * each once. */
+static tg_status load_vocab(const char *path, const char *buf, size_t n, tg_tokenizer **out)
 {
-    char *buf;
-    size_t n;
     *out = NULL;
-    TG_TRY(read_file(path, &buf, &n));
     int32_t unmap[512];
     uint32_t cp[256];
     byte_to_unicode(cp);
@@ -468,7 +468,7 @@ static tg_status load_vocab(const char *path, tg_tokenizer **out)
         }
         size_t at = i, tlen = 0;
         if ((st = json_string(path, buf, n, &i, text, sizeof text, &tlen)) != TG_OK) goto done;
-        long blen = unmap_token(unmap, text, tlen, bytes);
+        long blen = unmap_token(unmap, text, tlen, bytes, MAX_TOKEN_BYTES);
         if (blen < 0 || blen > MAX_TOKEN_BYTES) {
             st = tg_error(TG_EINVAL, "%s:%d: token \"%.*s\" is not in GPT-2's byte-to-unicode form%s", path,
                           line_of(buf, at), (int)(tlen > 60 ? 60 : tlen), (const char *)text,
@@ -549,7 +549,6 @@ static tg_status load_vocab(const char *path, tg_tokenizer **out)
 done:
     for (size_t e = 0; e < nent; e++) free(ent[e].bytes);
     free(ent);
-    free(buf);
     if (st != TG_OK) {
         tg_tokenizer_free(t);
         return st;
@@ -558,12 +557,10 @@ done:
     return TG_OK;
 }
 
-/* Parses the merges ("a b" per line, ranked by order; an optional "#version" first line) into t->pairs. */
-static tg_status load_merges(const char *path, tg_tokenizer *t, const char *vocab_path)
+/* Parses the merges, the n bytes at buf of the file path ("a b" per line, ranked by order; an optional
+ * "#version" first line), into t->pairs. */
+static tg_status load_merges(const char *path, const char *buf, size_t n, tg_tokenizer *t, const char *vocab_path)
 {
-    char *buf;
-    size_t n;
-    TG_TRY(read_file(path, &buf, &n));
     int32_t unmap[512];
     uint32_t cp[256];
     byte_to_unicode(cp);
@@ -640,10 +637,11 @@ static tg_status load_merges(const char *path, tg_tokenizer *t, const char *voca
         long blen[2];
         int32_t id[2];
         for (int p = 0; p < 2; p++) {
-            blen[p] = plen[p] > MAX_TOKEN_BYTES * 4 ? -1 : unmap_token(unmap, (const unsigned char *)part[p], plen[p], ab[p]);
+            blen[p] = unmap_token(unmap, (const unsigned char *)part[p], plen[p], ab[p], MAX_TOKEN_BYTES);
             if (blen[p] < 0 || blen[p] > MAX_TOKEN_BYTES) {
-                st = tg_error(TG_EINVAL, "%s:%d: \"%.*s\" is not in GPT-2's byte-to-unicode form", path, line,
-                              (int)(plen[p] > 60 ? 60 : plen[p]), part[p]);
+                st = tg_error(TG_EINVAL, "%s:%d: \"%.*s\" is not in GPT-2's byte-to-unicode form%s", path, line,
+                              (int)(plen[p] > 60 ? 60 : plen[p]), part[p],
+                              blen[p] > MAX_TOKEN_BYTES ? " (longer than any vocabulary entry)" : "");
                 goto done;
             }
             id[p] = index_find(t, &ix, ab[p], (size_t)blen[p]);
@@ -675,7 +673,6 @@ static tg_status load_merges(const char *path, tg_tokenizer *t, const char *voca
     if (t->nmerges == 0) st = tg_error(TG_EINVAL, "%s: no merges", path);
 done:
     free(ix.slot);
-    free(buf);
     return st;
 }
 
@@ -701,16 +698,33 @@ tg_status tg_tokenizer_gpt2(const char *dir, tg_tokenizer **out)
     if (which < 0)
         return tg_error(TG_EIO, "%s: no GPT-2 tokenizer here: expected vocab.json + merges.txt (Hugging Face) or "
                                 "encoder.json + vocab.bpe (OpenAI)", dir);
+    char *vbuf = NULL, *mbuf = NULL;
+    size_t vn = 0, mn = 0;
+    tg_status st = read_file(vpath, &vbuf, &vn);
+    if (st == TG_OK) st = read_file(mpath, &mbuf, &mn);
+    if (st == TG_OK) st = tg_tokenizer_gpt2_memory(vbuf, vn, vpath, mbuf, mn, mpath, out);
+    free(vbuf);
+    free(mbuf);
+    return st;
+}
+
+tg_status tg_tokenizer_gpt2_memory(const char *vocab, size_t vocab_len, const char *vocab_name, const char *merges,
+                                   size_t merges_len, const char *merges_name, tg_tokenizer **out)
+{
+    *out = NULL;
+    init_ascii_class();
+    if (!vocab) vocab_len = 0;
+    if (!merges) merges_len = 0;
     tg_tokenizer *t;
-    TG_TRY(load_vocab(vpath, &t));
-    tg_status st = load_merges(mpath, t, vpath);
+    TG_TRY(load_vocab(vocab_name, vocab, vocab_len, &t));
+    tg_status st = load_merges(merges_name, merges, merges_len, t, vocab_name);
     if (st == TG_OK) {
         t->cache = calloc(CACHE_SLOTS, sizeof *t->cache);
         t->cache_cap_bytes = (size_t)CACHE_SLOTS * 12;
         t->cache_cap_ids = (size_t)CACHE_SLOTS * 4;
         t->cache_bytes = malloc(t->cache_cap_bytes);
         t->cache_ids = malloc(t->cache_cap_ids * sizeof *t->cache_ids);
-        if (!t->cache || !t->cache_bytes || !t->cache_ids) st = tg_error(TG_ENOMEM, "%s: out of host memory", dir);
+        if (!t->cache || !t->cache_bytes || !t->cache_ids) st = tg_error(TG_ENOMEM, "%s: out of host memory", vocab_name);
     }
     if (st != TG_OK) {
         tg_tokenizer_free(t);

@@ -1,4 +1,4 @@
--- safetensors.lua — fuzz driver: the input is a safetensors file; tg.safetensors opens (validates) it,
+-- lua_safetensors.lua — fuzz driver: the input is a safetensors file; tg.safetensors opens (validates) it,
 -- and every tensor it lists is described and read, with its metadata.
 local tg = require "tegraph"
 local path = (os.getenv("TMPDIR") or "/tmp") .. "/tegraph-fuzz-st-" .. tostring(os.time()) .. "-" ..

@@ -1,4 +1,4 @@
--- tokens.lua — fuzz driver: the input is a token file (llm.c .bin layout) followed by nothing else;
+-- lua_tokens.lua — fuzz driver: the input is a token file (llm.c .bin layout) followed by nothing else;
 -- tegraph.data opens it with a vocabulary and batch shape taken from its own bytes, and draws
 -- batches; the decoding calls are also driven directly with counts and offsets from the input.
 local tg = require "tegraph"
