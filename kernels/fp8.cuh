@@ -41,4 +41,23 @@ static __device__ __forceinline__ void tgk_amax_block(unsigned m, float *amax)
     }
 }
 
+#define TGK_VEC 8 /* elements per vector group */
+
+/* v = x[i .. i + 8) as f32; x + i is 16-byte aligned. */
+static __device__ __forceinline__ void tgk_load8(const void *x, tg_dtype dt, int64_t i, float v[TGK_VEC])
+{
+    if (dt == TG_BF16) {
+        const uint4 u = *(const uint4 *)((const uint16_t *)x + i);
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            v[2 * k] = __uint_as_float(w[k] << 16);
+            v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+        }
+    } else {
+        const float4 a = *(const float4 *)((const float *)x + i), b = *(const float4 *)((const float *)x + i + 4);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    }
+}
+
 #endif

@@ -2,7 +2,9 @@
  * (every midpoint between FP8 neighbours included), with scales, from bf16, with the transposed copy; amax,
  * transpose and dequantize bit for bit; the cuBLASLt FP8 GEMM within accumulation tolerance of the CPU emulation
  * for several shapes (odd m) and dtypes, with bias and bias+GELU epilogues, beta, amax_d, a replay reading the
- * scales of its time, and sizes cuBLASLt cannot take refused. */
+ * scales of its time, and sizes cuBLASLt cannot take refused; cast_transpose, the plain cast and amax on whole and
+ * partial tiles, f32 and bf16 inputs with NaN/Inf, accumulated amaxes; the delayed-scaling update on long
+ * histories. */
 #include "core/core.h"
 #include "tap.h"
 
@@ -137,6 +139,118 @@ static void cast_sweep(tg_dtype dt)
     tg_tensor *all[] = {ac, ag, bc, bg, y2c, y2g, ytc, ytg, sic, sig, sc, sg, tc, tgt, dc, dg, dbc, dbg};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) tg_tensor_free(all[i]);
     free(xv), free(xb);
+}
+
+/* a value of x for the cast cases: mostly random in [-450, 450), some NaN, +-Inf, -0, subnormals, huge */
+static float cast_input(void)
+{
+    const uint64_t u = rnd();
+    switch (u % 61) {
+    case 0: return NAN;
+    case 1: return INFINITY;
+    case 2: return -INFINITY;
+    case 3: return -0.0f;
+    case 4: return 0x1p-140f;
+    case 5: return -3.0e38f;
+    default: return (float)((double)(int64_t)(u >> 11) * 0x1p-53 - 0.5) * 900.0f;
+    }
+}
+
+/* cast_transpose of an x (rows, cols) of x_dt, y kept or not, amax written or accumulated from a start value: y,
+ * y_t, amax and scale_inv equal the CPU's bit for bit. Shapes cover whole 64 x 64 tiles, partial tiles, widths that
+ * are and are not multiples of 8. */
+static void cast_transpose_case(tg_dtype dt, tg_dtype x_dt, int64_t r, int64_t c, int with_y, int flags, float amax0,
+                                float scale)
+{
+    const char *nm = tg_dtype_name(dt);
+    const int64_t n = r * c;
+    void *xb = malloc((size_t)n * tg_dtype_size(x_dt));
+    for (int64_t i = 0; i < n; i++) {
+        const float v = cast_input();
+        if (x_dt == TG_BF16)
+            ((uint16_t *)xb)[i] = tg_f32_to_bf16(v);
+        else
+            ((float *)xb)[i] = v;
+    }
+    tg_tensor *xc, *xg, *yc = NULL, *yg = NULL, *ytc, *ytg;
+    tg_tensor *ac = scalar(cpu, amax0), *ag = scalar(gpu, amax0), *sic = scalar(cpu, 0), *sig = scalar(gpu, 0);
+    tg_tensor *sc = scalar(cpu, scale), *sg = scalar(gpu, scale);
+    mk_pair(x_dt, r, c, xb, &xc, &xg);
+    if (with_y) mk_pair(dt, r, c, NULL, &yc, &yg);
+    mk_pair(dt, c, r, NULL, &ytc, &ytg);
+    const int runs = tg_fp8_cast_transpose(yg, ytg, xg, sg, ag, sig, flags) == TG_OK &&
+                     tg_fp8_cast_transpose(yc, ytc, xc, sc, ac, sic, flags) == TG_OK;
+    ok(runs, "%s: cast_transpose of a %s [%lld,%lld] (y %s, amax %s from %g, scale %g) runs on both", nm,
+       tg_dtype_name(x_dt), (long long)r, (long long)c, with_y ? "kept" : "NULL",
+       flags & TG_FP8_AMAX_ACCUMULATE ? "accumulated" : "written", amax0, scale);
+    const long long dy = with_y ? first_diff(yc, yg) : -1, dyt = first_diff(ytc, ytg);
+    if (!ok(dy < 0 && dyt < 0, "... y and y_t equal the CPU's bit for bit"))
+        diag("first differing byte: y %lld, y_t %lld", dy, dyt);
+    ok(first_diff(ac, ag) < 0 && first_diff(sic, sig) < 0, "... amax and scale_inv too");
+    if (!with_y) { /* y only, through the plain cast (vector groups when numel % 8 == 0) */
+        mk_pair(dt, r, c, NULL, &yc, &yg);
+        ok(tg_fp8_cast(yg, xg, sg, ag, sig, flags) == TG_OK && tg_fp8_cast(yc, xc, sc, ac, sic, flags) == TG_OK &&
+               first_diff(yc, yg) < 0 && first_diff(ac, ag) < 0,
+           "... the plain cast of the same x: y and amax bit for bit");
+        tg_fp8_amax(ag, xg, flags), tg_fp8_amax(ac, xc, flags);
+        ok(first_diff(ac, ag) < 0, "... fp8_amax of the same x bit for bit");
+    }
+    tg_tensor *all[] = {xc, xg, yc, yg, ytc, ytg, ac, ag, sic, sig, sc, sg};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (all[i]) tg_tensor_free(all[i]);
+    free(xb);
+}
+
+static void cast_transpose_cases(tg_dtype dt)
+{
+    cast_transpose_case(dt, TG_BF16, 256, 192, 1, 0, 0, 1.0f);                       /* whole tiles */
+    cast_transpose_case(dt, TG_BF16, 200, 136, 1, TG_FP8_AMAX_ACCUMULATE, 1e30f, 0.37f); /* partial tiles */
+    cast_transpose_case(dt, TG_BF16, 72, 40, 0, TG_FP8_AMAX_ACCUMULATE, 2.0f, 3.0f);
+    cast_transpose_case(dt, TG_F32, 136, 64, 1, 0, 0, 0.37f);
+    cast_transpose_case(dt, TG_F32, 8, 8, 0, 0, 0, 1.0f);
+    cast_transpose_case(dt, TG_F32, 65, 130, 1, 0, 0, 2.0f); /* widths not multiples of 8 */
+    cast_transpose_case(dt, TG_BF16, 130, 65, 0, 0, 0, 0.5f);
+    cast_transpose_case(dt, TG_BF16, 1, 1001, 0, TG_FP8_AMAX_ACCUMULATE, 0, 1.0f);
+    cast_transpose_case(dt, TG_BF16, 4096, 8, 1, 0, 0, 1.0f);
+}
+
+/* ------------------------------------------------------------------ delayed-scaling update */
+/* histories (len, n) of amaxes (NaN, Inf, zeros and all-zero columns among them) updated three times in a row:
+ * history, scale and scale_inv equal the CPU's bit for bit after each. */
+static void scale_update_case(int64_t len, int n, int most_recent, int margin)
+{
+    float *h = malloc(sizeof(float) * (size_t)(len * n));
+    for (int64_t i = 0; i < len * n; i++) {
+        const uint64_t u = rnd();
+        const int j = (int)(i % n);
+        h[i] = j == 1 ? 0.0f : u % 97 == 0 ? NAN : u % 89 == 0 ? INFINITY : u % 7 == 0 ? 0.0f
+                                                                     : (float)((u >> 11) % 100000) * 0.01f;
+    }
+    if (len > 3 && n > 2) h[(len - 1) * n + 2] = 1e6f; /* the column's max in its last row */
+    tg_tensor *hc, *hg, *sc, *sg, *sic, *sig;
+    mk_pair(TG_F32, len, n == 1 ? 0 : n, h, &hc, &hg);
+    float s0[TG_FP8_MAX_ROLES];
+    for (int j = 0; j < n; j++) s0[j] = 1.0f + (float)j;
+    mk_pair(TG_F32, n, 0, s0, &sc, &sg);
+    mk_pair(TG_F32, n, 0, NULL, &sic, &sig);
+    double fmax[TG_FP8_MAX_ROLES];
+    for (int j = 0; j < n; j++) fmax[j] = j % 3 == 2 ? 57344.0 : 448.0;
+    int runs = 1, same = 1;
+    for (int k = 0; k < 3; k++) {
+        runs &= tg_fp8_scale_update(hg, sg, sig, fmax, margin, most_recent) == TG_OK &&
+                tg_fp8_scale_update(hc, sc, sic, fmax, margin, most_recent) == TG_OK;
+        const long long dh = first_diff(hc, hg), ds = first_diff(sc, sg), dsi = first_diff(sic, sig);
+        if (dh >= 0 || ds >= 0 || dsi >= 0) {
+            if (same) diag("update %d: first differing byte: history %lld, scale %lld, scale_inv %lld", k + 1, dh, ds, dsi);
+            same = 0;
+        }
+    }
+    ok(runs, "scale_update of a (%lld, %d) history (most_recent %d, margin %d) runs three times on both",
+       (long long)len, n, most_recent, margin);
+    ok(same, "... history, scale and scale_inv equal the CPU's bit for bit after each update");
+    tg_tensor *all[] = {hc, hg, sc, sg, sic, sig};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) tg_tensor_free(all[i]);
+    free(h);
 }
 
 /* ------------------------------------------------------------------ GEMM */
@@ -282,6 +396,15 @@ int main(void)
     if (tg_device_count(TG_CUDA) == 0) skip_all("no CUDA device");
     cast_sweep(TG_E4M3);
     cast_sweep(TG_E5M2);
+    cast_transpose_cases(TG_E4M3);
+    cast_transpose_cases(TG_E5M2);
+    scale_update_case(1024, 3, 0, 0);
+    scale_update_case(1024, 3, 1, 1);
+    scale_update_case(257, 8, 0, 2);
+    scale_update_case(16, 3, 0, 0);
+    scale_update_case(1, 3, 1, 0);
+    scale_update_case(2, 1, 0, 0);
+    scale_update_case(600, 1, 0, 0);
     gemm_case(TG_E4M3, TG_E4M3, TG_BF16, 64, 64, 64, TG_EPI_NONE, 0);
     gemm_case(TG_E4M3, TG_E4M3, TG_BF16, 17, 48, 32, TG_EPI_NONE, 0);
     gemm_case(TG_E4M3, TG_E4M3, TG_F32, 1, 16, 16, TG_EPI_NONE, 0);

@@ -111,6 +111,26 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
     report(cname, "gemm fc1 wgrad +bgrad (+= f32)", timed(function()
       ops.gemm(g32, h, true, x, false, 1, 1, { epilogue = "bgrad", bgrad = db32, bgrad_accumulate = 1 }) end), nil, fl)
   end
+  if want("fp8") then
+    -- the FP8 passes of a Linear: dy (N,4C) cast with its transpose (delayed: amax accumulated), the plain cast, the
+    -- amax of current scaling, and the delayed-scaling update of a Linear's (1024, 3) amax history
+    local dh = randn { N, F }
+    local y8, yt8 = tg.zeros({ N, F }, { dtype = "e5m2", device = device }), tg.zeros({ F, N }, { dtype = "e5m2", device = device })
+    local f32 = function(shape, v) return tg.full(shape, v, { dtype = "f32", device = device }) end
+    local sc, am, si = f32({ 1 }, 1), f32({ 1 }, 0), f32({ 1 }, 1)
+    local cast = { scale = sc, amax = am, scale_inv = si, accumulate = true, y = y8, y_t = yt8 }
+    report(cname, "fp8_cast_transpose (N,4C) y+y_t", timed(function() ops.fp8_cast_transpose(dh, "e5m2", cast) end),
+      2 * N * F + 2 * N * F)
+    local only_t = { scale = sc, amax = am, scale_inv = si, accumulate = true, y = false, y_t = yt8 }
+    report(cname, "fp8_cast_transpose (N,4C) y_t", timed(function() ops.fp8_cast_transpose(dh, "e5m2", only_t) end),
+      2 * N * F + N * F)
+    local plain = { scale = sc, amax = am, scale_inv = si, accumulate = true, y = y8 }
+    report(cname, "fp8_cast (N,4C)", timed(function() ops.fp8_cast(dh, "e5m2", plain) end), 2 * N * F + N * F)
+    report(cname, "fp8_amax (N,4C)", timed(function() ops.fp8_amax(am, dh) end), 2 * N * F)
+    local hist, s3, si3 = f32({ 1024, 3 }, 0.5), f32({ 3 }, 1), f32({ 3 }, 1)
+    report(cname, "fp8 scale_update (1024,3)", timed(function()
+      tg.fp8.scale_update(hist, s3, si3, { 448, 448, 57344 }) end), 2 * 4 * 1024 * 3)
+  end
   -- LM head and embedding wgrad at GPT-2's padded vocabulary. Ideal bytes: cross-entropy reads the logits once
   -- (backward also writes dlogits); the embedding wgrad reads dout (and its f32 table rows once per id).
   local V = 50304

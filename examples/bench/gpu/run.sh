@@ -12,7 +12,8 @@
 #   fp8        examples/bench/fp8_gemm (FP8 and bf16 GEMM 8192^3, cuBLASLt) and peers/fp8_gemm.py
 #              (torch._scaled_mm), with the ratio of the two FP8 figures
 #   layers     peers/layers.py, then examples/bench/layers.lua --torch (ratios to PyTorch per mode)
-#   fp8train   FP8 training: t/cuda-fp8-layer-matches-cpu.lua, the layer stacks in FP8 next to bf16
+#   fp8train   FP8 training: t/cuda-fp8-matches-cpu.t, t/cuda-fp8-layer-matches-cpu.lua, the FP8 casts and scale
+#              update alone (ops.lua --only fp8: ms, GB/s), the layer stacks in FP8 next to bf16
 #              (layers.lua --fp8 delayed), GPT-2 124M steps in bf16 and with --fp8 delayed / current
 #              (tokens/s), and, with FP8_TEXT=FILE (a real text file; FP8_TOKENIZER=DIR for GPT-2 BPE), the
 #              training-quality run: FP8_STEPS (default 1000) steps in bf16 and in FP8 (delayed), the loss
@@ -153,14 +154,18 @@ for s in "${STAGES[@]}"; do
     ;;
   fp8train)
     stage "fp8 training"
-    timeout "$(cap 600)" make -j"$(nproc)" check TESTS=t/cuda-fp8-layer-matches-cpu.lua > "$OUT/fp8-check.log" 2>&1
-    echo "t/cuda-fp8-layer-matches-cpu.lua: $(grep -c '^ok' t/cuda-fp8-layer-matches-cpu.log) ok, $(grep -c '^not ok' t/cuda-fp8-layer-matches-cpu.log) not ok"
-    grep -E "^(not )?ok|^#" t/cuda-fp8-layer-matches-cpu.log | head -20
+    timeout "$(cap 600)" make -j"$(nproc)" check TESTS="t/cuda-fp8-matches-cpu.t t/cuda-fp8-layer-matches-cpu.lua" > "$OUT/fp8-check.log" 2>&1
+    for t in t/cuda-fp8-matches-cpu t/cuda-fp8-layer-matches-cpu; do
+      echo "$t: $(grep -c '^ok' $t.log) ok, $(grep -c '^not ok' $t.log) not ok"
+      grep -E "^not ok|^#" $t.log | head -20
+    done
+    timeout "$(cap 120)" ./tegraph run "$SRC/examples/bench/ops.lua" --only fp8 2>&1 | tee "$OUT/fp8-ops.txt"
     timeout "$(cap 300)" ./tegraph run "$SRC/examples/bench/layers.lua" --fp8 delayed --gemm 0 2>&1 | tee "$OUT/fp8-layers.txt"
     data
     for f in "" "--fp8 delayed" "--fp8 current"; do
       echo "--- bf16 $f"
-      timeout "$(cap 150)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 --vocab-pad 64 $f 2>&1 | tail -4
+      timeout "$(cap 150)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 --vocab-pad 64 \
+        --samples 0 $f 2>&1 | grep -E "steady|issued|host time|rror"
     done | tee "$OUT/fp8-gpt2.txt"
     if [ -n "$FP8_TEXT" ]; then
       q="--text $FP8_TEXT ${FP8_TOKENIZER:+--tokenizer $FP8_TOKENIZER} --context 1024 --width 768 --heads 12 --layers 12"
