@@ -112,4 +112,17 @@ end)
 t.ok(e:find("inside a group of ops while ", 1, true) ~= nil, "a group inside a capture is refused: " .. e)
 t.close(c:all_reduce(tg.tensor({ 1 }, on_dev)), { n }, 0, "after the refusals the ranks still agree (no stray collective)")
 
+-- ranks that captured different collectives: the first replay of the label is compared across the ranks (on the
+-- CPU the check runs at replay, like an eager call's) and fails on every rank naming both, before any data moves
+if on_cpu then
+  local w = tg.zeros({ r == 0 and 4 or 6 }, on_dev)
+  local gw = tg.stream.capture(function() c:all_reduce(w, { name = "captured mismatch" }) end, on_dev)
+  e = err_of(function() gw:replay() end)
+  t.ok(e:find("replay of a captured all_reduce: all_reduce: the ranks disagree: rank 0 has call #", 1, true) ~= nil and
+    e:find("all_reduce of 4 f32 (sum) on cpu 'captured mismatch'; rank 1 has call #", 1, true) ~= nil and
+    e:find("all_reduce of 6 f32 (sum) on cpu 'captured mismatch'", 1, true) ~= nil,
+    "captured collectives that differ across ranks fail the replay naming both ranks' calls: " .. e)
+  t.close(c:all_reduce(tg.tensor({ 1 }, on_dev)), { n }, 0, "and the ranks still agree afterwards")
+end
+
 t.done_testing()
