@@ -76,7 +76,7 @@ local defaults = {
   { "quiet", false, "no progress lines" },
   { "trace", nil, "write a device-timeline trace (Chrome JSON, for Perfetto) of --trace-steps to this file; with several ranks each writes FILE.rank<r>" },
   { "trace-steps", nil, "steps to trace, a:b (default 3:5, within --steps)" },
-  { "graph", false, "run each chunk of layers as a graphed callable (F/B/W graphs per microbatch, delayed wgrad, captured in the schedule's order), the reduce driven by the wgrad hooks, capturable AdamW; --graph full: capture the whole step (forward, backward, reduce, clip, AdamW) once after an eager first step and replay it (one rank)", values = { "full" } },
+  { "graph", false, "run each chunk of layers as a graphed callable (F/B/W graphs per microbatch, delayed wgrad, captured in the schedule's order), the reduce driven by the wgrad hooks, capturable AdamW; --graph full: capture the whole step (forward, backward, reduce, clip, AdamW) once after an eager first step and replay it (one rank or data parallel)", values = { "full" } },
   { "layers-per-chunk", nil, "layers per graphed callable with --graph (default 1; with --pipeline: the layers of a schedule chunk)", "number", min = 1 },
   { "pipeline", 1, "pipeline stages P, one per rank (tegraph run -n N, N = P x D: D data-parallel replicas)", min = 1 },
   { "schedule", "1f1b", "pipeline schedule: " .. train.schedule_names },

@@ -4,6 +4,9 @@ DIST_LUA_TESTS = \
 	t/dist-grad-buffer-layout.lua
 DIST_SH_TESTS = \
 	t/dist-comm-ops.sh \
+	t/dist-collectives-captured-replay-like-eager.sh \
+	t/dist-captured-collective-replayed-alone-fails.sh \
+	t/dist-gpt-graph-full-on-ranks-gives-the-eager-losses.sh \
 	t/dist-ddp-matches-single-process.sh \
 	t/dist-zero1-matches-ddp.sh \
 	t/dist-custom-reduce.sh \
@@ -23,6 +26,7 @@ t_dist_world_calls_outside_a_job_t_SOURCES = t/dist-world-calls-outside-a-job.c
 t_dist_world_calls_outside_a_job_t_LDADD = $(TG_TEST_LIBS)
 EXTRA_DIST += $(DIST_LUA_TESTS) $(DIST_SH_TESTS) \
 	t/dist/comm-ops.lua \
+	t/dist/comm-capture.lua \
 	t/dist/ddp-matches-single-process.lua \
 	t/dist/zero1-matches-ddp.lua \
 	t/dist/pipeline-matches-single-process.lua t/dist/pipeline-peer-stops.lua \

@@ -122,15 +122,14 @@ function M.new(o)
   end
   local self = setmetatable({ model = model, M = Mb, P = P, D = D, N = N, world = world, graph = o.graph == true,
     full = o.graph == "full", stage = 1, dp_rank = 0 }, Trainer)
-  if self.full and N > 1 then
-    fail(string.format("graph = \"full\" on %d ranks: collectives are not captured (tg.comm refuses them while a " ..
-      "device captures), so the reduce cannot be in the graph; run one rank, or graph = true (per-layer graphs, the " ..
-      "reduce issued from the hooks after each replay)", N))
+  if self.full and P > 1 then
+    fail("graph = \"full\" captures the whole step of one replica: not with pipeline " .. P .. " (the schedule's " ..
+      "sends and receives are not captured)")
   end
-  if self.full and P > 1 then fail("graph = \"full\" captures the whole step of one process: not with pipeline " .. P) end
   if self.full and o.graph_modules ~= nil then fail("graph = \"full\" captures the whole step: graph_modules is for the eager step") end
   if self.full and o.reduce == "zero1" then
-    fail("graph = \"full\" with zero1 is not supported (zero1's finish and step are not captured; use ddp)")
+    fail("graph = \"full\" with zero1 is not supported (zero1's step reads the gradient norm on the host and " ..
+      "gathers the parameters outside the step: it cannot be captured; use ddp)")
   end
   if o.reduce ~= nil and o.reduce ~= "ddp" and o.reduce ~= "zero1" and o.reduce ~= "none" then
     fail("reduce must be ddp, zero1 or none (got " .. tostring(o.reduce) .. ")")
@@ -416,6 +415,7 @@ function Trainer:full_body()
   if model:need_backward_dw() then
     for mb = 1, Mb do model:backward_dw(mb) end
   end
+  if self.fp8_amax then self.fp8_amax:reduce() end
   if self.ddp then self.ddp:finish() end
   self.adamw:step()
 end

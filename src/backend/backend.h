@@ -545,6 +545,8 @@ struct tg_backend {
     tg_status (*capture_end)(tg_stream *s, tg_graph *g); /* finalises g->impl, g->ncmds */
     tg_status (*graph_replay)(tg_graph *g, tg_stream *s);
     void (*graph_destroy)(tg_graph *g);
+    /* Optional (NULL: not supported): host work in s's order (tg_stream_host_call). */
+    tg_status (*host_call)(tg_stream *s, const struct tg_host_call *h);
 
     /* events: a record is stream work (on the CPU a command, so one recorded
      * in a captured graph takes its time at each replay) */

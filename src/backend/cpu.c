@@ -5,11 +5,13 @@
 #include <time.h>
 #include <unistd.h>
 
-/* A recorded kernel call: the body and its own copy of the argument struct. */
+/* A recorded kernel call: the body and its own copy of the argument struct; or
+ * (host.fn set) host work that can fail, holding a reference to host.ud. */
 struct cpu_cmd {
     cpu_fn fn;
     void *args;
     size_t size;
+    struct tg_host_call host;
 };
 
 /* g->impl of a CPU graph. */
@@ -28,7 +30,7 @@ void *cpu_aligned_alloc(size_t bytes)
 }
 
 /* ------------------------------------------------------------------ submission */
-static tg_status cmdlist_append(struct cpu_cmdlist *l, cpu_fn fn, const void *args, size_t size)
+static tg_status cmdlist_grow(struct cpu_cmdlist *l)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 64;
@@ -37,6 +39,12 @@ static tg_status cmdlist_append(struct cpu_cmdlist *l, cpu_fn fn, const void *ar
         l->cmds = c;
         l->cap = cap;
     }
+    return TG_OK;
+}
+
+static tg_status cmdlist_append(struct cpu_cmdlist *l, cpu_fn fn, const void *args, size_t size)
+{
+    TG_TRY(cmdlist_grow(l));
     void *copy = malloc(size ? size : 1);
     if (!copy) return tg_error(TG_ENOMEM, "cpu: cannot record a command (%zu bytes of arguments)", size);
     memcpy(copy, args, size);
@@ -53,6 +61,20 @@ tg_status cpu_submit(tg_stream *s, cpu_fn fn, const void *args, size_t size)
     }
     fn(args);
     return TG_OK;
+}
+
+/* Host work that can fail: runs now, or is recorded (holding a reference to h->ud) while s captures. */
+static tg_status cpu_host_call(tg_stream *s, const struct tg_host_call *h)
+{
+    if (s && s->capture) {
+        struct cpu_cmdlist *l = s->capture->impl;
+        TG_ASSERT(l != NULL);
+        TG_TRY(cmdlist_grow(l));
+        if (h->retain) h->retain(h->ud);
+        l->cmds[l->n++] = (struct cpu_cmd){.host = *h};
+        return TG_OK;
+    }
+    return h->fn(h->ud);
 }
 
 /* ------------------------------------------------------------------ devices and memory */
@@ -152,7 +174,10 @@ static tg_status cpu_graph_replay(tg_graph *g, tg_stream *s)
 {
     struct cpu_cmdlist *l = g->impl;
     if (!l) return tg_error(TG_ESTATE, "cpu: replay of a graph that holds no capture");
-    for (size_t i = 0; i < l->n; i++) TG_TRY(cpu_submit(s, l->cmds[i].fn, l->cmds[i].args, l->cmds[i].size));
+    for (size_t i = 0; i < l->n; i++) {
+        const struct cpu_cmd *c = &l->cmds[i];
+        TG_TRY(c->host.fn ? cpu_host_call(s, &c->host) : cpu_submit(s, c->fn, c->args, c->size));
+    }
     return TG_OK;
 }
 
@@ -160,7 +185,10 @@ static void cpu_graph_destroy(tg_graph *g)
 {
     struct cpu_cmdlist *l = g->impl;
     if (!l) return;
-    for (size_t i = 0; i < l->n; i++) free(l->cmds[i].args);
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->cmds[i].args);
+        if (l->cmds[i].host.drop) l->cmds[i].host.drop(l->cmds[i].host.ud);
+    }
     free(l->cmds);
     free(l);
     g->impl = NULL;
@@ -241,6 +269,7 @@ const struct tg_backend tg_backend_cpu = {
     .capture_end = cpu_capture_end,
     .graph_replay = cpu_graph_replay,
     .graph_destroy = cpu_graph_destroy,
+    .host_call = cpu_host_call,
     .event_init = cpu_event_init,
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,

@@ -137,6 +137,14 @@ struct tg_graph_host {
     void *ud;
 };
 
+/* Host work that can fail, and how a holder keeps its argument alive (tg_stream_host_call). */
+struct tg_host_call {
+    tg_status (*fn)(void *ud);
+    void *ud;
+    void (*retain)(void *ud);
+    void (*drop)(void *ud);
+};
+
 struct tg_graph {
     tg_device dev;
     const struct tg_backend *be;
@@ -148,6 +156,8 @@ struct tg_graph {
      * storages from the device allocator, and the pools of pool storages
      * (a pool's ranges may be reused by later captures, its blocks stay). */
     struct tg_ptrset held_storages, held_pools, held_events;
+    struct tg_host_call *after; /* (nafter) host work after each replay (tg_graph_after_replay) */
+    int nafter, capafter;
     void *impl;        /* backend graph: CPU command list / cudaGraphExec_t */
 };
 
@@ -161,6 +171,10 @@ tg_graph *tg_device_capture_graph(tg_device dev);
 void tg_capture_hold(const tg_tensor *t);
 /* Retains e for g (an event recorded or waited for inside g's capture). */
 tg_status tg_graph_hold_event(tg_graph *g, tg_event *e);
+/* Host work run after each replay of g, with the replay's stream current, in the order added (once
+ * per fn and ud: adding the same pair again does nothing); g retains ud and drops it when freed.
+ * Layers under the graph use it (the NCCL watchdog watches a replay that holds captured ops). */
+tg_status tg_graph_after_replay(tg_graph *g, const struct tg_host_call *h);
 
 /* Per-device bookkeeping: current stream, default stream, capture count. */
 int tg_device_valid(tg_device d);
@@ -178,6 +192,13 @@ void tg_device_count_memory(tg_device dev, size_t bytes, int add);
 void tg_device_index_init(tg_stream *s);
 /* Remembers the first op error while s captures (end_capture then fails); returns st. */
 tg_status tg_stream_note_error(tg_stream *s, tg_status st);
+
+/* Host work in stream order that can fail: fn(ud) runs now, or, while s captures, is recorded into
+ * the graph and runs at each replay (its failure fails the replay). The graph holds ud: retain(ud)
+ * when it is recorded (also into an enclosing capture when the graph is replayed inside one),
+ * drop(ud) when the graph is freed. Backends without it (CUDA) fail with TG_ENOTSUP. */
+
+tg_status tg_stream_host_call(tg_stream *s, const struct tg_host_call *h);
 
 /* TG_OK when v is exactly representable in dt's integers (float dtypes: always);
  * else TG_EINVAL "what: value v [at index i] does not fit dt" (index < 0: none). */

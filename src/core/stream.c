@@ -93,6 +93,15 @@ tg_status tg_stream_end_capture(tg_stream *s, tg_graph **out)
     return TG_OK;
 }
 
+tg_status tg_stream_host_call(tg_stream *s, const struct tg_host_call *h)
+{
+    char d[32];
+    if (!s->be->host_call)
+        return tg_error(TG_ENOTSUP, "host work in the order of stream '%s' is not supported on %s", s->name,
+                        tg_device_str(s->dev, d, sizeof d));
+    return tg_stream_note_error(s, s->be->host_call(s, h));
+}
+
 tg_status tg_graph_replay(tg_graph *g, tg_stream *s)
 {
     if (!g) return tg_error(TG_ESTATE, "replay of a graph that was never captured");
@@ -100,12 +109,13 @@ tg_status tg_graph_replay(tg_graph *g, tg_stream *s)
         return tg_error(TG_EINVAL, "replay on stream '%s' of another device than the graph's", s->name);
     if (s->capture) return tg_error(TG_ECAPTURE, "replay on stream '%s' while it is capturing", s->name);
     tg_device_count_replay(s);
-    if (!g->host.before && !g->host.after) return g->be->graph_replay(g, s);
+    if (!g->host.before && !g->host.after && !g->nafter) return g->be->graph_replay(g, s);
     /* host work of the layers above runs with s current, like the work it stands for */
     tg_stream *prev = tg_stream_set_current(s);
     tg_status st = g->host.before ? g->host.before(g->host.ud, s) : TG_OK;
     if (st == TG_OK) st = g->be->graph_replay(g, s);
     if (st == TG_OK && g->host.after) st = g->host.after(g->host.ud, s);
+    for (int i = 0; st == TG_OK && i < g->nafter; i++) st = g->after[i].fn(g->after[i].ud);
     if (prev) tg_stream_set_current(prev);
     return st;
 }
@@ -182,6 +192,22 @@ void tg_capture_hold(const tg_tensor *t)
     else st->refcount++;
 }
 
+tg_status tg_graph_after_replay(tg_graph *g, const struct tg_host_call *h)
+{
+    for (int i = 0; i < g->nafter; i++)
+        if (g->after[i].fn == h->fn && g->after[i].ud == h->ud) return TG_OK;
+    if (g->nafter == g->capafter) {
+        int cap = g->capafter ? 2 * g->capafter : 4;
+        struct tg_host_call *a = realloc(g->after, sizeof *a * (size_t)cap);
+        if (!a) return tg_error(TG_ENOMEM, "capture: out of host memory");
+        g->after = a;
+        g->capafter = cap;
+    }
+    if (h->retain) h->retain(h->ud);
+    g->after[g->nafter++] = *h;
+    return TG_OK;
+}
+
 tg_status tg_graph_hold_event(tg_graph *g, tg_event *e)
 {
     int added;
@@ -205,5 +231,8 @@ void tg_graph_free(tg_graph *g)
     free(g->held_storages.slots);
     free(g->held_pools.slots);
     free(g->held_events.slots);
+    for (int i = 0; i < g->nafter; i++)
+        if (g->after[i].drop) g->after[i].drop(g->after[i].ud);
+    free(g->after);
     free(g);
 }

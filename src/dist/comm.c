@@ -400,19 +400,37 @@ static void describe(char *buf, size_t n, const char *what, const tg_tensor *t, 
 }
 
 /* The transport for t (NULL on a one-rank communicator). */
-static tg_status pick(tg_comm *c, const char *what, const tg_tensor *t, const struct tg_comm_transport **tr, void **impl)
+/* cap (NULL: the op cannot be captured, p2p): set to 1 when t's device captures and the op is to be
+ * recorded into the capture (CPU: host work run at each replay; CUDA: NCCL on the capturing stream). */
+static tg_status pick(tg_comm *c, const char *what, const tg_tensor *t, const struct tg_comm_transport **tr, void **impl,
+                      int *cap)
 {
     char dev[32];
     tg_device d = tg_tensor_device(t);
     *tr = NULL;
     *impl = NULL;
+    if (cap) *cap = 0;
     if (finalized) return tg_error(TG_ESTATE, "%s: the communicators were finalised", what);
     if (!dtype_ok(t->dtype))
         return tg_error(TG_EINVAL, "%s: dtype %s is not supported (f32, bf16 or i32)", what, tg_dtype_name(t->dtype));
     if (c->size == 1) return TG_OK; /* one rank: nothing is issued, so a capture may hold the call (a full-iteration step) */
-    if (tg_device_capturing(d))
-        return tg_error(TG_ECAPTURE, "%s: not allowed while %s captures (stream '%s'): issue it from a hook after the replay",
-                        what, tg_device_str(d, dev, sizeof dev), tg_device_capturer_name(d));
+    if (tg_device_capturing(d)) {
+        if (!cap)
+            return tg_error(TG_ECAPTURE,
+                            "%s: not allowed while %s captures (stream '%s'): sends, receives and barriers are not "
+                            "captured; issue it outside the capture",
+                            what, tg_device_str(d, dev, sizeof dev), tg_device_capturer_name(d));
+        tg_stream *s = tg_stream_current(d);
+        if (!s || !tg_stream_capturing(s))
+            return tg_error(TG_ECAPTURE,
+                            "%s: %s captures on stream '%s' but the current stream is '%s': issue the collective on "
+                            "the capturing stream",
+                            what, tg_device_str(d, dev, sizeof dev), tg_device_capturer_name(d), s ? s->name : "(none)");
+        if (c->group_depth > 0)
+            return tg_error(TG_ECAPTURE, "%s: not allowed inside a group of ops while %s captures (stream '%s')", what,
+                            tg_device_str(d, dev, sizeof dev), tg_device_capturer_name(d));
+        *cap = 1;
+    }
     if (d.type == TG_CPU) {
         if (!c->mpi)
             return tg_error(TG_ENOTSUP,
@@ -431,6 +449,9 @@ static tg_status pick(tg_comm *c, const char *what, const tg_tensor *t, const st
         return tg_error(TG_EINVAL, "%s: the tensor is on %s but this rank's NCCL communicator is on %s", what,
                         tg_device_str(d, dev, sizeof dev), tg_device_str(c->cuda_dev, mine, sizeof mine));
     }
+    if (cap && *cap && !c->nccl_tr->capturable)
+        return tg_error(TG_ECAPTURE, "%s: the %s transport cannot issue collectives while %s captures", what,
+                        c->nccl_tr->name, tg_device_str(d, dev, sizeof dev));
     *tr = c->nccl_tr;
     *impl = c->nccl;
     return TG_OK;
@@ -544,7 +565,11 @@ static tg_status check_creation(tg_comm *c, const char *what)
 static tg_status cross_check(tg_comm *c, int kind, const tg_tensor *t, tg_comm_op op, int root)
 {
     if (c->checking) return TG_OK;
-    int64_t seq = c->seq++;
+    /* a collective captured into a CUDA graph runs at each replay without the host: it is not counted,
+     * and compared at capture only where the comparison needs no device work (over MPI) */
+    int in_capture = t && tg_device_capturing(tg_tensor_device(t));
+    if (in_capture && tg_device_capturing(check_device(c))) return TG_OK;
+    int64_t seq = in_capture ? c->seq : c->seq++;
     if (c->size == 1) return TG_OK;
     char key[40];
     snprintf(key, sizeof key, "%d %.36s", kind, next_label);
@@ -819,6 +844,9 @@ tg_status tg_comm_req_test(tg_comm_req *r, int *done)
     *done = 1;
     if (r->done) return r->err == TG_OK ? TG_OK : tg_error(r->err, "%s", r->errmsg);
     if (!r->tr) return tg_comm_req_wait(r);
+    if (r->captured)
+        return tg_error(TG_ECAPTURE, "test of %s: it was captured into a graph and completes at each replay on the "
+                        "device; wait for it instead (the stream waits for it in the graph)", r->desc);
     tg_status st = TG_OK;
     for (int k = 0; k < 2; k++) { /* the signatures first: the op completes once they compared */
         tg_comm_req *s = k ? r->sig_in : r->sig_out;
@@ -861,10 +889,27 @@ void tg_comm_req_free(tg_comm_req *r)
     free(r);
 }
 
+/* A graph holding ops captured on a capturable transport (NCCL): after each replay the transport
+ * watches the replay's stream, so a peer that does not replay fails the job at the timeout. */
+static tg_status replay_watch(void *ud)
+{
+    tg_comm *c = ud;
+    if (!c->nccl || !c->nccl_tr->watch_replay) return TG_OK; /* finalised */
+    return c->nccl_tr->watch_replay(c->nccl, tg_stream_current(c->cuda_dev));
+}
+
+static void comm_retain(void *ud) { ((tg_comm *)ud)->refcount++; }
+static void comm_drop(void *ud) { release_comm(ud); }
+
 /* Issues through issue() on a request; completes it at once when the caller
  * wants a blocking call (out == NULL). */
 static tg_status finish_issue(tg_comm_req *r, tg_status st, tg_comm_req **out)
 {
+    if (st == TG_OK && r->captured && r->tr && r->tr->watch_replay) {
+        tg_graph *g = tg_device_capture_graph(r->comm->cuda_dev);
+        struct tg_host_call h = {replay_watch, r->comm, comm_retain, comm_drop};
+        if (g) (void)tg_graph_after_replay(g, &h); /* the op is captured either way; only the watch would miss it */
+    }
     if (st != TG_OK) {
         r->done = 1;
         r->failed = 0;
@@ -881,6 +926,84 @@ static tg_status finish_issue(tg_comm_req *r, tg_status st, tg_comm_req **out)
     tg_comm_req_free(r);
     return st;
 }
+
+/* ------------------------------------------------------------------ collectives in a CPU capture
+ * A collective on CPU tensors issued while the CPU device captures is recorded into the graph as host
+ * work: at each replay it runs as the same blocking call (same communicator, tensors, op and label),
+ * in the graph's order, through the checked path of an eager call (its place in the communicator's
+ * sequence, the cross-rank comparison of its first call, the timeout and departed-peer errors). A
+ * replay that fails there (a peer that does not replay) fails the replay. Nothing runs at capture:
+ * an async request of it completes at once (the work is in the graph). */
+struct captured_op {
+    int refs;
+    tg_comm *comm;     /* a reference */
+    int kind;          /* K_ALL_REDUCE ... K_BROADCAST */
+    tg_tensor *a, *b;  /* references: the tensor (all_reduce, broadcast) or out; in */
+    tg_comm_op op;
+    int root;
+    char label[64];
+};
+
+static void captured_retain(void *ud) { ((struct captured_op *)ud)->refs++; }
+
+static void captured_drop(void *ud)
+{
+    struct captured_op *k = ud;
+    if (--k->refs > 0) return;
+    tg_tensor_free(k->a);
+    tg_tensor_free(k->b);
+    release_comm(k->comm);
+    free(k);
+}
+
+static tg_status captured_run(void *ud)
+{
+    struct captured_op *k = ud;
+    tg_status st;
+    tg_comm_label_next(k->label);
+    switch (k->kind) {
+    case K_ALL_REDUCE: st = tg_comm_all_reduce(k->comm, k->a, k->op, NULL); break;
+    case K_REDUCE_SCATTER: st = tg_comm_reduce_scatter(k->comm, k->a, k->b, k->op, NULL); break;
+    case K_ALL_GATHER: st = tg_comm_all_gather(k->comm, k->a, k->b, NULL); break;
+    default: st = tg_comm_broadcast(k->comm, k->a, k->root, NULL); break;
+    }
+    if (st != TG_OK) return tg_error_prefix(st, "replay of a captured %s", kind_names[k->kind]);
+    return TG_OK;
+}
+
+/* Records the op into the capture of a's device; *req (when wanted) is a completed request. */
+static tg_status capture_op(tg_comm *c, int kind, const char *what, const char *desc, tg_tensor *a, tg_tensor *b,
+                            tg_comm_op op, int root, tg_comm_req **req)
+{
+    struct captured_op *k = calloc(1, sizeof *k);
+    if (!k) return tg_error(TG_ENOMEM, "out of host memory");
+    k->refs = 1;
+    k->comm = c;
+    c->refcount++;
+    k->kind = kind;
+    k->op = op;
+    k->root = root;
+    memcpy(k->label, next_label, sizeof k->label);
+    tg_status st = tg_tensor_ref(a, &k->a);
+    if (st == TG_OK && b) st = tg_tensor_ref(b, &k->b);
+    if (st == TG_OK) {
+        tg_capture_hold(a);
+        if (b) tg_capture_hold(b);
+        struct tg_host_call h = {captured_run, k, captured_retain, captured_drop};
+        st = tg_stream_host_call(tg_stream_current(tg_tensor_device(a)), &h);
+    }
+    captured_drop(k); /* the graph holds its own reference */
+    if (st != TG_OK) {
+        next_label[0] = '\0';
+        return st;
+    }
+    tg_comm_req *r;
+    TG_TRY(req_new(c, what, desc, a, b, &r));
+    r->captured = 1;
+    return finish_issue(r, TG_OK, req);
+}
+
+int64_t tg_comm_seq(const tg_comm *c) { return c->seq; }
 
 /* ------------------------------------------------------------------ operations */
 /* Inside a group (NCCL) ops only launch at the group's end: a blocking call
@@ -900,14 +1023,17 @@ tg_status tg_comm_all_reduce(tg_comm *c, tg_tensor *t, tg_comm_op op, tg_comm_re
     char desc[128], extra[16];
     tg_comm_req *r;
     if (req) *req = NULL;
-    TG_TRY(pick(c, "all_reduce", t, &tr, &impl));
+    int cap;
+    TG_TRY(pick(c, "all_reduce", t, &tr, &impl, &cap));
     if ((unsigned)op > TG_COMM_MIN) return tg_error(TG_EINVAL, "all_reduce: bad reduce op %d", (int)op);
     if (op == TG_COMM_AVG && t->dtype == TG_I32) return tg_error(TG_EINVAL, "all_reduce: avg of i32 (use sum)");
     snprintf(extra, sizeof extra, " (%s)", tg_comm_op_name(op));
     describe(desc, sizeof desc, "all_reduce", t, extra);
+    if (cap && tr && !tr->capturable) return capture_op(c, K_ALL_REDUCE, "all_reduce", desc, t, NULL, op, 0, req);
     TG_TRY(cross_check(c, K_ALL_REDUCE, t, op, 0));
     TG_TRY(req_new(c, "all_reduce", desc, t, NULL, &r));
     r->tr = tr;
+    r->captured = cap;
     return finish_issue(r, tr ? tr->all_reduce(impl, t, op, r) : TG_OK, req);
 }
 
@@ -919,7 +1045,8 @@ tg_status tg_comm_reduce_scatter(tg_comm *c, tg_tensor *out, tg_tensor *in, tg_c
     char desc[128], extra[16];
     tg_comm_req *r;
     if (req) *req = NULL;
-    TG_TRY(pick(c, "reduce_scatter", in, &tr, &impl));
+    int cap;
+    TG_TRY(pick(c, "reduce_scatter", in, &tr, &impl, &cap));
     int64_t n = tg_tensor_numel(out);
     if (out->dtype != in->dtype || !same_device(out, in))
         return tg_error(TG_EINVAL, "reduce_scatter: out (%s) and in (%s) differ in dtype or device",
@@ -933,9 +1060,11 @@ tg_status tg_comm_reduce_scatter(tg_comm *c, tg_tensor *out, tg_tensor *in, tg_c
     if (op == TG_COMM_AVG && in->dtype == TG_I32) return tg_error(TG_EINVAL, "reduce_scatter: avg of i32 (use sum)");
     snprintf(extra, sizeof extra, " (%s)", tg_comm_op_name(op));
     describe(desc, sizeof desc, "reduce_scatter", in, extra);
+    if (cap && tr && !tr->capturable) return capture_op(c, K_REDUCE_SCATTER, "reduce_scatter", desc, out, in, op, 0, req);
     TG_TRY(cross_check(c, K_REDUCE_SCATTER, in, op, 0));
     TG_TRY(req_new(c, "reduce_scatter", desc, out, in, &r));
     r->tr = tr;
+    r->captured = cap;
     tg_status st = TG_OK;
     if (tr) st = tr->reduce_scatter(impl, out, in, op, r);
     else if (!tg_tensor_same_memory(out, in)) st = tg_copy(out, in);
@@ -950,7 +1079,8 @@ tg_status tg_comm_all_gather(tg_comm *c, tg_tensor *out, tg_tensor *in, tg_comm_
     char desc[128];
     tg_comm_req *r;
     if (req) *req = NULL;
-    TG_TRY(pick(c, "all_gather", in, &tr, &impl));
+    int cap;
+    TG_TRY(pick(c, "all_gather", in, &tr, &impl, &cap));
     int64_t n = tg_tensor_numel(in);
     if (out->dtype != in->dtype || !same_device(out, in))
         return tg_error(TG_EINVAL, "all_gather: out (%s) and in (%s) differ in dtype or device",
@@ -961,9 +1091,11 @@ tg_status tg_comm_all_gather(tg_comm *c, tg_tensor *out, tg_tensor *in, tg_comm_
     if (overlap(out, in) && in->offset != out->offset + (int64_t)c->rank * n)
         return tg_error(TG_EINVAL, "all_gather: in overlaps out but is not rank %d's slice of it", c->rank);
     describe(desc, sizeof desc, "all_gather", in, NULL);
+    if (cap && tr && !tr->capturable) return capture_op(c, K_ALL_GATHER, "all_gather", desc, out, in, TG_COMM_SUM, 0, req);
     TG_TRY(cross_check(c, K_ALL_GATHER, in, TG_COMM_SUM, 0));
     TG_TRY(req_new(c, "all_gather", desc, out, in, &r));
     r->tr = tr;
+    r->captured = cap;
     tg_status st = TG_OK;
     if (tr) st = tr->all_gather(impl, out, in, r);
     else if (!tg_tensor_same_memory(out, in)) st = tg_copy(out, in);
@@ -980,12 +1112,15 @@ tg_status tg_comm_broadcast(tg_comm *c, tg_tensor *t, int root, tg_comm_req **re
     if (req) *req = NULL;
     if (root < 0 || root >= c->size)
         return tg_error(TG_EINVAL, "broadcast: root %d is not a rank of this communicator (0..%d)", root, c->size - 1);
-    TG_TRY(pick(c, "broadcast", t, &tr, &impl));
+    int cap;
+    TG_TRY(pick(c, "broadcast", t, &tr, &impl, &cap));
     snprintf(extra, sizeof extra, " (root %d)", root);
     describe(desc, sizeof desc, "broadcast", t, extra);
+    if (cap && tr && !tr->capturable) return capture_op(c, K_BROADCAST, "broadcast", desc, t, NULL, TG_COMM_SUM, root, req);
     TG_TRY(cross_check(c, K_BROADCAST, t, TG_COMM_SUM, root));
     TG_TRY(req_new(c, "broadcast", desc, t, NULL, &r));
     r->tr = tr;
+    r->captured = cap;
     return finish_issue(r, tr ? tr->broadcast(impl, t, root, r) : TG_OK, req);
 }
 
@@ -1000,7 +1135,7 @@ static tg_status p2p(tg_comm *c, int is_send, tg_tensor *t, int peer, tg_comm_re
     if (peer < 0 || peer >= c->size || peer == c->rank)
         return tg_error(TG_EINVAL, "%s: peer %d is not another rank of this communicator (rank %d of %d)", what, peer,
                         c->rank, c->size);
-    TG_TRY(pick(c, what, t, &tr, &impl));
+    TG_TRY(pick(c, what, t, &tr, &impl, NULL));
     snprintf(extra, sizeof extra, is_send ? " (to %d)" : " (from %d)", peer);
     describe(desc, sizeof desc, what, t, extra);
     char label[sizeof next_label];
@@ -1029,6 +1164,15 @@ tg_status tg_comm_barrier(tg_comm *c)
     if (finalized) return tg_error(TG_ESTATE, "barrier: the communicators were finalised");
     if (c->size > 1 && c->group_depth > 0)
         return tg_error(TG_ESTATE, "barrier inside a group of ops (they only launch at the group's end)");
+    tg_device cpu = {TG_CPU, 0};
+    if (c->size > 1 && (tg_device_capturing(cpu) || (c->nccl && tg_device_capturing(c->cuda_dev)))) {
+        tg_device d = tg_device_capturing(cpu) ? cpu : c->cuda_dev;
+        char dev[32];
+        return tg_error(TG_ECAPTURE,
+                        "barrier: not allowed while %s captures (stream '%s'): a barrier is host work that would run at "
+                        "capture only, not at the replays; issue it outside the capture",
+                        tg_device_str(d, dev, sizeof dev), tg_device_capturer_name(d));
+    }
     tg_status st = cross_check(c, K_BARRIER, NULL, TG_COMM_SUM, 0);
     next_label[0] = '\0'; /* the barrier's label: used */
     TG_TRY(st);

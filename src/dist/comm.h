@@ -58,7 +58,13 @@ void tg_comm_free(tg_comm *c);
  * CUDA, when the current stream of the device is ordered after it). req
  * non-NULL: issued asynchronously, *req completes it (tg_comm_req_wait).
  * Tensors: f32, bf16 or i32 (avg: not i32), on the communicator's devices.
- * Not allowed while the device captures (TG_ECAPTURE). */
+ * While the tensors' device captures (on the current stream), the four
+ * collectives become part of the graph and run at each replay: on CUDA,
+ * NCCL on the capturing stream (the request's wait orders the stream after
+ * it in the graph; it cannot be tested); on the CPU, a command of the graph
+ * that runs the same blocking call at each replay (the request completes at
+ * once). Send, recv and barrier are refused while capturing (TG_ECAPTURE),
+ * and so are collectives inside a group. */
 /* t = op over ranks of t (in place). */
 tg_status tg_comm_all_reduce(tg_comm *c, tg_tensor *t, tg_comm_op op, tg_comm_req **req);
 /* out (n) = rank's n-slice of op over ranks of in (size * n). out may be
@@ -140,6 +146,12 @@ tg_status tg_gradbuf_new(struct tg_param **params, int n, const tg_gradbuf_opts 
 void tg_gradbuf_free(tg_gradbuf *g);
 /* Index of p in buffer order, or -1. */
 int tg_gradbuf_index(const tg_gradbuf *g, const struct tg_param *p);
+
+/* Collectives run on c so far: eager calls and, on the CPU, each replay of a
+ * captured one (those captured on CUDA run without the host: not counted).
+ * Every rank of a correct program has the same count; the cross-rank check
+ * compares it. */
+int64_t tg_comm_seq(const tg_comm *c);
 
 /* Monotonic seconds (op timeouts). */
 double tg_comm_now(void);

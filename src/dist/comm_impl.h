@@ -39,6 +39,12 @@ struct tg_comm_transport {
      * send and its recv can go both ways; 0: one ordered stream per pair (NCCL): only the sender's
      * signature travels, ahead of its data */
     int channels;
+    /* 1: collectives can be issued on a capturing stream and become part of its graph (NCCL);
+     * 0: comm.c records them as host work of the capture, run at each replay (MPI on the CPU) */
+    int capturable;
+    /* optional (capturable transports): watches the work issued on s so far — a replay of a graph
+     * holding captured ops — like an op of its own (timeout, departed peers) */
+    tg_status (*watch_replay)(void *impl, tg_stream *s);
 };
 
 /* p2p channels (tg_comm_req.channel): the data; a sender's signature to its receiver; a receiver's
@@ -86,6 +92,7 @@ struct tg_comm_req {
     struct tg_comm_req *sig_out, *sig_in;    /* sending ours, receiving theirs (either may be NULL) */
     tg_tensor *sig_theirs;                   /* (TG_P2P_SIG_WORDS) i32: the peer's signature */
     int32_t sig_mine[TG_P2P_SIG_WORDS];
+    int captured;                            /* issued into a capturing stream: it completes in the graph */
 };
 
 /* Opens r's trace span on s (NULL: host time) when it has one; returns its id or -1. */

@@ -203,13 +203,13 @@ static void *watchdog(void *arg)
     return NULL;
 }
 
-/* Hands the watchdog an event recorded after the op on the comm stream. */
-static tg_status watch_add(struct nccl_group *g, const char *desc)
+/* Hands the watchdog an event recorded on ts after the work issued there (an op on the comm stream). */
+static tg_status watch_add_on(struct nccl_group *g, tg_stream *ts, const char *desc)
 {
     struct watch *w = calloc(1, sizeof *w);
     if (!w) return tg_error(TG_ENOMEM, "out of host memory");
     tg_status st = tg_event_new((tg_device){TG_CUDA, g->dev}, 0, &w->ev);
-    if (st == TG_OK) st = tg_event_record(w->ev, g->ts);
+    if (st == TG_OK) st = tg_event_record(w->ev, ts);
     if (st != TG_OK) {
         tg_event_free(w->ev);
         free(w);
@@ -223,6 +223,21 @@ static tg_status watch_add(struct nccl_group *g, const char *desc)
     *pp = w;
     pthread_mutex_unlock(&g->lock);
     return TG_OK;
+}
+
+static tg_status watch_add(struct nccl_group *g, const char *desc) { return watch_add_on(g, g->ts, desc); }
+
+/* After a replay of a graph holding ops captured on this communicator: the watchdog watches the
+ * replay's stream (whose work after the graph waits for those ops), so a peer that does not replay
+ * aborts the communicator at the timeout instead of leaving the stream waiting. */
+static tg_status n_watch_replay(void *impl, tg_stream *s)
+{
+    struct nccl_group *g = impl;
+    char desc[128];
+    if (is_aborted(g)) return aborted_error(g, "replay of a graph holding captured NCCL collectives");
+    if (!s) return tg_error(TG_EDEVICE, "replay of a graph holding captured NCCL collectives: no stream on cuda:%d", g->dev);
+    snprintf(desc, sizeof desc, "replay of a graph holding captured NCCL collectives (rank %d of %d)", g->rank, g->size);
+    return watch_add_on(g, s, desc);
 }
 
 /* ------------------------------------------------------------------ setup */
@@ -321,9 +336,11 @@ static tg_status begin(struct nccl_group *g, struct tg_comm_req *r)
     TG_TRY(tg_device_use((tg_device){TG_CUDA, g->dev}));
     tg_stream *s = tg_stream_current((tg_device){TG_CUDA, g->dev});
     if (!s) return tg_error(TG_EDEVICE, "%s: no stream on cuda:%d", r->desc, g->dev);
+    /* While s captures, the comm stream joins the capture through this wait (a fork of the graph);
+     * the request's wait joins it back. */
     TG_TRY(tg_event_record(g->ready, s));
     TG_TRY(tg_stream_wait_event(g->ts, g->ready));
-    r->span = tg_comm_span_open(r, g->ts);
+    if (!r->captured) r->span = tg_comm_span_open(r, g->ts); /* the comm stream is no tegraph capture: no span */
     return TG_OK;
 }
 
@@ -375,7 +392,9 @@ static tg_status end(struct nccl_group *g, struct tg_comm_req *r, ncclResult_t r
         return st;
     }
     r->impl = q;
-    (void)watch_add(g, r->desc); /* the op is issued either way; only the watchdog would miss it */
+    /* the op is issued either way; only the watchdog would miss it. A captured op runs at replays,
+     * and its event may not be queried while the capture lasts: not watched. */
+    if (!r->captured) (void)watch_add(g, r->desc);
     return TG_OK;
 }
 
@@ -634,6 +653,8 @@ const struct tg_comm_transport tg_comm_nccl = {
     .group_end = n_group_end,
     .drain = n_drain,
     .stream_spans = 1,
+    .capturable = 1,
+    .watch_replay = n_watch_replay,
 };
 
 #endif /* TG_HAVE_NCCL */

@@ -3,6 +3,8 @@
  * tg.comm (the world) and Comm objects share their calls; c:f(...) is tg.comm.f(...) on c:
  *   departed() -> the rank that left the job while this one runs (tegraph run -n on GPUs tells), or nil
  *   init{timeout=} / world() -> Comm      rank() size() local_rank() local_size() backend() device()
+ *   seq() -> collectives run on the communicator so far (eager calls and CPU replays of captured ones)
+ *   collectives issued while a stream captures are recorded into its graph (tg_comm_all_reduce in dist/comm.h)
  *   all_reduce(t, {op="sum"|"avg"|"max"|"min", async=false, name=})  -> t, or a request (each op: name = its label in traces)
  *   reduce_scatter(out, in, {op=, async=})  all_gather(out, in, {async=})  broadcast(t, root | {root=, async=})
  *   send(t, peer, {async=, name=})  recv(t, peer, {async=, name=})  barrier({name=})  group(fn)
@@ -97,6 +99,14 @@ static int l_rank(lua_State *L)
 {
     int a;
     lua_pushinteger(L, tg_comm_rank(comm_arg(L, &a)));
+    return 1;
+}
+
+/* c:seq() -> collectives run on c so far (tg_comm_seq) */
+static int l_seq(lua_State *L)
+{
+    int a;
+    lua_pushinteger(L, (lua_Integer)tg_comm_seq(comm_arg(L, &a)));
     return 1;
 }
 
@@ -632,6 +642,7 @@ static int gb_tostring(lua_State *L)
 static const luaL_Reg comm_methods[] = {
     {"rank", l_rank},
     {"size", l_size},
+    {"seq", l_seq},
     {"local_rank", l_local_rank},
     {"local_size", l_local_size},
     {"backend", l_backend},
