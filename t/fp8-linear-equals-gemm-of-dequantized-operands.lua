@@ -17,6 +17,9 @@ local function q(x, dtype, scale)
 end
 
 local function rel(a, b) return a:max_abs_diff(b) / b:max_abs() end
+-- The CPU emulates the FP8 GEMMs exactly (products summed in double); a GPU's FP8 tensor cores keep about 14 bits
+-- between their promotions to f32, so there the GEMMs equal the f32 GEMM of the dequantized operands to ~1e-4.
+local TOL = tostring(tg.default_device()):match("cuda") and 1e-3 or 1e-5
 
 -- y = a @ b^T (trans_b) or a @ b, in f32
 local function mm(a, b, opts) return a:matmul(b, opts) end
@@ -49,13 +52,13 @@ do
 
   local yq = mm(xq, wq, { trans_b = true })
   yq = yq + tg.ones({ N, 1 }):matmul(b.data:view({ 1, OUT }))
-  t.ok(rel(y, yq) < 1e-5, string.format("forward = x_q @ w_q^T + b (relative difference %.2g)", rel(y, yq)))
+  t.ok(rel(y, yq) < TOL, string.format("forward = x_q @ w_q^T + b (relative difference %.2g)", rel(y, yq)))
   t.ok(rel(y, yr) > 1e-4, string.format("and differs from the f32 Linear by the FP8 rounding (%.2g)", rel(y, yr)))
   local dxq = mm(dyq, wq)
-  t.ok(rel(dx, dxq) < 1e-5, string.format("dgrad = dy_q (E5M2) @ w_q (relative difference %.2g)", rel(dx, dxq)))
+  t.ok(rel(dx, dxq) < TOL, string.format("dgrad = dy_q (E5M2) @ w_q (relative difference %.2g)", rel(dx, dxq)))
   t.ok(rel(dx, dxr) > 1e-4, "dgrad differs from the f32 one")
   local dwq = mm(dyq, xq, { trans_a = true })
-  t.ok(rel(w.main_grad, dwq) < 1e-5, string.format("wgrad into main_grad = dy_q^T @ x_q (relative difference %.2g)",
+  t.ok(rel(w.main_grad, dwq) < TOL, string.format("wgrad into main_grad = dy_q^T @ x_q (relative difference %.2g)",
     rel(w.main_grad, dwq)))
   local dbr = ref:parameters()[2].grad
   t.ok(b.main_grad:max_abs_diff(dbr) < 1e-5, "the bias gradient is the column sum of dy in f32")
@@ -80,9 +83,9 @@ do
   tg.step_end()
   t.is_deeply(lin:fp8_state()[1].scale:totable(), { 1, 1, 1 }, "step 1: the scales start at 1 (no amax recorded yet)")
   local y2q = mm(q(x2, "e4m3", 1), q(w0, "e4m3", 1), { trans_b = true })
-  t.ok(rel(y2, y2q) < 1e-5, "microbatch 2 used the weight cast of microbatch 1 (the weight changed in between)")
+  t.ok(rel(y2, y2q) < TOL, "microbatch 2 used the weight cast of microbatch 1 (the weight changed in between)")
   local wgq = mm(q(dy1, "e5m2", 1), q(x1, "e4m3", 1), { trans_a = true }) + mm(q(dy2, "e5m2", 1), q(x2, "e4m3", 1), { trans_a = true })
-  t.ok(rel(w.grad, wgq) < 1e-5, "the wgrads of both microbatches accumulate, each on its own FP8 x and dy")
+  t.ok(rel(w.grad, wgq) < TOL, "the wgrads of both microbatches accumulate, each on its own FP8 x and dy")
   local hist = lin:fp8_state()[1].amax_history:totable()
   t.is_deeply(hist[1], { f32(math.max(x1:max_abs(), x2:max_abs())), f32(w0:max_abs()), f32(math.max(dy1:max_abs(), dy2:max_abs())) },
     "step 1 recorded the amaxes (max over the microbatches) in history row 0")
@@ -97,7 +100,7 @@ do
   t.is_deeply(lin:fp8_state()[1].scale:totable(), { sx, sw, sg },
     "step 2 runs with scales from step 1's amaxes (the update at its first forward)")
   local y3q = mm(q(x1, "e4m3", sx), q(w.data, "e4m3", sw), { trans_b = true })
-  t.ok(rel(y3, y3q) < 1e-5, "step 2 recast the changed weight at microbatch 1, with the new scale")
+  t.ok(rel(y3, y3q) < TOL, "step 2 recast the changed weight at microbatch 1, with the new scale")
   hist = lin:fp8_state()[1].amax_history:totable()
   t.is(hist[8][2], f32(w0:max_abs()), "the update rolled step 1's amaxes to the history's last row")
   t.is(hist[1][2], f32(w.data:max_abs()), "and step 2's weight amax is in row 0")
