@@ -200,9 +200,9 @@ do
   end
 end
 
--- what a step issues and holds (tg.device_stats): the fused loss issues 3 GEMMs and one
--- cross-entropy kernel a chunk, all in forward_loss when dloss is promised, and holds one chunk
--- of logits instead of all of them
+-- what a step issues and holds (tg.device_stats of the default device, where the tensors are): the fused
+-- loss issues 3 GEMMs and one cross-entropy kernel a chunk, all in forward_loss when dloss is promised, and
+-- holds one chunk of logits instead of all of them
 do
   local VV, rows = 4096, 64
   tg.manual_seed(2)
@@ -213,14 +213,14 @@ do
     local h = nn.LMHead { hidden_size = C, vocab_size = VV, fused_loss = fused, loss_chunk_rows = chunk,
       fuse_wgrad_accumulation = true }
     collectgarbage()
-    tg.reset_peak_memory "cpu"
-    local s0 = tg.device_stats "cpu"
+    tg.reset_peak_memory(tg.default_device())
+    local s0 = tg.device_stats(tg.default_device())
     tg.step_begin { microbatches = 1 }
     h:loss(x, ids, 1, -1, fused and 1.0 or nil)
-    local s1 = tg.device_stats "cpu"
+    local s1 = tg.device_stats(tg.default_device())
     h:backward(1.0, 1)
     tg.step_end()
-    local s2 = tg.device_stats "cpu"
+    local s2 = tg.device_stats(tg.default_device())
     return { fk = s1.kernels - s0.kernels, fg = s1.gemms - s0.gemms, bk = s2.kernels - s1.kernels,
       bg = s2.gemms - s1.gemms, peak = s2.peak_memory - s0.memory }
   end
@@ -234,8 +234,8 @@ do
   t.ok(un.peak >= logits, string.format("unfused: the peak (%d bytes) holds all logits (%d)", un.peak, logits))
   t.ok(eight.peak >= 8 * VV * 4 and eight.peak < logits / 4,
     string.format("fused, chunks of 8 rows: the peak (%d bytes) holds a chunk of logits, under a quarter of all", eight.peak))
-  t.ok(tg.device_stats "cpu".memory >= 0 and tg.device_stats "cpu".peak_memory >= tg.device_stats "cpu".memory,
-    "peak_memory is at least the memory held now")
+  local now = tg.device_stats(tg.default_device())
+  t.ok(now.memory >= 0 and now.peak_memory >= now.memory, "peak_memory is at least the memory held now")
 end
 
 t.done_testing()
