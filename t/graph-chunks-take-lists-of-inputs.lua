@@ -161,6 +161,29 @@ do
   tg.step_end()
 end
 
+-- one chunk: its sample list is the list itself
+do
+  tg.manual_seed(5)
+  local em = tuple_module(false)
+  tg.manual_seed(5)
+  local g = tg.graph.make_graphed(tuple_module(false), { tuple = true, sample = { A[1], Bs[1], IDS[1] }, microbatches = 1 })
+  local ok = true
+  for _ = 1, 2 do
+    tg.step_begin { microbatches = 1 }
+    local ye = em:forward({ A[2], Bs[2], IDS[2] }, 1)
+    local dxe = em:backward({ DZ[2], DY2[2] }, 1)
+    tg.step_end()
+    tg.step_begin { microbatches = 1 }
+    local y = g:forward({ A[2], Bs[2], IDS[2] }, 1)
+    local dx = g:backward({ DZ[2], DY2[2] }, 1)
+    tg.step_end()
+    for k = 1, 2 do ok = ok and tg.allclose(y[k], ye[k], 0, 0) and tg.allclose(dx[k], dxe[k], 0, 0) end
+    ok = ok and dx[3] == nil and dxe[3] == nil
+  end
+  t.ok(ok, "one chunk made with sample = {a, b, ids}: outputs and input gradients equal eager bit for bit")
+  g:free()
+end
+
 t.error_like(function()
   tg.graph.make_graphed(chunks(false), { tuple = true, sample = { { A[1], Bs[1], IDS[1] }, { A[1], A[1] } }, microbatches = 1 })
 end, "chunk 2 %(a Linear%) takes one input, not a list of 2", "a list of samples for a module of one input is refused")
