@@ -21,6 +21,9 @@ struct entry {           /* one (chunk, microbatch) */
     tg_tensor *din;      /* static input gradient, written by the B graph (NULL: none) */
     tg_tensor *in2;      /* two-input chunks: the static residual input (y = res + f(x)) */
     tg_tensor *dout2;    /* chunks whose B takes a residual gradient: the static one (dx = dres + dgrad(dy)) */
+    /* tuple chunks: static inputs, outputs, output gradients (NULL: the output takes none) and input
+     * gradients (NULL: the input gets none), tn / tm of each (in, out, ... above stay NULL) */
+    tg_tensor *tin[TG_MAX_IO], *tout[TG_MAX_IO], *tdout[TG_MAX_IO], *tdin[TG_MAX_IO];
     struct wgrad_set bset, wset;
 };
 
@@ -32,6 +35,8 @@ struct tg_graphed {
     int *res;            /* per chunk: its F graph takes a residual input (forward_res) */
     int *dres;           /* per chunk: its B graph takes a residual gradient (backward_res; in place only) */
     tg_tensor **out_like; /* per chunk: a warm-up output (the residual input's layout), freed after capture */
+    int *tn, *tm;        /* per chunk: tuple chunks' inputs and outputs; 0 for others */
+    const tg_tensor *const *const *tsamples; /* tg_graphed_opts.tuples while warm-up and capture run */
     struct tg_graph_action *order;
     int norder, pos;
     tg_pool *pool;
@@ -325,6 +330,37 @@ static tg_status make_dy(const tg_tensor *like, tg_tensor **out)
     return tg_fill(*out, 1.0 / (double)(tg_tensor_numel(like) ? tg_tensor_numel(like) : 1));
 }
 
+static int takes_grad(tg_dtype dt) { return dt == TG_F32 || dt == TG_BF16 || dt == TG_F16; }
+
+/* Warm-up F or B of a tuple chunk; the first F of each microbatch keeps its outputs (their layouts). */
+static tg_status warm_tuple(tg_graphed *g, const struct tg_graph_action *a)
+{
+    int c = a->chunk - 1, ny = 0;
+    tg_module *m = g->chunks[c];
+    struct entry *e = entry_of(g, a->chunk, a->mb);
+    tg_tensor *y[TG_MAX_IO] = {0}, *dy[TG_MAX_IO] = {0}, *dx[TG_MAX_IO] = {0};
+    tg_status st = TG_OK;
+    if (a->op == 'F') {
+        st = tg_module_forward_n(m, a->mb, g->tsamples[c], g->tn[c], y, &ny);
+        if (st == TG_OK && g->tm[c] && ny != g->tm[c])
+            st = tg_error(TG_EINVAL, "chunk %d: forward returned %d outputs, then %d", a->chunk, g->tm[c], ny);
+        if (st == TG_OK) g->tm[c] = ny;
+        for (int j = 0; j < ny; j++)
+            if (st == TG_OK && !e->tout[j]) e->tout[j] = y[j], y[j] = NULL;
+    } else {
+        for (int j = 0; j < g->tm[c] && st == TG_OK; j++)
+            if (e->tout[j] && takes_grad(e->tout[j]->dtype)) st = make_dy(e->tout[j], &dy[j]);
+        if (st == TG_OK) st = tg_module_backward_n(m, a->mb, (const tg_tensor *const *)dy, g->tm[c], dx, g->tn[c]);
+        if (st == TG_OK && tg_module_need_backward_dw(m)) g->has_w[c] = 1;
+    }
+    for (int j = 0; j < TG_MAX_IO; j++) {
+        tg_tensor_free(y[j]);
+        tg_tensor_free(dy[j]);
+        tg_tensor_free(dx[j]);
+    }
+    return st;
+}
+
 /* Runs the order eagerly `iters` times with hooks silenced; records which
  * chunks queue wgrad work (need W graphs). */
 static tg_status warm_up(tg_graphed *g, const tg_tensor *const *samples, const tg_tensor *const *samples2, int iters)
@@ -334,7 +370,9 @@ static tg_status warm_up(tg_graphed *g, const tg_tensor *const *samples, const t
         for (int i = 0; i < g->norder && st == TG_OK; i++) {
             const struct tg_graph_action *a = &g->order[i];
             tg_module *m = g->chunks[a->chunk - 1];
-            if (a->op == 'F') {
+            if (g->tn[a->chunk - 1] && a->op != 'W') {
+                st = warm_tuple(g, a);
+            } else if (a->op == 'F') {
                 tg_tensor *y = NULL;
                 const tg_tensor *r = samples2 ? samples2[a->chunk - 1] : NULL;
                 st = tg_module_forward_res(m, a->mb, samples[a->chunk - 1], r, &y);
@@ -364,6 +402,10 @@ static tg_status warm_up(tg_graphed *g, const tg_tensor *const *samples, const t
     for (int i = 0; i < g->nchunks * g->mbs; i++) {
         tg_tensor_free(g->e[i].out);
         g->e[i].out = NULL;
+        for (int j = 0; j < TG_MAX_IO; j++) { /* tuple chunks' static outputs are made by their F captures */
+            tg_tensor_free(g->e[i].tout[j]);
+            g->e[i].tout[j] = NULL;
+        }
     }
     return st;
 }
@@ -426,19 +468,27 @@ static tg_status lifetimes_of(const tg_graphed *g, struct lifetimes *lt)
     return TG_OK;
 }
 
-/* Whether the buffer of entry k (role 0 in, 1 out, 2 dout, 3 din, 4 in2, 5 dout2) is past its last reader at position pos. */
+/* Whether the buffer of entry k (role 0 in, 1 out, 2 dout, 3 din, 4 in2, 5 dout2; tuple chunks: 6 + TG_MAX_IO * r + i,
+ * r 0 .. 3 as roles 0 .. 3, i the input or output) is past its last reader at position pos. */
 static int buffer_done(const tg_graphed *g, const struct lifetimes *lt, int k, int role, int pos)
 {
     if (g->slot_of && g->slot_end[k] >= 0) return g->slot_end[k] <= pos; /* graphs later microbatches replay */
+    int base = role < 6 ? role : (role - 6) / TG_MAX_IO;
     int until = g->reuse_early ? lt->b_cm[k] /* the reuse-too-early bug on purpose (tests) */
-                : role == 3    ? lt->last_mb[k % g->mbs]
+                : base == 3    ? lt->last_mb[k % g->mbs]
                                : lt->last_cm[k];
     return until >= 0 && until <= pos;
 }
 
-#define NROLES 6
+#define NROLES (6 + 4 * TG_MAX_IO)
+/* Roles of entry k's buffers: tuple chunks' too only where the chunk is one. */
+static int nroles(const tg_graphed *g, int k) { return g->tn[k / g->mbs] ? NROLES : 6; }
 static tg_tensor **entry_buffer(struct entry *e, int role)
 {
+    if (role >= 6) {
+        int r = (role - 6) / TG_MAX_IO, i = (role - 6) % TG_MAX_IO;
+        return r == 0 ? &e->tin[i] : r == 1 ? &e->tout[i] : r == 2 ? &e->tdout[i] : &e->tdin[i];
+    }
     return role == 0 ? &e->in : role == 1 ? &e->out : role == 2 ? &e->dout : role == 3 ? &e->din
          : role == 4 ? &e->in2 : &e->dout2;
 }
@@ -497,17 +547,60 @@ static void return_done_buffers(tg_graphed *g, const struct lifetimes *lt, int p
 {
     int n = g->nchunks * g->mbs;
     for (int k = 0; k < n; k++)
-        for (int r = 0; r < NROLES; r++) {
+        for (int r = 0; r < nroles(g, k); r++) {
             tg_tensor *t = *entry_buffer(&g->e[k], r);
             if (!t || t->storage->range_returned || !buffer_done(g, lt, k, r, pos)) continue;
             int all = 1;
             for (int k2 = 0; k2 < n && all; k2++)
-                for (int r2 = 0; r2 < NROLES && all; r2++) {
+                for (int r2 = 0; r2 < nroles(g, k2) && all; r2++) {
                     tg_tensor *u = *entry_buffer(&g->e[k2], r2);
                     if (u && u->storage == t->storage && !buffer_done(g, lt, k2, r2, pos)) all = 0;
                 }
             if (all) tg_storage_return_range(t->storage);
         }
+}
+
+/* F or B capture of a tuple chunk: a static buffer per input (the sample's layout) and per float output's gradient. */
+static tg_status capture_tuple(tg_graphed *g, const struct tg_graph_action *a, struct entry *e, tg_stream *s)
+{
+    int c = a->chunk - 1, ny = 0;
+    tg_module *m = g->chunks[c];
+    tg_status st = TG_OK;
+    if (a->op == 'F') {
+        for (int i = 0; i < g->tn[c] && st == TG_OK; i++) {
+            const tg_tensor *x = g->tsamples[c][i];
+            st = tg_tensor_new_in(g->pool, x->dtype, x->ndim, x->shape, g->dev, &e->tin[i]);
+            if (st == TG_OK) st = tg_copy(e->tin[i], x);
+        }
+        if (st == TG_OK) st = tg_stream_begin_capture(s);
+        if (st != TG_OK) return st;
+        tg_engine_set_capture_observer(observe, NULL);
+        st = tg_module_forward_n(m, a->mb, (const tg_tensor *const *)e->tin, g->tn[c], e->tout, &ny);
+        tg_engine_set_capture_observer(NULL, NULL);
+        tg_status end = tg_stream_end_capture(s, &e->f);
+        if (st == TG_OK) st = end;
+        if (st == TG_OK && ny != g->tm[c])
+            st = tg_error(TG_EINVAL, "forward returned %d outputs, %d in warm-up", ny, g->tm[c]);
+        return st;
+    }
+    for (int j = 0; j < g->tm[c] && st == TG_OK; j++) { /* the F capture of (chunk, mb) made the static outputs */
+        const tg_tensor *y = e->tout[j];
+        if (!takes_grad(y->dtype)) continue;
+        st = tg_tensor_new_in(g->pool, y->dtype, y->ndim, y->shape, g->dev, &e->tdout[j]);
+        if (st == TG_OK) st = tg_fill(e->tdout[j], 0.0);
+    }
+    if (st == TG_OK) st = tg_stream_begin_capture(s);
+    if (st != TG_OK) return st;
+    tg_engine_set_capture_observer(observe, &e->bset);
+    st = tg_module_backward_n(m, a->mb, (const tg_tensor *const *)e->tdout, g->tm[c], e->tdin, g->tn[c]);
+    tg_engine_set_capture_observer(NULL, NULL);
+    tg_status end = tg_stream_end_capture(s, &e->b);
+    if (st == TG_OK) st = end;
+    for (int i = 0; i < g->tn[c] && st == TG_OK; i++)
+        if (e->tdin[i] && !takes_grad(e->tin[i]->dtype))
+            st = tg_error(TG_EINVAL, "backward returned a gradient for input %d, which is %s (takes none)", i + 1,
+                          tg_dtype_name(e->tin[i]->dtype));
+    return st;
 }
 
 /* Warm-up needs one iteration at least to learn output shapes and W needs.
@@ -533,6 +626,14 @@ static tg_status capture_all(tg_graphed *g, const tg_tensor *const *samples, int
             continue;
         }
         if (g->slot_of && g->slot_end[k] >= 0) tg_pool_defer(g->pool, g->slot_end[k]);
+        if (g->tn[a->chunk - 1] && a->op != 'W') {
+            st = capture_tuple(g, a, e, s);
+            tg_pool_defer(g->pool, -1);
+            if (st != TG_OK) tg_error_prefix(st, "capturing %s chunk %d mb %d", op_name(a->op), a->chunk, a->mb);
+            else if (g->reuse) return_done_buffers(g, &lt, i);
+            tg_pool_release_deferred(g->pool, i);
+            continue;
+        }
         const tg_tensor *x = samples[a->chunk - 1];
         const struct entry *prev = chain && a->chunk > 1 ? entry_of(g, a->chunk - 1, a->mb) : NULL;
         const struct entry *next = chain && a->chunk < g->nchunks ? entry_of(g, a->chunk + 1, a->mb) : NULL;
@@ -650,6 +751,21 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
                 return tg_error(TG_EINVAL, "make_graphed: chunk %d's second sample input is on another device than chunk 1", c + 1);
             if (o->in_place) return tg_error(TG_EINVAL, "make_graphed: chunk %d: in place, a residual input comes from the parent, not a second sample", c + 1);
         }
+        if (o->tuples && o->tuples[c]) {
+            int nt = o->ntuple ? o->ntuple[c] : 0;
+            if (nt < 1 || nt > TG_MAX_IO)
+                return tg_error(TG_EINVAL, "make_graphed: chunk %d: %d sample inputs (1 to %d)", c + 1, nt, TG_MAX_IO);
+            if ((o->samples2 && o->samples2[c]) || o->in_place)
+                return tg_error(TG_EINVAL, "make_graphed: chunk %d: a chunk with a list of sample inputs takes no residual and is not graphed in place", c + 1);
+            if (!chunks[c]->vt->forward_n || !chunks[c]->vt->backward_n)
+                return tg_error(TG_EINVAL, "make_graphed: chunk %d (a %s) takes one input, not a list of %d", c + 1, chunks[c]->vt->type, nt);
+            for (int i = 0; i < nt; i++) {
+                if (!o->tuples[c][i]) return tg_error(TG_EINVAL, "make_graphed: chunk %d: sample input %d is missing", c + 1, i + 1);
+                tg_device di = tg_tensor_device(o->tuples[c][i]);
+                if (di.type != dev.type || di.index != dev.index)
+                    return tg_error(TG_EINVAL, "make_graphed: chunk %d's sample input %d is on another device than chunk 1", c + 1, i + 1);
+            }
+        }
         if (tg_module_need_backward_dw(chunks[c]))
             return tg_error(TG_ESTATE, "make_graphed: chunk %d has queued wgrad work (call backward_dw first)", c + 1);
         const tg_module *r = routed_under(chunks[c]);
@@ -673,14 +789,18 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     g->res = calloc((size_t)nchunks, sizeof *g->res);
     g->dres = calloc((size_t)nchunks, sizeof *g->dres);
     g->out_like = calloc((size_t)nchunks, sizeof *g->out_like);
+    g->tn = calloc((size_t)nchunks, sizeof *g->tn);
+    g->tm = calloc((size_t)nchunks, sizeof *g->tm);
     g->e = calloc((size_t)(nchunks * g->mbs), sizeof *g->e);
-    tg_status st = g->chunks && g->has_w && g->e && g->res && g->dres && g->out_like ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
+    tg_status st = g->chunks && g->has_w && g->e && g->res && g->dres && g->out_like && g->tn && g->tm ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
     for (int c = 0; c < nchunks && st == TG_OK; c++) {
         g->chunks[c] = tg_module_retain(chunks[c]);
         /* two inputs: given a second sample, or graphed in place under a parent that hands it a residual */
         g->res[c] = (o->samples2 && o->samples2[c]) || (o->in_place && (chunks[c]->parent_res & TG_PARENT_RES_FORWARD));
         g->dres[c] = o->in_place && (chunks[c]->parent_res & TG_PARENT_RES_BACKWARD);
+        g->tn[c] = o->tuples && o->tuples[c] ? o->ntuple[c] : 0;
     }
+    g->tsamples = o->tuples;
     if (st == TG_OK && o->order) {
         g->order = malloc((size_t)o->norder * sizeof *g->order);
         if (!g->order) st = tg_error(TG_ENOMEM, "out of host memory");
@@ -748,6 +868,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
         tg_stream_set_current(prev);
         tg_stream_free(side);
     }
+    g->tsamples = NULL;
     tg_status rs = restore_grads(&bk);
     if (st == TG_OK) st = rs;
     tg_engine_set_quiet(0);
@@ -795,6 +916,12 @@ void tg_graphed_free(tg_graphed *g)
         tg_tensor_free(e->din);
         tg_tensor_free(e->in2);
         tg_tensor_free(e->dout2);
+        for (int j = 0; j < TG_MAX_IO; j++) {
+            tg_tensor_free(e->tin[j]);
+            tg_tensor_free(e->tout[j]);
+            tg_tensor_free(e->tdout[j]);
+            tg_tensor_free(e->tdin[j]);
+        }
         set_free(&e->bset);
         set_free(&e->wset);
     }
@@ -809,6 +936,8 @@ void tg_graphed_free(tg_graphed *g)
     free(g->has_w);
     free(g->res);
     free(g->dres);
+    free(g->tn);
+    free(g->tm);
     for (int c = 0; g->out_like && c < g->nchunks; c++) tg_tensor_free(g->out_like[c]);
     free(g->out_like);
     free(g->order);
@@ -846,6 +975,9 @@ static tg_status replay_forward(tg_graphed *g, int chunk, int mb, const tg_tenso
     TG_TRY(check_order(g, 'F', chunk, &mb));
     struct entry *e = replay_entry(g, chunk, mb);
     char what[80];
+    if (g->tn[chunk - 1])
+        return tg_error(TG_EINVAL, "graphed forward chunk %d mb %d: the chunk takes a list of %d inputs, got %s", chunk, mb,
+                        g->tn[chunk - 1], res ? "a pair (x, res)" : "one tensor");
     if (g->res[chunk - 1] && !res)
         return tg_error(TG_EINVAL, "graphed forward chunk %d mb %d: the chunk takes two inputs (x, res), got one", chunk, mb);
     if (!g->res[chunk - 1] && res)
@@ -871,6 +1003,9 @@ static tg_status replay_backward(tg_graphed *g, int chunk, int mb, const tg_tens
     TG_TRY(check_order(g, 'B', chunk, &mb));
     struct entry *e = replay_entry(g, chunk, mb);
     char what[80];
+    if (g->tn[chunk - 1])
+        return tg_error(TG_EINVAL, "graphed backward chunk %d mb %d: the chunk has %d outputs; give a list of their gradients",
+                        chunk, mb, g->tm[chunk - 1]);
     if (g->dres[chunk - 1] && !dres)
         return tg_error(TG_EINVAL, "graphed backward chunk %d mb %d: the chunk was captured with a residual gradient, got none", chunk, mb);
     if (!g->dres[chunk - 1] && dres)
@@ -890,6 +1025,71 @@ static tg_status replay_backward(tg_graphed *g, int chunk, int mb, const tg_tens
     advance(g);
     TG_TRY(fire(&e->bset, mb));
     return e->din ? tg_tensor_ref(e->din, dx) : TG_OK;
+}
+
+static tg_status replay_forward_n(tg_graphed *g, int chunk, int mb, const tg_tensor *const *x, int nx, tg_tensor **y, int *ny)
+{
+    char what[96], a[64];
+    *ny = 0;
+    TG_TRY(check_order(g, 'F', chunk, &mb));
+    int n = g->tn[chunk - 1];
+    if (!n) return tg_error(TG_EINVAL, "graphed forward chunk %d mb %d: the chunk takes one tensor, got a list of %d", chunk, mb, nx);
+    if (nx != n) return tg_error(TG_EINVAL, "graphed forward chunk %d mb %d: the chunk takes %d inputs, got %d", chunk, mb, n, nx);
+    struct entry *e = replay_entry(g, chunk, mb);
+    for (int i = 0; i < n; i++) {
+        if (!x[i])
+            return tg_error(TG_EINVAL, "graphed forward chunk %d mb %d: input %d is missing (captured with %s %s)", chunk, mb, i + 1,
+                            tg_tensor_shape_str(e->tin[i], a, sizeof a), tg_dtype_name(e->tin[i]->dtype));
+        snprintf(what, sizeof what, "graphed forward chunk %d mb %d input %d", chunk, mb, i + 1);
+        TG_TRY(check_like(what, x[i], e->tin[i]));
+    }
+    TG_TRY(tg_module_run_forward_pre_hooks(g->chunks[chunk - 1], mb));
+    for (int i = 0; i < n; i++)
+        if (!tg_tensor_same_memory(x[i], e->tin[i])) TG_TRY(tg_copy(e->tin[i], x[i]));
+    TG_TRY(replay(g, e->f, 'F', chunk, mb));
+    mark_forward(g->chunks[chunk - 1]);
+    advance(g);
+    tg_status st = TG_OK;
+    for (int j = 0; j < g->tm[chunk - 1] && st == TG_OK; j++) st = tg_tensor_ref(e->tout[j], &y[j]);
+    if (st != TG_OK)
+        for (int j = 0; j < g->tm[chunk - 1]; j++) tg_tensor_free(y[j]), y[j] = NULL;
+    else *ny = g->tm[chunk - 1];
+    return st;
+}
+
+static tg_status replay_backward_n(tg_graphed *g, int chunk, int mb, const tg_tensor *const *dy, int ndy, tg_tensor **dx, int nx)
+{
+    char what[96];
+    for (int i = 0; i < nx; i++) dx[i] = NULL;
+    TG_TRY(check_order(g, 'B', chunk, &mb));
+    int n = g->tn[chunk - 1], m = g->tm[chunk - 1];
+    if (!n) return tg_error(TG_EINVAL, "graphed backward chunk %d mb %d: the chunk takes one gradient, got a list of %d", chunk, mb, ndy);
+    if (ndy != m)
+        return tg_error(TG_EINVAL, "graphed backward chunk %d mb %d: the chunk has %d outputs, got %d gradients", chunk, mb, m, ndy);
+    if (nx < n) return tg_error(TG_EINVAL, "graphed backward chunk %d mb %d: room for %d input gradients, %d inputs", chunk, mb, nx, n);
+    struct entry *e = replay_entry(g, chunk, mb);
+    for (int j = 0; j < m; j++) {
+        if (!dy[j] && e->tdout[j])
+            return tg_error(TG_EINVAL, "graphed backward chunk %d mb %d: the gradient of output %d is missing", chunk, mb, j + 1);
+        if (dy[j] && !e->tdout[j])
+            return tg_error(TG_EINVAL, "graphed backward chunk %d mb %d: output %d is %s and takes no gradient, got one", chunk, mb,
+                            j + 1, tg_dtype_name(e->tout[j]->dtype));
+        if (!dy[j]) continue;
+        snprintf(what, sizeof what, "graphed backward chunk %d mb %d gradient of output %d", chunk, mb, j + 1);
+        TG_TRY(check_like(what, dy[j], e->tdout[j]));
+    }
+    for (int j = 0; j < m; j++)
+        if (dy[j] && !tg_tensor_same_memory(dy[j], e->tdout[j])) TG_TRY(tg_copy(e->tdout[j], dy[j]));
+    TG_TRY(zero_first_targets(&e->bset));
+    TG_TRY(replay(g, e->b, 'B', chunk, mb));
+    advance(g);
+    TG_TRY(fire(&e->bset, mb));
+    tg_status st = TG_OK;
+    for (int i = 0; i < n && st == TG_OK; i++)
+        if (e->tdin[i]) st = tg_tensor_ref(e->tdin[i], &dx[i]);
+    if (st != TG_OK)
+        for (int i = 0; i < n; i++) tg_tensor_free(dx[i]), dx[i] = NULL;
+    return st;
 }
 
 static tg_status replay_backward_dw(tg_graphed *g, int chunk, int mb)
@@ -960,6 +1160,24 @@ tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor 
 {
     return tg_graphed_backward_res(g, chunk, mb, dy, NULL, dx);
 }
+
+tg_status tg_graphed_forward_n(tg_graphed *g, int chunk, int mb, const tg_tensor *const *x, int nx, tg_tensor **y, int *ny)
+{
+    tg_stream *prev;
+    *ny = 0;
+    tg_status st = call_begin(g, &prev);
+    return call_end(prev, st == TG_OK ? replay_forward_n(g, chunk, mb, x, nx, y, ny) : st);
+}
+
+tg_status tg_graphed_backward_n(tg_graphed *g, int chunk, int mb, const tg_tensor *const *dy, int ndy, tg_tensor **dx, int nx)
+{
+    tg_stream *prev;
+    tg_status st = call_begin(g, &prev);
+    return call_end(prev, st == TG_OK ? replay_backward_n(g, chunk, mb, dy, ndy, dx, nx) : st);
+}
+
+int tg_graphed_tuple_inputs(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks ? g->tn[chunk - 1] : 0; }
+int tg_graphed_tuple_outputs(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks ? g->tm[chunk - 1] : 0; }
 
 int tg_graphed_inputs(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks && g->res[chunk - 1] ? 2 : 1; }
 

@@ -23,6 +23,13 @@ typedef struct tg_graphed_opts {
                                          fused where the module can), and the gradient of res is dy. In place,
                                          a chunk takes a residual input (and its B a residual gradient) when
                                          its parent hands it one (tg_module.parent_res) */
+    const tg_tensor *const *const *tuples; /* NULL, or per chunk NULL or a list of ntuple[c] sample inputs (TE's
+                                         sample_args tuples): the chunk's module takes several inputs and
+                                         may return several outputs (tg_module_forward_n / backward_n;
+                                         Lua-table modules). Static buffers for each input, output and
+                                         gradient; inputs of a non-float dtype and inputs whose gradient
+                                         backward does not return get none. samples[c] is tuples[c][0] */
+    const int *ntuple;
     int microbatches;
     const struct tg_graph_action *order; /* NULL: all F in order, then B (and W) in reverse */
     int norder;
@@ -76,6 +83,16 @@ tg_status tg_graphed_forward_res(tg_graphed *g, int chunk, int mb, const tg_tens
 tg_status tg_graphed_backward_res(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
 /* 2 for chunks that take (x, res), else 1. */
 int tg_graphed_inputs(const tg_graphed *g, int chunk);
+/* Tuple chunks (tg_graphed_opts.tuples): forward_n copies each of the nx
+ * inputs (the count, shapes and dtypes of the samples) into its static buffer
+ * and hands out the *ny static outputs; backward_n copies each output gradient
+ * (NULL: only for outputs without one, i.e. not float) and hands out nx input
+ * gradients (NULL for inputs without one). */
+tg_status tg_graphed_forward_n(tg_graphed *g, int chunk, int mb, const tg_tensor *const *x, int nx, tg_tensor **y, int *ny);
+tg_status tg_graphed_backward_n(tg_graphed *g, int chunk, int mb, const tg_tensor *const *dy, int ndy, tg_tensor **dx, int nx);
+/* Tuple chunks: the number of inputs and outputs; 0 for other chunks. */
+int tg_graphed_tuple_inputs(const tg_graphed *g, int chunk);
+int tg_graphed_tuple_outputs(const tg_graphed *g, int chunk);
 /* The next replay call (forward, backward or backward_dw) runs on stream s
  * (NULL: the current stream of the set's device) after s waits for event wait
  * (NULL: nothing): its copies, zeroing and graph go on s, and its hooks fire

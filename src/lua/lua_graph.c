@@ -62,6 +62,19 @@ static int g_forward(lua_State *L)
     int chunk;
     tg_graphed *g = graphed_check(L, 1, &chunk);
     tg_tensor *x, *res = NULL;
+    if (tg_graphed_tuple_inputs(g, chunk) && lua_istable(L, 2) && !tgl_tensor_test(L, 2)) { /* {x1, ..., xN} */
+        const tg_tensor *xs[TG_MAX_IO];
+        tg_tensor *ys[TG_MAX_IO] = {0};
+        int nx = tgl_tensor_list(L, 2, xs, "forward({x1, ..., xN}, mb)"), ny = 0;
+        int mb = tgl_mb_arg(L, 3);
+        replay_opts(L, g, 4, "graphed forward");
+        lua_State *prev = tgl_nn_enter(L);
+        tg_status st = tg_graphed_forward_n(g, chunk, mb, xs, nx, ys, &ny);
+        tgl_nn_leave(prev);
+        tgl_check(L, st);
+        tgl_push_tensors(L, ys, ny, 1);
+        return 1;
+    }
     if (lua_istable(L, 2) && !tgl_tensor_test(L, 2)) { /* {x, res}: a chunk with two inputs */
         if (luaL_len(L, 2) != 2) return luaL_error(L, "graphed forward: the inputs must be a tensor or a pair {x, res}");
         lua_geti(L, 2, 1);
@@ -86,6 +99,21 @@ static int g_backward(lua_State *L)
 {
     int chunk;
     tg_graphed *g = graphed_check(L, 1, &chunk);
+    if (tg_graphed_tuple_inputs(g, chunk)) { /* dy or {dy1, ..., dyM} -> {dx1, ..., dxN} */
+        const tg_tensor *dys[TG_MAX_IO] = {0};
+        tg_tensor *dxs[TG_MAX_IO] = {0};
+        int ndy = 1;
+        if (lua_istable(L, 2) && !tgl_tensor_test(L, 2)) ndy = tgl_tensor_list(L, 2, dys, "backward({dy1, ..., dyM}, mb)");
+        else dys[0] = lua_isnoneornil(L, 2) ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)");
+        int mb = tgl_mb_arg(L, 3);
+        replay_opts(L, g, 4, "graphed backward");
+        lua_State *prev = tgl_nn_enter(L);
+        tg_status st = tg_graphed_backward_n(g, chunk, mb, dys, ndy, dxs, TG_MAX_IO);
+        tgl_nn_leave(prev);
+        tgl_check(L, st);
+        tgl_push_tensors(L, dxs, tg_graphed_tuple_inputs(g, chunk), 0);
+        return 1;
+    }
     tg_tensor *dy = lua_isnoneornil(L, 2) ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)");
     int mb = tgl_mb_arg(L, 3);
     replay_opts(L, g, 4, "graphed backward");
@@ -248,6 +276,14 @@ static int l_make_graphed(lua_State *L)
     const tg_tensor **samples = lua_newuserdatauv(L, (size_t)n * sizeof *samples, 0); /* +1 */
     const tg_tensor **samples2 = lua_newuserdatauv(L, (size_t)n * sizeof *samples2, 0); /* +1 */
     int two = 0;
+    const tg_tensor **tbuf = lua_newuserdatauv(L, (size_t)n * TG_MAX_IO * sizeof *tbuf, 0); /* +1 */
+    const tg_tensor *const **tuples = lua_newuserdatauv(L, (size_t)n * sizeof *tuples, 0); /* +1 */
+    int *ntuple = lua_newuserdatauv(L, (size_t)n * sizeof *ntuple, 0); /* +1 */
+    for (int i = 0; i < n; i++) tuples[i] = NULL, ntuple[i] = 0;
+    lua_getfield(L, 2, "tuple");
+    luaL_argexpected(L, lua_isnil(L, -1) || lua_isboolean(L, -1), 2, "opts.tuple a boolean");
+    int tuple = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     lua_createtable(L, n, 0); /* +1: the chunks' Module values (a Lua-table module's wrapper too), kept by the set */
     int keep = lua_gettop(L);
     for (int i = 1; i <= n; i++) {
@@ -258,6 +294,16 @@ static int l_make_graphed(lua_State *L)
     }
     tg_graphed_opts o = {0}; /* warmup 0: the engine's default */
     lua_getfield(L, 2, "sample"); /* +1, kept on the stack while the call runs */
+    if (tuple && n == 1 && lua_istable(L, -1) && !tgl_tensor_test(L, -1)) { /* one chunk: {x1, ..., xN} is its list */
+        lua_geti(L, -1, 1);
+        int list = tgl_tensor_test(L, -1) != NULL;
+        lua_pop(L, 1);
+        if (list) { /* wrap it: {{x1, ..., xN}} */
+            lua_createtable(L, 1, 0);
+            lua_insert(L, -2);
+            lua_rawseti(L, -2, 1);
+        }
+    }
     if (tgl_tensor_test(L, -1)) {
         if (n != 1) return luaL_error(L, "make_graphed: %d chunks need a list of %d sample inputs", n, n);
         samples[0] = tgl_tensor_check(L, -1);
@@ -266,7 +312,23 @@ static int l_make_graphed(lua_State *L)
         for (int i = 1; i <= n; i++) {
             lua_geti(L, -1, i);
             samples2[i - 1] = NULL;
-            if (lua_istable(L, -1) && !tgl_tensor_test(L, -1)) { /* {x, res}: a chunk with two inputs */
+            tuples[i - 1] = NULL;
+            ntuple[i - 1] = 0;
+            if (tuple && lua_istable(L, -1) && !tgl_tensor_test(L, -1)) { /* {x1, ..., xN}: a chunk with N inputs */
+                const tg_tensor **xs = &tbuf[(i - 1) * TG_MAX_IO];
+                int nt = (int)luaL_len(L, -1);
+                if (nt < 1 || nt > TG_MAX_IO)
+                    return luaL_error(L, "make_graphed: sample[%d] is a list of %d tensors (1 to %d)", i, nt, TG_MAX_IO);
+                for (int j = 1; j <= nt; j++) {
+                    lua_geti(L, -1, j);
+                    xs[j - 1] = tgl_tensor_test(L, -1);
+                    if (!xs[j - 1]) return luaL_error(L, "make_graphed: sample[%d][%d] is a %s, expected a tensor", i, j, luaL_typename(L, -1));
+                    lua_pop(L, 1);
+                }
+                tuples[i - 1] = xs;
+                ntuple[i - 1] = nt;
+                samples[i - 1] = xs[0];
+            } else if (lua_istable(L, -1) && !tgl_tensor_test(L, -1)) { /* {x, res}: a chunk with two inputs */
                 if (luaL_len(L, -1) != 2)
                     return luaL_error(L, "make_graphed: sample[%d] must be a tensor or a pair {x, res} (got a list of %d)", i,
                                       (int)luaL_len(L, -1));
@@ -288,6 +350,7 @@ static int l_make_graphed(lua_State *L)
     }
     o.samples = samples;
     o.samples2 = two ? samples2 : NULL;
+    if (tuple) o.tuples = tuples, o.ntuple = ntuple;
     lua_getfield(L, 2, "microbatches");
     o.microbatches = lua_isnil(L, -1) ? 1 : tgl_checkint(L, -1);
     lua_getfield(L, 2, "warmup");

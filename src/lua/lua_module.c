@@ -131,10 +131,82 @@ tg_tensor *tgl_protocol_tensor(lua_State *L, int idx, const char *call)
     return tgl_tensor_check(L, idx);
 }
 
+/* Reads the list of tensors at idx into x (nil entries stay NULL); returns its length. */
+static int tensor_list(lua_State *L, int idx, const tg_tensor **x, const char *call)
+{
+    int n = (int)luaL_len(L, idx);
+    if (n < 1 || n > TG_MAX_IO) luaL_error(L, "%s: a list of %d tensors (1 to %d)", call, n, TG_MAX_IO);
+    for (int i = 1; i <= n; i++) {
+        lua_geti(L, idx, i);
+        x[i - 1] = lua_isnil(L, -1) ? NULL : tgl_tensor_test(L, -1);
+        if (!x[i - 1] && !lua_isnil(L, -1)) luaL_error(L, "%s: entry %d is a %s, expected a tensor", call, i, luaL_typename(L, -1));
+        lua_pop(L, 1); /* the list keeps it */
+    }
+    return n;
+}
+
+/* Pushes y[0 .. n-1], taking them: the tensor when there is one (single), else a list (nil holes). */
+static void push_tensors(lua_State *L, tg_tensor **y, int n, int single)
+{
+    if (single && n == 1) {
+        tg_tensor **slot = tgl_tensor_push(L);
+        *slot = y[0];
+        return;
+    }
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++)
+        if (y[i]) {
+            tg_tensor **slot = tgl_tensor_push(L);
+            *slot = y[i];
+            lua_rawseti(L, -2, i + 1);
+        }
+}
+
+void tgl_push_tensors(lua_State *L, tg_tensor **y, int n, int single) { push_tensors(L, y, n, single); }
+int tgl_tensor_list(lua_State *L, int idx, const tg_tensor **x, const char *call) { return tensor_list(L, idx, x, call); }
+
+/* m:forward({x1, ..., xN} [, mb]) -> y or {y1, ..., yM}: modules with several inputs (Lua tables) */
+static int m_forward_n(lua_State *L, struct tgl_module *u)
+{
+    const tg_tensor *x[TG_MAX_IO];
+    tg_tensor *y[TG_MAX_IO] = {0};
+    int nx = tensor_list(L, 2, x, "forward({x1, ..., xN}, mb)"), ny = 0;
+    for (int i = 0; i < nx; i++)
+        if (!x[i]) return luaL_error(L, "forward({x1, ..., xN}, mb): input %d is nil", i + 1);
+    int mb = tgl_mb_arg(L, 3);
+    lua_State *prev = tgl_nn_enter(L);
+    tg_status st = tg_module_forward_n(u->m, mb, x, nx, y, &ny);
+    tgl_nn_leave(prev);
+    tgl_check(L, st);
+    push_tensors(L, y, ny, 1);
+    return 1;
+}
+
+/* m:backward(dy or {dy1, ..., dyM} [, mb]) -> {dx1, ..., dxN} after a forward of a list */
+static int m_backward_n(lua_State *L, struct tgl_module *u)
+{
+    const tg_tensor *dy[TG_MAX_IO];
+    tg_tensor *dx[TG_MAX_IO] = {0};
+    int ny = 1;
+    if (lua_istable(L, 2) && !tgl_tensor_test(L, 2)) ny = tensor_list(L, 2, dy, "backward({dy1, ..., dyM}, mb)");
+    else dy[0] = lua_isnoneornil(L, 2) ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)");
+    int mb = tgl_mb_arg(L, 3);
+    lua_State *prev = tgl_nn_enter(L);
+    tg_status st = tg_module_backward_n(u->m, mb, dy, ny, dx, TG_MAX_IO);
+    tgl_nn_leave(prev);
+    tgl_check(L, st);
+    int n = 0;
+    for (int i = 0; i < TG_MAX_IO; i++)
+        if (dx[i]) n = i + 1;
+    push_tensors(L, dx, n, 0);
+    return 1;
+}
+
 /* m:forward(x [, mb]) -> y */
 static int m_forward(lua_State *L)
 {
     struct tgl_module *u = tgl_module_box(L, 1);
+    if (lua_istable(L, 2) && !tgl_tensor_test(L, 2)) return m_forward_n(L, u);
     tg_tensor *x = tgl_protocol_tensor(L, 2, "forward(x, mb)");
     int mb = tgl_mb_arg(L, 3);
     tg_tensor **slot = tgl_tensor_push(L);
@@ -168,6 +240,7 @@ static int is_lm_head(const tg_module *m) { return strcmp(m->vt->type, "LMHead")
 static int m_backward(lua_State *L)
 {
     struct tgl_module *u = tgl_module_box(L, 1);
+    if (u->m->tuple_io || (lua_istable(L, 2) && !tgl_tensor_test(L, 2))) return m_backward_n(L, u);
     int is_dloss = lua_type(L, 2) == LUA_TNUMBER && is_lm_head(u->m);
     double dloss = is_dloss ? (double)lua_tonumber(L, 2) : 1.0;
     tg_tensor *dy = lua_isnoneornil(L, 2) || is_dloss ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)");
@@ -466,6 +539,79 @@ static tg_status cb_backward_dw(void *ud, int mb, int accumulate)
     return cb_run(&c);
 }
 
+/* Several inputs: forward(self, {x1, ..., xN}, mb) -> y or {y1, ..., yM};
+ * backward(self, dy or {dy1, ..., dyM}, mb [, accumulate]) -> {dx1, ..., dxN}
+ * (nil entries: inputs without a gradient). */
+struct cb_call_n {
+    struct tgl_ref *mod;
+    const char *method;
+    int mb;
+    const tg_tensor *const *in;
+    int nin;
+    int acc;
+    tg_tensor **out;
+    int nout; /* backward: the inputs expected; forward: set to the outputs returned */
+    int *nret;
+};
+
+static int cb_body_n(lua_State *L)
+{
+    struct cb_call_n *c = lua_touserdata(L, 1);
+    int fwd = c->nret != NULL;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->mod->ref); /* +1: self */
+    if (lua_getfield(L, -1, c->method) != LUA_TFUNCTION) /* +1 */
+        return luaL_error(L, "the module table has no %s function", c->method);
+    lua_pushvalue(L, -2);
+    if (!fwd && c->nin == 1) {
+        if (c->in[0]) tgl_push_tensor_ref(L, c->in[0]);
+        else lua_pushnil(L);
+    } else {
+        lua_createtable(L, c->nin, 0);
+        for (int i = 0; i < c->nin; i++)
+            if (c->in[i]) {
+                tgl_push_tensor_ref(L, c->in[i]);
+                lua_rawseti(L, -2, i + 1);
+            }
+    }
+    lua_pushinteger(L, c->mb);
+    if (c->acc >= 0) lua_pushboolean(L, c->acc);
+    lua_call(L, 3 + (c->acc >= 0), 1);
+    int r = lua_gettop(L);
+    if (fwd && tgl_tensor_test(L, r)) {
+        *c->nret = 1;
+        tgl_check(L, tg_tensor_ref(tgl_tensor_test(L, r), &c->out[0]));
+        return 0;
+    }
+    if (!lua_istable(L, r))
+        return luaL_error(L, "%s returned a %s, expected %s", c->method, luaL_typename(L, r),
+                          fwd ? "a tensor or a list of tensors" : "a list of input gradients");
+    int n = fwd ? (int)luaL_len(L, r) : c->nout;
+    if (fwd && (n < 1 || n > TG_MAX_IO)) return luaL_error(L, "forward returned a list of %d outputs (1 to %d)", n, TG_MAX_IO);
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, r, i);
+        tg_tensor *t = tgl_tensor_test(L, -1);
+        if (!t && (fwd || !lua_isnil(L, -1)))
+            return luaL_error(L, "%s returned a %s as %s %d, expected a tensor%s", c->method, luaL_typename(L, -1),
+                              fwd ? "output" : "the gradient of input", i, fwd ? "" : " or nil");
+        if (t) tgl_check(L, tg_tensor_ref(t, &c->out[i - 1]));
+        lua_pop(L, 1);
+    }
+    if (fwd) *c->nret = n;
+    return 0;
+}
+
+static tg_status cb_forward_n(void *ud, int mb, const tg_tensor *const *x, int nx, tg_tensor **y, int *ny)
+{
+    struct cb_call_n c = {ud, "forward", mb, x, nx, -1, y, 0, ny};
+    return tgl_protected_call(c.mod, cb_body_n, &c, c.method);
+}
+
+static tg_status cb_backward_n(void *ud, int mb, const tg_tensor *const *dy, int ny, tg_tensor **dx, int nx, int accumulate)
+{
+    struct cb_call_n c = {ud, "backward", mb, dy, ny, accumulate, dx, nx, NULL};
+    return tgl_protected_call(c.mod, cb_body_n, &c, c.method);
+}
+
 /* Pushes the Module wrapping the Lua table at idx (the same one each time
  * while it lives). */
 static tg_module *wrap_table(lua_State *L, int idx)
@@ -514,7 +660,8 @@ static tg_module *wrap_table(lua_State *L, int idx)
     if (lua_getfield(L, idx, "chunk") != LUA_TNIL) o.chunk = tgl_checkint(L, -1);
     lua_pop(L, 1);
 
-    struct tg_callback_module_fns fns = {cb_forward, cb_backward, has_dw ? cb_backward_dw : NULL, tgl_ref_free};
+    struct tg_callback_module_fns fns = {.forward = cb_forward, .backward = cb_backward, .backward_dw = has_dw ? cb_backward_dw : NULL,
+                                         .forward_n = cb_forward_n, .backward_n = cb_backward_n, .free_ud = tgl_ref_free};
     tg_module **slot = tgl_module_newbox(L, idx); /* +1 */
     struct tgl_ref *r = tgl_ref_new(L, idx);
     tg_status st = tg_callback_module_new(&fns, r, ps, np, &o, slot);

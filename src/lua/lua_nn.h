@@ -54,6 +54,10 @@ int tgl_nn_module(lua_State *L); /* tg.nn.Module */
  * `call` (e.g. "forward(x, mb)"); a number there is an argument error saying
  * the microbatch comes last. */
 int tgl_mb_arg(lua_State *L, int idx);
+/* A list of 1 .. TG_MAX_IO tensors at idx into x (nil entries NULL); its length. */
+int tgl_tensor_list(lua_State *L, int idx, const tg_tensor **x, const char *call);
+/* Pushes y[0 .. n-1], taking them: the tensor when single and n is 1, else a list (nil holes). */
+void tgl_push_tensors(lua_State *L, tg_tensor **y, int n, int single);
 tg_tensor *tgl_protocol_tensor(lua_State *L, int idx, const char *call);
 void tgl_open_module(lua_State *L);
 

@@ -46,6 +46,27 @@ static tg_status cb_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tenso
     return tg_module_wgrad_or_queue(m, item);
 }
 
+static tg_status cb_forward_n(tg_module *m, int mb, const tg_tensor *const *x, int nx, tg_tensor **y, int *ny)
+{
+    struct callback *C = m->impl;
+    if (!C->fns.forward_n) return tg_error(TG_EINVAL, "the module takes one input, got %d", nx);
+    return C->fns.forward_n(C->ud, mb, x, nx, y, ny);
+}
+
+static tg_status cb_backward_n(tg_module *m, int mb, const tg_tensor *const *dy, int ny, tg_tensor **dx, int nx)
+{
+    struct callback *C = m->impl;
+    if (!C->fns.backward_n) return tg_error(TG_EINVAL, "the module takes one output gradient, got %d", ny);
+    int acc = -1;
+    if (!C->fns.backward_dw) TG_TRY(accumulate_of(m, &acc));
+    TG_TRY(C->fns.backward_n(C->ud, mb, dy, ny, dx, nx, acc));
+    if (!C->fns.backward_dw) return tg_module_wgrad_done_all(m, mb);
+    struct tg_saved *item = calloc(1, sizeof *item);
+    if (!item) return tg_error(TG_ENOMEM, "out of host memory");
+    item->mb = mb;
+    return tg_module_wgrad_or_queue(m, item);
+}
+
 static tg_status cb_wgrad(tg_module *m, struct tg_saved *item)
 {
     struct callback *C = m->impl;
@@ -73,6 +94,8 @@ static const struct tg_module_vtbl callback_vt = {
     .type = "Module",
     .forward = cb_forward,
     .backward = cb_backward,
+    .forward_n = cb_forward_n,
+    .backward_n = cb_backward_n,
     .wgrad = cb_wgrad,
     .destroy = cb_destroy,
     .can_delay = tg_callback_module_can_delay,

@@ -189,6 +189,69 @@ tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const 
     return call_leave(m, "forward", mb, st);
 }
 
+tg_status tg_module_forward_n(tg_module *m, int mb, const tg_tensor *const *x, int nx, tg_tensor **y, int *ny)
+{
+    char label[160];
+    *ny = 0;
+    for (int i = 0; i < TG_MAX_IO; i++) y[i] = NULL;
+    if (!m->vt->forward_n)
+        return tg_error(TG_EINVAL, "%s takes one input, got %d", tg_module_label(m, label, sizeof label), nx);
+    if (nx < 1 || nx > TG_MAX_IO)
+        return tg_error(TG_EINVAL, "%s: %d inputs (1 to %d)", tg_module_label(m, label, sizeof label), nx, TG_MAX_IO);
+    if (routed(m)) return tg_error(TG_EINVAL, "%s: a chunk with several inputs cannot be graphed in place", tg_module_label(m, label, sizeof label));
+    TG_TRY(reentrant(m, "forward", mb));
+    call_enter();
+    tg_status st = TG_OK;
+    if (mb == 0) mb = tg_module_next_forward(m);
+    if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
+    for (int i = 0; i < nx && st == TG_OK; i++)
+        if (!x[i]) st = tg_error(TG_EINVAL, "input %d is missing", i + 1);
+    if (st == TG_OK) {
+        if (m->npre) st = tg_engine_forward_pre(m, mb);
+        int sp = st == TG_OK && tg_trace_on ? span_begin(m, "forward", mb) : -1;
+        if (st == TG_OK) st = m->vt->forward_n(m, mb, x, nx, y, ny);
+        if (st == TG_OK) m->tuple_io = 1;
+        if (st == TG_OK && (*ny < 1 || *ny > TG_MAX_IO)) st = tg_error(TG_EINVAL, "forward returned %d outputs (1 to %d)", *ny, TG_MAX_IO);
+        for (int i = 0; i < *ny && st == TG_OK; i++)
+            if (!y[i]) st = tg_error(TG_EINVAL, "forward returned no tensor as output %d", i + 1);
+        span_end(m, sp);
+    }
+    if (st == TG_OK) st = note_forward(m, mb);
+    if (st == TG_OK) st = tg_engine_note_forward(m);
+    if (st != TG_OK) {
+        for (int i = 0; i < TG_MAX_IO; i++) tg_tensor_free(y[i]), y[i] = NULL;
+        *ny = 0;
+    }
+    return call_leave(m, "forward", mb, st);
+}
+
+tg_status tg_module_backward_n(tg_module *m, int mb, const tg_tensor *const *dy, int ny, tg_tensor **dx, int nx)
+{
+    char label[160];
+    for (int i = 0; i < nx && i < TG_MAX_IO; i++) dx[i] = NULL;
+    if (!m->vt->backward_n)
+        return tg_error(TG_EINVAL, "%s takes one output gradient, got %d", tg_module_label(m, label, sizeof label), ny);
+    if (nx < 1 || nx > TG_MAX_IO || ny < 1 || ny > TG_MAX_IO)
+        return tg_error(TG_EINVAL, "%s backward: %d output gradients, %d inputs (1 to %d)", tg_module_label(m, label, sizeof label), ny, nx, TG_MAX_IO);
+    TG_TRY(reentrant(m, "backward", mb));
+    call_enter();
+    tg_status st = TG_OK;
+    if (mb == 0) {
+        if (m->nopen) mb = m->open_mb[0];
+        else st = tg_error(TG_ESTATE, "backward: no forward is waiting for its backward (give the microbatch, or run forward first)");
+    }
+    if (st == TG_OK && mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
+    if (st == TG_OK) {
+        int sp = tg_trace_on ? span_begin(m, "backward", mb) : -1;
+        st = m->vt->backward_n(m, mb, dy, ny, dx, nx);
+        span_end(m, sp);
+    }
+    if (st == TG_OK) open_remove(m, mb);
+    if (st != TG_OK)
+        for (int i = 0; i < nx; i++) tg_tensor_free(dx[i]), dx[i] = NULL;
+    return call_leave(m, "backward", mb, st);
+}
+
 tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
 {
     return tg_module_backward_res(m, mb, dy, NULL, dx);

@@ -157,6 +157,7 @@ struct tg_saved {
     struct tg_saved *next;
 };
 
+#define TG_MAX_IO 16 /* inputs or outputs of one call of a module with several */
 struct tg_module_vtbl {
     const char *type; /* "Linear", ... */
     /* y = forward(x) for microbatch mb; saves what backward needs under mb. */
@@ -171,6 +172,12 @@ struct tg_module_vtbl {
      * (dres non-NULL, like dx; held by the caller and not written). NULL:
      * tg_module_backward_res runs backward, then adds. */
     tg_status (*backward_res)(tg_module *m, int mb, const tg_tensor *dy, const tg_tensor *dres, tg_tensor **dx);
+    /* Optional: several inputs and outputs (tuple chunks). forward_n reads nx
+     * inputs and writes *ny (1 .. TG_MAX_IO) outputs into y; backward_n reads
+     * ny output gradients (NULL entries: none) and writes nx input gradients
+     * (NULL: the input gets none). NULL: the module takes one input. */
+    tg_status (*forward_n)(tg_module *m, int mb, const tg_tensor *const *x, int nx, tg_tensor **y, int *ny);
+    tg_status (*backward_n)(tg_module *m, int mb, const tg_tensor *const *dy, int ny, tg_tensor **dx, int nx);
     /* Leaf modules with parameters: compute one wgrad item (popped from the
      * store by the generic code, or handed over directly when not delayed),
      * then call tg_param_wgrad_done for each parameter written, after all
@@ -224,6 +231,7 @@ struct tg_module {
     int nopen, open_cap;
     const struct tg_module_route *route; /* set while a graphed set replays m's calls (partial capture) */
     int route_wpend;             /* routed backwards whose backward_dw has not run */
+    int tuple_io;                /* 1 once called with a list of inputs (tg_module_forward_n) */
     int parent_res;              /* how its parent calls it: TG_PARENT_RES_FORWARD (forward_res), _BACKWARD
                                     (backward_res); set by the parent, read by partial capture */
     void *impl;                  /* module-specific state */
@@ -252,6 +260,11 @@ tg_status tg_module_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor 
  * scales; chains hand res to their last child); others run forward, then one
  * add. Saves and hooks exactly like tg_module_forward. */
 tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y);
+/* Several inputs and outputs (modules with forward_n / backward_n: Lua-table
+ * modules): y gets *ny outputs (room for TG_MAX_IO), dx nx input gradients
+ * (NULL entries: none). */
+tg_status tg_module_forward_n(tg_module *m, int mb, const tg_tensor *const *x, int nx, tg_tensor **y, int *ny);
+tg_status tg_module_backward_n(tg_module *m, int mb, const tg_tensor *const *dy, int ny, tg_tensor **dx, int nx);
 tg_status tg_module_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx);
 /* Backward with a residual gradient: dx = dres + dgrad(dy), for composites
  * whose input also bypasses m (y = x + f(x) gives dx = dy + f'(dy)). dres
@@ -480,6 +493,9 @@ struct tg_callback_module_fns {
     tg_status (*forward)(void *ud, int mb, const tg_tensor *x, tg_tensor **y);
     tg_status (*backward)(void *ud, int mb, const tg_tensor *dy, tg_tensor **dx, int accumulate);
     tg_status (*backward_dw)(void *ud, int mb, int accumulate); /* may be NULL: wgrad done inside backward */
+    /* optional: several inputs and outputs (tg_module_forward_n / backward_n) */
+    tg_status (*forward_n)(void *ud, int mb, const tg_tensor *const *x, int nx, tg_tensor **y, int *ny);
+    tg_status (*backward_n)(void *ud, int mb, const tg_tensor *const *dy, int ny, tg_tensor **dx, int nx, int accumulate);
     void (*free_ud)(void *ud);
 };
 /* The module retains params (and becomes the owner of those without one);
