@@ -17,7 +17,9 @@ DIST_SH_TESTS = \
 	t/checkpoint-resume-is-exact.sh \
 	t/dist-gpt-modes-give-the-eager-losses.sh \
 	t/dist-zero-bubble-on-ranks.sh \
-	t/dist-rank-exit-with-a-request-in-flight.sh
+	t/dist-rank-exit-with-a-request-in-flight.sh \
+	t/dist-gpt-rank-killed-mid-step.sh \
+	t/dist-gpt-launchers-give-the-same-losses.sh
 TESTS += $(DIST_LUA_TESTS) $(DIST_SH_TESTS)
 
 check_PROGRAMS += t/dist-world-calls-outside-a-job.t
