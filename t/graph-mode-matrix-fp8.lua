@@ -11,31 +11,10 @@ tg.hook_check(true)
 local D, H, TOK, M, STEPS = 16, 32, 16, 3, 4 -- multiples of 16: cuBLASLt FP8 GEMMs need them on a GPU
 local recipe = tg.fp8.DelayedScaling{ amax_history_len = 4, amax_compute_algo = "max", margin = 0, fp8_format = "HYBRID" }
 
-local function build(delay, fuse)
-  tg.manual_seed(1234)
-  local o = function(extra)
-    extra.delay_wgrad, extra.fuse_wgrad_accumulation, extra.fp8 = delay, fuse, recipe
-    return extra
-  end
-  local c1 = tg.nn.Sequential{
-    tg.nn.Linear(D, H, o { name = "c1.fc" }),
-    tg.nn.LayerNormMLP(H, 2 * H, o { name = "c1.mlp" }),
-    name = "c1", chunk = 1 }
-  local c2 = tg.nn.Sequential{
-    tg.nn.LayerNormLinear(H, D, o { name = "c2.lnl", chunk = 2 }),
-    tg.nn.Linear(D, D, o { name = "c2.fc", chunk = 2 }),
-    name = "c2", chunk = 2 }
-  return { c1, c2 }
-end
-
-tg.manual_seed(99)
-local xs, dys = {}, {}
-for m = 1, M do
-  xs[m] = tg.randn({ TOK, D })
-  dys[m] = tg.randn({ TOK, D })
-end
-
-local MM = require "mode_matrix"
+local MM = require "mode_matrix" -- t/lib/mode_matrix.lua
+-- two chunks of a small model, every leaf with the mode's options; fixed inputs and output gradients
+local build = MM.two_chunks(D, H, recipe)
+local xs, dys = MM.inputs(M, TOK, D)
 MM.run{ t = t, build = build, xs = xs, dys = dys, sample = { xs[1], tg.zeros({ TOK, H }) }, steps = STEPS,
   partial = { "mlp", "lnl" }, partial_sample = tg.zeros({ TOK, H }), full = true, fp8 = true }
 

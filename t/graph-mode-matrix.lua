@@ -6,33 +6,10 @@ local t = require "tap"
 tg.hook_check(true)
 local D, H, TOK, M, STEPS = 8, 16, 6, 4, 3
 
--- Two chunks of a small model; every leaf gets the mode's options.
-local function build(delay, fuse)
-  tg.manual_seed(1234)
-  local o = function(extra)
-    extra.delay_wgrad, extra.fuse_wgrad_accumulation = delay, fuse
-    return extra
-  end
-  local c1 = tg.nn.Sequential{
-    tg.nn.Linear(D, H, o { name = "c1.fc" }),
-    tg.nn.LayerNormMLP(H, 2 * H, o { name = "c1.mlp" }),
-    name = "c1", chunk = 1 }
-  local c2 = tg.nn.Sequential{
-    tg.nn.LayerNormLinear(H, D, o { name = "c2.lnl", chunk = 2 }),
-    tg.nn.Linear(D, D, o { name = "c2.fc", chunk = 2 }),
-    name = "c2", chunk = 2 }
-  return { c1, c2 }
-end
-
--- Fixed inputs and output gradients per microbatch (fresh random, never zeros).
-tg.manual_seed(99)
-local xs, dys = {}, {}
-for m = 1, M do
-  xs[m] = tg.randn({ TOK, D })
-  dys[m] = tg.randn({ TOK, D })
-end
-
 local MM = require "mode_matrix" -- t/lib/mode_matrix.lua
+-- two chunks of a small model, every leaf with the mode's options; fixed inputs and output gradients
+local build = MM.two_chunks(D, H)
+local xs, dys = MM.inputs(M, TOK, D)
 MM.run{ t = t, build = build, xs = xs, dys = dys, sample = { xs[1], tg.zeros({ TOK, H }) }, steps = STEPS,
   partial = { "mlp", "lnl" }, partial_sample = tg.zeros({ TOK, H }), full = true, schedules = true }
 

@@ -234,4 +234,37 @@ function MM.run(cfg)
   end
 end
 
+-- The small two-chunk model of the mode-matrix tests: chunk 1 = Linear(D, H) -> LayerNormMLP(H, 2H), chunk 2 =
+-- LayerNormLinear(H, D) -> Linear(D, D). Returns build(delay, fuse) for MM.run: every leaf gets the mode's
+-- delay_wgrad and fuse_wgrad_accumulation, and `fp8` (a recipe, or nil) when given.
+function MM.two_chunks(D, H, fp8)
+  return function(delay, fuse)
+    tg.manual_seed(1234)
+    local o = function(extra)
+      extra.delay_wgrad, extra.fuse_wgrad_accumulation, extra.fp8 = delay, fuse, fp8
+      return extra
+    end
+    local c1 = tg.nn.Sequential{
+      tg.nn.Linear(D, H, o { name = "c1.fc" }),
+      tg.nn.LayerNormMLP(H, 2 * H, o { name = "c1.mlp" }),
+      name = "c1", chunk = 1 }
+    local c2 = tg.nn.Sequential{
+      tg.nn.LayerNormLinear(H, D, o { name = "c2.lnl", chunk = 2 }),
+      tg.nn.Linear(D, D, o { name = "c2.fc", chunk = 2 }),
+      name = "c2", chunk = 2 }
+    return { c1, c2 }
+  end
+end
+
+-- Fixed inputs and output gradients (TOK, D) for M microbatches (fresh random, never zeros).
+function MM.inputs(M, TOK, D)
+  tg.manual_seed(99)
+  local xs, dys = {}, {}
+  for m = 1, M do
+    xs[m] = tg.randn({ TOK, D })
+    dys[m] = tg.randn({ TOK, D })
+  end
+  return xs, dys
+end
+
 return MM
