@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define TGL_ANCHOR "tegraph.nn.anchor"   /* registry: the anchor box of this state */
 #define TGL_OBJECTS "tegraph.nn.objects" /* registry: weak, C pointer -> its userdata */
