@@ -285,10 +285,10 @@ static __global__ void __launch_bounds__(1024) ce_backward_rows_smem(T *dlogits,
  * On sm_90 (Hopper and later), rows whose bytes are a multiple of 16 at a 16-byte-aligned address.
  * One block a multiprocessor for GPT-2's 50304-entry rows, 1024 threads, a persistent loop over the
  * block's rows (blockIdx.x, + gridDim.x, ...) with two row buffers in shared memory (one where two do
- * not fit): one thread
- * hands the load of a whole row to the bulk-copy unit (cp.async.bulk, completion counted in bytes on an
- * mbarrier), so the next row streams in from memory while the threads work on this one and its dlogits
- * stream out; no thread waits on a load it issued, and no registers hold rows in flight. A row:
+ * not fit): one thread hands the load of a whole row to the bulk-copy unit (cp.async.bulk, completion
+ * counted in bytes on an mbarrier), so the next row streams in from memory while the threads work on
+ * this one and its dlogits stream out; no thread waits on a load it issued, and no registers hold rows
+ * in flight. A row:
  *   1. max: packed bf16x2 maxima (no conversions), one warp shuffle tree, the warps' results in order;
  *   2. sum of exp(x - max) in f32: 2^(x log2e - max log2e), one FMA and one ex2 an element; per
  *      16-byte group a fixed tree, groups in order a thread, a warp shuffle tree, the warps in order;
@@ -348,11 +348,14 @@ static __device__ __forceinline__ void ce_bulk_load(void *dst, const void *src, 
                  : "memory");
 }
 
+/* Until the phase of the given parity completes; a copy that never completes (a fault of the copy unit)
+ * ends the kernel with an error after some seconds instead of hanging it. */
 static __device__ __forceinline__ void ce_mbar_wait(uint64_t *bar, uint32_t parity)
 {
     const uint32_t b = ce_smem_addr(bar);
-    uint32_t done;
+    uint32_t done, tries = 0;
     do {
+        if (++tries == 1u << 28) __trap();
         asm volatile("{\n\t.reg .pred p;\n\t"
                      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
                      "selp.u32 %0, 1, 0, p;\n\t}"
