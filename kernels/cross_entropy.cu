@@ -282,7 +282,8 @@ static __global__ void __launch_bounds__(1024) ce_backward_rows_smem(T *dlogits,
 }
 
 /* ------------------------------------------------------------------ rows streamed through the async copy unit
- * On sm_90 (Hopper and later), rows whose bytes are a multiple of 16 at a 16-byte-aligned address.
+ * On sm_90 (Hopper and later), rows of up to ~113 KB (two buffers) or ~226 KB (one) of any length and
+ * alignment, dlogits at the same offset from a 16-byte boundary as logits (in place, or both aligned).
  * One block a multiprocessor for GPT-2's 50304-entry rows, 1024 threads, a persistent loop over the
  * block's rows (blockIdx.x, + gridDim.x, ...) with two row buffers in shared memory (one where two do
  * not fit): one thread hands the load of a whole row to the bulk-copy unit (cp.async.bulk, completion
@@ -459,18 +460,23 @@ __device__ __forceinline__ void ce_thread_grad<float>(uint4 *out, const uint4 *r
 }
 #endif
 
-/* dlogits (NULL: none; then loss may be NULL) and losses (NULL: none) of n rows of v elements. */
+/* dlogits (NULL: none; then loss may be NULL) and losses (NULL: none) of n rows of v elements. A row's
+ * 16-byte-aligned middle comes through the copy unit; its head and tail (fewer than 16 bytes each, when
+ * the row does not start or end on a 16-byte boundary) are read and written element by element by one
+ * thread each. In a buffer (CE_PAD + whole groups + CE_PAD bytes) the middle starts at CE_PAD, the head
+ * just before it, so the row is contiguous there. dlogits - logits is a multiple of 16 bytes. */
+#define CE_PAD 16
 template <class T, int S>
 static __global__ void __launch_bounds__(1024, 1)
     ce_rows_bulk(T *dlogits, float *losses, const T *logits, const int32_t *targets, const float *loss, int64_t n,
                  int64_t v, float dloss, int ignore_index)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int E = 16 / sizeof(T); /* elements a group */
     extern __shared__ uint4 ce_smem[];
     __shared__ uint64_t bar[S];
     __shared__ float red[32];
-    const int64_t ng = v * (int64_t)sizeof(T) / 16; /* 16-byte groups a row */
-    const uint32_t bytes = (uint32_t)(ng * 16);
+    const int64_t stride = ((v * (int64_t)sizeof(T) + 15) / 16 + 2 * CE_PAD / 16); /* groups a buffer */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int64_t step = gridDim.x;
     double scale = 0.0;
@@ -478,29 +484,51 @@ static __global__ void __launch_bounds__(1024, 1)
         const float count = loss[1];
         scale = count > 0 ? (double)dloss / count : 0.0;
     }
+    /* row r: h head elements, ng groups, then t tail elements */
+    auto head = [&](int64_t r) -> int {
+        const int h = (int)((16 - ((uintptr_t)(logits + r * v) & 15)) & 15) / (int)sizeof(T);
+        return h < v ? h : (int)v;
+    };
+    auto issue = [&](int s, int64_t r) {
+        const int h = head(r);
+        const uint32_t bytes = (uint32_t)((v - h) / E * 16);
+        if (bytes) ce_bulk_load(ce_smem + s * stride + CE_PAD / 16, logits + r * v + h, bytes, &bar[s]);
+        else asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(ce_smem_addr(&bar[s])) : "memory");
+    };
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; s++) ce_mbar_init(&bar[s]);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int s = 0; s < S; s++) {
-            const int64_t r = blockIdx.x + s * step;
-            if (r < n) ce_bulk_load(ce_smem + s * ng, logits + r * v, bytes, &bar[s]);
-        }
+        for (int s = 0; s < S; s++)
+            if (blockIdx.x + s * step < n) issue(s, blockIdx.x + s * step);
     }
     __syncthreads(); /* the barriers are initialised */
     int64_t it = 0;
     for (int64_t r = blockIdx.x; r < n; r += step, it++) {
         const int s = (int)(it % S);
-        const uint4 *row = ce_smem + s * ng;
-        uint4 *out = dlogits ? (uint4 *)(dlogits + r * v) : NULL;
+        const int h = head(r);
+        const int64_t ng = (v - h) / E;
+        const int t = (int)(v - h - ng * E), extra = h + t;
+        const uint4 *row = ce_smem + s * stride + CE_PAD / 16; /* the middle */
+        T *rowe = (T *)row - h;                                 /* element 0 of the row */
+        uint4 *out = dlogits ? (uint4 *)(dlogits + r * v + h) : NULL;
+        /* this thread's head or tail element: its index in the row, -1: none */
+        const int64_t xi = (int)threadIdx.x < extra ? ((int)threadIdx.x < h ? threadIdx.x : ng * E + threadIdx.x) : -1;
         const int32_t tgt = targets[r];
-        ce_mbar_wait(&bar[s], (uint32_t)((it / S) & 1)); /* row r is in shared memory */
+        ce_mbar_wait(&bar[s], (uint32_t)((it / S) & 1)); /* the middle of row r is in shared memory */
+        if (extra) {
+            if (xi >= 0) rowe[xi] = logits[r * v + xi];
+            __syncthreads(); /* the head and tail too */
+        }
         if (tgt == ignore_index || tgt < 0 || tgt >= v) {
             if (losses && threadIdx.x == 0) losses[r] = tgt == ignore_index ? 0.0f : NAN;
-            if (out)
+            if (out) {
                 for (int64_t g = threadIdx.x; g < ng; g += blockDim.x) out[g] = make_uint4(0, 0, 0, 0);
+                if (xi >= 0) dlogits[r * v + xi] = ce_t<T>(0.0f);
+            }
         } else {
             /* 1. max */
             float m = ce_thread_max<T>(row, ng);
+            if (xi >= 0) m = fmaxf(m, ce_f(rowe[xi]));
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
             if (lane == 0) red[warp] = m;
@@ -510,6 +538,7 @@ static __global__ void __launch_bounds__(1024, 1)
             const float ml = m == -INFINITY ? 0.0f : m * CE_LOG2E; /* all -inf: a zero sum, a NaN loss */
             /* 2. sum */
             float sum = ce_thread_sum<T>(row, ng, ml);
+            if (xi >= 0) sum += ce_ex2(fmaf(ce_f(rowe[xi]), CE_LOG2E, -ml));
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
             __syncthreads(); /* every thread has read red's maxima */
@@ -517,7 +546,7 @@ static __global__ void __launch_bounds__(1024, 1)
             __syncthreads();
             sum = red[0];
             for (int w = 1; w < nw; w++) sum += red[w];
-            const float x_t = ce_f(((const T *)row)[tgt]);
+            const float x_t = ce_f(rowe[tgt]);
             /* the last thread has the fewest groups: its warp has time for the double log */
             if (losses && threadIdx.x == blockDim.x - 1)
                 losses[r] = (float)((double)m + log((double)sum) - (double)x_t);
@@ -525,19 +554,23 @@ static __global__ void __launch_bounds__(1024, 1)
                 const double inv = 1.0 / (double)sum;
                 const float fs = (float)(scale * inv);
                 ce_thread_grad<T>(out, row, ng, ml, fs);
-                /* the target's element, after its group by the thread that wrote the group */
-                const int64_t gt = (int64_t)tgt * (int64_t)sizeof(T) / 16;
-                if (gt % blockDim.x == threadIdx.x) {
-                    asm volatile("" ::: "memory"); /* after the group's 16-byte store */
+                if (xi >= 0) dlogits[r * v + xi] = ce_t<T>(ce_ex2(fmaf(ce_f(rowe[xi]), CE_LOG2E, -ml)) * fs);
+                /* the target's element, again, by the thread that wrote it, after it */
+                const int64_t gt = tgt - h;
+                const int owner = tgt < h ? tgt : gt < ng * E ? (int)(gt / E % blockDim.x) : (int)(gt - ng * E + h);
+                if (owner == (int)threadIdx.x) {
+                    asm volatile("" ::: "memory");
                     const float e = ce_ex2(fmaf(x_t, CE_LOG2E, -ml));
                     dlogits[r * v + tgt] = ce_t<T>((float)(scale * ((double)e * inv - 1.0)));
                 }
             }
         }
+        /* the head and tail writes of shared memory before the copy unit may write there again */
+        if (extra) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncthreads(); /* every thread is done with buffer s and red */
         if (threadIdx.x == 0 && r + S * step < n) {
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            ce_bulk_load(ce_smem + s * ng, logits + (r + S * step) * v, bytes, &bar[s]);
+            issue(s, r + S * step);
         }
     }
 #endif
@@ -604,13 +637,20 @@ static int ce_bulk_device(void)
     return sms[dev] > 0 ? sms[dev] : 0;
 }
 
+/* Bytes of a row buffer of the bulk-copy kernels. */
+static size_t ce_bulk_bytes(tg_dtype dt, int64_t v)
+{
+    return ((size_t)v * tg_dtype_size(dt) + 15) / 16 * 16 + 2 * CE_PAD;
+}
+
 /* Row buffers of the bulk-copy kernels for rows of v elements of dt at logits (and dlogits, NULL: none):
- * 2, 1, or 0 when they cannot run (a row not a multiple of 16 bytes, an address not 16-byte aligned, a
+ * 2, 1, or 0 when they cannot run (dlogits and logits at different offsets from 16-byte boundaries, a
  * row larger than shared memory, a device or build without them). */
 static int ce_bulk_stages(tg_dtype dt, int64_t v, const void *logits, const void *dlogits)
 {
-    const size_t b = (size_t)v * tg_dtype_size(dt);
-    if (b % 16 || !ce_aligned(logits) || (dlogits && !ce_aligned(dlogits)) || !ce_bulk_device()) return 0;
+    const size_t es = tg_dtype_size(dt), b = ce_bulk_bytes(dt, v);
+    if ((uintptr_t)logits % es || (dlogits && ((uintptr_t)dlogits - (uintptr_t)logits) % 16) || !ce_bulk_device())
+        return 0;
     const size_t lim = ce_smem_limit();
     return 2 * b <= lim ? 2 : b <= lim ? 1 : 0;
 }
@@ -621,7 +661,7 @@ static cudaError_t ce_launch_bulk(T *dlogits, float *losses, const T *logits, co
                                   cudaStream_t st)
 {
     const int64_t ng = v * (int64_t)sizeof(T) / 16;
-    const size_t smem = (size_t)S * (size_t)ng * 16;
+    const size_t smem = (size_t)S * ce_bulk_bytes(sizeof(T) == 2 ? TG_BF16 : TG_F32, v);
     /* about six groups a thread: 1024 threads for GPT-2's rows, fewer (and more blocks) for small rows */
     int threads = (int)(((ng + 5) / 6 + 31) & ~(int64_t)31);
     threads = threads < 128 ? 128 : threads > 1024 ? 1024 : threads;

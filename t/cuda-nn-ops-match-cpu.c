@@ -510,11 +510,11 @@ static void test_embedding(void)
 /* ------------------------------------------------------------------ cross-entropy */
 static void test_cross_entropy(void)
 {
-    /* the row kernels: rows of a multiple of 16 bytes at 16-byte-aligned addresses streamed through shared memory
-     * (bf16 V 1000, GPT-2's padded 50304, 8; f32 also 100; two row buffers a block, or one for f32 50304), other
-     * rows in shared memory element by element (5003, 50257, bf16 100), rows starting one element past an aligned
-     * address (off 1), and the multi-pass kernels for rows too large for shared memory (bf16 120000 and f32 60000
-     * exceed an H200's 227 KB) */
+    /* the row kernels: rows streamed through shared memory, their 16-byte-aligned middles by the copy unit, with
+     * two row buffers a block (one for f32 50304 and 50257): rows of whole 16-byte groups (1000, GPT-2's padded
+     * 50304, 8, f32 100), rows with a head and a tail element by element (5003, 50257, bf16 100), rows starting one
+     * element past an aligned address (off 1); and the multi-pass kernels for rows too large for shared memory
+     * (bf16 120000 and f32 60000 exceed an H200's 227 KB). On GPUs before sm_90, one block a row. */
     enum { NORMAL, BAD, ALL_IGNORED };
     struct {
         int64_t n, v;
