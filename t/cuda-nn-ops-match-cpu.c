@@ -514,7 +514,8 @@ static void test_cross_entropy(void)
      * two row buffers a block (one for f32 50304 and 50257): rows of whole 16-byte groups (1000, GPT-2's padded
      * 50304, 8, f32 100), rows with a head and a tail element by element (5003, 50257, bf16 100), rows starting one
      * element past an aligned address (off 1); and the multi-pass kernels for rows too large for shared memory
-     * (bf16 120000 and f32 60000 exceed an H200's 227 KB). On GPUs before sm_90, one block a row. */
+     * (bf16 120000 and f32 60000 exceed an H200's 227 KB). On GPUs before sm_90, and for dlogits at another offset
+     * from a 16-byte boundary than logits (off 1, not aliased), one block a row. */
     enum { NORMAL, BAD, ALL_IGNORED };
     struct {
         int64_t n, v;
@@ -566,12 +567,14 @@ static void test_cross_entropy(void)
                 void *linit = alias ? init_of(&logits) : NULL;
                 struct tg_cross_entropy_backward_args b[2];
                 for (int g = 0; g < 2; g++)
-                    b[g] = (struct tg_cross_entropy_backward_args){.dlogits = AT(*out), .logits = AT(logits),
+                    /* unaligned logits and aligned dlogits (off 1, not aliased): the one-block-a-row kernels */
+                    b[g] = (struct tg_cross_entropy_backward_args){.dlogits = alias ? AT(*out) : ON(dl), .logits = AT(logits),
                                                                    .targets = ON(tg), .loss = ON(loss), .dt = dt, .n = N,
                                                                    .v = V, .dloss = 1.7f, .ignore_index = ignore};
                 struct out bo[] = {{out, dt, nv + off, linit, "dlogits"}};
                 snprintf(what, sizeof what, "cross_entropy_backward %s N=%lld V=%lld%s%s", tg_dtype_name(dt),
-                         (long long)N, (long long)V, mode, alias ? " dlogits aliases logits" : "");
+                         (long long)N, (long long)V, mode,
+                         alias ? " dlogits aliases logits" : off ? " dlogits 16-byte aligned" : "");
                 run_case(what, issue_cross_entropy_backward, &b[0], &b[1], bo, 1, dt);
                 if (alias) {
                     pair_set(&logits, linit);
