@@ -281,6 +281,301 @@ static __global__ void __launch_bounds__(1024) ce_backward_rows_smem(T *dlogits,
     }
 }
 
+/* ------------------------------------------------------------------ rows streamed through the async copy unit
+ * On sm_90 (Hopper and later), rows of up to ~113 KB (two buffers) or ~226 KB (one) of any length and
+ * alignment, dlogits at the same offset from a 16-byte boundary as logits (in place, or both aligned).
+ * One block a multiprocessor for GPT-2's 50304-entry rows, 1024 threads, a persistent loop over the
+ * block's rows (blockIdx.x, + gridDim.x, ...) with two row buffers in shared memory (one where two do
+ * not fit): one thread hands the load of a whole row to the bulk-copy unit (cp.async.bulk, completion
+ * counted in bytes on an mbarrier), so the next row streams in from memory while the threads work on
+ * this one and its dlogits stream out; no thread waits on a load it issued, and no registers hold rows
+ * in flight. A row:
+ *   1. max: packed bf16x2 maxima (no conversions), one warp shuffle tree, the warps' results in order;
+ *   2. sum of exp(x - max) in f32: 2^(x log2e - max log2e), one FMA and one ex2 an element; per
+ *      16-byte group a fixed tree, groups in order a thread, a warp shuffle tree, the warps in order;
+ *   3. dlogits = 2^(x log2e - max log2e) * (dloss / count / sum) in f32, rounded to bf16 in pairs, in
+ *      16-byte stores; the target's element is written again after its group by the same thread as
+ *      dloss / count * (p - 1) in double.
+ * Every sum has a fixed order: the same bits every run. The whole row is in shared memory before any
+ * dlogit is written (dlogits may alias logits), and a buffer is loaded again only after every thread
+ * has finished reading it. */
+
+#define CE_LOG2E 1.4426950408889634f
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ uint32_t ce_smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ float ce_ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+static __device__ __forceinline__ uint32_t ce_max_bf16x2(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+/* Two f32 rounded to nearest even into bf16x2 (lo in the low half). */
+static __device__ __forceinline__ uint32_t ce_pack_bf16x2(float lo, float hi)
+{
+    uint32_t d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+static __device__ __forceinline__ float ce_lo(uint32_t w) { return __uint_as_float(w << 16); }
+static __device__ __forceinline__ float ce_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+static __device__ __forceinline__ void ce_mbar_init(uint64_t *bar)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(ce_smem_addr(bar)) : "memory");
+}
+
+/* One thread: the load of bytes from src into dst, counted on bar. */
+static __device__ __forceinline__ void ce_bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
+{
+    const uint32_t b = ce_smem_addr(bar);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     ce_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(b)
+                 : "memory");
+}
+
+/* Until the phase of the given parity completes; a copy that never completes (a fault of the copy unit)
+ * ends the kernel with an error after some seconds instead of hanging it. */
+static __device__ __forceinline__ void ce_mbar_wait(uint64_t *bar, uint32_t parity)
+{
+    const uint32_t b = ce_smem_addr(bar);
+    uint32_t done, tries = 0;
+    do {
+        if (++tries == 1u << 28) __trap();
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(b), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* Max over this thread's groups of a row in shared memory (16-byte groups g = threadIdx.x, + blockDim.x, ...). */
+template <class T> static __device__ __forceinline__ float ce_thread_max(const uint4 *row, int64_t ng);
+template <> __device__ __forceinline__ float ce_thread_max<uint16_t>(const uint4 *row, int64_t ng)
+{
+    uint32_t a = 0xff80ff80u, b = 0xff80ff80u; /* -inf, -inf */
+#pragma unroll 4
+    for (int64_t g = threadIdx.x; g < ng; g += blockDim.x) {
+        const uint4 q = row[g];
+        a = ce_max_bf16x2(a, q.x);
+        b = ce_max_bf16x2(b, q.y);
+        a = ce_max_bf16x2(a, q.z);
+        b = ce_max_bf16x2(b, q.w);
+    }
+    a = ce_max_bf16x2(a, b);
+    return fmaxf(ce_lo(a), ce_hi(a));
+}
+template <> __device__ __forceinline__ float ce_thread_max<float>(const uint4 *row, int64_t ng)
+{
+    float a = -INFINITY, b = -INFINITY;
+#pragma unroll 4
+    for (int64_t g = threadIdx.x; g < ng; g += blockDim.x) {
+        const uint4 q = row[g];
+        a = fmaxf(a, __uint_as_float(q.x));
+        b = fmaxf(b, __uint_as_float(q.y));
+        a = fmaxf(a, __uint_as_float(q.z));
+        b = fmaxf(b, __uint_as_float(q.w));
+    }
+    return fmaxf(a, b);
+}
+
+/* Sum over this thread's groups of 2^(x log2e - ml), ml = max log2e. */
+template <class T> static __device__ __forceinline__ float ce_thread_sum(const uint4 *row, int64_t ng, float ml);
+template <> __device__ __forceinline__ float ce_thread_sum<uint16_t>(const uint4 *row, int64_t ng, float ml)
+{
+    float s = 0.0f;
+#pragma unroll 4
+    for (int64_t g = threadIdx.x; g < ng; g += blockDim.x) {
+        const uint4 q = row[g];
+        const float e0 = ce_ex2(fmaf(ce_lo(q.x), CE_LOG2E, -ml)), e1 = ce_ex2(fmaf(ce_hi(q.x), CE_LOG2E, -ml));
+        const float e2 = ce_ex2(fmaf(ce_lo(q.y), CE_LOG2E, -ml)), e3 = ce_ex2(fmaf(ce_hi(q.y), CE_LOG2E, -ml));
+        const float e4 = ce_ex2(fmaf(ce_lo(q.z), CE_LOG2E, -ml)), e5 = ce_ex2(fmaf(ce_hi(q.z), CE_LOG2E, -ml));
+        const float e6 = ce_ex2(fmaf(ce_lo(q.w), CE_LOG2E, -ml)), e7 = ce_ex2(fmaf(ce_hi(q.w), CE_LOG2E, -ml));
+        s += ((e0 + e1) + (e2 + e3)) + ((e4 + e5) + (e6 + e7));
+    }
+    return s;
+}
+template <> __device__ __forceinline__ float ce_thread_sum<float>(const uint4 *row, int64_t ng, float ml)
+{
+    float s = 0.0f;
+#pragma unroll 4
+    for (int64_t g = threadIdx.x; g < ng; g += blockDim.x) {
+        const uint4 q = row[g];
+        const float e0 = ce_ex2(fmaf(__uint_as_float(q.x), CE_LOG2E, -ml));
+        const float e1 = ce_ex2(fmaf(__uint_as_float(q.y), CE_LOG2E, -ml));
+        const float e2 = ce_ex2(fmaf(__uint_as_float(q.z), CE_LOG2E, -ml));
+        const float e3 = ce_ex2(fmaf(__uint_as_float(q.w), CE_LOG2E, -ml));
+        s += (e0 + e1) + (e2 + e3);
+    }
+    return s;
+}
+
+/* dlogits of this thread's groups: 2^(x log2e - ml) * fs, into out (16-byte aligned). */
+template <class T> static __device__ __forceinline__ void ce_thread_grad(uint4 *out, const uint4 *row, int64_t ng,
+                                                                         float ml, float fs);
+template <>
+__device__ __forceinline__ void ce_thread_grad<uint16_t>(uint4 *out, const uint4 *row, int64_t ng, float ml, float fs)
+{
+#pragma unroll 4
+    for (int64_t g = threadIdx.x; g < ng; g += blockDim.x) {
+        const uint4 q = row[g];
+        uint4 d;
+        d.x = ce_pack_bf16x2(ce_ex2(fmaf(ce_lo(q.x), CE_LOG2E, -ml)) * fs, ce_ex2(fmaf(ce_hi(q.x), CE_LOG2E, -ml)) * fs);
+        d.y = ce_pack_bf16x2(ce_ex2(fmaf(ce_lo(q.y), CE_LOG2E, -ml)) * fs, ce_ex2(fmaf(ce_hi(q.y), CE_LOG2E, -ml)) * fs);
+        d.z = ce_pack_bf16x2(ce_ex2(fmaf(ce_lo(q.z), CE_LOG2E, -ml)) * fs, ce_ex2(fmaf(ce_hi(q.z), CE_LOG2E, -ml)) * fs);
+        d.w = ce_pack_bf16x2(ce_ex2(fmaf(ce_lo(q.w), CE_LOG2E, -ml)) * fs, ce_ex2(fmaf(ce_hi(q.w), CE_LOG2E, -ml)) * fs);
+        out[g] = d;
+    }
+}
+template <>
+__device__ __forceinline__ void ce_thread_grad<float>(uint4 *out, const uint4 *row, int64_t ng, float ml, float fs)
+{
+#pragma unroll 4
+    for (int64_t g = threadIdx.x; g < ng; g += blockDim.x) {
+        const uint4 q = row[g];
+        uint4 d;
+        d.x = __float_as_uint(ce_ex2(fmaf(__uint_as_float(q.x), CE_LOG2E, -ml)) * fs);
+        d.y = __float_as_uint(ce_ex2(fmaf(__uint_as_float(q.y), CE_LOG2E, -ml)) * fs);
+        d.z = __float_as_uint(ce_ex2(fmaf(__uint_as_float(q.z), CE_LOG2E, -ml)) * fs);
+        d.w = __float_as_uint(ce_ex2(fmaf(__uint_as_float(q.w), CE_LOG2E, -ml)) * fs);
+        out[g] = d;
+    }
+}
+#endif
+
+/* dlogits (NULL: none; then loss may be NULL) and losses (NULL: none) of n rows of v elements. A row's
+ * 16-byte-aligned middle comes through the copy unit; its head and tail (fewer than 16 bytes each, when
+ * the row does not start or end on a 16-byte boundary) are read and written element by element by one
+ * thread each. In a buffer (CE_PAD + whole groups + CE_PAD bytes) the middle starts at CE_PAD, the head
+ * just before it, so the row is contiguous there. dlogits - logits is a multiple of 16 bytes. */
+#define CE_PAD 16
+template <class T, int S>
+static __global__ void __launch_bounds__(1024, 1)
+    ce_rows_bulk(T *dlogits, float *losses, const T *logits, const int32_t *targets, const float *loss, int64_t n,
+                 int64_t v, float dloss, int ignore_index)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int E = 16 / sizeof(T); /* elements a group */
+    extern __shared__ uint4 ce_smem[];
+    __shared__ uint64_t bar[S];
+    __shared__ float red[32];
+    const int64_t stride = ((v * (int64_t)sizeof(T) + 15) / 16 + 2 * CE_PAD / 16); /* groups a buffer */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int64_t step = gridDim.x;
+    double scale = 0.0;
+    if (dlogits) {
+        const float count = loss[1];
+        scale = count > 0 ? (double)dloss / count : 0.0;
+    }
+    /* row r: h head elements, ng groups, then t tail elements */
+    auto head = [&](int64_t r) -> int {
+        const int h = (int)((16 - ((uintptr_t)(logits + r * v) & 15)) & 15) / (int)sizeof(T);
+        return h < v ? h : (int)v;
+    };
+    auto issue = [&](int s, int64_t r) {
+        const int h = head(r);
+        const uint32_t bytes = (uint32_t)((v - h) / E * 16);
+        if (bytes) ce_bulk_load(ce_smem + s * stride + CE_PAD / 16, logits + r * v + h, bytes, &bar[s]);
+        else asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(ce_smem_addr(&bar[s])) : "memory");
+    };
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; s++) ce_mbar_init(&bar[s]);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int s = 0; s < S; s++)
+            if (blockIdx.x + s * step < n) issue(s, blockIdx.x + s * step);
+    }
+    __syncthreads(); /* the barriers are initialised */
+    int64_t it = 0;
+    for (int64_t r = blockIdx.x; r < n; r += step, it++) {
+        const int s = (int)(it % S);
+        const int h = head(r);
+        const int64_t ng = (v - h) / E;
+        const int t = (int)(v - h - ng * E), extra = h + t;
+        const uint4 *row = ce_smem + s * stride + CE_PAD / 16; /* the middle */
+        T *rowe = (T *)row - h;                                 /* element 0 of the row */
+        uint4 *out = dlogits ? (uint4 *)(dlogits + r * v + h) : NULL;
+        /* this thread's head or tail element: its index in the row, -1: none */
+        const int64_t xi = (int)threadIdx.x < extra ? ((int)threadIdx.x < h ? threadIdx.x : ng * E + threadIdx.x) : -1;
+        const int32_t tgt = targets[r];
+        ce_mbar_wait(&bar[s], (uint32_t)((it / S) & 1)); /* the middle of row r is in shared memory */
+        if (extra) {
+            if (xi >= 0) rowe[xi] = logits[r * v + xi];
+            __syncthreads(); /* the head and tail too */
+        }
+        if (tgt == ignore_index || tgt < 0 || tgt >= v) {
+            if (losses && threadIdx.x == 0) losses[r] = tgt == ignore_index ? 0.0f : NAN;
+            if (out) {
+                for (int64_t g = threadIdx.x; g < ng; g += blockDim.x) out[g] = make_uint4(0, 0, 0, 0);
+                if (xi >= 0) dlogits[r * v + xi] = ce_t<T>(0.0f);
+            }
+        } else {
+            /* 1. max */
+            float m = ce_thread_max<T>(row, ng);
+            if (xi >= 0) m = fmaxf(m, ce_f(rowe[xi]));
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            if (lane == 0) red[warp] = m;
+            __syncthreads();
+            m = red[0];
+            for (int w = 1; w < nw; w++) m = fmaxf(m, red[w]);
+            const float ml = m == -INFINITY ? 0.0f : m * CE_LOG2E; /* all -inf: a zero sum, a NaN loss */
+            /* 2. sum */
+            float sum = ce_thread_sum<T>(row, ng, ml);
+            if (xi >= 0) sum += ce_ex2(fmaf(ce_f(rowe[xi]), CE_LOG2E, -ml));
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            __syncthreads(); /* every thread has read red's maxima */
+            if (lane == 0) red[warp] = sum;
+            __syncthreads();
+            sum = red[0];
+            for (int w = 1; w < nw; w++) sum += red[w];
+            const float x_t = ce_f(rowe[tgt]);
+            /* the last thread has the fewest groups: its warp has time for the double log */
+            if (losses && threadIdx.x == blockDim.x - 1)
+                losses[r] = (float)((double)m + log((double)sum) - (double)x_t);
+            if (out) {
+                const double inv = 1.0 / (double)sum;
+                const float fs = (float)(scale * inv);
+                ce_thread_grad<T>(out, row, ng, ml, fs);
+                if (xi >= 0) dlogits[r * v + xi] = ce_t<T>(ce_ex2(fmaf(ce_f(rowe[xi]), CE_LOG2E, -ml)) * fs);
+                /* the target's element, again, by the thread that wrote it, after it */
+                const int64_t gt = tgt - h;
+                const int owner = tgt < h ? tgt : gt < ng * E ? (int)(gt / E % blockDim.x) : (int)(gt - ng * E + h);
+                if (owner == (int)threadIdx.x) {
+                    asm volatile("" ::: "memory");
+                    const float e = ce_ex2(fmaf(x_t, CE_LOG2E, -ml));
+                    dlogits[r * v + tgt] = ce_t<T>((float)(scale * ((double)e * inv - 1.0)));
+                }
+            }
+        }
+        /* the head and tail writes of shared memory before the copy unit may write there again */
+        if (extra) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        __syncthreads(); /* every thread is done with buffer s and red */
+        if (threadIdx.x == 0 && r + S * step < n) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            issue(s, r + S * step);
+        }
+    }
+#endif
+}
+
 static unsigned ce_grid(int64_t n) { return (unsigned)(n < 65536 ? n : 65536); }
 
 #define CE_MAX_DEVICES 64
@@ -322,6 +617,91 @@ static unsigned ce_threads(size_t bytes) { return bytes <= 100 * 1024 ? 512 : 10
 
 static bool ce_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+/* Multiprocessors of the current device when it runs the bulk-copy kernels (sm_90 code built, a device of
+ * compute capability 9 or later), else 0. */
+static int ce_bulk_device(void)
+{
+    static int sms[CE_MAX_DEVICES]; /* > 0: the count; -1: no; 0: unknown (benign race: one value a device) */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= CE_MAX_DEVICES) return 0;
+    if (!sms[dev]) {
+        int major = 0, count = 0;
+        cudaFuncAttributes fa;
+        const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+                        cudaFuncGetAttributes(&fa, ce_rows_bulk<uint16_t, 2>) == cudaSuccess && major >= 9 &&
+                        fa.ptxVersion >= 90 && fa.binaryVersion >= 90 && count > 0;
+        if (!ok) (void)cudaGetLastError(); /* a failed query is not the next launch's error */
+        sms[dev] = ok ? count : -1;
+    }
+    return sms[dev] > 0 ? sms[dev] : 0;
+}
+
+/* Bytes of a row buffer of the bulk-copy kernels. */
+static size_t ce_bulk_bytes(tg_dtype dt, int64_t v)
+{
+    return ((size_t)v * tg_dtype_size(dt) + 15) / 16 * 16 + 2 * CE_PAD;
+}
+
+/* Row buffers of the bulk-copy kernels for rows of v elements of dt at logits (and dlogits, NULL: none):
+ * 2, 1, or 0 when they cannot run (dlogits and logits at different offsets from 16-byte boundaries, a
+ * row larger than shared memory, a device or build without them). */
+static int ce_bulk_stages(tg_dtype dt, int64_t v, const void *logits, const void *dlogits)
+{
+    const size_t es = tg_dtype_size(dt), b = ce_bulk_bytes(dt, v);
+    if ((uintptr_t)logits % es || (dlogits && ((uintptr_t)dlogits - (uintptr_t)logits) % 16) || !ce_bulk_device())
+        return 0;
+    const size_t lim = ce_smem_limit();
+    return 2 * b <= lim ? 2 : b <= lim ? 1 : 0;
+}
+
+template <class T, int S>
+static cudaError_t ce_launch_bulk(T *dlogits, float *losses, const T *logits, const int32_t *targets,
+                                  const float *loss, int64_t n, int64_t v, float dloss, int ignore_index,
+                                  cudaStream_t st)
+{
+    const int64_t ng = v * (int64_t)sizeof(T) / 16;
+    const size_t smem = (size_t)S * ce_bulk_bytes(sizeof(T) == 2 ? TG_BF16 : TG_F32, v);
+    /* about six groups a thread: 1024 threads for GPT-2's rows, fewer (and more blocks) for small rows */
+    int threads = (int)(((ng + 5) / 6 + 31) & ~(int64_t)31);
+    threads = threads < 128 ? 128 : threads > 1024 ? 1024 : threads;
+    cudaError_t e = ce_allow_smem(ce_rows_bulk<T, S>, smem);
+    if (e != cudaSuccess) return e;
+    /* blocks a multiprocessor for the last row size, per device: (v << 8) | blocks (benign race: one word) */
+    static int64_t last[CE_MAX_DEVICES];
+    int dev = 0, per_sm = 0;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+    const int64_t seen = dev >= 0 && dev < CE_MAX_DEVICES ? last[dev] : 0;
+    if (seen && seen >> 8 == v) per_sm = (int)(seen & 255);
+    else {
+        if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ce_rows_bulk<T, S>, threads, smem)) !=
+            cudaSuccess)
+            return e;
+        per_sm = per_sm < 1 ? 1 : per_sm > 255 ? 255 : per_sm;
+        if (dev >= 0 && dev < CE_MAX_DEVICES) last[dev] = v << 8 | per_sm;
+    }
+    const int64_t most = (int64_t)ce_bulk_device() * per_sm;
+    ce_rows_bulk<T, S><<<(unsigned)(n < most ? n : most), threads, smem, st>>>(dlogits, losses, logits, targets, loss,
+                                                                             n, v, dloss, ignore_index);
+    return cudaGetLastError();
+}
+
+static cudaError_t ce_bulk(int stages, tg_dtype dt, void *dlogits, float *losses, const void *logits,
+                           const int32_t *targets, const float *loss, int64_t n, int64_t v, float dloss,
+                           int ignore_index, cudaStream_t st)
+{
+    if (dt == TG_BF16) {
+        uint16_t *d = (uint16_t *)dlogits;
+        const uint16_t *x = (const uint16_t *)logits;
+        return stages == 2 ? ce_launch_bulk<uint16_t, 2>(d, losses, x, targets, loss, n, v, dloss, ignore_index, st)
+                           : ce_launch_bulk<uint16_t, 1>(d, losses, x, targets, loss, n, v, dloss, ignore_index, st);
+    }
+    float *d = (float *)dlogits;
+    const float *x = (const float *)logits;
+    return stages == 2 ? ce_launch_bulk<float, 2>(d, losses, x, targets, loss, n, v, dloss, ignore_index, st)
+                       : ce_launch_bulk<float, 1>(d, losses, x, targets, loss, n, v, dloss, ignore_index, st);
+}
+
 
 extern "C" cudaError_t tg_cuda_cross_entropy_forward(float *loss, float *losses, const void *logits,
                                                      const int32_t *targets, tg_dtype dt, int64_t n, int64_t v,
@@ -331,7 +711,12 @@ extern "C" cudaError_t tg_cuda_cross_entropy_forward(float *loss, float *losses,
     if (n > 0) {
         const size_t bytes = ce_row_bytes(dt, v);
         const bool vec = v % CE_G == 0 && ce_aligned(logits);
-        if (bytes && dt == TG_BF16) {
+        const int stages = ce_bulk_stages(dt, v, logits, NULL);
+        if (stages) {
+            if ((e = ce_bulk(stages, dt, NULL, losses, logits, targets, NULL, n, v, 0.0f, ignore_index, st)) !=
+                cudaSuccess)
+                return e;
+        } else if (bytes && dt == TG_BF16) {
             if ((e = ce_allow_smem(ce_forward_rows_smem<uint16_t>, bytes)) != cudaSuccess) return e;
             ce_forward_rows_smem<uint16_t><<<ce_grid(n), ce_threads(bytes), bytes, st>>>(
                 losses, (const uint16_t *)logits, targets, n, v, ignore_index, vec);
@@ -354,6 +739,8 @@ static cudaError_t ce_rows(void *dlogits, float *losses, const void *logits, con
 {
     if (n <= 0) return cudaSuccess;
     cudaError_t e;
+    const int stages = ce_bulk_stages(dt, v, logits, dlogits);
+    if (stages) return ce_bulk(stages, dt, dlogits, losses, logits, targets, loss, n, v, dloss, ignore_index, st);
     const size_t bytes = ce_row_bytes(dt, v);
     const bool vec = v % CE_G == 0 && ce_aligned(logits) && (!dlogits || ce_aligned(dlogits));
     if (bytes && dt == TG_BF16) {

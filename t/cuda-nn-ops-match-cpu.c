@@ -183,6 +183,7 @@ ISSUE_FN(embedding_forward)
 ISSUE_FN(embedding_backward_dw)
 ISSUE_FN(cross_entropy_forward)
 ISSUE_FN(cross_entropy_backward)
+ISSUE_FN(cross_entropy_fused)
 ISSUE_FN(adamw)
 ISSUE_FN(adamw_multi)
 ISSUE_FN(sumsq_multi)
@@ -509,28 +510,37 @@ static void test_embedding(void)
 /* ------------------------------------------------------------------ cross-entropy */
 static void test_cross_entropy(void)
 {
-    /* the row kernels: in shared memory with 16-byte loads (V a multiple of 8: 1000, GPT-2's padded 50304, 8),
-     * in shared memory element by element (5003, 50257), and the multi-pass kernels for rows too large for shared
-     * memory (bf16 120000 and f32 60000 exceed an H200's 227 KB) */
+    /* the row kernels: rows streamed through shared memory, their 16-byte-aligned middles by the copy unit, with
+     * two row buffers a block (one for f32 50304 and 50257): rows of whole 16-byte groups (1000, GPT-2's padded
+     * 50304, 8, f32 100), rows with a head and a tail element by element (5003, 50257, bf16 100), rows starting one
+     * element past an aligned address (off 1); and the multi-pass kernels for rows too large for shared memory
+     * (bf16 120000 and f32 60000 exceed an H200's 227 KB). On GPUs before sm_90, and for dlogits at another offset
+     * from a 16-byte boundary than logits (off 1, not aliased), one block a row. */
     enum { NORMAL, BAD, ALL_IGNORED };
     struct {
         int64_t n, v;
         int mode; /* BAD: one target out of range (its loss and the mean are NaN); ALL_IGNORED: count 0 */
-    } cases[] = {{64, 1000, NORMAL},  {37, 5003, NORMAL},       {16, 50257, NORMAL}, {20, 100, BAD},
-                 {24, 50304, NORMAL}, {9, 8, NORMAL},           {3, 120000, NORMAL},
-                 {4, 60000, NORMAL},  {12, 1000, ALL_IGNORED},
+        int off;  /* the tensors start this many elements into their allocation */
+    } cases[] = {{64, 1000, NORMAL, 0},  {37, 5003, NORMAL, 0},       {16, 50257, NORMAL, 0}, {20, 100, BAD, 0},
+                 {24, 50304, NORMAL, 0}, {9, 8, NORMAL, 0},           {3, 120000, NORMAL, 0},
+                 {4, 60000, NORMAL, 0},  {12, 1000, ALL_IGNORED, 0},
                  /* rows of exactly 48 KB (bf16 24576, f32 12288): with the kernels' static shared memory
                   * they need the opt-in above the 48 KB default */
-                 {8, 24576, NORMAL},  {8, 12288, NORMAL}};
+                 {8, 24576, NORMAL, 0},  {8, 12288, NORMAL, 0},
+                 /* more rows than blocks on the GPU: a block's rows reuse its buffers several times */
+                 {5000, 1024, NORMAL, 0}, {300, 50304, NORMAL, 0},
+                 /* unaligned rows of an aligned length */
+                 {7, 1000, NORMAL, 1},   {5, 50304, NORMAL, 1}};
     const int ignore = -100;
     for (int d = 0; d < 2; d++)
         for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
             tg_dtype dt = dts[d];
             int64_t N = cases[k].n, V = cases[k].v;
-            size_t nv = (size_t)(N * V);
-            char what[160];
-            struct pair logits = rnd_pair(dt, nv, 0.0, 3.0), tg = pair_new((size_t)N * 4), loss = pair_new(8),
-                        losses = pair_new((size_t)N * 4), dl = pair_new(nv * tg_dtype_size(dt));
+            const size_t nv = (size_t)(N * V), off = (size_t)cases[k].off, es = tg_dtype_size(dt);
+            char what[200];
+            struct pair logits = rnd_pair(dt, nv + off, 0.0, 3.0), tg = pair_new((size_t)N * 4), loss = pair_new(8),
+                        losses = pair_new((size_t)N * 4), dl = pair_new((nv + off) * es);
+#define AT(p) ((char *)ON(p) + off * es) /* a tensor's first element */
             int32_t *t = malloc((size_t)N * 4);
             for (int64_t i = 0; i < N; i++)
                 t[i] = i % 5 == 3 || cases[k].mode == ALL_IGNORED ? ignore : (int32_t)(rnd_u64() % (uint64_t)V);
@@ -540,10 +550,11 @@ static void test_cross_entropy(void)
             free(t);
             const char *mode = cases[k].mode == BAD           ? " (a target out of range)"
                                : cases[k].mode == ALL_IGNORED ? " (all rows ignored)"
+                               : off                          ? " (rows one element past 16-byte alignment)"
                                                               : "";
             struct tg_cross_entropy_forward_args f[2];
             for (int g = 0; g < 2; g++)
-                f[g] = (struct tg_cross_entropy_forward_args){.loss = ON(loss), .losses = ON(losses), .logits = ON(logits),
+                f[g] = (struct tg_cross_entropy_forward_args){.loss = ON(loss), .losses = ON(losses), .logits = AT(logits),
                                                               .targets = ON(tg), .dt = dt, .n = N, .v = V,
                                                               .ignore_index = ignore};
             struct out fo[] = {{&loss, TG_F32, 2, NULL, "loss"}, {&losses, TG_F32, (size_t)N, NULL, "losses"}};
@@ -556,18 +567,39 @@ static void test_cross_entropy(void)
                 void *linit = alias ? init_of(&logits) : NULL;
                 struct tg_cross_entropy_backward_args b[2];
                 for (int g = 0; g < 2; g++)
-                    b[g] = (struct tg_cross_entropy_backward_args){.dlogits = ON(*out), .logits = ON(logits),
+                    /* unaligned logits and aligned dlogits (off 1, not aliased): the one-block-a-row kernels */
+                    b[g] = (struct tg_cross_entropy_backward_args){.dlogits = alias ? AT(*out) : ON(dl), .logits = AT(logits),
                                                                    .targets = ON(tg), .loss = ON(loss), .dt = dt, .n = N,
                                                                    .v = V, .dloss = 1.7f, .ignore_index = ignore};
-                struct out bo[] = {{out, dt, nv, linit, "dlogits"}};
+                struct out bo[] = {{out, dt, nv + off, linit, "dlogits"}};
                 snprintf(what, sizeof what, "cross_entropy_backward %s N=%lld V=%lld%s%s", tg_dtype_name(dt),
-                         (long long)N, (long long)V, mode, alias ? " dlogits aliases logits" : "");
+                         (long long)N, (long long)V, mode,
+                         alias ? " dlogits aliases logits" : off ? " dlogits 16-byte aligned" : "");
                 run_case(what, issue_cross_entropy_backward, &b[0], &b[1], bo, 1, dt);
                 if (alias) {
                     pair_set(&logits, linit);
                     free(linit);
                 }
             }
+            /* the fused LM head's pass: losses and dlogits in place from one read of each row, and losses alone */
+            for (int grad = 0; grad < 2; grad++) {
+                void *linit = grad ? init_of(&logits) : NULL;
+                struct tg_cross_entropy_fused_args u[2];
+                for (int g = 0; g < 2; g++)
+                    u[g] = (struct tg_cross_entropy_fused_args){.losses = ON(losses), .dlogits = grad ? AT(logits) : NULL,
+                                                                .logits = AT(logits), .targets = ON(tg), .loss = ON(loss),
+                                                                .dt = dt, .n = N, .v = V, .dloss = 0.6f,
+                                                                .ignore_index = ignore};
+                struct out uo[] = {{&losses, TG_F32, (size_t)N, NULL, "losses"}, {&logits, dt, nv + off, linit, "dlogits"}};
+                snprintf(what, sizeof what, "cross_entropy_fused %s N=%lld V=%lld%s%s", tg_dtype_name(dt), (long long)N,
+                         (long long)V, mode, grad ? " dlogits in place" : " losses only");
+                run_case(what, issue_cross_entropy_fused, &u[0], &u[1], uo, grad ? 2 : 1, dt);
+                if (grad) {
+                    pair_set(&logits, linit);
+                    free(linit);
+                }
+            }
+#undef AT
             pair_free(&logits), pair_free(&tg), pair_free(&loss), pair_free(&losses), pair_free(&dl);
         }
 }

@@ -204,6 +204,10 @@ do
   tap.near((ln[1] ^ 2 + ln[2] ^ 2 + ln[3] ^ 2 + ln[4] ^ 2) / 4, 1, 1e-4, "... and variance 1")
   local l = ops.cross_entropy_forward(tg.tensor({ { 0, 0, math.log(2) } }), tg.tensor({ 2 }, { dtype = "i32" }))
   tap.near(l:totable()[1], -math.log(0.5), 1e-6, "cross_entropy_forward: -log softmax of the target")
+  local lg, tgt2 = tg.tensor({ { 0, 0, math.log(2) } }), tg.tensor({ 2 }, { dtype = "i32" })
+  local fl = ops.cross_entropy_fused(lg, tgt2, l, 2, -1, lg)
+  tap.near(fl:totable()[1], -math.log(0.5), 1e-6, "cross_entropy_fused: the row's loss")
+  tap.is_deeply(lg:totable(), { { 0.5, 0.5, -1 } }, "... and dloss / count (softmax - onehot) in place of the logits", 1e-6)
   local sw = ops.swiglu_forward(tg.tensor({ { 1, 2 } })):totable()[1][1]
   tap.near(sw, 1 / (1 + math.exp(-1)) * 2, 1e-6, "swiglu_forward: silu(a) * b")
   local qkv = tg.tensor({ { { 1, 2, 3, 4, 5, 6 } } }) -- B=1, T=1, C=2: attention to itself returns v

@@ -139,6 +139,19 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
   local function row(name, fn, bytes, flops) -- times fn only when --only selects the row
     if want(name) then report(cname, name, timed(fn), bytes, flops) end
   end
+  -- the fused LM head's kernel as a GPT-2 step runs it: a chunk of 2048 rows, losses and dlogits in place
+  local fname = "cross_entropy_fused (2048,V)" -- dlogits in place
+  if want(fname) then
+    local R = 2048
+    local chunk = randn { R, V }
+    local tc = {}
+    for r = 1, R do tc[r] = (r * 7919) % V end
+    local ctargets = tg.tensor(tc, { dtype = "i32", device = device })
+    local count = ops.cross_entropy_forward(chunk, ctargets)
+    local ms = timed(function() ops.cross_entropy_fused(chunk, ctargets, count, 1, -1, chunk) end)
+    report(cname, fname, ms, 4 * R * V)
+    print(string.format("%-6s %-34s %9.1f us a call", cname, fname, ms * 1e3))
+  end
   if want("cross_entropy") or want("lm_head") then
     local logits, x, wte = randn { N, V }, randn { N, C }, randn { V, C }
     local tl = {}

@@ -233,6 +233,20 @@ static int o_cross_entropy_backward(lua_State *L)
     return 1;
 }
 
+/* cross_entropy_fused(logits, targets, loss [, dloss=1 [, ignore_index=-1 [, dlogits]]]) -> losses (N):
+ * the fused LM head's pass over a chunk of rows; dlogits (may be logits itself: in place) from loss[1]'s count */
+static int o_cross_entropy_fused(lua_State *L)
+{
+    tg_tensor *logits = tgl_tensor_check(L, 1), *targets = tgl_tensor_check(L, 2), *loss = tgl_tensor_check(L, 3);
+    double dloss = (double)luaL_optnumber(L, 4, 1.0);
+    int ignore = tgl_optint(L, 5, -1);
+    tg_tensor *dlogits = opt_tensor(L, 6);
+    int64_t n = tg_tensor_numel(targets);
+    tg_tensor *losses = push_new(L, logits, TG_F32, 1, &n);
+    tgl_check(L, tg_cross_entropy_fused(losses, dlogits, logits, targets, loss, dloss, ignore));
+    return 1;
+}
+
 static double num_field_of(lua_State *L, const char *op, int t, const char *k, double def, int required)
 {
     double v = def;
@@ -498,6 +512,7 @@ static const luaL_Reg ops_funcs[] = {
     {"embedding_backward_dw", o_embedding_backward_dw},
     {"cross_entropy_forward", o_cross_entropy_forward},
     {"cross_entropy_backward", o_cross_entropy_backward},
+    {"cross_entropy_fused", o_cross_entropy_fused},
     {"adamw_step", o_adamw_step},
     {"adamw_count", o_adamw_count},
     {"sumsq", o_sumsq},
