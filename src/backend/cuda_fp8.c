@@ -19,8 +19,16 @@
 
 tg_status tg_cuda_fp8_cast_op(tg_stream *s, const struct tg_fp8_cast_args *a)
 {
-    LAUNCH(s, "fp8_cast", tg_cuda_fp8_cast(a->x, a->x_dt, a->y, a->yt, a->y_dt, a->rows, a->cols, a->scale, a->amax,
-                                           a->scale_inv, a->accumulate, tg_cuda_stream(s)));
+    LAUNCH(s, "fp8_cast", tg_cuda_fp8_cast(a->x, a->x_dt, a->gelu_x, a->y, a->yt, a->y_dt, a->rows, a->cols, a->scale,
+                                           a->amax, a->scale_inv, a->accumulate, a->dbias_part, a->dbias_chunks,
+                                           tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+tg_status tg_cuda_fp8_dbias_op(tg_stream *s, const struct tg_fp8_dbias_args *a)
+{
+    LAUNCH(s, "fp8_dbias_finish",
+           tg_cuda_fp8_dbias(a->part, a->chunks, a->c, a->dbias, a->dw_dt, a->accumulate, tg_cuda_stream(s)));
     return TG_OK;
 }
 
