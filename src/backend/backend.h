@@ -517,6 +517,7 @@ struct tg_fp8_gemm_args {
     const uint8_t *b; tg_dtype b_dt;   /* (n, k) */
     const float *a_scale_inv, *b_scale_inv; /* (1) or NULL: 1 */
     void *d; tg_dtype d_dt;            /* (m, n) f32 or bf16 */
+    const void *c;                     /* (m, n) d_dt: the C that beta scales; NULL: D */
     float alpha, beta;
     tg_gemm_epilogue epi;
     const uint16_t *bias;              /* (n) bf16: BIAS, BIAS_GELU */

@@ -214,7 +214,7 @@ static void gemm_run(const void *p)
             double dot = 0.0; /* each product of two FP8 values is exact in double */
             for (int64_t q = 0; q < k; q++) dot += (double)la[ar[q]] * (double)lb[br[q]];
             double v = scale * dot;
-            if (g->beta != 0.0f) v += (double)g->beta * ld_hp(g->d, g->d_dt, i * n + j);
+            if (g->beta != 0.0f) v += (double)g->beta * ld_hp(g->c ? g->c : g->d, g->d_dt, i * n + j);
             float u;
             if (g->epi == TG_EPI_NONE) {
                 u = (float)v;

@@ -1,5 +1,6 @@
 /* ops_fp8.c — the FP8 op layer: casts with amax (and transposed copies), dequantize, amax, the FP8 GEMM. */
 #include "core/ops_check.h"
+#include "core/ops_nn.h"
 
 /* 1 when a and b share bytes of one storage. */
 static int overlap(const tg_tensor *a, const tg_tensor *b)
@@ -291,10 +292,21 @@ tg_status tg_fp8_gemm(tg_tensor *d, const tg_tensor *a, int trans_a, const tg_te
                       int trans_b, const tg_tensor *b_scale_inv, double alpha, double beta, tg_gemm_epilogue epi,
                       const tg_tensor *bias, tg_tensor *aux, tg_tensor *amax_d, int flags)
 {
+    return tg_fp8_gemm_in(d, NULL, a, trans_a, a_scale_inv, b, trans_b, b_scale_inv, alpha, beta, epi, bias, aux, amax_d,
+                          flags);
+}
+
+tg_status tg_fp8_gemm_in(tg_tensor *d, const tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor *a_scale_inv,
+                         const tg_tensor *b, int trans_b, const tg_tensor *b_scale_inv, double alpha, double beta,
+                         tg_gemm_epilogue epi, const tg_tensor *bias, tg_tensor *aux, tg_tensor *amax_d, int flags)
+{
     tg_stream *s;
     TG_TRY(stream_for("fp8_gemm", "D", d, &s));
     tg_status st = gemm_checks(d, a, trans_a, a_scale_inv, b, trans_b, b_scale_inv, alpha, beta, epi, bias, aux, amax_d,
                                flags);
+    if (st == TG_OK && c) st = like("fp8_gemm", "D", d, "C", c);
+    if (st == TG_OK && c) st = no_overlap("fp8_gemm", "C", c, "D", d);
+    if (st == TG_OK && c) st = no_overlap("fp8_gemm", "C", c, "aux", aux);
     struct tg_fp8_gemm_args g = {0};
     if (st == TG_OK)
         g = (struct tg_fp8_gemm_args){
@@ -302,7 +314,7 @@ tg_status tg_fp8_gemm(tg_tensor *d, const tg_tensor *a, int trans_a, const tg_te
             .a = tg_tensor_data(a), .a_dt = a->dtype, .b = tg_tensor_data(b), .b_dt = b->dtype,
             .a_scale_inv = a_scale_inv ? tg_tensor_data(a_scale_inv) : NULL,
             .b_scale_inv = b_scale_inv ? tg_tensor_data(b_scale_inv) : NULL,
-            .d = tg_tensor_data(d), .d_dt = d->dtype, .alpha = (float)alpha, .beta = (float)beta, .epi = epi,
+            .d = tg_tensor_data(d), .d_dt = d->dtype, .c = c ? tg_tensor_data(c) : NULL, .alpha = (float)alpha, .beta = (float)beta, .epi = epi,
             .bias = bias ? tg_tensor_data(bias) : NULL, .aux = aux ? tg_tensor_data(aux) : NULL,
             .amax_d = amax_d ? tg_tensor_data(amax_d) : NULL, .accumulate = flags & TG_FP8_AMAX_ACCUMULATE};
     ISSUE(s, "fp8_gemm", fp8_gemm, &g, st);

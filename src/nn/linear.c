@@ -50,7 +50,7 @@ static tg_status linear_forward_fp8(tg_module *m, int mb, const tg_tensor *x, co
         S->w_valid = st == TG_OK;
     }
     const tg_dtype dt = m->opts.dtype, xdt = tg_fp8_role_dtype(r, TG_FP8_ROLE_INPUT);
-    tg_tensor *out = NULL, *x2 = NULL, *y2 = NULL, *h = NULL, *h2 = NULL, *x8 = NULL, *x8t = NULL, *xs = NULL;
+    tg_tensor *out = NULL, *x2 = NULL, *y2 = NULL, *r2 = NULL, *h = NULL, *h2 = NULL, *x8 = NULL, *x8t = NULL, *xs = NULL;
     tg_tensor *keep[4] = {NULL, NULL, NULL, NULL};
     if (st == TG_OK) st = tg_nn_new_like(m, x, L->out, dt, &out);
     if (st == TG_OK && res) st = tg_nn_check_like("res", res, out, L->out, dt);
@@ -67,12 +67,12 @@ static tg_status linear_forward_fp8(tg_module *m, int mb, const tg_tensor *x, co
     /* the bias (and gelu) ride in the GEMM's epilogue where the FP8 GEMM takes them (a bf16 bias), else run after it */
     const int epi_ok = L->b && dt == TG_BF16;
     tg_tensor *d = L->gelu ? h2 : y2;
-    if (st == TG_OK && res && !L->gelu) st = tg_copy(y2, res); /* y = res + ...: the GEMM's beta = 1 on D */
+    if (st == TG_OK && res && !L->gelu) st = tg_nn_rows(res, &r2); /* y = res + ...: the GEMM's C with beta = 1 */
     if (st == TG_OK && L->gelu && epi_ok)
         st = tg_fp8_gemm(y2, x8, 0, xs, S->w8, 1, S->w_scale_inv, 1.0, 0.0, TG_EPI_BIAS_GELU, L->b->data, h2, NULL, 0);
     else if (st == TG_OK) {
-        st = tg_fp8_gemm(d, x8, 0, xs, S->w8, 1, S->w_scale_inv, 1.0, res && !L->gelu ? 1.0 : 0.0,
-                         epi_ok ? TG_EPI_BIAS : TG_EPI_NONE, epi_ok ? L->b->data : NULL, NULL, NULL, 0);
+        st = tg_fp8_gemm_in(d, r2, x8, 0, xs, S->w8, 1, S->w_scale_inv, 1.0, r2 ? 1.0 : 0.0,
+                            epi_ok ? TG_EPI_BIAS : TG_EPI_NONE, epi_ok ? L->b->data : NULL, NULL, NULL, 0);
         if (st == TG_OK && L->b && !epi_ok) st = tg_bias_add(d, L->b->data);
         if (st == TG_OK && L->gelu) st = tg_gelu_forward(y2, h2);
     }
@@ -88,6 +88,7 @@ static tg_status linear_forward_fp8(tg_module *m, int mb, const tg_tensor *x, co
     tg_tensor_free(h2);
     tg_tensor_free(x2);
     tg_tensor_free(y2);
+    tg_tensor_free(r2);
     tg_tensor_free(x8);
     tg_tensor_free(x8t);
     tg_tensor_free(xs);
