@@ -1,11 +1,10 @@
 /* fp8_dbias.cu — the second stage of the bias gradient of an FP8 gradient cast (struct tg_fp8_dbias_args): the
- * chunks' column partials summed in chunk order, in double, and stored as a wgrad (colsum.cuh). */
+ * chunks' column partials summed in double in a fixed order, and stored as a wgrad (colsum.cuh's second stage). */
 #include "colsum.cuh"
 
 extern "C" cudaError_t tg_cuda_fp8_dbias(const float *part, int64_t chunks, int64_t c, void *dbias, tg_dtype dw_dt,
                                          float accumulate, cudaStream_t st)
 {
     if (c <= 0) return cudaSuccess;
-    tgk_colsum_final<1><<<tgk_blocks(c), TGK_THREADS, 0, st>>>(part, chunks, c, dbias, NULL, dw_dt, accumulate);
-    return cudaGetLastError();
+    return tgk_colsum_final_launch<1>(part, chunks, c, dbias, NULL, dw_dt, accumulate, st);
 }

@@ -69,7 +69,8 @@ cudaError_t tg_cuda_rand(void *dst, tg_dtype dt, int64_t n, int dist, double a, 
 cudaError_t tg_cuda_fp8_cast(const void *x, tg_dtype x_dt, const void *gelu_x, void *y, void *yt, tg_dtype y_dt,
                              int64_t rows, int64_t cols, const float *scale, float *amax, float *scale_inv,
                              int accumulate, float *dbias_part, int64_t dbias_chunks, cudaStream_t st);
-/* dbias (c) dw_dt = accumulate * dbias + the sum of part's chunk rows, in order, in double, rounded once. */
+/* dbias (c) dw_dt = accumulate * dbias + the sum of part's chunk rows in double (colsum.cuh's fixed order), rounded
+ * once. */
 cudaError_t tg_cuda_fp8_dbias(const float *part, int64_t chunks, int64_t c, void *dbias, tg_dtype dw_dt,
                               float accumulate, cudaStream_t st);
 /* yt (cols, rows) = x^T, bytes. */

@@ -286,7 +286,8 @@ TG_API tg_status tg_fp8_cast_transpose_dbias(tg_tensor *y, tg_tensor *y_t, const
                                              const tg_tensor *scale, tg_tensor *amax, tg_tensor *scale_inv,
                                              tg_tensor *dbias_part, int flags);
 /* dbias (c) f32 or bf16 = accumulate * dbias + the sum of dbias_part's rows
- * (in row order, in double, rounded once; accumulate 0 overwrites). */
+ * (in double in a fixed order, the CPU's row order; rounded once;
+ * accumulate 0 overwrites). */
 TG_API tg_status tg_fp8_dbias_finish(tg_tensor *dbias, const tg_tensor *dbias_part, double accumulate);
 /* y_t (cols, rows) = x^T for an FP8 x seen as a matrix as above, codes
  * copied (same dtype). */

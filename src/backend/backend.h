@@ -472,8 +472,8 @@ struct tg_fp8_cast_args {
     int64_t dbias_chunks;
 };
 
-/* dbias[c] = accumulate * dbias[c] + the sum over the chunks of part[.][c], in chunk order, in double, rounded
- * once to dw_dt (tg_fp8_dbias_finish). */
+/* dbias[c] = accumulate * dbias[c] + the sum over the chunks of part[.][c], in double in a fixed order (the CPU:
+ * chunk order), rounded once to dw_dt (tg_fp8_dbias_finish). */
 struct tg_fp8_dbias_args {
     const float *part;         /* (chunks, c) */
     int64_t chunks, c;
