@@ -63,10 +63,16 @@ cudaError_t tg_cuda_rand(void *dst, tg_dtype dt, int64_t n, int dist, double a, 
  * amax words hold f32 bits compared as unsigned integers; !accumulate zeroes
  * the word first (a memset on st). */
 
-/* y (may be NULL) = fp8(x * scale) and yt (may be NULL) its (cols, rows) transpose; scale, amax,
- * scale_inv as tg_fp8_cast (NULL scale: 1). */
-cudaError_t tg_cuda_fp8_cast(const void *x, tg_dtype x_dt, void *y, void *yt, tg_dtype y_dt, int64_t rows, int64_t cols,
-                             const float *scale, float *amax, float *scale_inv, int accumulate, cudaStream_t st);
+/* y (may be NULL) = fp8(g * scale) and yt (may be NULL) its (cols, rows) transpose; g = x, or with gelu_x
+ * x_dt(x * gelu'(gelu_x)); scale, amax, scale_inv as tg_fp8_cast (NULL scale: 1); dbias_part (may be NULL,
+ * (dbias_chunks, cols) f32): the column sums of g over each chunk's 64-row tiles (tile t in chunk t % chunks). */
+cudaError_t tg_cuda_fp8_cast(const void *x, tg_dtype x_dt, const void *gelu_x, void *y, void *yt, tg_dtype y_dt,
+                             int64_t rows, int64_t cols, const float *scale, float *amax, float *scale_inv,
+                             int accumulate, float *dbias_part, int64_t dbias_chunks, cudaStream_t st);
+/* dbias (c) dw_dt = accumulate * dbias + the sum of part's chunk rows in double (colsum.cuh's fixed order), rounded
+ * once. */
+cudaError_t tg_cuda_fp8_dbias(const float *part, int64_t chunks, int64_t c, void *dbias, tg_dtype dw_dt,
+                              float accumulate, cudaStream_t st);
 /* yt (cols, rows) = x^T, bytes. */
 cudaError_t tg_cuda_fp8_transpose(const uint8_t *x, uint8_t *yt, int64_t rows, int64_t cols, cudaStream_t st);
 /* y = value(x) * scale_inv (NULL: 1), rounded once to y_dt (f32 or bf16). */

@@ -22,17 +22,18 @@ libtegraph_la_SOURCES += \
 	%D%/sumsq_multi.cu \
 	%D%/zero_multi.cu \
 	%D%/fp8_cast.cu \
+	%D%/fp8_dbias.cu \
 	%D%/fp8_transpose.cu \
 	%D%/fp8_dequantize.cu \
 	%D%/fp8_amax.cu \
 	%D%/fp8_scale_update.cu
 # nvcc has no dependency tracking here: the objects follow the headers they include.
 %D%/layernorm.lo %D%/rmsnorm.lo: %D%/norm.cuh
-%D%/layernorm.lo %D%/rmsnorm.lo %D%/bias.lo %D%/attention.lo %D%/embedding.lo: %D%/colsum.cuh
+%D%/layernorm.lo %D%/rmsnorm.lo %D%/bias.lo %D%/attention.lo %D%/embedding.lo %D%/fp8_dbias.lo: %D%/colsum.cuh
 %D%/fill.lo %D%/cast.lo %D%/binary.lo %D%/axpby.lo %D%/reduce.lo %D%/rand.lo %D%/layernorm.lo %D%/rmsnorm.lo \
 %D%/gelu.lo %D%/swiglu.lo %D%/bias.lo %D%/attention.lo %D%/embedding.lo %D%/cross_entropy.lo %D%/index_check.lo %D%/adamw.lo \
 %D%/sumsq_multi.lo %D%/zero_multi.lo %D%/attention_kv.lo %D%/fp8_cast.lo %D%/fp8_transpose.lo %D%/fp8_dequantize.lo \
-%D%/fp8_amax.lo %D%/fp8_scale_update.lo: %D%/common.cuh %D%/kernels.h
+%D%/fp8_amax.lo %D%/fp8_scale_update.lo %D%/fp8_dbias.lo: %D%/common.cuh %D%/kernels.h
 %D%/fp8_cast.lo %D%/fp8_dequantize.lo %D%/fp8_amax.lo: %D%/fp8.cuh
 # nvcc's host code (kernel registration, static guards) needs the C++ runtime.
 libtegraph_la_LIBADD += -lstdc++

@@ -272,6 +272,23 @@ TG_API tg_status tg_fp8_cast(tg_tensor *y, const tg_tensor *x, const tg_tensor *
  * (not both). */
 TG_API tg_status tg_fp8_cast_transpose(tg_tensor *y, tg_tensor *y_t, const tg_tensor *x, const tg_tensor *scale,
                                        tg_tensor *amax, tg_tensor *scale_inv, int flags);
+/* The cast of a gradient with the first stage of its bias gradient in the
+ * same pass (what an FP8 Linear's backward runs): tg_fp8_cast_transpose of
+ * g, where g = dy, or, with gelu_x (dy's shape and dtype, the GELU's input),
+ * g = gelu'(gelu_x) * dy rounded to dy's dtype (tg_gelu_backward's formula),
+ * so dgelu, cast, transpose and column sums read dy once. dbias_part (may be
+ * NULL) is f32 (tg_fp8_dbias_chunks(rows), cols): row p gets the column sums
+ * of g over the rows of chunk p, the 64-row tiles t with t % chunks == p
+ * (CPU: summed in double in row order, rounded once). tg_fp8_dbias_finish
+ * then writes the bias gradient. */
+TG_API int64_t tg_fp8_dbias_chunks(int64_t rows);
+TG_API tg_status tg_fp8_cast_transpose_dbias(tg_tensor *y, tg_tensor *y_t, const tg_tensor *dy, const tg_tensor *gelu_x,
+                                             const tg_tensor *scale, tg_tensor *amax, tg_tensor *scale_inv,
+                                             tg_tensor *dbias_part, int flags);
+/* dbias (c) f32 or bf16 = accumulate * dbias + the sum of dbias_part's rows
+ * (in double in a fixed order, the CPU's row order; rounded once;
+ * accumulate 0 overwrites). */
+TG_API tg_status tg_fp8_dbias_finish(tg_tensor *dbias, const tg_tensor *dbias_part, double accumulate);
 /* y_t (cols, rows) = x^T for an FP8 x seen as a matrix as above, codes
  * copied (same dtype). */
 TG_API tg_status tg_fp8_transpose(tg_tensor *y_t, const tg_tensor *x);

@@ -214,6 +214,61 @@ static void cast_transpose_cases(tg_dtype dt)
     cast_transpose_case(dt, TG_BF16, 4096, 8, 1, 0, 0, 1.0f);
 }
 
+/* The gradient cast with the bias partials (and gelu' first): without gelu the codes, amax and scale_inv equal the
+ * CPU's bit for bit; through gelu' (tanhf on two devices) almost every code does; the bias gradient after
+ * dbias_finish (accumulating onto the same values) equals the CPU's to f32 summation order (and gelu' rounding). */
+static void cast_dbias_case(tg_dtype x_dt, int64_t r, int64_t c, int gelu, int with_y)
+{
+    const int64_t n = r * c, chunks = tg_fp8_dbias_chunks(r);
+    void *xb = malloc((size_t)n * tg_dtype_size(x_dt)), *hb = malloc((size_t)n * tg_dtype_size(x_dt));
+    for (int64_t i = 0; i < n; i++) {
+        const float v = (float)((double)(int64_t)(rnd() >> 11) * 0x1p-53 - 0.5) * 8.0f;
+        const float h = (float)((double)(int64_t)(rnd() >> 11) * 0x1p-53 - 0.5) * 6.0f;
+        if (x_dt == TG_BF16)
+            ((uint16_t *)xb)[i] = tg_f32_to_bf16(v), ((uint16_t *)hb)[i] = tg_f32_to_bf16(h);
+        else
+            ((float *)xb)[i] = v, ((float *)hb)[i] = h;
+    }
+    tg_tensor *xc, *xg, *hc = NULL, *hg = NULL, *yc = NULL, *yg = NULL, *ytc, *ytg, *pc, *pg, *dc, *dg;
+    tg_tensor *ac = scalar(cpu, 0), *ag = scalar(gpu, 0), *sic = scalar(cpu, 0), *sig = scalar(gpu, 0);
+    tg_tensor *sc = scalar(cpu, 16.0f), *sg = scalar(gpu, 16.0f);
+    mk_pair(x_dt, r, c, xb, &xc, &xg);
+    if (gelu) mk_pair(x_dt, r, c, hb, &hc, &hg);
+    if (with_y) mk_pair(TG_E5M2, r, c, NULL, &yc, &yg);
+    mk_pair(TG_E5M2, c, r, NULL, &ytc, &ytg);
+    mk_pair(TG_F32, chunks, c, NULL, &pc, &pg);
+    float *old = malloc((size_t)c * sizeof *old);
+    for (int64_t j = 0; j < c; j++) old[j] = (float)j - 3.5f;
+    mk_pair(TG_F32, c, 0, old, &dc, &dg);
+    const int runs = tg_fp8_cast_transpose_dbias(yg, ytg, xg, hg, sg, ag, sig, pg, 0) == TG_OK &&
+                     tg_fp8_cast_transpose_dbias(yc, ytc, xc, hc, sc, ac, sic, pc, 0) == TG_OK &&
+                     tg_fp8_dbias_finish(dg, pg, 1.0) == TG_OK && tg_fp8_dbias_finish(dc, pc, 1.0) == TG_OK;
+    ok(runs, "cast_transpose_dbias of a %s [%lld,%lld] (%lld chunks, gelu %d, y %s) and dbias_finish run on both",
+       tg_dtype_name(x_dt), (long long)r, (long long)c, (long long)chunks, gelu, with_y ? "kept" : "NULL");
+    unsigned char *a = read_all(ytc), *b = read_all(ytg);
+    long long ndiff = 0;
+    for (int64_t i = 0; i < n; i++) ndiff += a[i] != b[i];
+    free(a), free(b);
+    if (!gelu) {
+        ok(ndiff == 0 && (!with_y || first_diff(yc, yg) < 0), "... y and y_t equal the CPU's bit for bit");
+        ok(first_diff(ac, ag) < 0 && first_diff(sic, sig) < 0, "... amax and scale_inv too");
+    } else {
+        ok(ndiff * 1000 <= n, "... through gelu': %lld of %lld codes differ from the CPU's", ndiff, (long long)n);
+        float amc, amg;
+        tg_tensor_read(ac, &amc, sizeof amc), tg_tensor_read(ag, &amg, sizeof amg);
+        ok(fabsf(amc - amg) <= 1e-2f * amc, "... amax %g vs the CPU's %g", amg, amc);
+    }
+    float *vc = read_all(dc), *vg = read_all(dg);
+    /* f32 sums of 64-row chunks; through gelu' in bf16 a g may round the other way (one bf16 ulp, < 0.02) */
+    double worst = 0, tol = 5e-6 * (double)r + (gelu && x_dt == TG_BF16 ? 2e-5 * (double)r : 0.0);
+    for (int64_t j = 0; j < c; j++) worst = fmax(worst, fabs((double)vc[j] - vg[j]));
+    ok(worst <= tol, "... dbias (accumulated) equals the CPU's within %.3g (worst %.3g)", tol, worst);
+    free(vc), free(vg), free(old), free(xb), free(hb);
+    tg_tensor *all[] = {xc, xg, hc, hg, yc, yg, ytc, ytg, pc, pg, dc, dg, ac, ag, sic, sig, sc, sg};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (all[i]) tg_tensor_free(all[i]);
+}
+
 /* ------------------------------------------------------------------ delayed-scaling update */
 /* histories (len, n) of amaxes (NaN, Inf, zeros and all-zero columns among them) updated three times in a row:
  * history, scale and scale_inv equal the CPU's bit for bit after each. */
@@ -413,6 +468,11 @@ int main(void)
     cast_sweep(TG_E5M2);
     cast_transpose_cases(TG_E4M3);
     cast_transpose_cases(TG_E5M2);
+    cast_dbias_case(TG_BF16, 200, 136, 0, 1);
+    cast_dbias_case(TG_BF16, 65, 130, 0, 0);
+    cast_dbias_case(TG_F32, 256, 192, 1, 1);
+    cast_dbias_case(TG_BF16, 8192, 768, 1, 0);
+    cast_dbias_case(TG_BF16, 64 * 1030, 16, 1, 0);
     scale_update_case(1024, 3, 0, 0);
     scale_update_case(1024, 3, 1, 1);
     scale_update_case(257, 8, 0, 2);

@@ -1,8 +1,9 @@
 /* fp8-gemm-equals-f64-product-of-dequantized.c — the CPU FP8 GEMM (E4M3 x E4M3, E4M3 x E5M2, E5M2 x E4M3; f32
  * and bf16 D) equals the f64 product of the dequantized inputs, times alpha and both scale_invs, to the rounding
- * of D; beta accumulates; the bias and bias+GELU epilogues (with aux) and amax_d follow their formulas; a replay
+ * of D; beta accumulates, on D or on a separate C; the bias and bias+GELU epilogues (with aux) and amax_d follow their formulas; a replay
  * reads the scale_invs of its time; bad layouts, dtypes and shapes are refused naming them. */
 #include "core/core.h"
+#include "core/ops_nn.h"
 #include "tap.h"
 
 #include <math.h>
@@ -114,6 +115,24 @@ static void epilogue_and_beta(void)
     float am;
     tg_tensor_read(amax, &am, sizeof am);
     ok(am == (float)(mx > 100 ? mx : 100), "amax_d accumulates into the old value (100 vs max|D| %g)", mx);
+
+    /* C apart from D (tg_fp8_gemm_in): the same bits as beta on a D holding C, C left as it was */
+    tg_tensor *cin = t_new(TG_F32, m, n), *d2 = t_new(TG_F32, m, n);
+    double cv[35];
+    tg_tensor_write_f64(cin, c0, 35);
+    ok(tg_fp8_gemm_in(d2, cin, a, 0, NULL, b, 1, NULL, 1.0, 2.0, TG_EPI_BIAS, bias, NULL, NULL, 0) == TG_OK,
+       "fp8_gemm_in with a separate C runs");
+    tg_tensor_read_f64(d2, xv, 35);
+    tg_tensor_read_f64(cin, cv, 35);
+    bad = 0;
+    for (int i = 0; i < 35; i++) bad += xv[i] != dv[i] || cv[i] != c0[i];
+    is_int(bad, 0, "fp8_gemm_in: D = product + beta * C + bias, equal to beta on a D holding C; C unchanged");
+    ok(tg_fp8_gemm_in(d2, d2, a, 0, NULL, b, 1, NULL, 1.0, 1.0, TG_EPI_NONE, NULL, NULL, NULL, 0) == TG_EINVAL,
+       "a C sharing D's memory is refused (beta on D is that)");
+    ok(tg_fp8_gemm_in(d2, bias, a, 0, NULL, b, 1, NULL, 1.0, 1.0, TG_EPI_NONE, NULL, NULL, NULL, 0) == TG_EINVAL,
+       "a C of another shape is refused");
+    tg_tensor_free(cin);
+    tg_tensor_free(d2);
 
     ok(tg_fp8_gemm(d, a, 0, NULL, b, 1, NULL, 1.0, 0.0, TG_EPI_BIAS_GELU, bias, aux, NULL, 0) == TG_OK,
        "bias_gelu epilogue with aux runs");

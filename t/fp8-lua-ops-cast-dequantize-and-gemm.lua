@@ -50,6 +50,22 @@ local only = ops.fp8_cast_transpose(x, "e5m2", { y = false })
 tap.is(only:shape()[1], 3, "with y = false only y_t comes back")
 tap.is(ops.fp8_transpose(yy):totable()[3][2], ytv[3][2], "fp8_transpose of y gives y_t")
 
+-- a gradient's cast: gelu'(h) * dy cast with its transpose and the bias gradient's column partials
+local dy = tg.tensor({ { 1, -2, 0.5 }, { 3, 0.25, -1 } }, CPU)
+local h = tg.tensor({ { 0, 0, 0 }, { 0, 0, 0 } }, CPU) -- gelu'(0) = 0.5
+local part = tg.zeros({ ops.fp8_dbias_chunks(2), 3 }, { dtype = "f32", device = "cpu" })
+local gy, gyt = ops.fp8_cast_transpose(dy, "e5m2", { gelu_x = h, dbias_part = part })
+tap.is(ops.fp8_dbias_chunks(2), 1, "fp8_dbias_chunks: 2 rows are one chunk")
+tap.is_deeply(ops.fp8_dequantize(gy):totable(), { { 0.5, -1, 0.25 }, { 1.5, 0.125, -0.5 } },
+  "fp8_cast_transpose with gelu_x casts gelu'(h) * dy (gelu'(0) = 1/2)")
+tap.is_deeply(part:totable(), { { 2, -0.875, -0.25 } }, "dbias_part gets the column sums of gelu'(h) * dy")
+local db = f32 { 1, 1, 1 }
+tap.ok(rawequal(ops.fp8_dbias_finish(db, part, 1), db), "fp8_dbias_finish returns dbias")
+tap.is_deeply(db:totable(), { 3, 0.125, 0.75 }, "dbias = 1 * dbias + the partials' sum")
+tap.is(gyt:totable()[2][1], gy:totable()[1][2], "and y_t is y's transpose")
+tap.error_like(function() ops.fp8_cast_transpose(dy, "e5m2", { dbias_part = f32 { 0, 0, 0 } }) end,
+  "vs dbias_part %[3%] f32 %(dbias_part %[1,3%] f32 expected", "a dbias_part of the wrong shape is refused naming it")
+
 local dq = ops.fp8_dequantize(y, sinv)
 tap.ok(dq.dtype == "f32" and dq:totable()[1][2] == -3 and dq:totable()[2][1] == 224,
   "dequantize: -6 * 0.5 = -3, 448 * 0.5 = 224 (f32)")

@@ -2,14 +2,20 @@
 # without a device).
 check_PROGRAMS += \
 	t/fp8-cast-rounds-to-nearest-even-and-saturates.t \
+	t/fp8-cast-dbias-equals-gelu-backward-cast-and-column-sums.t \
 	t/fp8-gemm-equals-f64-product-of-dequantized.t
 TESTS += \
 	t/fp8-cast-rounds-to-nearest-even-and-saturates.t \
+	t/fp8-cast-dbias-equals-gelu-backward-cast-and-column-sums.t \
 	t/fp8-gemm-equals-f64-product-of-dequantized.t
 
 t_fp8_cast_rounds_to_nearest_even_and_saturates_t_SOURCES = t/fp8-cast-rounds-to-nearest-even-and-saturates.c
 t_fp8_cast_rounds_to_nearest_even_and_saturates_t_LDADD = $(TG_TEST_LIBS)
 t_fp8_cast_rounds_to_nearest_even_and_saturates_t_LDFLAGS = -static
+
+t_fp8_cast_dbias_equals_gelu_backward_cast_and_column_sums_t_SOURCES = t/fp8-cast-dbias-equals-gelu-backward-cast-and-column-sums.c
+t_fp8_cast_dbias_equals_gelu_backward_cast_and_column_sums_t_LDADD = $(TG_TEST_LIBS)
+t_fp8_cast_dbias_equals_gelu_backward_cast_and_column_sums_t_LDFLAGS = -static
 
 t_fp8_gemm_equals_f64_product_of_dequantized_t_SOURCES = t/fp8-gemm-equals-f64-product-of-dequantized.c
 t_fp8_gemm_equals_f64_product_of_dequantized_t_LDADD = $(TG_TEST_LIBS)

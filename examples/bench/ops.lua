@@ -126,6 +126,16 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
     local only_t = { scale = sc, amax = am, scale_inv = si, accumulate = true, y = false, y_t = yt8 }
     report(cname, "fp8_cast_transpose (N,4C) y_t", timed(function() ops.fp8_cast_transpose(dh, "e5m2", only_t) end),
       2 * N * F + N * F)
+    -- the FP8 Linear's gradient cast of fc1's output gradient: gelu'(h) applied, cast, transposed, bias partials
+    local pre = randn { N, F }
+    local part = tg.zeros({ ops.fp8_dbias_chunks(N), F }, { dtype = "f32", device = device })
+    local grad = { scale = sc, amax = am, scale_inv = si, accumulate = true, y = y8, y_t = yt8, gelu_x = pre,
+      dbias_part = part }
+    report(cname, "fp8_cast_transpose (N,4C) +dgelu +dbias", timed(function() ops.fp8_cast_transpose(dh, "e5m2", grad) end),
+      2 * N * F + 2 * N * F + 2 * N * F)
+    local db = tg.zeros({ F }, { dtype = "f32", device = device })
+    report(cname, "fp8_dbias_finish (4C)", timed(function() ops.fp8_dbias_finish(db, part, 1) end),
+      4 * F * ops.fp8_dbias_chunks(N))
     local plain = { scale = sc, amax = am, scale_inv = si, accumulate = true, y = y8 }
     report(cname, "fp8_cast (N,4C)", timed(function() ops.fp8_cast(dh, "e5m2", plain) end), 2 * N * F + N * F)
     report(cname, "fp8_amax (N,4C)", timed(function() ops.fp8_amax(am, dh) end), 2 * N * F)

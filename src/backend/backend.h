@@ -463,6 +463,23 @@ struct tg_fp8_cast_args {
     float *amax;               /* (1) or NULL */
     float *scale_inv;          /* (1) or NULL: gets 1 / scale */
     int accumulate;
+    /* The gradient forms of tg_fp8_cast_transpose_dbias: gelu_x (rows, cols) x_dt or NULL: the cast reads
+     * g = x_dt(x * gelu'(gelu_x)) (tg_gelu_backward's formula and rounding) in place of x; dbias_part
+     * (dbias_chunks, cols) f32 or NULL: row p = the column sums of g over the rows of chunk p
+     * (tg_fp8_dbias_chunks: 64-row tiles t with t % dbias_chunks == p, rows in order). */
+    const void *gelu_x;
+    float *dbias_part;
+    int64_t dbias_chunks;
+};
+
+/* dbias[c] = accumulate * dbias[c] + the sum over the chunks of part[.][c], in double in a fixed order (the CPU:
+ * chunk order), rounded once to dw_dt (tg_fp8_dbias_finish). */
+struct tg_fp8_dbias_args {
+    const float *part;         /* (chunks, c) */
+    int64_t chunks, c;
+    void *dbias;               /* (c) dw_dt: f32 or bf16 */
+    tg_dtype dw_dt;
+    float accumulate;
 };
 
 /* yt[c][r] = x[r][c], FP8 codes. */
@@ -500,6 +517,7 @@ struct tg_fp8_gemm_args {
     const uint8_t *b; tg_dtype b_dt;   /* (n, k) */
     const float *a_scale_inv, *b_scale_inv; /* (1) or NULL: 1 */
     void *d; tg_dtype d_dt;            /* (m, n) f32 or bf16 */
+    const void *c;                     /* (m, n) d_dt: the C that beta scales; NULL: D */
     float alpha, beta;
     tg_gemm_epilogue epi;
     const uint16_t *bias;              /* (n) bf16: BIAS, BIAS_GELU */
@@ -599,6 +617,7 @@ struct tg_backend {
 
     /* FP8 */
     tg_status (*fp8_cast)(tg_stream *s, const struct tg_fp8_cast_args *a);
+    tg_status (*fp8_dbias)(tg_stream *s, const struct tg_fp8_dbias_args *a);
     tg_status (*fp8_transpose)(tg_stream *s, const struct tg_fp8_transpose_args *a);
     tg_status (*fp8_dequantize)(tg_stream *s, const struct tg_fp8_dequantize_args *a);
     tg_status (*fp8_amax)(tg_stream *s, const struct tg_fp8_amax_args *a);

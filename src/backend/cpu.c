@@ -312,6 +312,7 @@ const struct tg_backend tg_backend_cpu = {
     .zero_multi = cpu_zero_multi,
     .fp8_scale_update = cpu_fp8_scale_update,
     .fp8_cast = cpu_fp8_cast,
+    .fp8_dbias = cpu_fp8_dbias,
     .fp8_transpose = cpu_fp8_transpose,
     .fp8_dequantize = cpu_fp8_dequantize,
     .fp8_amax = cpu_fp8_amax,

@@ -76,9 +76,75 @@ static void cast_run(const void *p)
     if (a->scale_inv) *a->scale_inv = 1.0f / scale;
 }
 
+/* gelu'(h) * dy rounded to dt: cpu_nn.c's gelu_backward, the same float formula. */
+static inline float dgelu(float h, float dy, tg_dtype dt)
+{
+    float th = tanhf(GELU_K * (h + GELU_A * h * h * h));
+    float d = 0.5f * (1.0f + th) + 0.5f * h * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * h * h);
+    float g = dy * d;
+    return dt == TG_BF16 ? tg_bf16_to_f32(tg_f32_to_bf16(g)) : g;
+}
+
+#define CT_TILE 64   /* the rows of a tile of tg_fp8_dbias_chunks */
+#define COL_BLOCK 32 /* columns summed together, in double */
+
+/* The gradient forms (gelu_x and/or dbias_part): parallel over the chunks (the 64-row tiles t with t % chunks
+ * == p), each chunk's columns in blocks of COL_BLOCK summed in double in row order, rounded once. */
+static void cast_grad_run(const void *p)
+{
+    const struct tg_fp8_cast_args *a = p;
+    const float scale = a->scale ? *a->scale : 1.0f;
+    const int64_t rows = a->rows, cols = a->cols, tiles = (rows + CT_TILE - 1) / CT_TILE;
+    const int64_t chunks = a->dbias_part ? a->dbias_chunks : tiles;
+    uint8_t *y = a->y, *yt = a->yt;
+    uint32_t m = 0;
+#pragma omp parallel for reduction(max : m) schedule(static) if (rows * cols > CPU_PAR_MIN)
+    for (int64_t ch = 0; ch < chunks; ch++) {
+        for (int64_t c0 = 0; c0 < cols; c0 += COL_BLOCK) {
+            const int64_t w = cols - c0 < COL_BLOCK ? cols - c0 : COL_BLOCK;
+            double db[COL_BLOCK] = {0};
+            for (int64_t t = ch; t < tiles; t += chunks)
+                for (int64_t r = t * CT_TILE; r < rows && r < (t + 1) * CT_TILE; r++)
+                    for (int64_t j = 0; j < w; j++) {
+                        const int64_t i = r * cols + c0 + j;
+                        float v = ld_hp(a->x, a->x_dt, i);
+                        if (a->gelu_x) v = dgelu(ld_hp(a->gelu_x, a->x_dt, i), v, a->x_dt);
+                        const uint32_t b = abs_bits(v);
+                        if (b > m) m = b;
+                        const uint8_t q = tg_fp8_from_f32(a->y_dt, v * scale);
+                        if (y) y[i] = q;
+                        if (yt) yt[(c0 + j) * rows + r] = q;
+                        db[j] += v;
+                    }
+            if (a->dbias_part)
+                for (int64_t j = 0; j < w; j++) a->dbias_part[ch * cols + c0 + j] = (float)db[j];
+        }
+    }
+    if (a->amax) amax_store(a->amax, m, a->accumulate);
+    if (a->scale_inv) *a->scale_inv = 1.0f / scale;
+}
+
 tg_status cpu_fp8_cast(tg_stream *s, const struct tg_fp8_cast_args *a)
 {
-    return cpu_submit(s, cast_run, a, sizeof *a);
+    return cpu_submit(s, a->gelu_x || a->dbias_part ? cast_grad_run : cast_run, a, sizeof *a);
+}
+
+/* dbias = acc * dbias + the chunks' partials summed in chunk order, in double (cpu_nn.c's st_wgrad rounding). */
+static void dbias_run(const void *p)
+{
+    const struct tg_fp8_dbias_args *a = p;
+#pragma omp parallel for schedule(static) if (a->chunks * a->c > CPU_PAR_MIN)
+    for (int64_t c = 0; c < a->c; c++) {
+        double g = 0.0;
+        for (int64_t ch = 0; ch < a->chunks; ch++) g += a->part[ch * a->c + c];
+        double v = a->accumulate == 0 ? g : (double)a->accumulate * ld_hp(a->dbias, a->dw_dt, c) + g;
+        st_hp(a->dbias, a->dw_dt, c, (float)v);
+    }
+}
+
+tg_status cpu_fp8_dbias(tg_stream *s, const struct tg_fp8_dbias_args *a)
+{
+    return cpu_submit(s, dbias_run, a, sizeof *a);
 }
 
 static void transpose_run(const void *p)
@@ -148,7 +214,7 @@ static void gemm_run(const void *p)
             double dot = 0.0; /* each product of two FP8 values is exact in double */
             for (int64_t q = 0; q < k; q++) dot += (double)la[ar[q]] * (double)lb[br[q]];
             double v = scale * dot;
-            if (g->beta != 0.0f) v += (double)g->beta * ld_hp(g->d, g->d_dt, i * n + j);
+            if (g->beta != 0.0f) v += (double)g->beta * ld_hp(g->c ? g->c : g->d, g->d_dt, i * n + j);
             float u;
             if (g->epi == TG_EPI_NONE) {
                 u = (float)v;

@@ -57,6 +57,7 @@ tg_status cpu_fp8_scale_update(tg_stream *s, const struct tg_fp8_scale_update_ar
 
 /* FP8 kernel entries (cpu_fp8.c). */
 tg_status cpu_fp8_cast(tg_stream *s, const struct tg_fp8_cast_args *a);
+tg_status cpu_fp8_dbias(tg_stream *s, const struct tg_fp8_dbias_args *a);
 tg_status cpu_fp8_transpose(tg_stream *s, const struct tg_fp8_transpose_args *a);
 tg_status cpu_fp8_dequantize(tg_stream *s, const struct tg_fp8_dequantize_args *a);
 tg_status cpu_fp8_amax(tg_stream *s, const struct tg_fp8_amax_args *a);

@@ -503,6 +503,7 @@ const struct tg_backend tg_backend_cuda = {
     .fp8_scale_update = cuda_fp8_scale_update,
     .zero_multi = cuda_zero_multi,
     .fp8_cast = tg_cuda_fp8_cast_op,
+    .fp8_dbias = tg_cuda_fp8_dbias_op,
     .fp8_transpose = tg_cuda_fp8_transpose_op,
     .fp8_dequantize = tg_cuda_fp8_dequantize_op,
     .fp8_amax = tg_cuda_fp8_amax_op,

@@ -19,8 +19,16 @@
 
 tg_status tg_cuda_fp8_cast_op(tg_stream *s, const struct tg_fp8_cast_args *a)
 {
-    LAUNCH(s, "fp8_cast", tg_cuda_fp8_cast(a->x, a->x_dt, a->y, a->yt, a->y_dt, a->rows, a->cols, a->scale, a->amax,
-                                           a->scale_inv, a->accumulate, tg_cuda_stream(s)));
+    LAUNCH(s, "fp8_cast", tg_cuda_fp8_cast(a->x, a->x_dt, a->gelu_x, a->y, a->yt, a->y_dt, a->rows, a->cols, a->scale,
+                                           a->amax, a->scale_inv, a->accumulate, a->dbias_part, a->dbias_chunks,
+                                           tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+tg_status tg_cuda_fp8_dbias_op(tg_stream *s, const struct tg_fp8_dbias_args *a)
+{
+    LAUNCH(s, "fp8_dbias_finish",
+           tg_cuda_fp8_dbias(a->part, a->chunks, a->c, a->dbias, a->dw_dt, a->accumulate, tg_cuda_stream(s)));
     return TG_OK;
 }
 
@@ -54,7 +62,7 @@ tg_status tg_cuda_fp8_amax_op(tg_stream *s, const struct tg_fp8_amax_args *a)
 struct fp8_key {
     int dev, a_dt, b_dt, d_dt, epi, has_aux, beta_zero;
     int64_t m, n, k;
-    uint32_t align_a, align_b, align_d, align_bias, align_aux;
+    uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
     uint64_t ws_bytes;
 };
 
@@ -185,6 +193,7 @@ static tg_status fp8_lt(tg_stream *s, const struct tg_fp8_gemm_args *a, tg_gemm_
     key.has_aux = aux != NULL, key.beta_zero = a->beta == 0.0f;
     key.m = a->m, key.n = a->n, key.k = a->k;
     key.align_a = align_of(a->a), key.align_b = align_of(a->b), key.align_d = align_of(a->d);
+    key.align_c = align_of(a->c ? a->c : a->d);
     key.align_bias = bias ? align_of(bias) : 0, key.align_aux = aux ? align_of(aux) : 0;
     key.ws_bytes = ws_bytes;
 
@@ -206,7 +215,7 @@ static tg_status fp8_lt(tg_stream *s, const struct tg_fp8_gemm_args *a, tg_gemm_
         if (ce == CUBLAS_STATUS_SUCCESS && aux)
             ce = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
         if (ce == CUBLAS_STATUS_SUCCESS)
-            ce = cublasLtMatmul(lt, p->op, &a->alpha, a->b, p->la, a->a, p->lb, &a->beta, a->d, p->lc, a->d, p->ld,
+            ce = cublasLtMatmul(lt, p->op, &a->alpha, a->b, p->la, a->a, p->lb, &a->beta, a->c ? a->c : a->d, p->lc, a->d, p->ld,
                                 &p->algo, ws, ws_bytes, tg_cuda_stream(s));
         if (ce == CUBLAS_STATUS_SUCCESS) *done = 1;
         else if (!(ce == CUBLAS_STATUS_NOT_SUPPORTED && epi != TG_EPI_NONE))
@@ -252,13 +261,16 @@ tg_status tg_cuda_fp8_gemm_op(tg_stream *s, const struct tg_fp8_gemm_args *a)
                         "[%lld,%lld] %s, D [%lld,%lld] %s)",
                         (long long)a->m, (long long)a->k, tg_dtype_name(a->a_dt), (long long)a->n, (long long)a->k,
                         tg_dtype_name(a->b_dt), (long long)a->m, (long long)a->n, tg_dtype_name(a->d_dt));
-    if (align_of(a->a) < 16 || align_of(a->b) < 16 || align_of(a->d) < 16)
-        return tg_error(TG_ENOTSUP, "cuda fp8_gemm: A, B and D must start on 16-byte boundaries (views at odd offsets "
+    if (align_of(a->a) < 16 || align_of(a->b) < 16 || align_of(a->d) < 16 || (a->c && align_of(a->c) < 16))
+        return tg_error(TG_ENOTSUP, "cuda fp8_gemm: A, B, C and D must start on 16-byte boundaries (views at odd offsets "
                                     "are not taken)");
     TG_TRY(tg_cuda_use_device(s->dev.index));
     cudaStream_t st = tg_cuda_stream(s);
     if (a->m > 0 && a->n > 0) {
         if (a->k == 0) {
+            if (a->c && a->beta != 0.0f)
+                TG_CUDA_TRY(cudaMemcpyAsync(a->d, a->c, (size_t)(a->m * a->n) * tg_dtype_size(a->d_dt),
+                                            cudaMemcpyDeviceToDevice, st));
             TG_CUDA_TRY(tg_cuda_scale_strided(a->d, a->d_dt, 1, a->m, a->n, a->n, a->m * a->n, a->beta, st));
             if (a->epi != TG_EPI_NONE) TG_TRY(fp8_epilogue_unfused(s, a));
         } else {

@@ -1,5 +1,6 @@
 /* ops_fp8.c — the FP8 op layer: casts with amax (and transposed copies), dequantize, amax, the FP8 GEMM. */
 #include "core/ops_check.h"
+#include "core/ops_nn.h"
 
 /* 1 when a and b share bytes of one storage. */
 static int overlap(const tg_tensor *a, const tg_tensor *b)
@@ -85,12 +86,38 @@ static tg_status cast_checks(const char *op, tg_tensor *y, tg_tensor *yt, const 
     return TG_OK;
 }
 
-static tg_status cast_issue(const char *op, tg_tensor *y, tg_tensor *yt, const tg_tensor *x, const tg_tensor *scale,
-                            tg_tensor *amax, tg_tensor *scale_inv, int flags)
+/* The gradient forms' extra inputs: gelu_x like x, dbias_part f32 (tg_fp8_dbias_chunks(rows), cols); neither
+ * may share memory with the outputs. */
+static tg_status dbias_checks(const char *op, tg_tensor *y, tg_tensor *yt, const tg_tensor *x, const tg_tensor *gelu_x,
+                              tg_tensor *amax, tg_tensor *scale_inv, tg_tensor *part)
+{
+    char a[96], b[96];
+    const tg_tensor *outs[] = {y, yt, amax, scale_inv};
+    const char *names[] = {"y", "y_t", "amax", "scale_inv"};
+    if (gelu_x) {
+        TG_TRY(like(op, "dy", x, "gelu_x", gelu_x));
+        for (int i = 0; i < 4; i++) TG_TRY(no_overlap(op, "gelu_x", gelu_x, names[i], outs[i]));
+    }
+    if (!part) return TG_OK;
+    TG_TRY(on_dev(op, "dy", x, "dbias_part", part));
+    const int64_t p = tg_fp8_dbias_chunks(rows(x));
+    if (part->dtype != TG_F32 || part->ndim != 2 || part->shape[0] != p || part->shape[1] != cols(x))
+        return tg_error(TG_EINVAL, "%s: dy %s vs dbias_part %s (dbias_part [%lld,%lld] f32 expected: tg_fp8_dbias_chunks "
+                        "rows of dy's last dimension)", op, desc(x, a, sizeof a), desc(part, b, sizeof b), (long long)p,
+                        (long long)cols(x));
+    TG_TRY(no_overlap(op, "dy", x, "dbias_part", part));
+    TG_TRY(no_overlap(op, "gelu_x", gelu_x, "dbias_part", part));
+    for (int i = 0; i < 4; i++) TG_TRY(no_overlap(op, names[i], outs[i], "dbias_part", part));
+    return TG_OK;
+}
+
+static tg_status cast_issue(const char *op, tg_tensor *y, tg_tensor *yt, const tg_tensor *x, const tg_tensor *gelu_x,
+                            const tg_tensor *scale, tg_tensor *amax, tg_tensor *scale_inv, tg_tensor *part, int flags)
 {
     tg_stream *s;
     TG_TRY(stream_for(op, "x", x, &s));
     tg_status st = cast_checks(op, y, yt, x, scale, amax, scale_inv, flags);
+    if (st == TG_OK) st = dbias_checks(op, y, yt, x, gelu_x, amax, scale_inv, part);
     struct tg_fp8_cast_args a = {0};
     if (st == TG_OK)
         a = (struct tg_fp8_cast_args){.x = tg_tensor_data(x), .x_dt = x->dtype, .y = y ? tg_tensor_data(y) : NULL,
@@ -98,21 +125,59 @@ static tg_status cast_issue(const char *op, tg_tensor *y, tg_tensor *yt, const t
                                       .rows = rows(x), .cols = cols(x), .scale = scale ? tg_tensor_data(scale) : NULL,
                                       .amax = amax ? tg_tensor_data(amax) : NULL,
                                       .scale_inv = scale_inv ? tg_tensor_data(scale_inv) : NULL,
-                                      .accumulate = flags & TG_FP8_AMAX_ACCUMULATE};
+                                      .accumulate = flags & TG_FP8_AMAX_ACCUMULATE,
+                                      .gelu_x = gelu_x ? tg_tensor_data(gelu_x) : NULL,
+                                      .dbias_part = part ? tg_tensor_data(part) : NULL,
+                                      .dbias_chunks = part ? part->shape[0] : 0};
     ISSUE(s, op, fp8_cast, &a, st);
+}
+
+int64_t tg_fp8_dbias_chunks(int64_t rows)
+{
+    const int64_t tiles = (rows + 63) / 64;
+    return tiles < 1 ? 1 : tiles > 1024 ? 1024 : tiles;
+}
+
+tg_status tg_fp8_cast_transpose_dbias(tg_tensor *y, tg_tensor *y_t, const tg_tensor *dy, const tg_tensor *gelu_x,
+                                      const tg_tensor *scale, tg_tensor *amax, tg_tensor *scale_inv,
+                                      tg_tensor *dbias_part, int flags)
+{
+    return cast_issue("fp8_cast_transpose_dbias", y, y_t, dy, gelu_x, scale, amax, scale_inv, dbias_part, flags);
+}
+
+tg_status tg_fp8_dbias_finish(tg_tensor *dbias, const tg_tensor *part, double accumulate)
+{
+    const char *op = "fp8_dbias_finish";
+    char a[96], b[96];
+    tg_stream *s;
+    TG_TRY(stream_for(op, "dbias_part", part, &s));
+    tg_status st = need(op, "dbias", dbias);
+    if (st == TG_OK) st = on_dev(op, "dbias_part", part, "dbias", dbias);
+    if (st == TG_OK && (part->dtype != TG_F32 || part->ndim != 2 || dbias->ndim != 1 || !float_dtype(dbias->dtype) ||
+                        dbias->shape[0] != part->shape[1]))
+        st = tg_error(TG_EINVAL, "%s: dbias_part %s vs dbias %s (dbias_part [chunks,c] f32 and dbias [c] f32 or bf16 "
+                      "expected)", op, desc(part, a, sizeof a), desc(dbias, b, sizeof b));
+    if (st == TG_OK) st = finite_arg(op, "accumulate", accumulate);
+    if (st == TG_OK) st = no_overlap(op, "dbias_part", part, "dbias", dbias);
+    struct tg_fp8_dbias_args ar = {0};
+    if (st == TG_OK)
+        ar = (struct tg_fp8_dbias_args){.part = tg_tensor_data(part), .chunks = part->shape[0], .c = part->shape[1],
+                                        .dbias = tg_tensor_data(dbias), .dw_dt = dbias->dtype,
+                                        .accumulate = (float)accumulate};
+    ISSUE(s, op, fp8_dbias, &ar, st);
 }
 
 tg_status tg_fp8_cast(tg_tensor *y, const tg_tensor *x, const tg_tensor *scale, tg_tensor *amax, tg_tensor *scale_inv,
                       int flags)
 {
     if (!y) return tg_error(TG_EINVAL, "fp8_cast: y is NULL");
-    return cast_issue("fp8_cast", y, NULL, x, scale, amax, scale_inv, flags);
+    return cast_issue("fp8_cast", y, NULL, x, NULL, scale, amax, scale_inv, NULL, flags);
 }
 
 tg_status tg_fp8_cast_transpose(tg_tensor *y, tg_tensor *y_t, const tg_tensor *x, const tg_tensor *scale,
                                 tg_tensor *amax, tg_tensor *scale_inv, int flags)
 {
-    return cast_issue("fp8_cast_transpose", y, y_t, x, scale, amax, scale_inv, flags);
+    return cast_issue("fp8_cast_transpose", y, y_t, x, NULL, scale, amax, scale_inv, NULL, flags);
 }
 
 tg_status tg_fp8_transpose(tg_tensor *y_t, const tg_tensor *x)
@@ -227,10 +292,21 @@ tg_status tg_fp8_gemm(tg_tensor *d, const tg_tensor *a, int trans_a, const tg_te
                       int trans_b, const tg_tensor *b_scale_inv, double alpha, double beta, tg_gemm_epilogue epi,
                       const tg_tensor *bias, tg_tensor *aux, tg_tensor *amax_d, int flags)
 {
+    return tg_fp8_gemm_in(d, NULL, a, trans_a, a_scale_inv, b, trans_b, b_scale_inv, alpha, beta, epi, bias, aux, amax_d,
+                          flags);
+}
+
+tg_status tg_fp8_gemm_in(tg_tensor *d, const tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor *a_scale_inv,
+                         const tg_tensor *b, int trans_b, const tg_tensor *b_scale_inv, double alpha, double beta,
+                         tg_gemm_epilogue epi, const tg_tensor *bias, tg_tensor *aux, tg_tensor *amax_d, int flags)
+{
     tg_stream *s;
     TG_TRY(stream_for("fp8_gemm", "D", d, &s));
     tg_status st = gemm_checks(d, a, trans_a, a_scale_inv, b, trans_b, b_scale_inv, alpha, beta, epi, bias, aux, amax_d,
                                flags);
+    if (st == TG_OK && c) st = like("fp8_gemm", "D", d, "C", c);
+    if (st == TG_OK && c) st = no_overlap("fp8_gemm", "C", c, "D", d);
+    if (st == TG_OK && c) st = no_overlap("fp8_gemm", "C", c, "aux", aux);
     struct tg_fp8_gemm_args g = {0};
     if (st == TG_OK)
         g = (struct tg_fp8_gemm_args){
@@ -238,7 +314,7 @@ tg_status tg_fp8_gemm(tg_tensor *d, const tg_tensor *a, int trans_a, const tg_te
             .a = tg_tensor_data(a), .a_dt = a->dtype, .b = tg_tensor_data(b), .b_dt = b->dtype,
             .a_scale_inv = a_scale_inv ? tg_tensor_data(a_scale_inv) : NULL,
             .b_scale_inv = b_scale_inv ? tg_tensor_data(b_scale_inv) : NULL,
-            .d = tg_tensor_data(d), .d_dt = d->dtype, .alpha = (float)alpha, .beta = (float)beta, .epi = epi,
+            .d = tg_tensor_data(d), .d_dt = d->dtype, .c = c ? tg_tensor_data(c) : NULL, .alpha = (float)alpha, .beta = (float)beta, .epi = epi,
             .bias = bias ? tg_tensor_data(bias) : NULL, .aux = aux ? tg_tensor_data(aux) : NULL,
             .amax_d = amax_d ? tg_tensor_data(amax_d) : NULL, .accumulate = flags & TG_FP8_AMAX_ACCUMULATE};
     ISSUE(s, "fp8_gemm", fp8_gemm, &g, st);

@@ -107,6 +107,12 @@ tg_status tg_cross_entropy_mean(tg_tensor *loss, const tg_tensor *losses, const 
 /* tg_gemm_ex with the C that beta scales read from c_in (C's shape, dtype and
  * device; NULL: C itself): c = alpha op(a) op(b) + beta c_in (+ epilogue).
  * With beta = 1 a residual is added by the GEMM that makes a block's output. */
+/* tg_fp8_gemm with the C that beta scales read from c (D's shape, dtype and
+ * device, apart from D; NULL: D itself): D = alpha sa sb A B^T + beta c
+ * (+ epilogue), the residual add of a block's FP8 output GEMM. */
+tg_status tg_fp8_gemm_in(tg_tensor *d, const tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor *a_scale_inv,
+                         const tg_tensor *b, int trans_b, const tg_tensor *b_scale_inv, double alpha, double beta,
+                         tg_gemm_epilogue epi, const tg_tensor *bias, tg_tensor *aux, tg_tensor *amax_d, int flags);
 tg_status tg_gemm_in(tg_tensor *c, const tg_tensor *c_in, const tg_tensor *a, int trans_a, const tg_tensor *b,
                      int trans_b, double alpha, double beta, tg_gemm_epilogue epi, const tg_tensor *bias, tg_tensor *aux,
                      tg_tensor *bgrad, double bgrad_accumulate);

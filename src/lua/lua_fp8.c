@@ -98,6 +98,8 @@ static tg_tensor *out_or_new(lua_State *L, int opts, const char *k, tg_tensor *g
 }
 
 static const char *const cast_opts[] = {"scale", "amax", "scale_inv", "accumulate", "y", "y_t", NULL};
+static const char *const cast_t_opts[] = {"scale", "amax", "scale_inv", "accumulate", "y", "y_t", "gelu_x", "dbias_part",
+                                          NULL};
 
 /* fp8_cast(x, dtype [, {scale=, amax=, scale_inv=, accumulate=false, y=}]) -> y: y = fp8(x * scale), amax =
  * max|x| (written, or accumulated when accumulate), scale_inv = 1 / scale (tg_fp8_cast); y is new (x's
@@ -116,14 +118,18 @@ static int o_fp8_cast(lua_State *L)
     return 1;
 }
 
-/* fp8_cast_transpose(x, dtype [, opts as fp8_cast, y=, y_t=]) -> y, y_t: the cast and its transpose
- * (x's last dimension first, 2-D) in one pass; y or y_t may be given (y = false: only y_t, returned alone). */
+/* fp8_cast_transpose(x, dtype [, opts as fp8_cast, y=, y_t=, gelu_x=, dbias_part=]) -> y, y_t: the cast and its
+ * transpose (x's last dimension first, 2-D) in one pass; y or y_t may be given (y = false: only y_t, returned
+ * alone). A gradient's form (tg_fp8_cast_transpose_dbias): gelu_x casts gelu'(gelu_x) * x, dbias_part (f32
+ * (fp8_dbias_chunks(rows), cols)) gets the bias gradient's column partials. */
 static int o_fp8_cast_transpose(lua_State *L)
 {
     tg_tensor *x = tgl_tensor_check(L, 1);
     tg_dtype dt = fp8_dtype_check(L, 2);
-    fields_known(L, 3, cast_opts, "fp8_cast_transpose");
+    fields_known(L, 3, cast_t_opts, "fp8_cast_transpose");
     tg_tensor *scale = field_tensor(L, 3, "scale", "fp8_cast_transpose");
+    tg_tensor *gx = field_tensor(L, 3, "gelu_x", "fp8_cast_transpose");
+    tg_tensor *part = field_tensor(L, 3, "dbias_part", "fp8_cast_transpose");
     tg_tensor *amax = field_tensor(L, 3, "amax", "fp8_cast_transpose");
     tg_tensor *si = field_tensor(L, 3, "scale_inv", "fp8_cast_transpose");
     int flags = field_bool(L, 3, "accumulate") ? TG_FP8_AMAX_ACCUMULATE : 0;
@@ -140,8 +146,29 @@ static int o_fp8_cast_transpose(lua_State *L)
     int nret = 0;
     if (!no_y) y = out_or_new(L, 3, "y", y, x, dt, 0, NULL), nret++;
     yt = out_or_new(L, 3, "y_t", yt, x, dt, 2, ts), nret++;
-    tgl_check(L, tg_fp8_cast_transpose(y, yt, x, scale, amax, si, flags));
+    if (gx || part) tgl_check(L, tg_fp8_cast_transpose_dbias(y, yt, x, gx, scale, amax, si, part, flags));
+    else tgl_check(L, tg_fp8_cast_transpose(y, yt, x, scale, amax, si, flags));
     return nret;
+}
+
+/* fp8_dbias_finish(dbias, dbias_part [, accumulate = 0]) -> dbias: dbias = accumulate * dbias + the sum of the
+ * partials' rows (tg_fp8_dbias_finish). */
+static int o_fp8_dbias_finish(lua_State *L)
+{
+    tg_tensor *db = tgl_tensor_check(L, 1), *part = tgl_tensor_check(L, 2);
+    double acc = luaL_optnumber(L, 3, 0.0);
+    tgl_check(L, tg_fp8_dbias_finish(db, part, acc));
+    lua_pushvalue(L, 1);
+    return 1;
+}
+
+/* fp8_dbias_chunks(rows) -> the rows of a dbias_part for a gradient of `rows` rows. */
+static int o_fp8_dbias_chunks(lua_State *L)
+{
+    lua_Integer r = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, r >= 0, 1, "rows must be >= 0");
+    lua_pushinteger(L, (lua_Integer)tg_fp8_dbias_chunks((int64_t)r));
+    return 1;
 }
 
 /* fp8_transpose(x [, y_t]) -> y_t: the codes of an FP8 x (as a matrix) transposed. */
@@ -241,6 +268,8 @@ static int o_fp8_max(lua_State *L)
 static const luaL_Reg fp8_funcs[] = {
     {"fp8_cast", o_fp8_cast},
     {"fp8_cast_transpose", o_fp8_cast_transpose},
+    {"fp8_dbias_finish", o_fp8_dbias_finish},
+    {"fp8_dbias_chunks", o_fp8_dbias_chunks},
     {"fp8_transpose", o_fp8_transpose},
     {"fp8_dequantize", o_fp8_dequantize},
     {"fp8_amax", o_fp8_amax},

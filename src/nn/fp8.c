@@ -179,6 +179,20 @@ tg_status tg_fp8_state_cast(struct tg_fp8_state *s, int role, const tg_tensor *x
     return tg_fp8_cast_transpose(y, y_t, x, s->scale_v[role], NULL, y_scale_inv, 0);
 }
 
+tg_status tg_fp8_state_cast_grad(struct tg_fp8_state *s, const tg_tensor *dy, const tg_tensor *gelu_x, tg_tensor *y,
+                                 tg_tensor *y_t, tg_tensor *y_scale_inv, tg_tensor *dbias_part)
+{
+    const int g = TG_FP8_ROLE_GRAD;
+    if (s->r.scaling == TG_FP8_DELAYED)
+        return tg_fp8_cast_transpose_dbias(y, y_t, dy, gelu_x, s->scale_v[g], s->amax_v[g], y_scale_inv, dbias_part,
+                                           TG_FP8_AMAX_ACCUMULATE);
+    if (gelu_x) return tg_error(TG_EINVAL, "FP8 gradient cast: current scaling takes the gradient after GELU");
+    double mx = tg_fp8_max(tg_fp8_role_dtype(&s->r, g));
+    TG_TRY(tg_fp8_amax(s->amax_v[g], dy, 0));
+    TG_TRY(tg_fp8_scale_update(s->amax_v[g], s->scale_v[g], s->scale_inv_v[g], &mx, 0, 1));
+    return tg_fp8_cast_transpose_dbias(y, y_t, dy, NULL, s->scale_v[g], NULL, y_scale_inv, dbias_part, 0);
+}
+
 /* ------------------------------------------------------------------ modules */
 static int in_graphed_set(const tg_module *m) { return m->exec_mode && strcmp(m->exec_mode, "graphed") == 0; }
 

@@ -50,7 +50,7 @@ static tg_status linear_forward_fp8(tg_module *m, int mb, const tg_tensor *x, co
         S->w_valid = st == TG_OK;
     }
     const tg_dtype dt = m->opts.dtype, xdt = tg_fp8_role_dtype(r, TG_FP8_ROLE_INPUT);
-    tg_tensor *out = NULL, *x2 = NULL, *y2 = NULL, *h = NULL, *h2 = NULL, *x8 = NULL, *x8t = NULL, *xs = NULL;
+    tg_tensor *out = NULL, *x2 = NULL, *y2 = NULL, *r2 = NULL, *h = NULL, *h2 = NULL, *x8 = NULL, *x8t = NULL, *xs = NULL;
     tg_tensor *keep[4] = {NULL, NULL, NULL, NULL};
     if (st == TG_OK) st = tg_nn_new_like(m, x, L->out, dt, &out);
     if (st == TG_OK && res) st = tg_nn_check_like("res", res, out, L->out, dt);
@@ -67,12 +67,12 @@ static tg_status linear_forward_fp8(tg_module *m, int mb, const tg_tensor *x, co
     /* the bias (and gelu) ride in the GEMM's epilogue where the FP8 GEMM takes them (a bf16 bias), else run after it */
     const int epi_ok = L->b && dt == TG_BF16;
     tg_tensor *d = L->gelu ? h2 : y2;
-    if (st == TG_OK && res && !L->gelu) st = tg_copy(y2, res); /* y = res + ...: the GEMM's beta = 1 on D */
+    if (st == TG_OK && res && !L->gelu) st = tg_nn_rows(res, &r2); /* y = res + ...: the GEMM's C with beta = 1 */
     if (st == TG_OK && L->gelu && epi_ok)
         st = tg_fp8_gemm(y2, x8, 0, xs, S->w8, 1, S->w_scale_inv, 1.0, 0.0, TG_EPI_BIAS_GELU, L->b->data, h2, NULL, 0);
     else if (st == TG_OK) {
-        st = tg_fp8_gemm(d, x8, 0, xs, S->w8, 1, S->w_scale_inv, 1.0, res && !L->gelu ? 1.0 : 0.0,
-                         epi_ok ? TG_EPI_BIAS : TG_EPI_NONE, epi_ok ? L->b->data : NULL, NULL, NULL, 0);
+        st = tg_fp8_gemm_in(d, r2, x8, 0, xs, S->w8, 1, S->w_scale_inv, 1.0, r2 ? 1.0 : 0.0,
+                            epi_ok ? TG_EPI_BIAS : TG_EPI_NONE, epi_ok ? L->b->data : NULL, NULL, NULL, 0);
         if (st == TG_OK && L->b && !epi_ok) st = tg_bias_add(d, L->b->data);
         if (st == TG_OK && L->gelu) st = tg_gelu_forward(y2, h2);
     }
@@ -88,6 +88,7 @@ static tg_status linear_forward_fp8(tg_module *m, int mb, const tg_tensor *x, co
     tg_tensor_free(h2);
     tg_tensor_free(x2);
     tg_tensor_free(y2);
+    tg_tensor_free(r2);
     tg_tensor_free(x8);
     tg_tensor_free(x8t);
     tg_tensor_free(xs);
@@ -145,6 +146,24 @@ static tg_status linear_forward(tg_module *m, int mb, const tg_tensor *x, tg_ten
     return linear_forward_res(m, mb, x, NULL, y);
 }
 
+/* The FP8 backward's gradient cast: dy (rows dy2; through gelu'(h) first when h2 is given) to the grad format with
+ * its transpose (for the wgrad) and, with a bias, the bias gradient's column partials, all in one pass. */
+static tg_status fp8_grad_cast(tg_module *m, const tg_tensor *dy2, const tg_tensor *h2, tg_tensor **dy8, tg_tensor **dy8t,
+                               tg_tensor **dys, tg_tensor **part)
+{
+    struct linear *L = m->impl;
+    struct tg_fp8_state *S = m->fp8;
+    const tg_dtype gdt = tg_fp8_role_dtype(&S->r, TG_FP8_ROLE_GRAD);
+    const int64_t n = dy2->shape[0], one[1] = {1};
+    int64_t ds[2] = {n, L->out}, dts[2] = {L->out, n}, ps[2] = {tg_fp8_dbias_chunks(n), L->out};
+    tg_status st = tg_module_tensor(m, gdt, 2, ds, dy8);
+    if (st == TG_OK) st = tg_module_tensor(m, gdt, 2, dts, dy8t);
+    if (st == TG_OK) st = tg_module_tensor(m, TG_F32, 1, one, dys);
+    if (st == TG_OK && L->b) st = tg_module_tensor(m, TG_F32, 2, ps, part);
+    if (st == TG_OK) st = tg_fp8_state_cast_grad(S, dy2, h2, *dy8, *dy8t, *dys, *part);
+    return st;
+}
+
 static tg_status linear_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tensor **dx)
 {
     struct linear *L = m->impl;
@@ -159,49 +178,52 @@ static tg_status linear_backward(tg_module *m, int mb, const tg_tensor *dy, tg_t
         return tg_error(TG_ESTATE, "%s: its FP8 state was dropped or replaced between the forward and the backward of "
                         "microbatch %d", tg_module_label(m, a, sizeof a), mb);
     }
-    tg_tensor *out = NULL, *dx2 = NULL, *dy2 = NULL, *dh = NULL, *h2 = NULL, *kept = NULL;
-    tg_tensor *dy8 = NULL, *dy8t = NULL, *dys = NULL;
+    /* FP8 with delayed scaling: gelu'(h) is applied inside the gradient cast (dh is never stored) */
+    const int fuse_dgelu = fp8 && L->gelu && !dh_given && m->fp8->r.scaling == TG_FP8_DELAYED;
+    tg_tensor *out = NULL, *dx2 = NULL, *dy2 = NULL, *dh = NULL, *h2 = NULL, *hx2 = NULL, *kept = NULL;
+    tg_tensor *dy8 = NULL, *dy8t = NULL, *dys = NULL, *part = NULL;
     tg_status st = tg_nn_new_like(m, s->t[0], L->in, m->opts.dtype, &out);
-    if (st == TG_OK && L->gelu && !dh_given) st = tg_nn_new_like(m, s->t[0], L->out, m->opts.dtype, &dh);
+    if (st == TG_OK && L->gelu && !dh_given && !fuse_dgelu) st = tg_nn_new_like(m, s->t[0], L->out, m->opts.dtype, &dh);
     if (st == TG_OK && dh) st = tg_gelu_backward(dh, dy, s->t[1]); /* dh = gelu'(h) * dy */
     if (st == TG_OK) st = tg_nn_rows(out, &dx2);
     if (st == TG_OK) st = tg_nn_rows(dh ? dh : dy, &dy2);
-    if (st == TG_OK && src) st = tg_nn_rows(src->t[1], &h2);
-    if (st == TG_OK && fp8) { /* dy cast with its transpose (for the wgrad); dx = (dy8 W8) * scale_invs */
+    if (st == TG_OK && fuse_dgelu) st = tg_nn_rows(s->t[1], &hx2);
+    if (st == TG_OK && src && !fp8) st = tg_nn_rows(src->t[1], &h2);
+    if (st == TG_OK && fp8) { /* dy cast with its transpose and bias partials; dx = (dy8 W8) * scale_invs */
         struct tg_fp8_state *S = m->fp8;
-        const tg_dtype gdt = tg_fp8_role_dtype(&S->r, TG_FP8_ROLE_GRAD);
-        const int64_t n = dy2->shape[0], one[1] = {1};
-        int64_t ds[2] = {n, L->out}, dts[2] = {L->out, n};
-        st = tg_module_tensor(m, gdt, 2, ds, &dy8);
-        if (st == TG_OK) st = tg_module_tensor(m, gdt, 2, dts, &dy8t);
-        if (st == TG_OK) st = tg_module_tensor(m, TG_F32, 1, one, &dys);
-        if (st == TG_OK) st = tg_fp8_state_cast(S, TG_FP8_ROLE_GRAD, dy2, dy8, dy8t, dys);
+        st = fp8_grad_cast(m, dy2, hx2, &dy8, &dy8t, &dys, &part);
         if (st == TG_OK) st = tg_fp8_gemm(dx2, dy8, 0, dys, S->w8_t, 1, S->w_scale_inv, 1.0, 0.0, TG_EPI_NONE, NULL, NULL, NULL, 0);
-        if (st == TG_OK && src) st = tg_gelu_backward(dx2, dx2, h2); /* into the gelu before: dx = gelu'(h) * dx */
+        /* a gelu before (src): its Linear applies gelu' itself, in its own gradient cast when FP8 */
     } else if (st == TG_OK && src) /* dgrad into the gelu before: dx = gelu'(h) * (dy @ W), one GEMM */
         st = tg_gemm_ex(dx2, dy2, 0, L->w->data, 0, 1.0, 0.0, TG_EPI_DGELU, NULL, h2, NULL, 0.0);
     else if (st == TG_OK) st = tg_gemm(dx2, dy2, 0, L->w->data, 0, 1.0, 0.0); /* dgrad: dx = dy @ W */
     tg_tensor_free(dx2);
     tg_tensor_free(dy2);
     tg_tensor_free(h2);
+    tg_tensor_free(hx2);
     tg_tensor_free(dy8);
-    if (st == TG_OK && !dh) st = tg_tensor_ref(dy, &kept);
+    if (st == TG_OK && !dh && !fp8) st = tg_tensor_ref(dy, &kept);
     if (st != TG_OK) {
         tg_tensor_free(dh);
         tg_tensor_free(out);
         tg_tensor_free(dy8t);
         tg_tensor_free(dys);
+        tg_tensor_free(part);
         return st;
     }
-    if (src) src->ival = DH_GIVEN; /* the source's backward now gets dh */
-    /* the wgrad needs dy (dh with gelu), no longer h; FP8: also x8^T, dy8^T and their scale_invs */
+    if (src && !fp8) src->ival = DH_GIVEN; /* the source's backward now gets dh */
+    /* the wgrad needs dy (dh with gelu), no longer h; FP8: x8^T, dy8^T, their scale_invs and the bias partials */
     tg_tensor_free(s->t[1]);
     s->t[1] = dh ? dh : kept;
     s->n = 2;
     if (fp8) {
+        tg_tensor_free(s->t[0]); /* x and dy: the FP8 wgrad reads their casts only */
+        tg_tensor_free(s->t[1]);
+        s->t[0] = s->t[1] = NULL;
         s->t[4] = dy8t;
         s->t[5] = dys;
-        s->n = 6;
+        s->t[6] = part;
+        s->n = 7;
     }
     tg_module_take(m, mb, &s);
     *dx = out;
@@ -211,19 +233,23 @@ static tg_status linear_backward(tg_module *m, int mb, const tg_tensor *dy, tg_t
 static tg_status linear_wgrad(tg_module *m, struct tg_saved *item)
 {
     struct linear *L = m->impl;
-    tg_tensor *x2 = NULL, *dy2 = NULL;
-    tg_status st = tg_nn_rows(item->t[0], &x2);
-    if (st == TG_OK) st = tg_nn_rows(item->t[1], &dy2);
-    if (st == TG_OK && item->n >= 6 && item->t[4]) { /* FP8: dW = acc * dW + (dy8^T x8) * scale_invs; db from dy */
+    tg_status st = TG_OK;
+    if (item->n >= 7 && item->t[4]) { /* FP8: dW = acc * dW + (dy8^T x8) * scale_invs; db from the cast's partials */
         st = tg_fp8_gemm(tg_param_wgrad_target(L->w), item->t[4], 0, item->t[5], item->t[2], 1, item->t[3], 1.0,
                          tg_param_wgrad_accumulate(L->w), TG_EPI_NONE, NULL, NULL, NULL, 0);
-        if (st == TG_OK && L->b) st = tg_bias_backward_dw(tg_param_wgrad_target(L->b), dy2, tg_param_wgrad_accumulate(L->b));
-    } else if (st == TG_OK) /* wgrad: dW (out, in) = acc * dW + dy^T @ x; db = acc * db + sum_n dy, in the GEMM's epilogue */
-        st = tg_gemm_ex(tg_param_wgrad_target(L->w), dy2, 1, x2, 0, 1.0, tg_param_wgrad_accumulate(L->w),
-                        L->b ? TG_EPI_BGRAD : TG_EPI_NONE, NULL, NULL, L->b ? tg_param_wgrad_target(L->b) : NULL,
-                        L->b ? tg_param_wgrad_accumulate(L->b) : 0.0);
-    tg_tensor_free(x2);
-    tg_tensor_free(dy2);
+        if (st == TG_OK && L->b)
+            st = tg_fp8_dbias_finish(tg_param_wgrad_target(L->b), item->t[6], tg_param_wgrad_accumulate(L->b));
+    } else { /* wgrad: dW (out, in) = acc * dW + dy^T @ x; db = acc * db + sum_n dy, in the GEMM's epilogue */
+        tg_tensor *x2 = NULL, *dy2 = NULL;
+        st = tg_nn_rows(item->t[0], &x2);
+        if (st == TG_OK) st = tg_nn_rows(item->t[1], &dy2);
+        if (st == TG_OK)
+            st = tg_gemm_ex(tg_param_wgrad_target(L->w), dy2, 1, x2, 0, 1.0, tg_param_wgrad_accumulate(L->w),
+                            L->b ? TG_EPI_BGRAD : TG_EPI_NONE, NULL, NULL, L->b ? tg_param_wgrad_target(L->b) : NULL,
+                            L->b ? tg_param_wgrad_accumulate(L->b) : 0.0);
+        tg_tensor_free(x2);
+        tg_tensor_free(dy2);
+    }
     if (st == TG_OK) st = tg_param_wgrad_done(L->w, item->mb);
     if (st == TG_OK && L->b) st = tg_param_wgrad_done(L->b, item->mb);
     return st;

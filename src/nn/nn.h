@@ -417,6 +417,12 @@ tg_status tg_fp8_state_update(struct tg_fp8_state *s);
  * scale from x's amax first. */
 tg_status tg_fp8_state_cast(struct tg_fp8_state *s, int role, const tg_tensor *x, tg_tensor *y, tg_tensor *y_t,
                             tg_tensor *y_scale_inv);
+/* The gradient role's cast of dy (rows (N, C)) as tg_fp8_state_cast, in one
+ * pass with the bias gradient's column partials (dbias_part, may be NULL:
+ * tg_fp8_cast_transpose_dbias) and, with gelu_x (delayed scaling only), the
+ * GELU derivative applied first. */
+tg_status tg_fp8_state_cast_grad(struct tg_fp8_state *s, const tg_tensor *dy, const tg_tensor *gelu_x, tg_tensor *y,
+                                 tg_tensor *y_t, tg_tensor *y_scale_inv, tg_tensor *dbias_part);
 /* The scaling tensors (history, scale, scale_inv) of every FP8 state under m,
  * in module order (caller frees the array). */
 tg_status tg_module_fp8_tensors(tg_module *m, tg_tensor ***out, int *n);
