@@ -5,6 +5,7 @@ extern "C" {
 }
 
 #include <cuda_bf16.h>
+#include <cudaTypedefs.h> /* CUtensorMap, PFN_cuTensorMapEncodeTiled */
 
 /* Two paths, both deterministic (no atomics; every sum in a fixed order):
  * - tensor cores (bf16, head dim 16/32/64/128, 16-byte aligned buffers): mma.sync m16n8k16 + ldmatrix,
@@ -1069,6 +1070,205 @@ static __global__ void __launch_bounds__(NWG * 128, 1)
 #endif
 }
 
+
+/* ------------------------------------------------------------------ forward on Hopper, warp-specialized (sm_90a)
+ * The same products and softmax as att5_fwd, with the tiles brought by the tensor copy engine (TMA:
+ * cp.async.bulk.tensor, 64 x 64 boxes in the 128-byte swizzle, completing on mbarriers) from one producer
+ * warpgroup, so the NWG consumer warpgroups never wait on each other: stage i of the ring has a "K full", a
+ * "V full" (transaction-count barriers the producer arms) and an "empty" barrier (every consumer thread arrives
+ * once it is done with the tile, or, for a tile its rows do not reach, once the tile has landed). The producer
+ * gives its registers to the consumers (setmaxnreg). qkv is seen as a (B, T, 3C) tensor: rows past T read as
+ * zeros. */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+static __device__ __forceinline__ void mb_init(uint32_t bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mb_expect(uint32_t bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void mb_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* Waits for the completion of the barrier's phase of this parity. */
+static __device__ __forceinline__ void mb_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* One 64 x 64 box of the (B, T, 3C) tensor at (column c0, row t0, batch b) into dst, completing on bar. */
+static __device__ __forceinline__ void tma_box(uint32_t dst, const CUtensorMap *tm, uint32_t bar, int c0, int t0, int b)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
+                 ::"r"(dst), "l"((uint64_t)tm), "r"(bar), "r"(c0), "r"(t0), "r"(b)
+                 : "memory");
+}
+/* A tile of R rows from row t0, columns col0 .. col0 + D - 1, in the swizzled layout (D / 64 column blocks). */
+template <int D, int R>
+static __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap *tm, uint32_t bar, int col0, int t0, int b)
+{
+#pragma unroll
+    for (int cb = 0; cb < D / 64; cb++)
+#pragma unroll
+        for (int i = 0; i < R / 64; i++) tma_box(dst + cb * R * 128 + i * 64 * 128, tm, bar, col0 + 64 * cb, t0 + 64 * i, b);
+}
+#endif
+
+template <int D, int NWG, int BN, int S> static constexpr size_t att6_fwd_smem()
+{
+    return 1024 + (size_t)64 * NWG * D * 2 + (size_t)S * 2 * BN * D * 2 + 8 * (1 + 3 * S);
+}
+
+template <int D, int NWG, int BN, int S>
+static __global__ void __launch_bounds__((NWG + 1) * 128, 1)
+    att6_fwd(const __grid_constant__ CUtensorMap tm, uint16_t *out, float *lse, int T, int C, int H, float scale)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = 64 * NWG, TB = BN * D * 2;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *Qs = smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
+    unsigned char *KV = Qs + BM * D * 2; /* stage i: K at KV + 2 i TB, V at KV + (2 i + 1) TB */
+    const uint32_t qs_a = (uint32_t)__cvta_generic_to_shared(Qs), kv_a = qs_a + BM * D * 2;
+    const uint32_t bars = kv_a + S * 2 * TB; /* q full, then per stage: K full, V full, empty */
+#define ATT6_KF(i) (bars + 8 + 24 * (i))
+#define ATT6_VF(i) (bars + 16 + 24 * (i))
+#define ATT6_EM(i) (bars + 24 + 24 * (i))
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+    const int qt = gridDim.y - 1 - blockIdx.y, bh = blockIdx.x, b = bh / H, h = bh % H;
+    const int nkt = (min(qt * BM + BM, T) - 1) / BN + 1;
+    if (threadIdx.x == 0) {
+        mb_init(bars, 1);
+        for (int i = 0; i < S; i++) {
+            mb_init(ATT6_KF(i), 1);
+            mb_init(ATT6_VF(i), 1);
+            mb_init(ATT6_EM(i), NWG * 128);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        if (threadIdx.x == 0) {
+            mb_expect(bars, BM * D * 2);
+            tma_tile<D, BM>(qs_a, &tm, bars, h * D, qt * BM, b);
+            for (int kt = 0; kt < nkt; kt++) {
+                const int s = kt % S;
+                if (kt >= S) mb_wait(ATT6_EM(s), ((kt / S) + 1) & 1); /* the consumers are done with tile kt - S */
+                const uint32_t kd = kv_a + s * 2 * TB;
+                mb_expect(ATT6_KF(s), TB);
+                tma_tile<D, BN>(kd, &tm, ATT6_KF(s), C + h * D, kt * BN, b);
+                mb_expect(ATT6_VF(s), TB);
+                tma_tile<D, BN>(kd + TB, &tm, ATT6_VF(s), 2 * C + h * D, kt * BN, b);
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    const int qw0 = qt * BM + c * 64;
+    const int nact = qw0 >= T ? 0 : min(nkt, (qw0 + 63) / BN + 1);
+    const float sl2 = scale * ATT3_LOG2E;
+    float o[D / 2], s[BN / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, corr[2];
+    uint32_t p[BN / 16][4];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+    const unsigned char *Qw = Qs + c * 64 * 128;
+    const int r0 = qw0 + warp * 16 + g;
+    mb_wait(bars, 0);
+    for (int kt = 0; kt <= nkt; kt++) {
+        if (kt == 0 && nact > 0) {
+            mb_wait(ATT6_KF(0), 0);
+            wg_fence();
+            att5_qk<D, BM, BN>(s, Qw, KV);
+            wg_commit();
+            wg_wait<0>();
+            wg_pin(s);
+            att5_softmax<BN>(s, m, l, corr, 0, qw0, r0, t4, sl2);
+            att5_to_p<BN>(p, s);
+        } else if (kt > 0 && kt < nact) {
+            const int sk = kt % S, sv = (kt - 1) % S;
+            mb_wait(ATT6_KF(sk), (kt / S) & 1);
+            mb_wait(ATT6_VF(sv), ((kt - 1) / S) & 1);
+            wg_pin(o);
+            wg_pin(p);
+            wg_fence();
+            att5_qk<D, BM, BN>(s, Qw, KV + sk * 2 * TB);
+            wg_commit();
+            att5_pv<D, BN>(o, p, KV + sv * 2 * TB + TB);
+            wg_commit();
+            wg_wait<1>();
+            wg_pin(s);
+            att5_softmax<BN>(s, m, l, corr, kt * BN, qw0, r0, t4, sl2);
+            wg_wait<0>();
+            wg_pin(o);
+            wg_pin(p);
+            mb_arrive(ATT6_EM(sv));
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[4 * j + e] *= corr[e >> 1];
+            att5_to_p<BN>(p, s);
+        } else if (kt > 0 && kt == nact) {
+            const int sv = (kt - 1) % S;
+            mb_wait(ATT6_VF(sv), ((kt - 1) / S) & 1);
+            wg_pin(o);
+            wg_pin(p);
+            wg_fence();
+            att5_pv<D, BN>(o, p, KV + sv * 2 * TB + TB);
+            wg_commit();
+            wg_wait<0>();
+            wg_pin(o);
+            mb_arrive(ATT6_EM(sv));
+        }
+        if (kt >= nact && kt < nkt) { /* a tile past this warpgroup's rows: released once it has landed */
+            mb_wait(ATT6_VF(kt % S), (kt / S) & 1);
+            mb_arrive(ATT6_EM(kt % S));
+        }
+    }
+#undef ATT6_KF
+#undef ATT6_VF
+#undef ATT6_EM
+    /* Epilogue: O / l as bf16 into this warpgroup's own Q rows (same swizzle), then 16-byte row stores. */
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 1);
+        l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 2);
+    }
+    const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+    unsigned char *so = Qs + c * 64 * 128;
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int r = warp * 16 + g + 8 * hr, ch = j & 7;
+            *(uint32_t *)(so + (j >> 3) * (BM * 128) + r * 128 + ((ch ^ (r & 7)) << 4) + 4 * t4) =
+                pack_bf16(o[4 * j + 2 * hr] * inv[hr], o[4 * j + 2 * hr + 1] * inv[hr]);
+        }
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory"); /* this warpgroup's 128 threads */
+    uint16_t *ob = out + (int64_t)b * T * C + (int64_t)h * D;
+    for (int i = threadIdx.x % 128; i < 64 * (D / 8); i += 128) {
+        const int r = i / (D / 8), ch = i % (D / 8);
+        if (qw0 + r < T)
+            *(uint4 *)(ob + (int64_t)(qw0 + r) * C + ch * 8) =
+                *(const uint4 *)(so + (ch >> 3) * (BM * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+    }
+    if (t4 == 0)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int qi = r0 + 8 * hr;
+            if (qi < T) lse[(int64_t)bh * T + qi] = m[hr] * scale + logf(l[hr]);
+        }
+#endif
+}
+
 /* ------------------------------------------------------------------ launchers */
 
 /* Raises a kernel's dynamic shared-memory limit once per device (not a stream operation: legal while capturing). */
@@ -1199,6 +1399,50 @@ static cudaError_t att5_fwd_launch(void *out, float *lse, const void *qkv, int64
     return cudaGetLastError();
 }
 
+/* cuTensorMapEncodeTiled from the driver (through the runtime: no link to libcuda), NULL where missing. */
+static PFN_cuTensorMapEncodeTiled_v12000 att6_encoder()
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 fn;
+    static int asked;
+    if (!asked) {
+        cudaDriverEntryPointQueryResult q;
+        void *f = NULL;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)f;
+        asked = 1;
+    }
+    return fn;
+}
+
+/* The warp-specialized kernel (2 consumer warpgroups, 128 queries a block, S stages of 128 keys) when the driver
+ * encodes the tensor map, else the cp.async one (att5). */
+template <int D, int S>
+static cudaError_t att6_fwd_launch(void *out, float *lse, const void *qkv, int64_t B, int64_t T, int64_t C, int H,
+                                   float scale, cudaStream_t st)
+{
+    constexpr int NWG = 2, BN = 128, BM = 64 * NWG;
+    PFN_cuTensorMapEncodeTiled_v12000 enc = att6_encoder();
+    CUtensorMap tm;
+    const cuuint64_t dims[3] = {(cuuint64_t)(3 * C), (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[2] = {(cuuint64_t)(3 * C * 2), (cuuint64_t)(T * 3 * C * 2)}; /* bytes, dims 1 and 2 */
+    const cuuint32_t box[3] = {64, 64, 1}, estr[3] = {1, 1, 1};
+    if (!enc ||
+        enc(&tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)qkv, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    {
+        if constexpr (D == 64) return att5_fwd_launch<D, 3>(out, lse, qkv, B, T, C, H, scale, st);
+        else return att5_fwd_launch<D, 2>(out, lse, qkv, B, T, C, H, scale, st);
+    }
+    const size_t sm = att6_fwd_smem<D, NWG, BN, S>();
+    static unsigned done;
+    cudaError_t e = att_smem_limit(att6_fwd<D, NWG, BN, S>, sm, &done);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)(B * H), (unsigned)((T + BM - 1) / BM));
+    att6_fwd<D, NWG, BN, S><<<grid, (NWG + 1) * 128, sm, st>>>(tm, (uint16_t *)out, lse, (int)T, (int)C, H, scale);
+    return cudaGetLastError();
+}
+
 /* Whether the forward takes the wgmma kernels on the current device: the build has the sm_90a image
  * (TG_CUDA_SM90A, set with the sm_90 target) and the device is of compute capability 9.0 (which loads it);
  * the debug switch attention_mma_sync sends the call to the mma.sync kernels. */
@@ -1229,9 +1473,8 @@ extern "C" cudaError_t tg_cuda_attention_forward(void *out, float *lse, const vo
     const float scale = 1.0f / sqrtf((float)D);
     if (t > INT32_MAX || 3 * c > INT32_MAX || b * n_head > 65535) return cudaErrorInvalidValue;
     if (att_use_mma(dt, D, out, qkv, qkv) && (D == 64 || D == 128) && tg_cuda_attention_wgmma()) {
-        /* head dim 128: 2 warpgroups (128 queries) per block, 64: 3 (192 queries) */
-        if (D == 64) return att5_fwd_launch<64, 3>(out, lse, qkv, b, t, c, n_head, scale, st);
-        return att5_fwd_launch<128, 2>(out, lse, qkv, b, t, c, n_head, scale, st);
+        if (D == 64) return att6_fwd_launch<64, 4>(out, lse, qkv, b, t, c, n_head, scale, st);
+        return att6_fwd_launch<128, 3>(out, lse, qkv, b, t, c, n_head, scale, st);
     }
     if (att_use_mma(dt, D, out, qkv, qkv)) {
         switch (D) {
