@@ -1,4 +1,4 @@
--- zero_bubble.lua — 1F1B, ZB-H1 and ZB-V on a 4-stage model through the schedule executor: simulated
+-- zero_bubble.lua — 1F1B, interleaved 1F1B, ZB-H1 and ZB-V on a 4-stage model through the schedule executor: simulated
 -- and measured per-stage idle time, identical gradients, SVG pictures and a Perfetto trace.
 --
 --   tegraph run examples/zero_bubble.lua
@@ -13,7 +13,7 @@
 -- idle time the schedule would have if each stage had its own device running at this speed.
 --
 -- On ranks (tegraph run -n P, mpirun -np P) each rank runs one stage over the communicator, so the
--- step time is the pipeline's: 1F1B, ZB-H1 and ZB-V step times are measured side by side with the
+-- step time is the pipeline's: 1F1B, interleaved (2 chunks a stage), ZB-H1 and ZB-V step times are measured side by side with the
 -- simulator's prediction for the F, B and W times measured in the run (their mean over the ranks,
 -- transfers counted free), printed as a table and drawn as SVG (PREFIX-NAME-ranks.svg).
 local tg = require "tegraph"
@@ -40,6 +40,9 @@ local world = tg.comm.size() > 1 and tg.comm.world() or nil
 if world then opt.stages = world:size() end -- one stage per rank
 local P, M, L = opt.stages, opt.microbatches, opt.layers
 if L % (2 * P) ~= 0 then error(string.format("zero_bubble: --layers (%d) must be a multiple of 2 * stages (%d)", L, 2 * P), 0) end
+if M % P ~= 0 then
+  error(string.format("zero_bubble: --microbatches (%d) must be a multiple of stages (%d) (interleaved 1F1B)", M, P), 0)
+end
 local shape = { opt.batch, opt.tokens, opt.width }
 
 -- The same L layers (same seed, same weights) grouped into C chunks, layer names independent of
@@ -75,6 +78,7 @@ if world then
   local owners = require("tegraph.schedule.plan").owners
   local list = {
     { "1F1B", S.one_f_one_b { stages = P, microbatches = M }, delay = false },
+    { "interleaved", S.interleaved { stages = P, microbatches = M, chunks_per_stage = 2 }, delay = false },
     { "ZB-H1", S.zb_h1 { stages = P, microbatches = M }, delay = true },
     { "ZB-V", S.zb_v { stages = P, microbatches = M }, delay = true },
   }
@@ -119,15 +123,15 @@ if world then
   local costs = { F = v[1] / P, B = v[2] / P, W = v[3] / P, comm = 0 }
   out:write(string.format("measured per chunk (ZB-H1 run, mean over ranks): F %.3f ms, B %.3f ms, W %.3f ms\n\n",
     costs.F, costs.B, costs.W))
-  out:write("schedule | measured step ms | simulated step ms | simulated bubble | measured / simulated\n")
-  out:write("---------|------------------|-------------------|------------------|---------------------\n")
+  out:write("schedule    | measured step ms | simulated step ms | simulated bubble | measured / simulated\n")
+  out:write("------------|------------------|-------------------|------------------|---------------------\n")
   local rel = { F = 1, B = costs.B / costs.F, W = costs.W / costs.F, comm = 0 }
   for _, sch in ipairs(list) do
-    -- ZB-V's chunks hold half the layers of the others' (two chunks per stage): half the cost each
+    -- ZB-V's and interleaved's chunks hold half the layers of the others' (two chunks per stage): half the cost each
     local scale = (sch[2].chunks or 1) > 1 and 0.5 or 1
     local c = { F = costs.F * scale, B = costs.B * scale, W = costs.W * scale, comm = 0 }
     local sim = S.simulate(sch[2], c)
-    out:write(string.format("%-8s | %16.2f | %17.2f | %15.1f%% | %20.2f\n", sch[1], sch.wall * 1e3, sim.makespan,
+    out:write(string.format("%-11s | %16.2f | %17.2f | %15.1f%% | %20.2f\n", sch[1], sch.wall * 1e3, sim.makespan,
       100 * sim.bubble, sch.wall * 1e3 / sim.makespan))
     if rank == 0 and opt.svg and opt.svg ~= "" then
       local key = sch[1]:lower():gsub("%-", "_")
@@ -137,7 +141,7 @@ if world then
     end
   end
   if rank == 0 and opt.svg and opt.svg ~= "" then
-    out:write(string.format("\nwrote %s-{1f1b,zb_h1,zb_v}-ranks.svg (the simulated schedules in units of the measured F)\n",
+    out:write(string.format("\nwrote %s-{1f1b,interleaved,zb_h1,zb_v}-ranks.svg (the simulated schedules in units of the measured F)\n",
       opt.svg))
   end
   return
@@ -145,6 +149,7 @@ end
 
 local schedules = {
   { "1F1B", S.one_f_one_b { stages = P, microbatches = M }, delay = false },
+  { "interleaved", S.interleaved { stages = P, microbatches = M, chunks_per_stage = 2 }, delay = false },
   { "ZB-H1", S.zb_h1 { stages = P, microbatches = M }, delay = true },
   { "ZB-V", S.zb_v { stages = P, microbatches = M }, delay = true },
 }
@@ -220,7 +225,7 @@ local function equal(a, b)
 end
 local same = true
 for i = 2, #grads do same = same and equal(grads[1], grads[i]) and equal(grads[i], grads[1]) end
-io.write(string.format("gradients of %s bit-identical: %s\n", "1F1B, ZB-H1 and ZB-V", same and "yes" or "NO"))
+io.write(string.format("gradients of %s bit-identical: %s\n", "1F1B, interleaved, ZB-H1 and ZB-V", same and "yes" or "NO"))
 
 local sum = tg.trace.stop(opt.trace, { quiet = true })
 if opt.trace then

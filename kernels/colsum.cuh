@@ -43,22 +43,46 @@ static __global__ void tgk_colsum_partial(F f, int64_t n, int64_t c, int64_t row
     }
 }
 
-/* Stage 2: out_k[col] = acc * out_k[col] + sum over chunks (in order, in double). */
+/* Stage 2: block (32, 8) owns 32 columns; warp y sums chunks y, y + 8, ... in double (independent loads, so a
+ * long column of partials is not one chain of dependent reads), the 8 sums are folded in order, then
+ * out_k[col] = acc * out_k[col] + sum. The order depends only on nchunks: bit-identical run to run.
+ * part: (nchunks, NOUT, c). */
+#define TGK_COLSUM_FINAL_Y 8
 template <int NOUT>
-static __global__ void tgk_colsum_final(const float *part, int64_t nchunks, int64_t c, void *out0, void *out1,
-                                        tg_dtype dw_dt, float accumulate)
+static __global__ void __launch_bounds__(32 * TGK_COLSUM_FINAL_Y)
+    tgk_colsum_final(const float *part, int64_t nchunks, int64_t c, void *out0, void *out1, tg_dtype dw_dt,
+                     float accumulate)
 {
-    TGK_GRID_STRIDE(col, c)
-    {
+    __shared__ double sh[TGK_COLSUM_FINAL_Y][32];
+    const int64_t col = (int64_t)blockIdx.x * 32 + threadIdx.x;
 #pragma unroll
-        for (int k = 0; k < NOUT; k++) {
-            void *out = k == 0 ? out0 : out1;
-            if (!out) continue;
-            double s = 0.0;
-            for (int64_t ch = 0; ch < nchunks; ch++) s += part[(ch * NOUT + k) * c + col];
-            tgk_store_wgrad(out, dw_dt, col, accumulate, s);
+    for (int k = 0; k < NOUT; k++) {
+        void *out = k == 0 ? out0 : out1;
+        if (!out) continue; /* uniform across the block */
+        double s = 0.0;
+        if (col < c) {
+#pragma unroll 4
+            for (int64_t ch = threadIdx.y; ch < nchunks; ch += TGK_COLSUM_FINAL_Y) s += part[(ch * NOUT + k) * c + col];
+        }
+        __syncthreads(); /* the previous k's readers are done */
+        sh[threadIdx.y][threadIdx.x] = s;
+        __syncthreads();
+        if (threadIdx.y == 0 && col < c) {
+            double t = sh[0][threadIdx.x];
+#pragma unroll
+            for (int y = 1; y < TGK_COLSUM_FINAL_Y; y++) t += sh[y][threadIdx.x];
+            tgk_store_wgrad(out, dw_dt, col, accumulate, t);
         }
     }
+}
+
+template <int NOUT>
+static cudaError_t tgk_colsum_final_launch(const float *part, int64_t nchunks, int64_t c, void *out0, void *out1,
+                                           tg_dtype dw_dt, float accumulate, cudaStream_t st)
+{
+    tgk_colsum_final<NOUT><<<(unsigned)((c + 31) / 32), dim3(32, TGK_COLSUM_FINAL_Y), 0, st>>>(part, nchunks, c, out0,
+                                                                                             out1, dw_dt, accumulate);
+    return cudaGetLastError();
 }
 
 /* The chunking of stage 1: depends only on (n, c, NOUT, the scratch size), so
@@ -92,8 +116,7 @@ static cudaError_t tgk_colsum(F f, int64_t n, int64_t c, void *out0, void *out1,
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
-    tgk_colsum_final<NOUT><<<tgk_blocks(c), TGK_THREADS, 0, st>>>(scratch, nchunks, c, out0, out1, dw_dt, accumulate);
-    return cudaGetLastError();
+    return tgk_colsum_final_launch<NOUT>(scratch, nchunks, c, out0, out1, dw_dt, accumulate, st);
 }
 
 /* Stage 1 for plain column sums of a matrix with contiguous rows (leading
@@ -170,8 +193,7 @@ static cudaError_t tgk_colsum_rows(const void *a, tg_dtype dt, int64_t ld, int64
             (const float *)a, ld, n, c, rows, scratch);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    tgk_colsum_final<1><<<tgk_blocks(c), TGK_THREADS, 0, st>>>(scratch, nchunks, c, out, NULL, dw_dt, accumulate);
-    return cudaGetLastError();
+    return tgk_colsum_final_launch<1>(scratch, nchunks, c, out, NULL, dw_dt, accumulate, st);
 }
 
 /* Sum over a warp, in a fixed butterfly order (every lane gets the total). */

@@ -402,32 +402,7 @@ static __global__ void __launch_bounds__(256) tgk_norm_dw_partial(const T *dy, c
     }
 }
 
-/* Stage 2: block (32, 8) owns 32 columns; warp y sums chunks y, y + 8, ... in double, the 8 sums are folded in
- * order, then out_k = acc * out_k + sum. */
-template <int NOUT>
-static __global__ void __launch_bounds__(256) tgk_norm_dw_final(const float *part, int64_t nchunks, int64_t c,
-                                                                void *out0, void *out1, tg_dtype dw_dt,
-                                                                float accumulate)
-{
-    __shared__ double sh[TGK_NDW_Y][32];
-    const int64_t col = (int64_t)blockIdx.x * 32 + threadIdx.x;
-#pragma unroll
-    for (int k = 0; k < NOUT; k++) {
-        void *out = k == 0 ? out0 : out1;
-        if (!out) continue; /* uniform across the block */
-        double s = 0.0;
-        if (col < c)
-            for (int64_t ch = threadIdx.y; ch < nchunks; ch += TGK_NDW_Y) s += part[(ch * NOUT + k) * c + col];
-        __syncthreads(); /* the previous k's readers are done */
-        sh[threadIdx.y][threadIdx.x] = s;
-        __syncthreads();
-        if (threadIdx.y == 0 && col < c) {
-            double t = sh[0][threadIdx.x];
-            for (int y = 1; y < TGK_NDW_Y; y++) t += sh[y][threadIdx.x];
-            tgk_store_wgrad(out, dw_dt, col, accumulate, t);
-        }
-    }
-}
+/* Stage 2 is colsum.cuh's tgk_colsum_final: the partials have its layout. */
 
 /* The chunking depends only on (n, c, RMS, the scratch size): not on the path or the device. */
 template <bool RMS>
@@ -468,9 +443,7 @@ static cudaError_t tgk_norm_dw_launch(void *dgamma, void *dbeta, const void *dy,
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
-    tgk_norm_dw_final<NOUT><<<(unsigned)((c + 31) / 32), dim3(32, TGK_NDW_Y), 0, st>>>(scratch, nchunks, c, dgamma, dbeta,
-                                                                                      dw_dt, accumulate);
-    return cudaGetLastError();
+    return tgk_colsum_final_launch<NOUT>(scratch, nchunks, c, dgamma, dbeta, dw_dt, accumulate, st);
 }
 
 #endif

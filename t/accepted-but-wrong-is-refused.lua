@@ -2,8 +2,8 @@
 -- token ids outside the embedding table and targets outside the vocabulary (at once on the CPU, and at the next read
 -- after a replay), values that do not fit an integer dtype, a delayed wgrad popped in a later step, module calls from
 -- a wgrad hook, the same hook twice, AdamW options and parameters, a step before any gradient, make_graphed warm-up,
--- script option bounds, steps skipped for a non-finite gradient norm, and misspelt options of AdamW and the
--- communicator calls.
+-- script option bounds, steps skipped for a non-finite gradient norm, and misspelt options of AdamW, the
+-- communicator calls, the tensor constructors, tensor:to, tg.stream.capture and the safetensors readers.
 local tg = require "tegraph"
 local optim = require "tegraph.optim"
 local progress = require "tegraph.progress"
@@ -189,4 +189,37 @@ tap.error_like(function() tg.comm.all_gather(tg.ones { 2 }, tg.ones { 2 }, { tru
   "all_gather: unknown option number key %(known: async, name%)", "a list entry in the options is refused")
 tap.is(tg.comm.all_reduce(tg.ones { 2 }, { op = "max", async = false, name = "x" }):totable()[1], 1,
   "known options are taken (one rank: the tensor as it is)")
+------------------------------------------------------------------------ misspelt options of tensors, captures and files
+for _, c in ipairs {
+  { "tg.zeros", function() return tg.zeros({ 2 }, { dtyp = "bf16" }) end, "dtyp", "dtype, device, name" },
+  { "tg.ones", function() return tg.ones({ 2 }, { devcie = CPU }) end, "devcie", "dtype, device, name" },
+  { "tg.empty", function() return tg.empty({ 2 }, { nmae = "x" }) end, "nmae", "dtype, device, name" },
+  { "tg.full", function() return tg.full({ 2 }, 3, { dtpye = "f32" }) end, "dtpye", "dtype, device, name" },
+  { "tg.randn", function() return tg.randn({ 2 }, { sdt = 2 }) end, "sdt", "dtype, device, name, mean, std" },
+  { "tg.rand", function() return tg.rand({ 2 }, { high = 2 }) end, "high", "dtype, device, name, lo, hi" },
+  { "tg.tensor", function() return tg.tensor({ 1, 2 }, { type = "i32" }) end, "type", "dtype, device, name" },
+  { "tg.arange", function() return tg.arange(3, { dtype = "i32", devices = CPU }) end, "devices", "dtype, device, name" },
+  { "tensor:to", function() return tg.ones { 2 }:to { dtype = "bf16", devise = CPU } end, "devise", "dtype, device" },
+  { "tg.stream.capture", function() return tg.stream.capture(function() end, { steam = tg.stream.current(CPU) }) end,
+    "steam", "stream, pool, device" },
+  { "tg.from_bytes", function() return tg.from_bytes(string.rep("\0", 8), "f32", { 2 }, { dev = CPU }) end, "dev",
+    "device" },
+} do
+  tap.error_like(c[2], "accepted%-but%-wrong%-is%-refused%.lua:%d+: .*" .. c[1]:gsub("%.", "%%.") .. ": unknown option '" ..
+    c[3] .. "' %(known: " .. c[4] .. "%)", c[1] .. " refuses the misspelt option '" .. c[3] .. "', naming the known ones")
+end
+tap.error_like(function() return tg.zeros({ 2 }, { "bf16" }) end, "tg%.zeros: unknown option number key",
+  "a list entry in a constructor's options is refused")
+do
+  local path = os.tmpname()
+  tg.save(path, { w = tg.ones({ 3 }, { device = CPU }) })
+  tap.error_like(function() return tg.load(path, { devcie = CPU }) end, "tg%.load: unknown option 'devcie' %(known: device%)",
+    "tg.load refuses a misspelt option")
+  local t = tg.load(path, { device = CPU })
+  tap.is(t.w:totable()[3], 1, "tg.load with its known option loads")
+  os.remove(path)
+end
+local z = tg.randn({ 4 }, { dtype = "f32", device = CPU, name = "z", mean = 5, std = 0 })
+tap.is(z:totable()[4], 5, "known constructor options are taken (randn mean 5, std 0)")
+tap.is(tg.ones { 2 }:to({ dtype = "bf16", device = CPU }).dtype, "bf16", "tensor:to with its known options converts")
 tap.done_testing()

@@ -1,5 +1,5 @@
 #!/bin/sh
-# sched-zero-bubble-example-runs.sh — examples/zero_bubble.lua runs 1F1B, ZB-H1 and ZB-V (eager and
+# sched-zero-bubble-example-runs.sh — examples/zero_bubble.lua runs 1F1B, interleaved, ZB-H1 and ZB-V (eager and
 # graphed) through the executor, prints idle times, finds identical gradients, writes SVGs and a trace.
 TEGRAPH="${TG_TOP_BUILDDIR:-.}/tegraph"
 EX="${TG_TOP_SRCDIR:-.}/examples/zero_bubble.lua"
@@ -16,13 +16,13 @@ for mode in "" "--graphed"; do
     if [ $rc -eq 0 ]; then echo "ok $n - zero_bubble.lua ($label) exits 0"; else echo "not ok $n - zero_bubble.lua ($label) exited $rc"; fi
     n=$((n + 1))
     case "$out" in
-        *"1F1B:"*"stage | idle"*"ZB-H1:"*"ZB-V:"*"measured costs:"*"bit-identical: yes"*) echo "ok $n - $label: prints idle times per schedule and identical gradients" ;;
+        *"1F1B:"*"stage | idle"*"interleaved:"*"ZB-H1:"*"ZB-V:"*"measured costs:"*"bit-identical: yes"*) echo "ok $n - $label: prints idle times per schedule and identical gradients" ;;
         *) echo "not ok $n - $label: unexpected output" ;;
     esac
     echo "$out" | sed 's/^/# /'
 done
 n=$((n + 1))
-if [ -s "$dir/s-1f1b.svg" ] && [ -s "$dir/s-zb_h1.svg" ] && [ -s "$dir/s-zb_v.svg" ] && [ -s "$dir/s-zb_v-measured.svg" ]; then
+if [ -s "$dir/s-1f1b.svg" ] && [ -s "$dir/s-interleaved.svg" ] && [ -s "$dir/s-zb_h1.svg" ] && [ -s "$dir/s-zb_v.svg" ] && [ -s "$dir/s-zb_v-measured.svg" ]; then
     echo "ok $n - SVGs written for every schedule"
 else
     echo "not ok $n - SVGs missing"; ls "$dir" | sed 's/^/# /'
@@ -34,11 +34,12 @@ else
     echo "not ok $n - no trace"
 fi
 n=$((n + 1))
-# one action event per action: 3 schedules x (computes + transfers); count them from the plans
+# one action event per action: 4 schedules x (computes + transfers); count them from the plans
 cat > "$dir/count.lua" <<'LUA'
 local S = require "tegraph.schedule"
 local n = 0
-for _, p in ipairs { S.one_f_one_b { stages = 2, microbatches = 4 }, S.zb_h1 { stages = 2, microbatches = 4 },
+for _, p in ipairs { S.one_f_one_b { stages = 2, microbatches = 4 },
+  S.interleaved { stages = 2, microbatches = 4, chunks_per_stage = 2 }, S.zb_h1 { stages = 2, microbatches = 4 },
   S.zb_v { stages = 2, microbatches = 4 } } do
   for s = 1, p.stages do n = n + #p[s] end
 end

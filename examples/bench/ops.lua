@@ -80,6 +80,8 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
     report(cname, "gelu_backward (N,4C)", timed(function() ops.gelu_backward(dh, h) end), 6 * N * F)
     report(cname, "bias_add (N,4C)", timed(function() ops.bias_add(h, bias) end), 4 * N * F)
     report(cname, "bias_backward_dw (N,4C)", timed(function() ops.bias_backward_dw(dbias, dh, 1) end), 2 * N * F)
+    local dy, dbc = randn { N, C }, tg.zeros({ C }, { dtype = "f32", device = device })
+    report(cname, "bias_backward_dw (N,C) f32", timed(function() ops.bias_backward_dw(dbc, dy, 1) end), 2 * N * C)
   end
   if want("gemm") then
     local x, w1, h = randn { N, C }, randn { F, C }, randn { N, F }

@@ -155,6 +155,20 @@ int tgl_checkint(lua_State *L, int idx)
     return (int)v;
 }
 
+void tgl_check_keys(lua_State *L, int idx, const char *what, const char *known)
+{
+    idx = lua_absindex(L, idx);
+    for (lua_pushnil(L); lua_next(L, idx); lua_pop(L, 1)) {
+        const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        size_t n = k ? strlen(k) : 0;
+        const char *at = k && n ? strstr(known, k) : NULL;
+        while (at && !((at == known || at[-1] == ' ') && (at[n] == ',' || at[n] == '\0'))) at = strstr(at + 1, k);
+        if (!at)
+            luaL_error(L, "%s: unknown option %s%s%s (known: %s)", what, k ? "'" : "", k ? k : luaL_typename(L, -2),
+                       k ? "'" : " key", known);
+    }
+}
+
 int tgl_optint(lua_State *L, int idx, int def) { return lua_isnoneornil(L, idx) ? def : tgl_checkint(L, idx); }
 
 /* A metatable with methods behind an __index closure, __gc, __tostring. */

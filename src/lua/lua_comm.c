@@ -207,16 +207,7 @@ static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o
     tg_comm_label_next(NULL);
     if (lua_isnoneornil(L, idx)) return;
     luaL_checktype(L, idx, LUA_TTABLE);
-    const char *known = known_opts(what);
-    for (lua_pushnil(L); lua_next(L, idx); lua_pop(L, 1)) {
-        const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-        size_t n = k ? strlen(k) : 0;
-        const char *at = k && n ? strstr(known, k) : NULL;
-        while (at && !((at == known || at[-1] == ' ') && (at[n] == ',' || at[n] == '\0'))) at = strstr(at + 1, k);
-        if (!at)
-            luaL_error(L, "%s: unknown option %s%s%s (known: %s)", what, k ? "'" : "", k ? k : luaL_typename(L, -2),
-                       k ? "'" : " key", known);
-    }
+    tgl_check_keys(L, idx, what, known_opts(what));
     if (lua_getfield(L, idx, "op") != LUA_TNIL) {
         const char *s = lua_tostring(L, -1);
         if (!s || tg_comm_op_parse(s, &o->op) != 0)

@@ -18,13 +18,15 @@ struct tgl_new_opts {
     const char *name;
 };
 
-static void opts_read(lua_State *L, int idx, struct tgl_new_opts *o)
+/* what: the function's name for errors; known: the keys it takes (NULL: dtype, device, name). */
+static void opts_read(lua_State *L, int idx, const char *what, const char *known, struct tgl_new_opts *o)
 {
     o->dtype = TG_F32;
     o->dev = tg_default_device();
     o->name = NULL;
     if (lua_isnoneornil(L, idx)) return;
     luaL_checktype(L, idx, LUA_TTABLE);
+    tgl_check_keys(L, idx, what, known ? known : "dtype, device, name");
     if (lua_getfield(L, idx, "dtype") != LUA_TNIL) o->dtype = tgl_dtype_check(L, -1);
     if (lua_getfield(L, idx, "device") != LUA_TNIL) o->dev = tgl_device_check(L, -1);
     if (lua_getfield(L, idx, "name") != LUA_TNIL) o->name = luaL_checkstring(L, -1);
@@ -54,13 +56,13 @@ static tg_tensor *new_tensor(lua_State *L, int ndim, const int64_t *shape, const
 }
 
 /* Shape (a table or integers) then an optional options table. */
-static tg_tensor *new_from_args(lua_State *L, int *optsidx)
+static tg_tensor *new_from_args(lua_State *L, const char *what, const char *known, int *optsidx)
 {
     int64_t shape[TG_MAX_DIMS];
     int next;
     struct tgl_new_opts o;
     int nd = tgl_shape_check(L, 1, shape, &next);
-    opts_read(L, next, &o);
+    opts_read(L, next, what, known, &o);
     *optsidx = next;
     return new_tensor(L, nd, shape, &o);
 }
@@ -68,21 +70,21 @@ static tg_tensor *new_from_args(lua_State *L, int *optsidx)
 static int l_empty(lua_State *L)
 {
     int oi;
-    new_from_args(L, &oi);
+    new_from_args(L, "tg.empty", NULL, &oi);
     return 1;
 }
 
 static int l_zeros(lua_State *L)
 {
     int oi;
-    tgl_check(L, tg_fill(new_from_args(L, &oi), 0.0));
+    tgl_check(L, tg_fill(new_from_args(L, "tg.zeros", NULL, &oi), 0.0));
     return 1;
 }
 
 static int l_ones(lua_State *L)
 {
     int oi;
-    tgl_check(L, tg_fill(new_from_args(L, &oi), 1.0));
+    tgl_check(L, tg_fill(new_from_args(L, "tg.ones", NULL, &oi), 1.0));
     return 1;
 }
 
@@ -95,7 +97,7 @@ static int l_full(lua_State *L)
     luaL_checktype(L, 1, LUA_TTABLE);
     int nd = tgl_shape_check(L, 1, shape, &next);
     double v = (double)luaL_checknumber(L, 2);
-    opts_read(L, 3, &o);
+    opts_read(L, 3, "tg.full", NULL, &o);
     tgl_check(L, tg_fill(new_tensor(L, nd, shape, &o), v));
     return 1;
 }
@@ -104,7 +106,7 @@ static int l_full(lua_State *L)
 static int l_randn(lua_State *L)
 {
     int oi;
-    tg_tensor *t = new_from_args(L, &oi);
+    tg_tensor *t = new_from_args(L, "tg.randn", "dtype, device, name, mean, std", &oi);
     tgl_check(L, tg_randn(t, opts_number(L, oi, "mean", 0.0), opts_number(L, oi, "std", 1.0)));
     return 1;
 }
@@ -113,7 +115,7 @@ static int l_randn(lua_State *L)
 static int l_rand(lua_State *L)
 {
     int oi;
-    tg_tensor *t = new_from_args(L, &oi);
+    tg_tensor *t = new_from_args(L, "tg.rand", "dtype, device, name, lo, hi", &oi);
     tgl_check(L, tg_rand(t, opts_number(L, oi, "lo", 0.0), opts_number(L, oi, "hi", 1.0)));
     return 1;
 }
@@ -125,7 +127,7 @@ static int l_tensor(lua_State *L)
     struct tgl_new_opts o;
     if (lua_type(L, 1) != LUA_TTABLE && lua_type(L, 1) != LUA_TNUMBER) luaL_typeerror(L, 1, "table or number");
     int nd = tgl_nested_shape(L, 1, shape);
-    opts_read(L, 2, &o);
+    opts_read(L, 2, "tg.tensor", NULL, &o);
     int64_t n = 1;
     for (int i = 0; i < nd; i++) n *= shape[i];
     double *vals = lua_newuserdatauv(L, (size_t)n * sizeof(double), 0); /* +1: scratch */
@@ -141,7 +143,7 @@ static int l_arange(lua_State *L)
     struct tgl_new_opts o;
     lua_Integer n = luaL_checkinteger(L, 1);
     luaL_argcheck(L, n >= 1, 1, "must be >= 1");
-    opts_read(L, 2, &o);
+    opts_read(L, 2, "tg.arange", NULL, &o);
     int64_t shape[1] = {(int64_t)n};
     tg_tensor *t = new_tensor(L, 1, shape, &o); /* +1; a failed allocation names the size and device */
     /* Filled a block at a time through views, so the host scratch stays small whatever n is. */

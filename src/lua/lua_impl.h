@@ -84,4 +84,8 @@ void tgl_open_text(lua_State *L);
 int tgl_checkint(lua_State *L, int idx);
 int tgl_optint(lua_State *L, int idx, int def);
 
+/* Refuses a key of the options table at idx outside known (", "-separated names): a misspelt
+ * option would otherwise be ignored. "what: unknown option 'k' (known: ...)". */
+void tgl_check_keys(lua_State *L, int idx, const char *what, const char *known);
+
 #endif

@@ -120,10 +120,11 @@ static void push_metadata(lua_State *L, tg_safetensors *f)
     }
 }
 
-static tg_device opt_device(lua_State *L, int idx)
+static tg_device opt_device(lua_State *L, int idx, const char *what)
 {
     tg_device dev = tg_default_device();
     if (lua_type(L, idx) == LUA_TTABLE) {
+        tgl_check_keys(L, idx, what, "device");
         if (lua_getfield(L, idx, "device") != LUA_TNIL) dev = tgl_device_check(L, -1);
         lua_pop(L, 1);
     } else if (!lua_isnoneornil(L, idx)) {
@@ -136,7 +137,7 @@ static tg_device opt_device(lua_State *L, int idx)
 static int l_load(lua_State *L)
 {
     const char *path = luaL_checkstring(L, 1);
-    tg_device dev = opt_device(L, 2);
+    tg_device dev = opt_device(L, 2, "tg.load");
     struct tgl_st *u = lua_newuserdatauv(L, sizeof *u, 0); /* closes the file if an error unwinds */
     u->f = NULL;
     luaL_setmetatable(L, TGL_SAFETENSORS);
@@ -211,7 +212,7 @@ static int st_read(lua_State *L)
 {
     tg_safetensors *f = st_check(L, 1);
     const char *name = luaL_checkstring(L, 2);
-    tg_device dev = opt_device(L, 3);
+    tg_device dev = opt_device(L, 3, "safetensors:read");
     tg_tensor **slot = tgl_tensor_push(L);
     tgl_check(L, tg_safetensors_read(f, name, dev, slot));
     return 1;
@@ -364,7 +365,7 @@ static int l_from_bytes(lua_State *L)
     int64_t shape[TG_MAX_DIMS];
     int next;
     int ndim = tgl_shape_check(L, 3, shape, &next);
-    tg_device dev = opt_device(L, next);
+    tg_device dev = opt_device(L, next, "tg.from_bytes");
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) numel *= shape[d];
     if ((uint64_t)numel * tg_dtype_size(dt) != n)

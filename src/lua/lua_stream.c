@@ -312,6 +312,7 @@ static int s_capture(lua_State *L)
     tg_pool *pool = NULL;
     tg_device dev = tg_default_device();
     if (lua_type(L, 2) == LUA_TTABLE) {
+        tgl_check_keys(L, 2, "tg.stream.capture", "stream, pool, device");
         if (lua_getfield(L, 2, "device") != LUA_TNIL) dev = tgl_device_check(L, -1);
         if (lua_getfield(L, 2, "stream") != LUA_TNIL) {
             struct tgl_stream *su = luaL_testudata(L, -1, TGL_STREAM);

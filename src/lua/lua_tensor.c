@@ -479,6 +479,7 @@ static int t_to(lua_State *L)
     tg_dtype dt = tg_tensor_dtype(t);
     tg_device dev = tg_tensor_device(t);
     if (lua_type(L, 2) == LUA_TTABLE) {
+        tgl_check_keys(L, 2, "tensor:to", "dtype, device");
         if (lua_getfield(L, 2, "dtype") != LUA_TNIL) dt = tgl_dtype_check(L, -1);
         if (lua_getfield(L, 2, "device") != LUA_TNIL) dev = tgl_device_check(L, -1);
         lua_pop(L, 2);

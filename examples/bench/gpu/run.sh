@@ -18,7 +18,8 @@
 #              (tokens/s), and, with FP8_TEXT=FILE (a real text file; FP8_TOKENIZER=DIR for GPT-2 BPE), the
 #              training-quality run: FP8_STEPS (default 1000) steps in bf16 and in FP8 (delayed), the loss
 #              curves as JSON lines and each run's mean loss over its last 100 steps
-#   gpt2       peers/gpt2.py and examples/gpt.lua at GPT-2 124M size on one GPU (tokens/s)
+#   gpt2       peers/gpt2.py (GPT2_PEER_ARGS, default: eager and torch.compile, table 50304, 16 sequences a step)
+#              and examples/gpt.lua at GPT-2 124M size on one GPU (8 x 2 sequences): tokens/s and peak memory
 #   lmhead     the fused LM head: its GPU test, examples/bench/lm_head.lua (the head alone at GPT-2 size: ms, calls,
 #              peak memory it adds, unfused and per chunk size), then gpt.lua at GPT-2 124M size (bf16, 8 x 2
 #              sequences) with the fused loss off and on (LMHEAD_CHUNKS: rows a chunk to try, default
@@ -181,8 +182,8 @@ for s in "${STAGES[@]}"; do
     ;;
   gpt2)
     stage gpt2
-    (cd "$PEERS" && timeout "$(cap 200)" "$PYTHON" gpt2.py --modes eager,compile --vocab-pad 1 &&
-      timeout "$(cap 120)" "$PYTHON" gpt2.py --vocab-pad 64) 2>&1 | tee "$OUT/torch_gpt2.txt"
+    (cd "$PEERS" && timeout "$(cap 240)" "$PYTHON" gpt2.py ${GPT2_PEER_ARGS:---modes eager,compile --vocab-pad 64 --batch 16}) 2>&1 |
+      tee "$OUT/torch_gpt2.txt"
     data
     for pad in ${GPT2_PADS:-64 1}; do
       timeout "$(cap 120)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 --vocab-pad "$pad" 2>&1 | tail -6

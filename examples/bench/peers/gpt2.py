@@ -63,6 +63,7 @@ def run(args, mode, table):
     for _ in range(5):
         step()
     torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(args.steps):
         start = torch.cuda.Event(enable_timing=True)
@@ -77,7 +78,9 @@ def run(args, mode, table):
     flops = 6 * nparams * tokens + 6 * args.layers * width * args.context * tokens
     print(f"torch gpt2 {mode}: layers {args.layers} width {width} vocab {args.vocab} (table {table}) "
           f"batch {args.batch} x {args.context}, {nparams / 1e6:.1f}M parameters: median {ms:.2f} ms/step, "
-          f"{tokens / ms * 1e3:,.0f} tokens/s, {flops / ms / 1e9:.0f} TFLOP/s, loss {loss.item():.3f}", flush=True)
+          f"{tokens / ms * 1e3:,.0f} tokens/s, {flops / ms / 1e9:.0f} TFLOP/s, loss {loss.item():.3f}, "
+          f"peak memory {torch.cuda.max_memory_allocated() / 2**20:.1f} MiB (max_memory_allocated over the timed steps)",
+          flush=True)
 
 
 def main():
