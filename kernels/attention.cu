@@ -1,9 +1,17 @@
 /* attention.cu — causal multi-head attention over packed qkv: flash-style forward saving logsumexp, backward recomputing the probabilities. */
 #include "colsum.cuh" /* tgk_warp_sum */
+extern "C" {
+#include "core/debug.h"
+}
 
 #include <cuda_bf16.h>
+#include <cudaTypedefs.h> /* CUtensorMap, PFN_cuTensorMapEncodeTiled */
 
-/* Two paths, both deterministic (no atomics; every sum in a fixed order):
+/* Three paths, all deterministic (no atomics; every sum in a fixed order):
+ * - Hopper forward (bf16, head dim 64/128, sm_90a build on a compute capability 9.0 device): wgmma with Q, K, V
+ *   brought by TMA through an mbarrier ring, a producer warpgroup and two consumer warpgroups taking turns
+ *   (att6_fwd; att5_fwd, the cp.async version, where the driver cannot encode tensor maps). The backward
+ *   stays on the mma.sync kernels.
  * - tensor cores (bf16, head dim 16/32/64/128, 16-byte aligned buffers): mma.sync m16n8k16 + ldmatrix,
  *   the streamed 64-row tiles double-buffered with cp.async, probabilities never leaving registers, softmax
  *   in f32. The forward runs one block per (batch*head, query block). The backward runs a dQ kernel per
@@ -754,6 +762,535 @@ static __global__ void att_bwd_dkdv_simt(void *dqkv, const void *dout, const voi
         }
 }
 
+/* ------------------------------------------------------------------ forward on Hopper: wgmma (sm_90a)
+ * Built only into the sm_90a image (the launcher takes it on devices of compute capability 9.0 when the build
+ * has that image; otherwise the mma.sync forward above runs). One block of NWG warpgroups per (batch*head,
+ * 64 NWG-query tile), each warpgroup owning 64 query rows; key/value tiles of BN rows in a 3-stage ring filled
+ * by cp.async from all threads. Shared tiles use the wgmma-canonical 128-byte swizzle: a tile of R rows and
+ * D columns is D / 64 column blocks of R x 128 bytes, the 16-byte chunk c of row r at chunk c ^ (r & 7), every
+ * block 1024-byte aligned, so:
+ * - S = Q K^T takes both operands K-major from shared memory (descriptor: stride 1024 bytes between 8-row
+ *   groups; the k-step of 16 columns advances the start address by 32 bytes inside the 128-byte row);
+ * - O += P V takes P from registers (the m64nNk16 A fragment of a warp is the mma.m16n8k16 one of its 16 rows,
+ *   so the S accumulator converts in place, as in the mma.sync path) and V MN-major (transposed B: 1024 bytes
+ *   between 8-key groups, R x 128 bytes between 64-column blocks).
+ * The accumulator of m64nN gives warp w of the group rows 16 w + g, 16 w + g + 8 (g = lane / 4) and columns
+ * 8 j + 2 t, 8 j + 2 t + 1 (t = lane % 4) in registers 4 j .. 4 j + 3: the mma.sync C layout, so masking and the
+ * online softmax are the mma.sync path's. Each iteration issues S of tile k and P V of tile k - 1 together
+ * and runs the softmax of tile k while P V runs (waits: S first, then P V before O is rescaled). */
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+static __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+static __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+/* Keeps the compiler from moving reads or writes of accumulator registers across an issue or a wait. */
+template <int N> static __device__ __forceinline__ void wg_pin(float (&d)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int N> static __device__ __forceinline__ void wg_pin(uint32_t (&d)[N][4])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+r"(d[i][e])::"memory");
+}
+/* Shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride byte offsets (>> 4). */
+static __device__ __forceinline__ uint64_t wg_desc(const void *p, uint32_t lbo, uint32_t sbo)
+{
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 |
+           (uint64_t)((sbo >> 4) & 0x3FFF) << 32 | 1ull << 62;
+}
+/* Orders this thread's generic-proxy shared writes (cp.async, stores) before later async-proxy (wgmma) reads. */
+static __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+/* d (64 x 128, f32) = (acc ? d : 0) + A . B^T: A (64 x 16), B (128 x 16), both K-major in shared memory. */
+static __device__ __forceinline__ void wg_ss_n128(float (&d)[64], uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+/* d (64 x 64, f32) += A . B: A (64 x 16) in registers (per warp the mma.m16n8k16 A fragment of its 16 rows),
+ * B (16 x 64) MN-major in shared memory. */
+static __device__ __forceinline__ void wg_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+/* d (64 x 128, f32) += A . B: A (64 x 16) in registers (per warp the mma.m16n8k16 A fragment of its 16 rows),
+ * B (16 x 128) MN-major in shared memory. */
+static __device__ __forceinline__ void wg_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+/* Rows [t0, t0 + R) of a (T, stride) bf16 matrix into dst in the swizzled layout; rows >= T are zeroed. */
+template <int D, int R, int NTH>
+static __device__ __forceinline__ void att5_fetch(unsigned char *dst, const uint16_t *src, int t0, int T, int64_t stride)
+{
+    constexpr int CPR = D / 8; /* 16-byte chunks per row */
+#pragma unroll
+    for (int i = threadIdx.x; i < R * CPR; i += NTH) {
+        const int r = i / CPR, c = i % CPR;
+        unsigned char *d = dst + (c >> 3) * (R * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+        if (t0 + r < T) cp_async16(d, src + (int64_t)(t0 + r) * stride + c * 8);
+        else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* S (64 x BN) = Q rows of the warpgroup . K^T. */
+template <int D, int BM, int BN>
+static __device__ __forceinline__ void att5_qk(float (&s)[BN / 2], const unsigned char *Qw, const unsigned char *Ks)
+{
+    static_assert(BN == 128, "S tiles of 128 keys");
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wg_ss_n128(s, wg_desc(Qw + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024),
+                   wg_desc(Ks + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024), kk > 0);
+}
+/* O (64 x D) += P (64 x BN, registers) . V. */
+template <int D, int BN>
+static __device__ __forceinline__ void att5_pv(float (&o)[D / 2], const uint32_t (&p)[BN / 16][4], const unsigned char *Vs)
+{
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) {
+        const uint64_t dv = wg_desc(Vs + kk * 16 * 128, BN * 128, 1024);
+        if constexpr (D == 128) wg_rs_n128(o, p[kk], dv);
+        else wg_rs_n64(o, p[kk], dv);
+    }
+}
+/* Online softmax of one S tile (keys k0..k0 + BN - 1) for this lane's rows r0, r0 + 8 of a warpgroup whose first
+ * row is qw0: the causal mask where the tile reaches past qw0, the running max m, the lane's part of the row
+ * sums l (rescaled), the rescale factor of O (corr), and the probabilities in place of the scores. Scores stay
+ * raw; exp2 of s * scale * log2 e - m * scale * log2 e, one FMA. */
+template <int BN>
+static __device__ __forceinline__ void att5_softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&corr)[2],
+                                                    int k0, int qw0, int r0, int t4, float sl2)
+{
+    float mx[2] = {-INFINITY, -INFINITY};
+    const bool diag = k0 + BN - 1 > qw0;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (diag && k0 + 8 * j + 2 * t4 + (e & 1) > r0 + 8 * (e >> 1)) s[4 * j + e] = -INFINITY;
+            mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * j + e]);
+        }
+    float ms[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) { /* the four lanes of a row: t = 0..3 */
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+        /* -inf only for rows with no key up to this tile (then p = 0, o and l unchanged) */
+        const float mn = fmaxf(m[hr], mx[hr]);
+        corr[hr] = mn == -INFINITY ? 1.0f : att3_exp2((m[hr] - mn) * sl2);
+        m[hr] = mn;
+        ms[hr] = mn == -INFINITY ? 0.0f : mn * sl2;
+        l[hr] *= corr[hr];
+    }
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float pe = att3_exp2(fmaf(s[4 * j + e], sl2, -ms[e >> 1]));
+            s[4 * j + e] = pe;
+            l[e >> 1] += pe;
+        }
+}
+/* The probabilities (accumulator layout) as bf16 A fragments of P V: k-chunk kk is column tiles 2 kk, 2 kk + 1. */
+template <int BN> static __device__ __forceinline__ void att5_to_p(uint32_t (&p)[BN / 16][4], const float (&s)[BN / 2])
+{
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) {
+        p[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+        p[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+        p[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+        p[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+}
+#endif
+
+template <int D, int NWG, int BN> static constexpr size_t att5_fwd_smem()
+{
+    return 1024 + (size_t)64 * NWG * D * 2 + (size_t)3 * 2 * BN * D * 2; /* alignment slack, Q, 3 x (K, V) */
+}
+
+template <int D, int NWG, int BN>
+static __global__ void __launch_bounds__(NWG * 128, 1)
+    att5_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int T, int C, int H, float scale)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = 64 * NWG, NTH = NWG * 128, TB = BN * D * 2; /* TB: bytes of one K or V tile */
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *Qs = smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
+    unsigned char *KV = Qs + BM * D * 2; /* stage i: K at KV + 2 i TB, V at KV + (2 i + 1) TB */
+    /* the warpgroup index through a shuffle: the compiler then knows it is the same across the warp, so the
+     * wgmma under the conditions below is not taken for divergent code (which it would serialize) */
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0), warp = (threadIdx.x / 32) % 4,
+              lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    const int qt = gridDim.y - 1 - blockIdx.y, bh = blockIdx.x, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const int qw0 = qt * BM + wg * 64; /* the warpgroup's first query */
+    const int nkt = (min(qt * BM + BM, T) - 1) / BN + 1;
+    /* tiles this warpgroup computes: those with a key at or before its last row (none when its rows are past T) */
+    const int nact = qw0 >= T ? 0 : min(nkt, (qw0 + 63) / BN + 1);
+    const float sl2 = scale * ATT3_LOG2E;
+
+    att5_fetch<D, BM, NTH>(Qs, base, qt * BM, T, C3);
+    att5_fetch<D, BN, NTH>(KV, base + C, 0, T, C3);
+    att5_fetch<D, BN, NTH>(KV + TB, base + 2 * (int64_t)C, 0, T, C3);
+    cp_async_commit();
+
+    float o[D / 2], s[BN / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, corr[2];
+    uint32_t p[BN / 16][4];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) s[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < BN / 16; i++) p[i][0] = p[i][1] = p[i][2] = p[i][3] = 0u;
+    const unsigned char *Qw = Qs + wg * 64 * 128;
+    const int r0 = qw0 + warp * 16 + g; /* this lane's rows: r0, r0 + 8 */
+
+    for (int kt = 0; kt <= nkt; kt++) {
+        cp_async_wait<0>(); /* tile kt (and Q) landed */
+        fence_proxy_async();
+        __syncthreads();
+        if (kt + 1 < nkt) { /* tile kt + 1 into the stage of tile kt - 2, whose P V every warpgroup finished in
+                             * iteration kt - 1 (before the barrier above); it lands while tile kt is computed */
+            unsigned char *st = KV + ((kt + 1) % 3) * 2 * TB;
+            att5_fetch<D, BN, NTH>(st, base + C, (kt + 1) * BN, T, C3);
+            att5_fetch<D, BN, NTH>(st + TB, base + 2 * (int64_t)C, (kt + 1) * BN, T, C3);
+            cp_async_commit();
+        }
+        /* per warpgroup: S of tile kt for kt < nact, P V of tile kt - 1 for 1 <= kt <= nact; each case is one
+         * straight sequence of issue, commit and wait (a wait under a condition makes the compiler serialize) */
+        if (kt == 0 && nact > 0) {
+            wg_fence();
+            att5_qk<D, BM, BN>(s, Qw, KV);
+            wg_commit();
+            wg_wait<0>();
+            wg_pin(s);
+            att5_softmax<BN>(s, m, l, corr, kt * BN, qw0, r0, t4, sl2);
+            att5_to_p<BN>(p, s);
+        } else if (kt > 0 && kt < nact) {
+            wg_pin(o);
+            wg_pin(p);
+            wg_fence();
+            att5_qk<D, BM, BN>(s, Qw, KV + (kt % 3) * 2 * TB);
+            wg_commit();
+            att5_pv<D, BN>(o, p, KV + ((kt - 1) % 3) * 2 * TB + TB);
+            wg_commit();
+            wg_wait<1>();
+            wg_pin(s);
+            att5_softmax<BN>(s, m, l, corr, kt * BN, qw0, r0, t4, sl2);
+            wg_wait<0>();
+            wg_pin(o);
+            wg_pin(p);
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[4 * j + e] *= corr[e >> 1];
+            att5_to_p<BN>(p, s);
+        } else if (kt > 0 && kt == nact) {
+            wg_pin(o);
+            wg_pin(p);
+            wg_fence();
+            att5_pv<D, BN>(o, p, KV + ((kt - 1) % 3) * 2 * TB + TB);
+            wg_commit();
+            wg_wait<0>();
+            wg_pin(o);
+        }
+    }
+    /* Epilogue: O / l as bf16 through shared memory (the K/V stages are free after the last barrier below),
+     * 64 rows per warpgroup, then 16-byte row stores. */
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 1);
+        l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 2);
+    }
+    __syncthreads();
+    constexpr int LDO = D + 8;
+    uint16_t *so = (uint16_t *)KV + wg * 64 * LDO;
+    const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++)
+            *(uint32_t *)(so + (warp * 16 + g + 8 * hr) * LDO + 8 * j + 2 * t4) =
+                pack_bf16(o[4 * j + 2 * hr] * inv[hr], o[4 * j + 2 * hr + 1] * inv[hr]);
+    __syncthreads();
+    uint16_t *ob = out + (int64_t)b * T * C + (int64_t)h * D;
+    for (int i = threadIdx.x % 128; i < 64 * (D / 8); i += 128) {
+        const int r = i / (D / 8), ch = i % (D / 8);
+        if (qw0 + r < T) *(uint4 *)(ob + (int64_t)(qw0 + r) * C + ch * 8) = *(const uint4 *)(so + r * LDO + ch * 8);
+    }
+    if (t4 == 0)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int qi = r0 + 8 * hr;
+            if (qi < T) lse[(int64_t)bh * T + qi] = m[hr] * scale + logf(l[hr]);
+        }
+#endif
+}
+
+
+/* ------------------------------------------------------------------ forward on Hopper, warp-specialized (sm_90a)
+ * The same products and softmax as att5_fwd, with the tiles brought by the tensor copy engine (TMA:
+ * cp.async.bulk.tensor, 64 x 64 boxes in the 128-byte swizzle, completing on mbarriers) from one producer
+ * warpgroup, so the NWG consumer warpgroups never wait on each other: stage i of the ring has a "K full", a
+ * "V full" (transaction-count barriers the producer arms) and an "empty" barrier (every consumer thread arrives
+ * once it is done with the tile, or, for a tile its rows do not reach, once the tile has landed). The producer
+ * gives its registers to the consumers (setmaxnreg). qkv is seen as a (B, T, 3C) tensor: rows past T read as
+ * zeros. */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+static __device__ __forceinline__ void mb_init(uint32_t bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mb_expect(uint32_t bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void mb_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* Waits for the completion of the barrier's phase of this parity. */
+static __device__ __forceinline__ void mb_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* One 64 x 64 box of the (B, T, 3C) tensor at (column c0, row t0, batch b) into dst, completing on bar. */
+static __device__ __forceinline__ void tma_box(uint32_t dst, const CUtensorMap *tm, uint32_t bar, int c0, int t0, int b)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
+                 ::"r"(dst), "l"((uint64_t)tm), "r"(bar), "r"(c0), "r"(t0), "r"(b)
+                 : "memory");
+}
+/* A tile of R rows from row t0, columns col0 .. col0 + D - 1, in the swizzled layout (D / 64 column blocks). */
+template <int D, int R>
+static __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap *tm, uint32_t bar, int col0, int t0, int b)
+{
+#pragma unroll
+    for (int cb = 0; cb < D / 64; cb++)
+#pragma unroll
+        for (int i = 0; i < R / 64; i++) tma_box(dst + cb * R * 128 + i * 64 * 128, tm, bar, col0 + 64 * cb, t0 + 64 * i, b);
+}
+#endif
+
+template <int D, int NWG, int BN, int S> static constexpr size_t att6_fwd_smem()
+{
+    return 1024 + (size_t)64 * NWG * D * 2 + (size_t)S * 2 * BN * D * 2 + 8 * (1 + 3 * S);
+}
+
+template <int D, int NWG, int BN, int S, bool PP>
+static __global__ void __launch_bounds__((NWG + 1) * 128, 1)
+    att6_fwd(const __grid_constant__ CUtensorMap tm, uint16_t *out, float *lse, int T, int C, int H, float scale)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = 64 * NWG, TB = BN * D * 2;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *Qs = smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
+    unsigned char *KV = Qs + BM * D * 2; /* stage i: K at KV + 2 i TB, V at KV + (2 i + 1) TB */
+    const uint32_t qs_a = (uint32_t)__cvta_generic_to_shared(Qs), kv_a = qs_a + BM * D * 2;
+    const uint32_t bars = kv_a + S * 2 * TB; /* q full, then per stage: K full, V full, empty */
+#define ATT6_KF(i) (bars + 8 + 24 * (i))
+#define ATT6_VF(i) (bars + 16 + 24 * (i))
+#define ATT6_EM(i) (bars + 24 + 24 * (i))
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+    const int qt = gridDim.y - 1 - blockIdx.y, bh = blockIdx.x, b = bh / H, h = bh % H;
+    const int nkt = (min(qt * BM + BM, T) - 1) / BN + 1;
+    if (threadIdx.x == 0) {
+        mb_init(bars, 1);
+        for (int i = 0; i < S; i++) {
+            mb_init(ATT6_KF(i), 1);
+            mb_init(ATT6_VF(i), 1);
+            mb_init(ATT6_EM(i), NWG * 128);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        if (threadIdx.x == 0) {
+            mb_expect(bars, BM * D * 2);
+            tma_tile<D, BM>(qs_a, &tm, bars, h * D, qt * BM, b);
+            for (int kt = 0; kt < nkt; kt++) {
+                const int s = kt % S;
+                if (kt >= S) mb_wait(ATT6_EM(s), ((kt / S) + 1) & 1); /* the consumers are done with tile kt - S */
+                const uint32_t kd = kv_a + s * 2 * TB;
+                mb_expect(ATT6_KF(s), TB);
+                tma_tile<D, BN>(kd, &tm, ATT6_KF(s), C + h * D, kt * BN, b);
+                mb_expect(ATT6_VF(s), TB);
+                tma_tile<D, BN>(kd + TB, &tm, ATT6_VF(s), 2 * C + h * D, kt * BN, b);
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    const int qw0 = qt * BM + c * 64;
+    const int nact = qw0 >= T ? 0 : min(nkt, (qw0 + 63) / BN + 1);
+    const float sl2 = scale * ATT3_LOG2E;
+    float o[D / 2], s[BN / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, corr[2];
+    uint32_t p[BN / 16][4];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+    const unsigned char *Qw = Qs + c * 64 * 128;
+    const int r0 = qw0 + warp * 16 + g;
+    /* PP (two consumers): the warpgroups take turns issuing their products (named barriers 3 and 4, each
+     * completed by one group's sync and the other's arrive), so one's softmax runs under the other's products.
+     * Every iteration is a turn, work or not; the second group opens the first turn, and skips its last
+     * arrive, so each barrier sees as many arrives as syncs. */
+    static_assert(!PP || NWG == 2, "turns between two consumer warpgroups");
+    if constexpr (PP)
+        if (c == 1) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+    mb_wait(bars, 0);
+    for (int kt = 0; kt <= nkt; kt++) {
+        if constexpr (PP) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + c) : "memory");
+        bool passed = !PP;
+        const auto pass = [&]() {
+            if constexpr (PP)
+                if (!passed && (c == 0 || kt < nkt)) asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - c) : "memory");
+            passed = true;
+        };
+        if (kt == 0 && nact > 0) {
+            mb_wait(ATT6_KF(0), 0);
+            wg_fence();
+            att5_qk<D, BM, BN>(s, Qw, KV);
+            wg_commit();
+            pass();
+            wg_wait<0>();
+            wg_pin(s);
+            att5_softmax<BN>(s, m, l, corr, 0, qw0, r0, t4, sl2);
+            att5_to_p<BN>(p, s);
+        } else if (kt > 0 && kt < nact) {
+            const int sk = kt % S, sv = (kt - 1) % S;
+            mb_wait(ATT6_KF(sk), (kt / S) & 1);
+            mb_wait(ATT6_VF(sv), ((kt - 1) / S) & 1);
+            wg_pin(o);
+            wg_pin(p);
+            wg_fence();
+            att5_qk<D, BM, BN>(s, Qw, KV + sk * 2 * TB);
+            wg_commit();
+            att5_pv<D, BN>(o, p, KV + sv * 2 * TB + TB);
+            wg_commit();
+            pass();
+            wg_wait<1>();
+            wg_pin(s);
+            att5_softmax<BN>(s, m, l, corr, kt * BN, qw0, r0, t4, sl2);
+            wg_wait<0>();
+            wg_pin(o);
+            wg_pin(p);
+            mb_arrive(ATT6_EM(sv));
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[4 * j + e] *= corr[e >> 1];
+            att5_to_p<BN>(p, s);
+        } else if (kt > 0 && kt == nact) {
+            const int sv = (kt - 1) % S;
+            mb_wait(ATT6_VF(sv), ((kt - 1) / S) & 1);
+            wg_pin(o);
+            wg_pin(p);
+            wg_fence();
+            att5_pv<D, BN>(o, p, KV + sv * 2 * TB + TB);
+            wg_commit();
+            pass();
+            wg_wait<0>();
+            wg_pin(o);
+            mb_arrive(ATT6_EM(sv));
+        }
+        pass();
+        if (kt >= nact && kt < nkt) { /* a tile past this warpgroup's rows: released once it has landed */
+            mb_wait(ATT6_VF(kt % S), (kt / S) & 1);
+            mb_arrive(ATT6_EM(kt % S));
+        }
+    }
+#undef ATT6_KF
+#undef ATT6_VF
+#undef ATT6_EM
+    /* Epilogue: O / l as bf16 into this warpgroup's own Q rows (same swizzle), then 16-byte row stores. */
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 1);
+        l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 2);
+    }
+    const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+    unsigned char *so = Qs + c * 64 * 128;
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int r = warp * 16 + g + 8 * hr, ch = j & 7;
+            *(uint32_t *)(so + (j >> 3) * (BM * 128) + r * 128 + ((ch ^ (r & 7)) << 4) + 4 * t4) =
+                pack_bf16(o[4 * j + 2 * hr] * inv[hr], o[4 * j + 2 * hr + 1] * inv[hr]);
+        }
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory"); /* this warpgroup's 128 threads */
+    uint16_t *ob = out + (int64_t)b * T * C + (int64_t)h * D;
+    for (int i = threadIdx.x % 128; i < 64 * (D / 8); i += 128) {
+        const int r = i / (D / 8), ch = i % (D / 8);
+        if (qw0 + r < T)
+            *(uint4 *)(ob + (int64_t)(qw0 + r) * C + ch * 8) =
+                *(const uint4 *)(so + (ch >> 3) * (BM * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+    }
+    if (t4 == 0)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int qi = r0 + 8 * hr;
+            if (qi < T) lse[(int64_t)bh * T + qi] = m[hr] * scale + logf(l[hr]);
+        }
+#endif
+}
+
 /* ------------------------------------------------------------------ launchers */
 
 /* Raises a kernel's dynamic shared-memory limit once per device (not a stream operation: legal while capturing). */
@@ -869,6 +1406,89 @@ static cudaError_t att4_bwd_launch(void *dqkv, float *dd, const void *dout, cons
     }
 }
 
+template <int D, int NWG>
+static cudaError_t att5_fwd_launch(void *out, float *lse, const void *qkv, int64_t B, int64_t T, int64_t C, int H,
+                                   float scale, cudaStream_t st)
+{
+    constexpr int BN = 128, BM = 64 * NWG;
+    const size_t sm = att5_fwd_smem<D, NWG, BN>();
+    static unsigned done;
+    cudaError_t e = att_smem_limit(att5_fwd<D, NWG, BN>, sm, &done);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)(B * H), (unsigned)((T + BM - 1) / BM)); /* y is the slow index: longest rows first */
+    att5_fwd<D, NWG, BN><<<grid, NWG * 128, sm, st>>>((uint16_t *)out, lse, (const uint16_t *)qkv, (int)T, (int)C, H,
+                                                      scale);
+    return cudaGetLastError();
+}
+
+/* cuTensorMapEncodeTiled from the driver (through the runtime: no link to libcuda), NULL where missing. */
+static PFN_cuTensorMapEncodeTiled_v12000 att6_encoder()
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 fn;
+    static int asked;
+    if (!asked) {
+        cudaDriverEntryPointQueryResult q;
+        void *f = NULL;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)f;
+        asked = 1;
+    }
+    return fn;
+}
+
+/* The warp-specialized kernel (2 consumer warpgroups, 128 queries a block, S stages of 128 keys) when the driver
+ * encodes the tensor map, else the cp.async one (att5). */
+template <int D, int S>
+static cudaError_t att6_fwd_launch(void *out, float *lse, const void *qkv, int64_t B, int64_t T, int64_t C, int H,
+                                   float scale, cudaStream_t st)
+{
+    constexpr int NWG = 2, BN = 128, BM = 64 * NWG;
+    PFN_cuTensorMapEncodeTiled_v12000 enc = att6_encoder();
+    CUtensorMap tm;
+    const cuuint64_t dims[3] = {(cuuint64_t)(3 * C), (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[2] = {(cuuint64_t)(3 * C * 2), (cuuint64_t)(T * 3 * C * 2)}; /* bytes, dims 1 and 2 */
+    const cuuint32_t box[3] = {64, 64, 1}, estr[3] = {1, 1, 1};
+    if (!enc ||
+        enc(&tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)qkv, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    {
+        if constexpr (D == 64) return att5_fwd_launch<D, 3>(out, lse, qkv, B, T, C, H, scale, st);
+        else return att5_fwd_launch<D, 2>(out, lse, qkv, B, T, C, H, scale, st);
+    }
+    const size_t sm = att6_fwd_smem<D, NWG, BN, S>();
+    dim3 grid((unsigned)(B * H), (unsigned)((T + BM - 1) / BM));
+    /* turns between the consumers (PP) on: H200 (2026-12, ops.lua) 431 TFLOP/s at head dim 128 (b2 t2048 32 heads)
+     * and 223 at 64 (b8 t1024 12 heads), against 368 and 198 without */
+    static unsigned done;
+    cudaError_t e = att_smem_limit(att6_fwd<D, NWG, BN, S, true>, sm, &done);
+    if (e != cudaSuccess) return e;
+    att6_fwd<D, NWG, BN, S, true><<<grid, (NWG + 1) * 128, sm, st>>>(tm, (uint16_t *)out, lse, (int)T, (int)C, H, scale);
+    return cudaGetLastError();
+}
+
+/* Whether the forward takes the wgmma kernels on the current device: the build has the sm_90a image
+ * (TG_CUDA_SM90A, set with the sm_90 target) and the device is of compute capability 9.0 (which loads it);
+ * the debug switch attention_mma_sync sends the call to the mma.sync kernels. */
+extern "C" int tg_cuda_attention_wgmma(void)
+{
+#if defined(TG_CUDA_SM90A)
+    static int cc[32]; /* per device: 0 not asked yet, 1 compute capability 9.0, 2 other */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return 0;
+    if (dev < 32 && !cc[dev]) {
+        int major = 0, minor = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+            return 0;
+        cc[dev] = major == 9 && minor == 0 ? 1 : 2;
+    }
+    return dev < 32 && cc[dev] == 1 && !tg_debug_get(TG_DEBUG_ATTENTION_MMA_SYNC);
+#else
+    return 0;
+#endif
+}
+
 extern "C" cudaError_t tg_cuda_attention_forward(void *out, float *lse, const void *qkv, tg_dtype dt, int64_t b,
                                                  int64_t t, int64_t c, int n_head, cudaStream_t st)
 {
@@ -876,6 +1496,10 @@ extern "C" cudaError_t tg_cuda_attention_forward(void *out, float *lse, const vo
     const int D = (int)(c / n_head);
     const float scale = 1.0f / sqrtf((float)D);
     if (t > INT32_MAX || 3 * c > INT32_MAX || b * n_head > 65535) return cudaErrorInvalidValue;
+    if (att_use_mma(dt, D, out, qkv, qkv) && (D == 64 || D == 128) && tg_cuda_attention_wgmma()) {
+        if (D == 64) return att6_fwd_launch<64, 4>(out, lse, qkv, b, t, c, n_head, scale, st);
+        return att6_fwd_launch<128, 3>(out, lse, qkv, b, t, c, n_head, scale, st);
+    }
     if (att_use_mma(dt, D, out, qkv, qkv)) {
         switch (D) {
         case 16: return att3_fwd_launch<16>(out, lse, qkv, b, t, c, n_head, scale, st);

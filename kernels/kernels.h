@@ -125,11 +125,15 @@ cudaError_t tg_cuda_bias_accumulate(void *out, tg_dtype out_dt, const void *part
                                     float accumulate, cudaStream_t st);
 
 /* Causal attention. bf16 with head dim 16/32/64/128 and 16-byte aligned
- * buffers runs on the tensor cores (mma.sync, blocks sized per head dim);
+ * buffers runs on the tensor cores (mma.sync, blocks sized per head dim; the
+ * forward at head dim 64 and 128 on wgmma where tg_cuda_attention_wgmma says so);
  * f32, other head dims up to 256 and unaligned buffers run one warp per row.
  * Backward keeps rowsum(dout * out) of the (b, h, t) rows in scratch (4 bytes each). */
 cudaError_t tg_cuda_attention_forward(void *out, float *lse, const void *qkv, tg_dtype dt, int64_t b, int64_t t,
                                       int64_t c, int n_head, cudaStream_t st);
+/* Whether the forward runs its wgmma kernels on the current device (the build has the sm_90a image, the
+ * device is of compute capability 9.0, the debug switch attention_mma_sync is off). */
+int tg_cuda_attention_wgmma(void);
 /* Incremental decoding over a key/value cache (tg_attention_kv_args): copies the new keys and values into
  * the caches, then one block per (batch, head, new position); scores in shared memory (4 * (pos + tn) bytes,
  * cudaErrorInvalidValue past the device's limit). */

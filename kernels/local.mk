@@ -35,6 +35,9 @@ libtegraph_la_SOURCES += \
 %D%/sumsq_multi.lo %D%/zero_multi.lo %D%/attention_kv.lo %D%/fp8_cast.lo %D%/fp8_transpose.lo %D%/fp8_dequantize.lo \
 %D%/fp8_amax.lo %D%/fp8_scale_update.lo %D%/fp8_dbias.lo: %D%/common.cuh %D%/kernels.h
 %D%/fp8_cast.lo %D%/fp8_dequantize.lo %D%/fp8_amax.lo: %D%/fp8.cuh
+# attention's wgmma forward needs the sm_90a image: with the sm_90 target, attention.cu builds it plus compute_90
+# PTX (configure's CUDA_ARCH_SM90A; other targets build as the rest).
+%D%/attention.lo: NVCC_ARCH = $(CUDA_ARCH_SM90A)
 # nvcc's host code (kernel registration, static guards) needs the C++ runtime.
 libtegraph_la_LIBADD += -lstdc++
 endif

@@ -27,6 +27,9 @@ typedef enum tg_debug_flag {
      * communicator's creation and the first collective of each kind and label are checked); read per
      * collective. */
     TG_DEBUG_COMM_CHECK,
+    /* "attention_mma_sync": the CUDA attention forward runs the mma.sync kernels where it would run the
+     * wgmma ones (sm_90a build on a compute capability 9.0 device); read per forward call. */
+    TG_DEBUG_ATTENTION_MMA_SYNC,
     /* "graph_share_any_order": a graphed set shares microbatch 1's graphs and buffers with every microbatch
      * even when its order interleaves microbatches (the reuse-too-early bug, for the test that proves the
      * lifetime check matters); read by tg_graphed_new for the set it makes. */
