@@ -274,7 +274,7 @@ static int kp_group(const char *name, int kind)
 {
     static const char *const gemm[] = { "gemm", "cutlass", "cublas", "nvjet", "xmma", "splitk", "matmul", NULL };
     static const char *const attn[] = { "attention", "attn", "flash", "fmha", "sdpa", "kv_append", "kv_attend", NULL };
-    static const char *const xent[] = { "cross_entropy", "crossentropy", "ce_forward", "ce_backward", "xent",
+    static const char *const xent[] = { "cross_entropy", "crossentropy", "ce_forward", "ce_backward", "ce_rows", "xent",
                                         "lm_head", "logsumexp", "nll", NULL };
     static const char *const optim[] = { "adam", "sgd", "lamb", "optim", "sumsq", "clip", "multi_tensor", NULL };
     static const char *const norm[] = { "norm", NULL };
