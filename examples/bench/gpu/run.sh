@@ -186,7 +186,8 @@ for s in "${STAGES[@]}"; do
       tee "$OUT/torch_gpt2.txt"
     data
     for pad in ${GPT2_PADS:-64 1}; do
-      timeout "$(cap 120)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 --vocab-pad "$pad" 2>&1 | tail -6
+      timeout "$(cap 120)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 --vocab-pad "$pad" --samples 0 2>&1 |
+        grep -E "gpt:|steady|host time|issued|rror"
     done | tee "$OUT/gpt2.txt"
     ;;
   lmhead)
