@@ -15,7 +15,9 @@
 -- On ranks (tegraph run -n P, mpirun -np P) each rank runs one stage over the communicator, so the
 -- step time is the pipeline's: 1F1B, interleaved (2 chunks a stage), ZB-H1 and ZB-V step times are measured side by side with the
 -- simulator's prediction for the F, B and W times measured in the run (their mean over the ranks,
--- transfers counted free), printed as a table and drawn as SVG (PREFIX-NAME-ranks.svg).
+-- transfers counted free: once with the ZB-H1 run's per-chunk times, halved for the schedules with two
+-- chunks a stage, once with each schedule's own measured times), printed as a table and drawn as SVG
+-- (PREFIX-NAME-ranks.svg).
 local tg = require "tegraph"
 local S = require "tegraph.schedule"
 local cli = require "tegraph.cli"
@@ -85,7 +87,9 @@ if world then
   out:write(string.format("%d stages on %d ranks, %d microbatches, %d transformer layers (width %d, %d tokens x %d " ..
     "sequences), %s\n\n", P, world:size(), M, L, opt.width, opt.tokens, opt.batch, opt.graphed and "graphed" or "eager"))
   local sums = tg.zeros({ 3 }, { dtype = "f32" }) -- mean F, B, W (ms) of the ZB-H1 run, summed over the ranks
-  for _, sch in ipairs(list) do
+  -- each schedule's own per-chunk means (F, B or the fused B+W, W), summed over the ranks
+  local own = tg.zeros({ 3 * #list }, { dtype = "f32" })
+  for si, sch in ipairs(list) do
     local plan = sch[2]
     local C = plan.stages * (plan.chunks or 1)
     local chunks = build(C, sch.delay)
@@ -108,9 +112,13 @@ if world then
     sch.wall = (tg.time() - t0) / opt.steps
     local sum, n = { F = 0, B = 0, W = 0 }, { F = 0, B = 0, W = 0 }
     for _, e in ipairs(tg.trace.events()) do
-      if e.cat == "action" and e.ph == "X" and sum[e.op] then sum[e.op], n[e.op] = sum[e.op] + e.dur, n[e.op] + 1 end
+      local op = e.op == "B+W" and "B" or e.op -- a fused backward (W in B) counts as B, W stays 0
+      if e.cat == "action" and e.ph == "X" and sum[op] then sum[op], n[op] = sum[op] + e.dur, n[op] + 1 end
     end
     tg.trace.stop(nil, { quiet = true })
+    for i, op in ipairs { "F", "B", "W" } do
+      if n[op] > 0 then own:narrow(3 * (si - 1) + i, 1):fill_(sum[op] / n[op] * 1e-3) end
+    end
     if sch[1] == "ZB-H1" then
       for i, op in ipairs { "F", "B", "W" } do
         if n[op] == 0 then error("zero_bubble: the ZB-H1 run recorded no " .. op, 0) end
@@ -119,20 +127,29 @@ if world then
     end
   end
   world:all_reduce(sums, { op = "sum" })
+  world:all_reduce(own, { op = "sum" })
+  local ov = own:totable()
   local v = sums:totable()
   local costs = { F = v[1] / P, B = v[2] / P, W = v[3] / P, comm = 0 }
   out:write(string.format("measured per chunk (ZB-H1 run, mean over ranks): F %.3f ms, B %.3f ms, W %.3f ms\n\n",
     costs.F, costs.B, costs.W))
-  out:write("schedule    | measured step ms | simulated step ms | simulated bubble | measured / simulated\n")
-  out:write("------------|------------------|-------------------|------------------|---------------------\n")
+  out:write("schedule    | measured step ms | simulated step ms | simulated bubble | measured / simulated | " ..
+    "own F / B / W ms       | simulated, own costs | measured / that\n")
+  out:write("------------|------------------|-------------------|------------------|----------------------|" ..
+    "------------------------|----------------------|----------------\n")
   local rel = { F = 1, B = costs.B / costs.F, W = costs.W / costs.F, comm = 0 }
-  for _, sch in ipairs(list) do
+  for si, sch in ipairs(list) do
     -- ZB-V's and interleaved's chunks hold half the layers of the others' (two chunks per stage): half the cost each
     local scale = (sch[2].chunks or 1) > 1 and 0.5 or 1
     local c = { F = costs.F * scale, B = costs.B * scale, W = costs.W * scale, comm = 0 }
     local sim = S.simulate(sch[2], c)
-    out:write(string.format("%-11s | %16.2f | %17.2f | %15.1f%% | %20.2f\n", sch[1], sch.wall * 1e3, sim.makespan,
-      100 * sim.bubble, sch.wall * 1e3 / sim.makespan))
+    -- the same schedule simulated with the F, B (fused B+W where W is not delayed) and W its own run measured
+    local k = 3 * (si - 1)
+    local oc = { F = ov[k + 1] / P, B = ov[k + 2] / P, W = ov[k + 3] / P, comm = 0 }
+    local osim = S.simulate(sch[2], oc)
+    out:write(string.format("%-11s | %16.2f | %17.2f | %15.1f%% | %20.2f | %6.2f / %6.2f / %5.2f | %20.2f | %14.2f\n",
+      sch[1], sch.wall * 1e3, sim.makespan, 100 * sim.bubble, sch.wall * 1e3 / sim.makespan, oc.F, oc.B, oc.W,
+      osim.makespan, sch.wall * 1e3 / osim.makespan))
     if rank == 0 and opt.svg and opt.svg ~= "" then
       local key = sch[1]:lower():gsub("%-", "_")
       S.svg(sch[2], string.format("%s-%s-ranks.svg", opt.svg, key),
