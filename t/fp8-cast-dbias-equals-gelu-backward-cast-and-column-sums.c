@@ -4,44 +4,28 @@
  * column partials are the per-chunk sums of the same gradient (chunk p = the 64-row tiles t with t % chunks ==
  * p), and the bias gradient their sum, equal to bias_backward_dw's where one chunk holds every row. Partial tiles,
  * odd widths, f32 and bf16, more tiles than chunks, accumulation, and the errors. */
-#include "core/core.h"
-#include "core/ops_nn.h"
+#include "nn-ops-util.h"
 #include "tap.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const tg_device cpu = {TG_CPU, 0};
-
+/* A (r, c) tensor, or (r) when c == 0, of dtype dt on the CPU. */
 static tg_tensor *t_new(tg_dtype dt, int64_t r, int64_t c)
 {
-    int64_t shape[2] = {r, c};
-    tg_tensor *t = NULL;
-    if (tg_tensor_new(dt, c ? 2 : 1, shape, cpu, &t) != TG_OK) bail_out("tensor_new: %s", tg_last_error());
-    return t;
+    const int64_t shape[2] = {r, c};
+    return nt_new(dt, c ? 2 : 1, shape, NULL);
 }
 
-static tg_tensor *scalar(float v)
-{
-    tg_tensor *t = t_new(TG_F32, 1, 0);
-    tg_tensor_write(t, &v, sizeof v);
-    return t;
-}
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static double uniform(double lo, double hi)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return lo + (hi - lo) * (double)(rng >> 11) / 9007199254740992.0;
-}
+static tg_tensor *scalar(float v) { return nt_make(TG_F32, (const double[]){v}, 1); }
 
 static tg_tensor *random_t(tg_dtype dt, int64_t r, int64_t c, double lo, double hi)
 {
     double *v = malloc((size_t)(r * c) * sizeof *v);
-    for (int64_t i = 0; i < r * c; i++) v[i] = uniform(lo, hi);
-    tg_tensor *t = t_new(dt, r, c);
-    tg_tensor_write_f64(t, v, (size_t)(r * c));
+    nt_fill_uniform(v, (size_t)(r * c), lo, hi);
+    const int64_t shape[2] = {r, c};
+    tg_tensor *t = nt_new(dt, c ? 2 : 1, shape, v);
     free(v);
     return t;
 }
@@ -121,7 +105,7 @@ static void one_case(int64_t rows, int64_t cols, int gelu, tg_dtype dt)
 
     /* accumulate: dbias = 1 * dbias + sum, one rounding */
     float *old = malloc((size_t)cols * sizeof *old);
-    for (int64_t c = 0; c < cols; c++) old[c] = (float)uniform(-1, 1);
+    for (int64_t c = 0; c < cols; c++) old[c] = (float)nt_uniform(-1, 1);
     tg_tensor_write(db, old, (size_t)cols * sizeof *old);
     ok(tg_fp8_dbias_finish(db, part, 1.0) == TG_OK, "%s: dbias_finish accumulates", what);
     tg_tensor_read(db, dv, (size_t)cols * sizeof *dv);

@@ -13,7 +13,8 @@ t_fp8_cast_rounds_to_nearest_even_and_saturates_t_SOURCES = t/fp8-cast-rounds-to
 t_fp8_cast_rounds_to_nearest_even_and_saturates_t_LDADD = $(TG_TEST_LIBS)
 t_fp8_cast_rounds_to_nearest_even_and_saturates_t_LDFLAGS = -static
 
-t_fp8_cast_dbias_equals_gelu_backward_cast_and_column_sums_t_SOURCES = t/fp8-cast-dbias-equals-gelu-backward-cast-and-column-sums.c
+t_fp8_cast_dbias_equals_gelu_backward_cast_and_column_sums_t_SOURCES = t/fp8-cast-dbias-equals-gelu-backward-cast-and-column-sums.c \
+	t/nn-ops-util.c
 t_fp8_cast_dbias_equals_gelu_backward_cast_and_column_sums_t_LDADD = $(TG_TEST_LIBS)
 t_fp8_cast_dbias_equals_gelu_backward_cast_and_column_sums_t_LDFLAGS = -static
 
