@@ -121,7 +121,7 @@ os.remove(path)
 ------------------------------------------------------------------------ errors
 tap.error_like(function() ops.fp8_cast(x, "bf16") end, "dtype bf16 is not an FP8 dtype", "fp8_cast to bf16 is refused")
 tap.error_like(function() ops.fp8_cast(x, "e4m3", { scael = scale }) end,
-  "fp8%-lua%-ops%-cast%-dequantize%-and%-gemm%.lua:%d+: fp8_cast: unknown option scael",
+  "fp8%-lua%-ops%-cast%-dequantize%-and%-gemm%.lua:%d+: fp8_cast: unknown option 'scael' %(known: scale, amax, scale_inv, accumulate, y, y_t%)",
   "a misspelt option is refused, naming it and the script line")
 tap.error_like(function() ops.fp8_cast(x, "e4m3", { scale = 2 }) end, "option scale must be a tensor",
   "a number as scale is refused (scales are device tensors)")

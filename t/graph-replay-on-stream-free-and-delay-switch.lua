@@ -145,7 +145,7 @@ do
     tg.hook_check(false); tg.step_end(); tg.hook_check(true)
   end, { stream = busy })
   t.like(tostring(bad), "replay on stream 'busy' while it is capturing", "the replay was issued on the given stream")
-  t.error_like(function() g:forward(xs[1], 1, { stream = s, when = ev }) end, "graphed forward: unknown option 'when' %(stream, wait%)",
+  t.error_like(function() g:forward(xs[1], 1, { stream = s, when = ev }) end, "graphed forward: unknown option 'when' %(known: stream, wait%)",
     "an unknown replay option is refused, named")
   t.error_like(function() g:forward(xs[1], 1, { wait = s }) end, "option 'wait' must be an event",
     "wait must be an event")

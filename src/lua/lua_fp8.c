@@ -49,19 +49,12 @@ static double field_num(lua_State *L, int opts, const char *k, double def, const
     return v;
 }
 
-/* Rejects fields of opts outside allowed (typos would otherwise be ignored). */
-static void fields_known(lua_State *L, int opts, const char *const *allowed, const char *fn)
+/* Rejects fields of opts outside known (", "-separated; typos would otherwise be ignored). */
+static void fields_known(lua_State *L, int opts, const char *known, const char *fn)
 {
     if (lua_isnoneornil(L, opts)) return;
     luaL_checktype(L, opts, LUA_TTABLE);
-    lua_pushnil(L);
-    while (lua_next(L, opts)) {
-        lua_pop(L, 1);
-        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-        int ok = 0;
-        for (int i = 0; k && allowed[i]; i++) ok |= strcmp(k, allowed[i]) == 0;
-        if (!ok) luaL_error(L, "%s: unknown option %s", fn, k ? k : luaL_typename(L, -1));
-    }
+    tgl_check_keys(L, opts, fn, known);
 }
 
 static tg_tensor *push_new(lua_State *L, const tg_tensor *like, tg_dtype dt, int nd, const int64_t *shape)
@@ -97,9 +90,8 @@ static tg_tensor *out_or_new(lua_State *L, int opts, const char *k, tg_tensor *g
     return nd ? push_new(L, x, dt, nd, shape) : push_like(L, x, dt);
 }
 
-static const char *const cast_opts[] = {"scale", "amax", "scale_inv", "accumulate", "y", "y_t", NULL};
-static const char *const cast_t_opts[] = {"scale", "amax", "scale_inv", "accumulate", "y", "y_t", "gelu_x", "dbias_part",
-                                          NULL};
+static const char *const cast_opts = "scale, amax, scale_inv, accumulate, y, y_t";
+static const char *const cast_t_opts = "scale, amax, scale_inv, accumulate, y, y_t, gelu_x, dbias_part";
 
 /* fp8_cast(x, dtype [, {scale=, amax=, scale_inv=, accumulate=false, y=}]) -> y: y = fp8(x * scale), amax =
  * max|x| (written, or accumulated when accumulate), scale_inv = 1 / scale (tg_fp8_cast); y is new (x's
@@ -210,8 +202,7 @@ static int o_fp8_amax(lua_State *L)
  * A (m,k) and B (n,k), trans_a false and trans_b true). */
 static int o_fp8_gemm(lua_State *L)
 {
-    static const char *const allowed[] = {"a_scale_inv", "b_scale_inv", "alpha", "beta", "epilogue", "bias", "aux",
-                                          "amax_d", "accumulate", NULL};
+    static const char *const allowed = "a_scale_inv, b_scale_inv, alpha, beta, epilogue, bias, aux, amax_d, accumulate";
     static const char *const epis[] = {"none", "bias", "bias_gelu", NULL};
     static const tg_gemm_epilogue epi_of[] = {TG_EPI_NONE, TG_EPI_BIAS, TG_EPI_BIAS_GELU};
     const char *fn = "fp8_gemm";

@@ -228,12 +228,7 @@ int tgl_nn_parameter(lua_State *L)
     int fused = 0;
     if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
-        lua_pushnil(L);
-        while (lua_next(L, 3)) { /* the one option there is: anything else is a mistake */
-            if (lua_type(L, -2) != LUA_TSTRING || strcmp(lua_tostring(L, -2), "fuse_wgrad_accumulation") != 0)
-                luaL_error(L, "nn.Parameter: unknown option '%s' (known: fuse_wgrad_accumulation)", luaL_tolstring(L, -2, NULL));
-            lua_pop(L, 1);
-        }
+        tgl_check_keys(L, 3, "nn.Parameter", "fuse_wgrad_accumulation"); /* the one option there is */
         lua_getfield(L, 3, "fuse_wgrad_accumulation");
         fused = lua_toboolean(L, -1);
         lua_pop(L, 1);

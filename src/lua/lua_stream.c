@@ -184,13 +184,7 @@ void tgl_replay_opts(lua_State *L, int idx, const char *what, tg_stream **s, tg_
     *wait = NULL;
     if (lua_isnoneornil(L, idx)) return;
     if (!lua_istable(L, idx)) luaL_error(L, "%s: options must be a table {stream =, wait =}", what);
-    lua_pushnil(L);
-    while (lua_next(L, idx)) { /* unknown keys are refused, named */
-        const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
-        if (strcmp(k, "stream") != 0 && strcmp(k, "wait") != 0)
-            luaL_error(L, "%s: unknown option '%s' (stream, wait)", what, k);
-        lua_pop(L, 1);
-    }
+    tgl_check_keys(L, idx, what, "stream, wait");
     if (lua_getfield(L, idx, "stream") != LUA_TNIL) { /* the options table keeps both alive */
         struct tgl_stream *su = luaL_testudata(L, -1, TGL_STREAM);
         if (su == NULL) luaL_error(L, "%s: option 'stream' must be a stream (tg.stream.new())", what);
