@@ -10,8 +10,8 @@ extern "C" {
 /* Three paths, all deterministic (no atomics; every sum in a fixed order):
  * - Hopper forward (bf16, head dim 64/128, sm_90a build on a compute capability 9.0 device): wgmma with Q, K, V
  *   brought by TMA through an mbarrier ring, a producer warpgroup and two consumer warpgroups taking turns
- *   (att6_fwd; att5_fwd, the cp.async version, where the driver cannot encode tensor maps). The backward
- *   stays on the mma.sync kernels.
+ *   (att6_fwd; att5_fwd, the cp.async version, where the driver cannot encode tensor maps); the backward's
+ *   two kernels (dQ and dd, then dK and dV) on wgmma with cp.async rings (att7_bwd_dq, att7_bwd_dkdv).
  * - tensor cores (bf16, head dim 16/32/64/128, 16-byte aligned buffers): mma.sync m16n8k16 + ldmatrix,
  *   the streamed 64-row tiles double-buffered with cp.async, probabilities never leaving registers, softmax
  *   in f32. The forward runs one block per (batch*head, query block). The backward runs a dQ kernel per
@@ -1291,6 +1291,354 @@ static __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 #endif
 }
 
+/* ------------------------------------------------------------------ backward on Hopper: wgmma (sm_90a)
+ * The mma.sync backward's two kernels with their products on wgmma; same outputs, same order of work (dQ and dd
+ * first, then dK, dV), still no atomics: each block owns its gradient rows and sums its tiles in order. NWG
+ * warpgroups per block, each owning 64 rows (queries for dQ, keys for dK/dV) held in shared memory for the whole
+ * block; the other side streamed in 64-row tiles through an S-stage cp.async ring (tile i + 2 fetched while tile
+ * i is computed, into the stage of tile i - 2), all tiles in the forward's 128-byte swizzle.
+ * - dQ: S = Q K^T and dP = dO V^T (both operands from shared memory, N = 64), dS = P (dP - dd) in the
+ *   accumulators' layout (rows are queries), then dQ += dS K with dS as the register A operand and K as the
+ *   transposed B (the forward's P V).
+ * - dK/dV: S^T = K Q^T and dP^T = V dO^T (rows are keys), P^T and dS^T = P^T (dP^T - dd) as register A
+ *   operands of dV += P^T dO and dK += dS^T Q.
+ * Each iteration issues the two score products of tile i and the gradient products of tile i - 1 together and
+ * runs the elementwise work of tile i while the latter run. */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* d (64 x 64, f32) = (acc ? d : 0) + A . B^T: A (64 x 16), B (64 x 16), both K-major in shared memory. */
+static __device__ __forceinline__ void wg_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+/* c (64 x 64) = A . B^T: A the 64 rows at Aw of a swizzled tile of RA rows, B a swizzled tile of 64 rows. */
+template <int D, int RA>
+static __device__ __forceinline__ void att7_abt(float (&c)[32], const unsigned char *Aw, const unsigned char *Bs)
+{
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wg_ss_n64(c, wg_desc(Aw + (kk >> 2) * (RA * 128) + (kk & 3) * 32, 16, 1024),
+                  wg_desc(Bs + (kk >> 2) * (64 * 128) + (kk & 3) * 32, 16, 1024), kk > 0);
+}
+/* dQ side: S (64 queries x 64 keys from k0) becomes dS = P (dP - dd) for this lane's queries r0, r0 + 8 of a
+ * warpgroup whose first query is qw0 (lr: their lse in log2 units, dr: their dd); P = 0 for keys after the query. */
+static __device__ __forceinline__ void att7_ds(float (&s)[32], const float (&dp)[32], const float (&lr)[2],
+                                               const float (&dr)[2], int k0, int qw0, int r0, int t4, float sl2)
+{
+    const bool diag = k0 + 63 > qw0;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float p = att3_exp2(s[4 * j + e] * sl2 - lr[e >> 1]);
+            if (diag && k0 + 8 * j + 2 * t4 + (e & 1) > r0 + 8 * (e >> 1)) p = 0.0f;
+            s[4 * j + e] = p * (dp[4 * j + e] - dr[e >> 1]);
+        }
+}
+/* dK/dV side: S^T, dP^T (64 keys x 64 queries from q0) become P^T and dS^T for this lane's keys r0, r0 + 8 of a
+ * warpgroup whose first key is kw0; ls, dd: the tile's lse (log2 units) and dd per query; P = 0 for queries
+ * before the key. */
+static __device__ __forceinline__ void att7_pds(float (&s)[32], float (&dp)[32], const float *ls, const float *dd,
+                                                int q0, int kw0, int r0, int t4, float sl2)
+{
+    const bool diag = q0 < kw0 + 63;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int col = 8 * j + 2 * t4;
+        const float2 l2 = *(const float2 *)(ls + col), d2 = *(const float2 *)(dd + col);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float p = att3_exp2(s[4 * j + e] * sl2 - ((e & 1) ? l2.y : l2.x));
+            if (diag && q0 + col + (e & 1) < r0 + 8 * (e >> 1)) p = 0.0f;
+            s[4 * j + e] = p;
+            dp[4 * j + e] = p * (dp[4 * j + e] - ((e & 1) ? d2.y : d2.x));
+        }
+    }
+}
+/* acc (64 x D) * f as bf16 into the warpgroup's 64 rows at w of a swizzled tile of R rows (the accumulator
+ * layout: warp rows 16 warp + g, + 8). */
+template <int D, int R>
+static __device__ __forceinline__ void att7_put(unsigned char *w, const float (&acc)[D / 2], float f, int warp, int g,
+                                                int t4)
+{
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int r = warp * 16 + g + 8 * hr, ch = j & 7;
+            *(uint32_t *)(w + (j >> 3) * (R * 128) + r * 128 + ((ch ^ (r & 7)) << 4) + 4 * t4) =
+                pack_bf16(acc[4 * j + 2 * hr] * f, acc[4 * j + 2 * hr + 1] * f);
+        }
+}
+/* The 64 rows at w (as att7_put wrote them) to rows row0.. of dst (row stride ld), rows >= T skipped; 16-byte
+ * stores by the warpgroup's 128 threads. */
+template <int D, int R>
+static __device__ __forceinline__ void att7_copy_out(uint16_t *dst, int64_t ld, int row0, int T, const unsigned char *w)
+{
+    for (int i = threadIdx.x % 128; i < 64 * (D / 8); i += 128) {
+        const int r = i / (D / 8), ch = i % (D / 8);
+        if (row0 + r < T)
+            *(uint4 *)(dst + (int64_t)(row0 + r) * ld + ch * 8) =
+                *(const uint4 *)(w + (ch >> 3) * (R * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+    }
+}
+#endif
+
+template <int D, int NWG, int S> static constexpr size_t att7_dq_smem()
+{
+    return 1024 + (size_t)2 * 64 * NWG * D * 2 + (size_t)S * 2 * 64 * D * 2 + (size_t)64 * NWG * 4;
+}
+template <int D, int NWG, int S> static constexpr size_t att7_dkdv_smem()
+{
+    return 1024 + (size_t)2 * 64 * NWG * D * 2 + (size_t)S * 2 * 64 * D * 2 + (size_t)S * 2 * 64 * 4;
+}
+
+/* dQ and dd of 64 NWG queries (blockIdx.y from the last), key tiles of 64 up to the block's last query. */
+template <int D, int NWG, int S>
+static __global__ void __launch_bounds__(NWG * 128, 1)
+    att7_bwd_dq(uint16_t *dqkv, float *dd, const uint16_t *dout, const uint16_t *out, const uint16_t *qkv,
+                const float *lse, int T, int C, int H, float scale)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = 64 * NWG, NTH = NWG * 128, TB = 64 * D * 2; /* TB: bytes of one K or V tile */
+    static_assert(S >= 4, "the stage of tile i - 1 is read while tile i + 2 arrives");
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *Qs = smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
+    unsigned char *dOs = Qs + BM * D * 2, *KV = dOs + BM * D * 2; /* stage i: K at KV + 2 i TB, V at + TB */
+    float *dd_s = (float *)(KV + S * 2 * TB);
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0), warp = (threadIdx.x / 32) % 4,
+              lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    const int qt = gridDim.y - 1 - blockIdx.y, bh = blockIdx.x, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const int64_t obase = (int64_t)b * T * C + (int64_t)h * D;
+    const int qw0 = qt * BM + wg * 64; /* the warpgroup's first query */
+    const int nkt = (min(qt * BM + BM, T) - 1) / 64 + 1;
+    const int nact = qw0 >= T ? 0 : min(nkt, qw0 / 64 + 1); /* key tiles this warpgroup computes */
+    const float sl2 = scale * ATT3_LOG2E;
+    const auto fetch = [&](int kt) {
+        unsigned char *st = KV + (kt % S) * 2 * TB;
+        att5_fetch<D, 64, NTH>(st, base + C, kt * 64, T, C3);
+        att5_fetch<D, 64, NTH>(st + TB, base + 2 * (int64_t)C, kt * 64, T, C3);
+        cp_async_commit();
+    };
+    att5_fetch<D, BM, NTH>(Qs, base, qt * BM, T, C3);
+    att5_fetch<D, BM, NTH>(dOs, dout + obase, qt * BM, T, C);
+    fetch(0);
+    if (nkt > 1) fetch(1);
+
+    { /* dd of the warpgroup's rows, two threads a row, while the tiles arrive */
+        const int r = (threadIdx.x % 128) / 2, hf = threadIdx.x & 1, q = qw0 + r;
+        float s = 0.0f;
+        if (q < T)
+#pragma unroll 4
+            for (int ch = hf * (D / 16); ch < (hf + 1) * (D / 16); ch++)
+                s += att4_dot8(*(const uint4 *)(dout + obase + (int64_t)q * C + ch * 8),
+                               *(const uint4 *)(out + obase + (int64_t)q * C + ch * 8));
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        if (hf == 0) {
+            dd_s[wg * 64 + r] = s;
+            if (q < T) dd[(int64_t)bh * T + q] = s;
+        }
+    }
+    const int r0 = qw0 + warp * 16 + g; /* this lane's rows: r0, r0 + 8 */
+    float lr[2], dr[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) lr[hr] = r0 + 8 * hr < T ? lse[(int64_t)bh * T + r0 + 8 * hr] * ATT3_LOG2E : INFINITY;
+    float dq[D / 2], s[32], dp[32];
+    uint32_t sf[4][4];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dq[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) s[i] = dp[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) sf[i][0] = sf[i][1] = sf[i][2] = sf[i][3] = 0u;
+    const unsigned char *Qw = Qs + wg * 64 * 128, *dOw = dOs + wg * 64 * 128;
+
+    for (int kt = 0; kt <= nkt; kt++) {
+        if (kt + 1 < nkt) cp_async_wait<1>(); /* tile kt (and Q, dO) landed */
+        else cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();
+        if (kt + 2 < nkt) fetch(kt + 2); /* the stage of tile kt - 2, whose products finished in iteration kt - 1 */
+        if (kt == 0) dr[0] = dd_s[wg * 64 + warp * 16 + g], dr[1] = dd_s[wg * 64 + warp * 16 + g + 8];
+        const unsigned char *Ks = KV + (kt % S) * 2 * TB, *Kp = KV + ((kt + S - 1) % S) * 2 * TB;
+        if (kt == 0 && nact > 0) {
+            wg_fence();
+            att7_abt<D, BM>(s, Qw, Ks);
+            att7_abt<D, BM>(dp, dOw, Ks + TB);
+            wg_commit();
+            wg_wait<0>();
+            wg_pin(s);
+            wg_pin(dp);
+            att7_ds(s, dp, lr, dr, 0, qw0, r0, t4, sl2);
+            att5_to_p<64>(sf, s);
+        } else if (kt > 0 && kt < nact) {
+            wg_pin(dq);
+            wg_pin(sf);
+            wg_fence();
+            att7_abt<D, BM>(s, Qw, Ks);
+            att7_abt<D, BM>(dp, dOw, Ks + TB);
+            wg_commit();
+            att5_pv<D, 64>(dq, sf, Kp); /* dQ += dS K of tile kt - 1 */
+            wg_commit();
+            wg_wait<1>();
+            wg_pin(s);
+            wg_pin(dp);
+            att7_ds(s, dp, lr, dr, kt * 64, qw0, r0, t4, sl2);
+            wg_wait<0>();
+            wg_pin(dq);
+            wg_pin(sf);
+            att5_to_p<64>(sf, s);
+        } else if (kt > 0 && kt == nact) {
+            wg_pin(dq);
+            wg_pin(sf);
+            wg_fence();
+            att5_pv<D, 64>(dq, sf, Kp);
+            wg_commit();
+            wg_wait<0>();
+            wg_pin(dq);
+        }
+    }
+    /* dQ * scale as bf16 into the warpgroup's own Q rows, then 16-byte row stores */
+    unsigned char *w = Qs + wg * 64 * 128;
+    att7_put<D, BM>(w, dq, scale, warp, g, t4);
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+    att7_copy_out<D, BM>(dqkv + (int64_t)b * T * C3 + (int64_t)h * D, C3, qw0, T, w);
+#endif
+}
+
+/* dK, dV of 64 NWG keys (blockIdx.y; the first blocks have the most work and start first), query tiles of 64
+ * from the block's first key on. */
+template <int D, int NWG, int S>
+static __global__ void __launch_bounds__(NWG * 128, 1)
+    att7_bwd_dkdv(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse, const float *dd, int T,
+                  int C, int H, float scale)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BK = 64 * NWG, NTH = NWG * 128, TB = 64 * D * 2; /* TB: bytes of one Q or dO tile */
+    static_assert(S >= 4, "the stage of tile i - 1 is read while tile i + 2 arrives");
+    static_assert(NTH >= 64, "one thread per query of the streamed statistics");
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *Ks = smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
+    unsigned char *Vs = Ks + BK * D * 2, *QD = Vs + BK * D * 2; /* stage i: Q at QD + 2 i TB, dO at + TB */
+    float *stats = (float *)(QD + S * 2 * TB);                  /* stage i: lse (log2 units) at 128 i, dd at 128 i + 64 */
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0), warp = (threadIdx.x / 32) % 4,
+              lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    const int kb = blockIdx.y, bh = blockIdx.x, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const uint16_t *base = qkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    const uint16_t *dobase = dout + (int64_t)b * T * C + (int64_t)h * D;
+    const float *lse_bh = lse + (int64_t)bh * T, *dd_bh = dd + (int64_t)bh * T;
+    const int kw0 = kb * BK + wg * 64, qt0 = kb * NWG, n = (T + 63) / 64 - qt0; /* n: query tiles of the block */
+    const int a0 = kw0 < T ? wg : n; /* the first tile this warpgroup computes (the tile of its first key) */
+    const float sl2 = scale * ATT3_LOG2E;
+    const auto fetch = [&](int i) {
+        const int t0 = (qt0 + i) * 64, st = i % S;
+        unsigned char *q = QD + st * 2 * TB;
+        att5_fetch<D, 64, NTH>(q, base, t0, T, C3);
+        att5_fetch<D, 64, NTH>(q + TB, dobase, t0, T, C);
+        cp_async_commit();
+        if (threadIdx.x < 64) {
+            const int t = t0 + threadIdx.x;
+            stats[st * 128 + threadIdx.x] = t < T ? lse_bh[t] * ATT3_LOG2E : INFINITY;
+            stats[st * 128 + 64 + threadIdx.x] = t < T ? dd_bh[t] : 0.0f;
+        }
+    };
+    att5_fetch<D, BK, NTH>(Ks, base + C, kb * BK, T, C3);
+    att5_fetch<D, BK, NTH>(Vs, base + 2 * (int64_t)C, kb * BK, T, C3);
+    fetch(0);
+    if (n > 1) fetch(1);
+
+    float dk[D / 2], dv[D / 2], st[32], dpt[32];
+    uint32_t pf[4][4], sf[4][4];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) pf[i][e] = sf[i][e] = 0u;
+    const unsigned char *Kw = Ks + wg * 64 * 128, *Vw = Vs + wg * 64 * 128;
+    const int r0 = kw0 + warp * 16 + g; /* this lane's keys: r0, r0 + 8 */
+
+    for (int i = 0; i <= n; i++) {
+        if (i + 1 < n) cp_async_wait<1>(); /* tile i (and K, V) landed */
+        else cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();
+        if (i + 2 < n) fetch(i + 2); /* the stage of tile i - 2, whose products finished in iteration i - 1 */
+        const int q0 = (qt0 + i) * 64;
+        const unsigned char *Qt = QD + (i % S) * 2 * TB, *Qp = QD + ((i + S - 1) % S) * 2 * TB;
+        const float *ls = stats + (i % S) * 128;
+        if (i == a0 && i < n) {
+            wg_fence();
+            att7_abt<D, BK>(st, Kw, Qt);
+            att7_abt<D, BK>(dpt, Vw, Qt + TB);
+            wg_commit();
+            wg_wait<0>();
+            wg_pin(st);
+            wg_pin(dpt);
+            att7_pds(st, dpt, ls, ls + 64, q0, kw0, r0, t4, sl2);
+            att5_to_p<64>(pf, st);
+            att5_to_p<64>(sf, dpt);
+        } else if (i > a0 && i < n) {
+            wg_pin(dk);
+            wg_pin(dv);
+            wg_pin(pf);
+            wg_pin(sf);
+            wg_fence();
+            att7_abt<D, BK>(st, Kw, Qt);
+            att7_abt<D, BK>(dpt, Vw, Qt + TB);
+            wg_commit();
+            att5_pv<D, 64>(dv, pf, Qp + TB); /* dV += P^T dO, dK += dS^T Q of tile i - 1 */
+            att5_pv<D, 64>(dk, sf, Qp);
+            wg_commit();
+            wg_wait<1>();
+            wg_pin(st);
+            wg_pin(dpt);
+            att7_pds(st, dpt, ls, ls + 64, q0, kw0, r0, t4, sl2);
+            wg_wait<0>();
+            wg_pin(dk);
+            wg_pin(dv);
+            wg_pin(pf);
+            wg_pin(sf);
+            att5_to_p<64>(pf, st);
+            att5_to_p<64>(sf, dpt);
+        } else if (i == n && a0 < n) {
+            wg_pin(dk);
+            wg_pin(dv);
+            wg_pin(pf);
+            wg_pin(sf);
+            wg_fence();
+            att5_pv<D, 64>(dv, pf, Qp + TB);
+            att5_pv<D, 64>(dk, sf, Qp);
+            wg_commit();
+            wg_wait<0>();
+            wg_pin(dk);
+            wg_pin(dv);
+        }
+    }
+    /* dK * scale and dV as bf16 into the warpgroup's own K and V rows, then 16-byte row stores */
+    unsigned char *wk = Ks + wg * 64 * 128, *wv = Vs + wg * 64 * 128;
+    att7_put<D, BK>(wk, dk, scale, warp, g, t4);
+    att7_put<D, BK>(wv, dv, 1.0f, warp, g, t4);
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+    uint16_t *rows = dqkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    att7_copy_out<D, BK>(rows + C, C3, kw0, T, wk);
+    att7_copy_out<D, BK>(rows + 2 * (int64_t)C, C3, kw0, T, wv);
+#endif
+}
+
 /* ------------------------------------------------------------------ launchers */
 
 /* Raises a kernel's dynamic shared-memory limit once per device (not a stream operation: legal while capturing). */
@@ -1467,9 +1815,33 @@ static cudaError_t att6_fwd_launch(void *out, float *lse, const void *qkv, int64
     return cudaGetLastError();
 }
 
-/* Whether the forward takes the wgmma kernels on the current device: the build has the sm_90a image
- * (TG_CUDA_SM90A, set with the sm_90 target) and the device is of compute capability 9.0 (which loads it);
- * the debug switch attention_mma_sync sends the call to the mma.sync kernels. */
+/* The wgmma backward: 2 warpgroups a block (128 queries for dQ, 128 keys for dK/dV), 4-stage rings of 64-row
+ * tiles; dQ and dd first, then dK, dV. */
+template <int D>
+static cudaError_t att7_bwd_launch(void *dqkv, float *dd, const void *dout, const void *out, const void *qkv,
+                                   const float *lse, int64_t B, int64_t T, int64_t C, int H, float scale, cudaStream_t st)
+{
+    constexpr int NWG = 2, S = 4, BR = 64 * NWG;
+    const dim3 grid((unsigned)(B * H), (unsigned)((T + BR - 1) / BR));
+    const size_t sq = att7_dq_smem<D, NWG, S>(), sk = att7_dkdv_smem<D, NWG, S>();
+    static unsigned done_q, done_k;
+    cudaError_t e = att_smem_limit(att7_bwd_dq<D, NWG, S>, sq, &done_q);
+    if (e != cudaSuccess) return e;
+    e = att_smem_limit(att7_bwd_dkdv<D, NWG, S>, sk, &done_k);
+    if (e != cudaSuccess) return e;
+    att7_bwd_dq<D, NWG, S><<<grid, NWG * 128, sq, st>>>((uint16_t *)dqkv, dd, (const uint16_t *)dout,
+                                                        (const uint16_t *)out, (const uint16_t *)qkv, lse, (int)T,
+                                                        (int)C, H, scale);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    att7_bwd_dkdv<D, NWG, S><<<grid, NWG * 128, sk, st>>>((uint16_t *)dqkv, (const uint16_t *)dout,
+                                                          (const uint16_t *)qkv, lse, dd, (int)T, (int)C, H, scale);
+    return cudaGetLastError();
+}
+
+/* Whether the forward and the backward take the wgmma kernels on the current device: the build has the sm_90a
+ * image (TG_CUDA_SM90A, set with the sm_90 target) and the device is of compute capability 9.0 (which loads it);
+ * the debug switch attention_mma_sync sends both to the mma.sync kernels. */
 extern "C" int tg_cuda_attention_wgmma(void)
 {
 #if defined(TG_CUDA_SM90A)
@@ -1542,6 +1914,10 @@ extern "C" cudaError_t tg_cuda_attention_backward(void *dqkv, const void *dout, 
     if (t > INT32_MAX || 3 * c > INT32_MAX || b * n_head > 65535) return cudaErrorInvalidValue;
     if ((size_t)(b * n_head * t) * sizeof(float) > scratch_bytes) return cudaErrorInvalidValue; /* dd does not fit */
     float *dd = scratch;
+    if (att_use_mma(dt, D, dqkv, dout, qkv) && att_aligned(out) && (D == 64 || D == 128) && tg_cuda_attention_wgmma()) {
+        if (D == 64) return att7_bwd_launch<64>(dqkv, dd, dout, out, qkv, lse, b, t, c, n_head, scale, st);
+        return att7_bwd_launch<128>(dqkv, dd, dout, out, qkv, lse, b, t, c, n_head, scale, st);
+    }
     if (att_use_mma(dt, D, dqkv, dout, qkv) && att_aligned(out)) {
         switch (D) { /* dd comes from the dQ kernel */
         case 16: return att4_bwd_launch<16>(dqkv, dd, dout, out, qkv, lse, b, t, c, n_head, scale, st);

@@ -32,6 +32,12 @@ t_cuda_attention_wgmma_matches_cpu_t_SOURCES = t/cuda-attention-wgmma-matches-cp
 t_cuda_attention_wgmma_matches_cpu_t_LDADD = $(TG_TEST_LIBS)
 t_cuda_attention_wgmma_matches_cpu_t_LDFLAGS = -static
 
+check_PROGRAMS += t/cuda-attention-wgmma-backward-matches-cpu.t
+TESTS += t/cuda-attention-wgmma-backward-matches-cpu.t
+t_cuda_attention_wgmma_backward_matches_cpu_t_SOURCES = t/cuda-attention-wgmma-backward-matches-cpu.c
+t_cuda_attention_wgmma_backward_matches_cpu_t_LDADD = $(TG_TEST_LIBS)
+t_cuda_attention_wgmma_backward_matches_cpu_t_LDFLAGS = -static
+
 check_PROGRAMS += t/cuda-modules-match-cpu.t
 TESTS += t/cuda-modules-match-cpu.t
 t_cuda_modules_match_cpu_t_SOURCES = t/cuda-modules-match-cpu.c

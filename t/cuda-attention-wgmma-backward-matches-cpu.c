@@ -1,0 +1,195 @@
+/* cuda-attention-wgmma-backward-matches-cpu.c — the CUDA attention backward (the wgmma kernels on a compute
+ * capability 9.0 device of an sm_90 build, else the mma.sync ones) matches the CPU backend's dq, dk and dv at head
+ * dims 64 and 128, for lengths of one row, odd lengths, lengths off the 64- and 128-row tiles, several batch and
+ * head counts and large bf16 magnitudes; writes every element of dqkv; gives the same bits run to run; and the
+ * mma.sync fallback (debug switch attention_mma_sync) matches the CPU and the wgmma result. */
+#include "backend/backend.h"
+#include "core/debug.h"
+
+#include "tap.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef TG_HAVE_CUDA
+int main(void) { skip_all("no CUDA device (built without CUDA)"); }
+#else
+
+int tg_cuda_attention_wgmma(void); /* kernels/attention.cu */
+
+#define TOL 1e-2 /* relative L2 of bf16 gradients from bf16 operands, f32 sums */
+
+static tg_stream *cs, *gs;
+
+static uint64_t rs;
+static uint64_t rnd_u64(void)
+{
+    rs ^= rs >> 12, rs ^= rs << 25, rs ^= rs >> 27;
+    return rs * 2685821657736338717ull;
+}
+static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * 0x1p-53; }
+static double rnd_normal(void) { return sqrt(-2 * log(1 - rnd_unit())) * cos(6.283185307179586 * rnd_unit()); }
+
+static void *cpu_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (tg_backend_cpu.alloc(0, bytes, &p) != TG_OK) bail_out("cpu alloc %zu: %s", bytes, tg_last_error());
+    return p;
+}
+static void *gpu_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (tg_backend_cuda.alloc(0, bytes, &p) != TG_OK) bail_out("cuda alloc %zu: %s", bytes, tg_last_error());
+    return p;
+}
+static void h2d(void *d, const void *h, size_t bytes)
+{
+    if (tg_backend_cuda.memcpy(gs, d, h, bytes, TG_H2D) != TG_OK) bail_out("H2D: %s", tg_last_error());
+}
+static void d2h(void *h, const void *d, size_t bytes)
+{
+    if (tg_backend_cuda.memcpy(gs, h, d, bytes, TG_D2H) != TG_OK || tg_backend_cuda.stream_sync(gs) != TG_OK)
+        bail_out("D2H: %s", tg_last_error());
+}
+
+/* The GPU backward into a poisoned (all bits set: NaN) dqkv, copied back to the host. */
+static tg_status gpu_backward(uint16_t *dqkv_h, void *dqkv_d, const void *dout_d, const void *out_d, const void *qkv_d,
+                              const float *lse_d, int64_t B, int64_t T, int64_t C, int H)
+{
+    const size_t nb = (size_t)(B * T * 3 * C) * 2;
+    memset(dqkv_h, 0xff, nb);
+    h2d(dqkv_d, dqkv_h, nb);
+    struct tg_attention_backward_args a = {.dqkv = dqkv_d, .dout = dout_d, .out = out_d, .qkv = qkv_d, .lse = lse_d,
+                                           .dt = TG_BF16, .b = B, .t = T, .c = C, .n_head = H};
+    tg_status st = tg_backend_cuda.attention_backward(gs, &a);
+    if (st == TG_OK && tg_backend_cuda.stream_sync(gs) != TG_OK) st = TG_EDEVICE;
+    d2h(dqkv_h, dqkv_d, nb);
+    return st;
+}
+
+/* ||got - ref|| / ||ref|| over part p (0 q, 1 k, 2 v) of two (B T, 3C) bf16 matrices; NaN elements counted apart. */
+static double rel_l2_part(const uint16_t *got, const uint16_t *ref, int64_t rows, int64_t C, int p, size_t *nans)
+{
+    double num = 0, den = 0;
+    *nans = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t e = 0; e < C; e++) {
+            const size_t i = (size_t)(r * 3 * C + p * C + e);
+            const double x = tg_bf16_to_f32(got[i]), y = tg_bf16_to_f32(ref[i]);
+            if (isnan(x) || isnan(y)) {
+                (*nans)++;
+                continue;
+            }
+            num += (x - y) * (x - y), den += y * y;
+        }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void check(const char *what, const char *path, const char *against, const uint16_t *got, const uint16_t *ref,
+                  int64_t rows, int64_t C)
+{
+    static const char *name[3] = {"dq", "dk", "dv"};
+    for (int p = 0; p < 3; p++) {
+        size_t nans;
+        const double r = rel_l2_part(got, ref, rows, C, p, &nans);
+        ok(nans == 0 && r <= TOL, "%s (%s): %s vs %s relative L2 %.3g <= %g, every element written", what, path, name[p],
+           against, r, TOL);
+        if (nans) diag("%zu of %lld %s elements NaN", nans, (long long)(rows * C), name[p]);
+    }
+}
+
+struct shape {
+    int64_t b, t;
+    int h, d;
+    double sd_qk, sd_v; /* q and k drawn N(0, sd_qk), v N(0, sd_v); dout N(0, 1) */
+};
+
+static void run_shape(const struct shape *s, int wgmma)
+{
+    const int64_t B = s->b, T = s->t, H = s->h, C = H * s->d;
+    const size_t nqkv = (size_t)(B * T * 3 * C), nout = (size_t)(B * T * C), nl = (size_t)(B * H * T);
+    char what[160];
+    snprintf(what, sizeof what, "backward B=%lld T=%lld H=%lld D=%d sd(q,k)=%g sd(v)=%g", (long long)B, (long long)T,
+             (long long)H, s->d, s->sd_qk, s->sd_v);
+    /* inputs; out and lse from the CPU forward, the same for both backends */
+    uint16_t *qkv_c = cpu_alloc(nqkv * 2), *dout_c = cpu_alloc(nout * 2), *out_c = cpu_alloc(nout * 2),
+             *dqkv_c = cpu_alloc(nqkv * 2);
+    float *lse_c = cpu_alloc(nl * 4);
+    for (size_t i = 0; i < nqkv; i++) {
+        const int64_t col = (int64_t)(i % (size_t)(3 * C));
+        qkv_c[i] = tg_f32_to_bf16((float)((col < 2 * C ? s->sd_qk : s->sd_v) * rnd_normal()));
+    }
+    for (size_t i = 0; i < nout; i++) dout_c[i] = tg_f32_to_bf16((float)rnd_normal());
+    struct tg_attention_forward_args f = {
+        .out = out_c, .lse = lse_c, .qkv = qkv_c, .dt = TG_BF16, .b = B, .t = T, .c = C, .n_head = (int)H};
+    struct tg_attention_backward_args a = {.dqkv = dqkv_c, .dout = dout_c, .out = out_c, .qkv = qkv_c, .lse = lse_c,
+                                           .dt = TG_BF16, .b = B, .t = T, .c = C, .n_head = (int)H};
+    memset(dqkv_c, 0xff, nqkv * 2);
+    if (tg_backend_cpu.attention_forward(cs, &f) != TG_OK || tg_backend_cpu.attention_backward(cs, &a) != TG_OK ||
+        tg_backend_cpu.stream_sync(cs) != TG_OK)
+        bail_out("cpu attention: %s", tg_last_error());
+
+    void *qkv_d = gpu_alloc(nqkv * 2), *dout_d = gpu_alloc(nout * 2), *out_d = gpu_alloc(nout * 2),
+         *dqkv_d = gpu_alloc(nqkv * 2);
+    float *lse_d = gpu_alloc(nl * 4);
+    h2d(qkv_d, qkv_c, nqkv * 2);
+    h2d(dout_d, dout_c, nout * 2);
+    h2d(out_d, out_c, nout * 2);
+    h2d(lse_d, lse_c, nl * 4);
+    uint16_t *g1 = malloc(nqkv * 2), *g2 = malloc(nqkv * 2);
+    const char *path = wgmma ? "wgmma" : "mma.sync";
+    /* twice on the default path, then the mma.sync path where the default is wgmma */
+    tg_status st = gpu_backward(g1, dqkv_d, dout_d, out_d, qkv_d, lse_d, B, T, C, (int)H);
+    if (!ok(st == TG_OK, "%s (%s): runs", what, path)) diag("%s: %s", tg_status_name(st), tg_last_error());
+    check(what, path, "cpu", g1, dqkv_c, B * T, C);
+    st = gpu_backward(g2, dqkv_d, dout_d, out_d, qkv_d, lse_d, B, T, C, (int)H);
+    ok(st == TG_OK && memcmp(g1, g2, nqkv * 2) == 0, "%s (%s): two runs bit-identical", what, path);
+    if (wgmma) {
+        tg_debug_set(TG_DEBUG_ATTENTION_MMA_SYNC, 1);
+        ok(!tg_cuda_attention_wgmma(), "%s: attention_mma_sync takes the backward off wgmma", what);
+        st = gpu_backward(g2, dqkv_d, dout_d, out_d, qkv_d, lse_d, B, T, C, (int)H);
+        tg_debug_set(TG_DEBUG_ATTENTION_MMA_SYNC, 0);
+        ok(st == TG_OK, "%s (mma.sync): runs", what);
+        check(what, "mma.sync", "cpu", g2, dqkv_c, B * T, C);
+        check(what, "wgmma", "mma.sync", g1, g2, B * T, C);
+    }
+    free(g1), free(g2);
+    tg_backend_cpu.free(0, qkv_c), tg_backend_cpu.free(0, dout_c), tg_backend_cpu.free(0, out_c);
+    tg_backend_cpu.free(0, dqkv_c), tg_backend_cpu.free(0, lse_c);
+    tg_backend_cuda.free(0, qkv_d), tg_backend_cuda.free(0, dout_d), tg_backend_cuda.free(0, out_d);
+    tg_backend_cuda.free(0, dqkv_d), tg_backend_cuda.free(0, lse_d);
+}
+
+int main(void)
+{
+    if (tg_device_count(TG_CUDA) == 0) skip_all("no CUDA device");
+    plan(NO_PLAN);
+    const char *env = getenv("TG_TEST_SEED");
+    rs = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    if (!rs) rs = 1;
+    diag("random inputs from TG_TEST_SEED=%llu", (unsigned long long)rs);
+    cs = tg_stream_current((tg_device){TG_CPU, 0});
+    gs = tg_stream_current((tg_device){TG_CUDA, 0});
+    if (!cs || !gs) bail_out("streams: %s", tg_last_error());
+    const int wgmma = tg_cuda_attention_wgmma();
+    diag("backward path on this device and build: %s",
+         wgmma ? "wgmma (sm_90a)" : "mma.sync (no sm_90a image or not compute capability 9.0)");
+    /* lengths: 1, odd, one 64-row tile, one under / over the 128-row blocks, several blocks; the large-magnitude
+     * cases give scores in the hundreds (one key dominates a row) and v near 1e30 */
+    static const struct shape shapes[] = {
+        {1, 1, 1, 64, 1, 1},       {1, 1, 2, 128, 1, 1},      {2, 17, 3, 64, 1, 1},     {2, 17, 3, 128, 1, 1},
+        {1, 64, 2, 64, 1, 1},      {2, 64, 1, 128, 1, 1},     {1, 127, 2, 64, 1, 1},    {1, 127, 2, 128, 1, 1},
+        {3, 200, 2, 64, 1, 1},     {3, 200, 2, 128, 1, 1},    {1, 129, 1, 64, 1, 1},    {1, 193, 1, 128, 1, 1},
+        {1, 1000, 2, 64, 1, 1},    {1, 1000, 1, 128, 1, 1},   {1, 2048, 1, 64, 1, 1},   {1, 2048, 1, 128, 1, 1},
+        {2, 300, 1, 64, 20, 1e30}, {2, 300, 1, 128, 20, 1e30}, {1, 1000, 1, 128, 8, 3e4}, {1, 1000, 1, 64, 8, 3e4},
+    };
+    /* TG_ATT_SMALL=1: lengths up to 300 only (for the sanitizers, which are slow) */
+    const int small = getenv("TG_ATT_SMALL") != NULL;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        if (!small || shapes[i].t <= 300) run_shape(&shapes[i], wgmma);
+    return done_testing();
+}
+#endif
