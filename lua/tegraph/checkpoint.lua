@@ -75,15 +75,16 @@ end
 
 -- The FP8 scaling states (amax histories, scales, scale inverses) of o.fp8_modules (a module, a list of
 -- modules, or anything with fp8_state(); default o.model) as checkpoint entries "fp8.<module>.<what>", in
--- the modules' order; empty when none runs FP8. Two states of one name are refused (they would overwrite).
+-- the modules' order; empty when none runs FP8 (or a default model has no fp8_state). Two states of one name
+-- are refused (they would overwrite).
 local function fp8_entries(o, who)
   local mods = o.fp8_modules or o.model
   if mods == nil then return {} end
   if type(mods) ~= "table" or mods.fp8_state ~= nil or mods.forward ~= nil then mods = { mods } end
   local out, seen = {}, {}
   for _, m in ipairs(mods) do
-    if m.fp8_state == nil then raise(who .. ": fp8_modules: an entry has no fp8_state()") end
-    for _, st in ipairs(m:fp8_state()) do
+    if m.fp8_state == nil and o.fp8_modules then raise(who .. ": fp8_modules: an entry has no fp8_state()") end
+    for _, st in ipairs(m.fp8_state and m:fp8_state() or {}) do
       if seen[st.module] then
         raise(string.format("%s: two FP8 states are named '%s' (give the modules distinct names)", who, st.module))
       end
