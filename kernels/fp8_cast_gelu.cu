@@ -1,7 +1,8 @@
 /* fp8_cast_gelu.cu — the FP8 cast of a GELU output from its pre-activation (struct tg_fp8_cast_args, x = h):
  * g = x_dt(gelu(h)) (gelu.cu's float formula, rounded as it stores), y = fp8(g * scale) and/or its transpose y_t,
  * amax = max|g| and scale_inv = 1 / scale, in one pass through a shared 64 x 64 tile (reads and both writes
- * coalesced); g is never stored. */
+ * coalesced); g is never stored. A thread moves 4 consecutive elements: one 8- or 16-byte load and 4-byte code
+ * stores where the shape and pointers allow it, element by element otherwise (the same codes either way). */
 #include "fp8.cuh"
 
 #include <stdint.h>
@@ -20,9 +21,23 @@ static __device__ __forceinline__ float gelu_g(float h, tg_dtype dt)
     return dt == TG_BF16 ? tgk_bf16_to_f32(tgk_f32_to_bf16(g)) : g;
 }
 
+/* v = h[i .. i + 4) as f32; h + i aligned to 4 elements. */
+static __device__ __forceinline__ void load4(const void *h, tg_dtype dt, int64_t i, float v[4])
+{
+    if (dt == TG_BF16) {
+        const uint2 u = *(const uint2 *)((const uint16_t *)h + i);
+        v[0] = __uint_as_float(u.x << 16), v[1] = __uint_as_float(u.x & 0xffff0000u);
+        v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
+    } else {
+        const float4 a = *(const float4 *)((const float *)h + i);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    }
+}
+
+/* vec_in: cols % 4 == 0, h and y aligned (4 elements, 4 bytes); vec_out: rows % 4 == 0, yt 4-byte aligned. */
 static __global__ void __launch_bounds__(THREADS)
     cast_gelu_kernel(const void *h, tg_dtype h_dt, uint8_t *y, uint8_t *yt, tg_dtype y_dt, int64_t rows, int64_t cols,
-                     const float *scale, float *amax, float *scale_inv)
+                     int vec_in, int vec_out, const float *scale, float *amax, float *scale_inv)
 {
     __shared__ uint8_t tile[TILE][TILE + 4];
     const float s = scale ? *scale : 1.0f;
@@ -34,28 +49,42 @@ static __global__ void __launch_bounds__(THREADS)
         for (int j = tr; j < TILE; j += ROW_T) {
             const int64_t r = r0 + j;
             if (r >= rows) break;
+            const int64_t c = c0 + tc;
+            if (c >= cols) continue;
+            const int n = cols - c < 4 ? (int)(cols - c) : 4;
+            float v[4];
+            if (vec_in && n == 4) {
+                load4(h, h_dt, r * cols + c, v);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; k++) v[k] = k < n ? tgk_load(h, h_dt, r * cols + c + k) : 0.0f;
+            }
+            uint32_t w = 0;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                const int64_t c = c0 + tc + k;
-                if (c >= cols) break;
-                const float g = gelu_g(tgk_load(h, h_dt, r * cols + c), h_dt);
-                m = max(m, tgk_abs_bits(g));
-                const uint8_t q = tgk_to_fp8(g * s, y_dt);
-                tile[j][tc + k] = q;
-                if (y) y[r * cols + c] = q;
+                const float g = gelu_g(v[k], h_dt);
+                if (k < n) m = max(m, tgk_abs_bits(g));
+                w |= (uint32_t)tgk_to_fp8(g * s, y_dt) << (8 * k);
             }
+            *(uint32_t *)&tile[j][tc] = w; /* rows of TILE + 4 bytes: 4-byte aligned */
+            if (y && vec_in && n == 4) *(uint32_t *)(y + r * cols + c) = w;
+            else if (y)
+                for (int k = 0; k < n; k++) y[r * cols + c + k] = (uint8_t)(w >> (8 * k));
         }
         __syncthreads();
         if (yt) {
             /* row j of y_t's tile is column c0 + j: 4 consecutive rows of x per thread */
             for (int j = tr; j < TILE; j += ROW_T) {
-                const int64_t c = c0 + j;
+                const int64_t c = c0 + j, r = r0 + tc;
                 if (c >= cols) break;
+                if (r >= rows) continue;
+                const int n = rows - r < 4 ? (int)(rows - r) : 4;
+                uint32_t w = 0;
 #pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const int64_t r = r0 + tc + k;
-                    if (r < rows) yt[c * rows + r] = tile[tc + k][j];
-                }
+                for (int k = 0; k < 4; k++) w |= (uint32_t)tile[tc + k][j] << (8 * k);
+                if (vec_out && n == 4) *(uint32_t *)(yt + c * rows + r) = w;
+                else
+                    for (int k = 0; k < n; k++) yt[c * rows + r + k] = (uint8_t)(w >> (8 * k));
             }
         }
         __syncthreads();
@@ -76,7 +105,9 @@ extern "C" cudaError_t tg_cuda_fp8_cast_gelu(const void *h, tg_dtype h_dt, void 
     if (tc > 2147483647) return cudaErrorInvalidValue;
     /* an empty h still gets its scale_inv (one block, no tiles) */
     dim3 grid((unsigned)(tc < 1 ? 1 : tc), (unsigned)(tr < 1 ? 1 : tr > 65535 ? 65535 : tr));
-    cast_gelu_kernel<<<grid, THREADS, 0, st>>>(h, h_dt, (uint8_t *)y, (uint8_t *)yt, y_dt, rows, cols, scale, amax,
-                                               scale_inv);
+    const int vec_in = cols % 4 == 0 && (uintptr_t)h % (h_dt == TG_BF16 ? 8 : 16) == 0 && (uintptr_t)y % 4 == 0;
+    const int vec_out = rows % 4 == 0 && (uintptr_t)yt % 4 == 0;
+    cast_gelu_kernel<<<grid, THREADS, 0, st>>>(h, h_dt, (uint8_t *)y, (uint8_t *)yt, y_dt, rows, cols, vec_in, vec_out,
+                                               scale, amax, scale_inv);
     return cudaGetLastError();
 }

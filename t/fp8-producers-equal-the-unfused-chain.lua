@@ -12,6 +12,7 @@ local t = require "tap"
 local D, F, N = 32, 64, 48 -- multiples of 16: cuBLASLt FP8 GEMMs need them on a GPU
 local recipe = tg.fp8.DelayedScaling{ amax_history_len = 2, amax_compute_algo = "max", fp8_format = "HYBRID" }
 local STEPS, MB = 3, 2
+local CPU = { device = "cpu" } -- the memory and kernel counts below are the CPU device's
 
 local function bits(x) return x:to({ dtype = "f32" }):totable() end
 
@@ -68,21 +69,23 @@ local function inputs(dtype, out)
     for mb = 1, MB do
       -- large and tiny values: the scales move and some codes saturate or flush in the next step
       local scale = (s == 2 and mb == 1) and 40 or (s == 3 and 0.01 or 1)
-      xs[s][mb] = (tg.randn({ 2, N / 2, D }) * scale):to({ dtype = dtype })
-      dys[s][mb] = tg.randn({ 2, N / 2, out }):to({ dtype = dtype })
+      xs[s][mb] = (tg.randn({ 2, N / 2, D }, CPU) * scale):to({ dtype = dtype })
+      dys[s][mb] = tg.randn({ 2, N / 2, out }, CPU):to({ dtype = dtype })
     end
   end
   return xs, dys
 end
 
 local kinds = {
-  { "LayerNormLinear", D, function(dt) return tg.nn.LayerNormLinear(D, D, { fp8 = recipe, dtype = dt, name = "lnl" }) end,
-    N * D },
-  { "LayerNormMLP", D, function(dt) return tg.nn.LayerNormMLP(D, F, { fp8 = recipe, dtype = dt, name = "mlp" }) end,
-    N * D + N * F },
+  { "LayerNormLinear", D, function(dt)
+      return tg.nn.LayerNormLinear(D, D, { fp8 = recipe, dtype = dt, name = "lnl", device = "cpu" })
+    end, N * D },
+  { "LayerNormMLP", D, function(dt)
+      return tg.nn.LayerNormMLP(D, F, { fp8 = recipe, dtype = dt, name = "mlp", device = "cpu" })
+    end, N * D + N * F },
   { "TransformerLayer", D, function(dt)
       return tg.nn.TransformerLayer{ hidden_size = D, ffn_hidden_size = F, num_attention_heads = 2, fp8 = recipe,
-        dtype = dt, name = "h" }
+        dtype = dt, name = "h", device = "cpu" }
     end, 2 * N * D + N * F },
 }
 
@@ -111,7 +114,7 @@ do
   local cur = tg.fp8.CurrentScaling{}
   local function mk(opts)
     return function(dt)
-      local o = { dtype = dt, name = "m" }
+      local o = { dtype = dt, name = "m", device = "cpu" }
       for kk, v in pairs(opts) do o[kk] = v end
       return tg.nn.LayerNormMLP(D, F, o)
     end
