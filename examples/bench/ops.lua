@@ -133,6 +133,12 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
       dbias_part = part }
     report(cname, "fp8_cast_transpose (N,4C) +dgelu +dbias", timed(function() ops.fp8_cast_transpose(dh, "e5m2", grad) end),
       2 * N * F + 2 * N * F + 2 * N * F)
+    local dg = { scale = sc, amax = am, scale_inv = si, accumulate = true, y = y8, y_t = yt8, gelu_x = pre }
+    report(cname, "fp8_cast_transpose (N,4C) +dgelu", timed(function() ops.fp8_cast_transpose(dh, "e5m2", dg) end),
+      2 * N * F + 2 * N * F + 2 * N * F)
+    local dbo = { scale = sc, amax = am, scale_inv = si, accumulate = true, y = y8, y_t = yt8, dbias_part = part }
+    report(cname, "fp8_cast_transpose (N,4C) +dbias", timed(function() ops.fp8_cast_transpose(dh, "e5m2", dbo) end),
+      2 * N * F + 2 * N * F)
     local db = tg.zeros({ F }, { dtype = "f32", device = device })
     report(cname, "fp8_dbias_finish (4C)", timed(function() ops.fp8_dbias_finish(db, part, 1) end),
       4 * F * ops.fp8_dbias_chunks(N))

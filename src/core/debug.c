@@ -15,6 +15,7 @@ static const char *const names[TG_DEBUG_COUNT] = {
     [TG_DEBUG_FP8_UNFUSED_PRODUCERS] = "fp8_unfused_producers",
     [TG_DEBUG_GEMM_BLOCKED] = "gemm_blocked",
     [TG_DEBUG_EPILOGUE_UNFUSED] = "epilogue_unfused",
+    [TG_DEBUG_BGRAD_UNFUSED] = "bgrad_unfused",
     [TG_DEBUG_ALLOC_DIRECT] = "alloc_direct",
     [TG_DEBUG_COMM_CHECK] = "comm_check",
     [TG_DEBUG_ATTENTION_MMA_SYNC] = "attention_mma_sync",

@@ -24,6 +24,9 @@ typedef enum tg_debug_flag {
     /* "epilogue_unfused": the CUDA GEMM runs bias / GELU / bias-grad / GELU-grad as separate kernels
      * instead of cuBLASLt epilogues (the path for combinations cuBLASLt refuses); read per GEMM. */
     TG_DEBUG_EPILOGUE_UNFUSED,
+    /* "bgrad_unfused": the CUDA GEMM sums a bias gradient with the column-sum kernel at every size instead of
+     * cuBLASLt's bias-grad epilogue below its size rule (to measure that rule); read per GEMM. */
+    TG_DEBUG_BGRAD_UNFUSED,
     /* "alloc_direct": the CUDA allocator caches nothing (a cudaMalloc / cudaFree per block, so a memory
      * checker sees every overrun); read once, when the CUDA backend first probes its devices. */
     TG_DEBUG_ALLOC_DIRECT,
