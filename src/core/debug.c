@@ -12,6 +12,7 @@ static const char *const names[TG_DEBUG_COUNT] = {
     [TG_DEBUG_GRAPH_REUSE_EARLY] = "graph_reuse_early",
     [TG_DEBUG_UNFUSED_RESIDUAL] = "unfused_residual",
     [TG_DEBUG_UNFUSED_DGELU] = "unfused_dgelu",
+    [TG_DEBUG_FP8_UNFUSED_PRODUCERS] = "fp8_unfused_producers",
     [TG_DEBUG_GEMM_BLOCKED] = "gemm_blocked",
     [TG_DEBUG_EPILOGUE_UNFUSED] = "epilogue_unfused",
     [TG_DEBUG_BGRAD_UNFUSED] = "bgrad_unfused",

@@ -15,6 +15,10 @@ typedef enum tg_debug_flag {
     /* "unfused_dgelu": LayerNormMLP's backward runs gelu_backward after the GEMM instead of the DGELU
      * epilogue; read per backward call. */
     TG_DEBUG_UNFUSED_DGELU,
+    /* "fp8_unfused_producers": under FP8 delayed scaling, LayerNormLinear's and LayerNormMLP's norm and GELU
+     * Linear write their high-precision outputs and the next Linear casts them, instead of writing that
+     * Linear's FP8 input directly; read per forward call. */
+    TG_DEBUG_FP8_UNFUSED_PRODUCERS,
     /* "gemm_blocked": the CPU GEMM runs its blocked loops where it would call CBLAS; read per GEMM. */
     TG_DEBUG_GEMM_BLOCKED,
     /* "epilogue_unfused": the CUDA GEMM runs bias / GELU / bias-grad / GELU-grad as separate kernels
