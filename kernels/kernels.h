@@ -69,6 +69,16 @@ cudaError_t tg_cuda_rand(void *dst, tg_dtype dt, int64_t n, int dist, double a, 
 cudaError_t tg_cuda_fp8_cast(const void *x, tg_dtype x_dt, const void *gelu_x, void *y, void *yt, tg_dtype y_dt,
                              int64_t rows, int64_t cols, const float *scale, float *amax, float *scale_inv,
                              int accumulate, float *dbias_part, int64_t dbias_chunks, cudaStream_t st);
+/* y and/or yt as tg_cuda_fp8_cast of g = h_dt(gelu(h)) (tg_gelu_forward's formula and rounding). */
+cudaError_t tg_cuda_fp8_cast_gelu(const void *h, tg_dtype h_dt, void *y, void *yt, tg_dtype y_dt, int64_t rows,
+                                  int64_t cols, const float *scale, float *amax, float *scale_inv, int accumulate,
+                                  cudaStream_t st);
+/* y8 (n, c) y8_dt = the codes of tg_cuda_layernorm_forward's output (as stored in dt) times scale; amax, scale_inv
+ * as tg_cuda_fp8_cast; mean, rstd as there. */
+cudaError_t tg_cuda_layernorm_forward_fp8(uint8_t *y8, tg_dtype y8_dt, float *mean, float *rstd, const void *x,
+                                          const void *gamma, const void *beta, tg_dtype dt, int64_t n, int64_t c,
+                                          float eps, const float *scale, float *amax, float *scale_inv, int accumulate,
+                                          cudaStream_t st);
 /* dbias (c) dw_dt = accumulate * dbias + the sum of part's chunk rows in double (colsum.cuh's fixed order), rounded
  * once. */
 cudaError_t tg_cuda_fp8_dbias(const float *part, int64_t chunks, int64_t c, void *dbias, tg_dtype dw_dt,

@@ -22,19 +22,21 @@ libtegraph_la_SOURCES += \
 	%D%/sumsq_multi.cu \
 	%D%/zero_multi.cu \
 	%D%/fp8_cast.cu \
+	%D%/fp8_cast_gelu.cu \
+	%D%/fp8_layernorm.cu \
 	%D%/fp8_dbias.cu \
 	%D%/fp8_transpose.cu \
 	%D%/fp8_dequantize.cu \
 	%D%/fp8_amax.cu \
 	%D%/fp8_scale_update.cu
 # nvcc has no dependency tracking here: the objects follow the headers they include.
-%D%/layernorm.lo %D%/rmsnorm.lo: %D%/norm.cuh
-%D%/layernorm.lo %D%/rmsnorm.lo %D%/bias.lo %D%/attention.lo %D%/embedding.lo %D%/fp8_dbias.lo: %D%/colsum.cuh
+%D%/layernorm.lo %D%/rmsnorm.lo %D%/fp8_layernorm.lo: %D%/norm.cuh %D%/fp8.cuh
+%D%/layernorm.lo %D%/rmsnorm.lo %D%/fp8_layernorm.lo %D%/bias.lo %D%/attention.lo %D%/embedding.lo %D%/fp8_dbias.lo: %D%/colsum.cuh
 %D%/fill.lo %D%/cast.lo %D%/binary.lo %D%/axpby.lo %D%/reduce.lo %D%/rand.lo %D%/layernorm.lo %D%/rmsnorm.lo \
 %D%/gelu.lo %D%/swiglu.lo %D%/bias.lo %D%/attention.lo %D%/embedding.lo %D%/cross_entropy.lo %D%/index_check.lo %D%/adamw.lo \
 %D%/sumsq_multi.lo %D%/zero_multi.lo %D%/attention_kv.lo %D%/fp8_cast.lo %D%/fp8_transpose.lo %D%/fp8_dequantize.lo \
-%D%/fp8_amax.lo %D%/fp8_scale_update.lo %D%/fp8_dbias.lo: %D%/common.cuh %D%/kernels.h
-%D%/fp8_cast.lo %D%/fp8_dequantize.lo %D%/fp8_amax.lo: %D%/fp8.cuh
+%D%/fp8_amax.lo %D%/fp8_scale_update.lo %D%/fp8_dbias.lo %D%/fp8_cast_gelu.lo %D%/fp8_layernorm.lo: %D%/common.cuh %D%/kernels.h
+%D%/fp8_cast.lo %D%/fp8_cast_gelu.lo %D%/fp8_dequantize.lo %D%/fp8_amax.lo: %D%/fp8.cuh
 # attention's wgmma forward needs the sm_90a image: with the sm_90 target, attention.cu builds it plus compute_90
 # PTX (configure's CUDA_ARCH_SM90A; other targets build as the rest).
 %D%/attention.lo: NVCC_ARCH = $(CUDA_ARCH_SM90A)

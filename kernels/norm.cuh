@@ -5,6 +5,7 @@
 #define TG_KERNELS_NORM_CUH
 
 #include "colsum.cuh"
+#include "fp8.cuh"
 
 /* Storage: float (f32) or uint16_t (bf16 bits). Compute is f32; statistics are
  * f32 two-pass sums over the row held in registers (mean, then squared
@@ -15,6 +16,24 @@ static __device__ __forceinline__ float tgk_to_f(uint16_t v) { return tgk_bf16_t
 template <class T> static __device__ __forceinline__ T tgk_from_f(float v);
 template <> __device__ __forceinline__ float tgk_from_f<float>(float v) { return v; }
 template <> __device__ __forceinline__ uint16_t tgk_from_f<uint16_t>(float v) { return tgk_f32_to_bf16(v); }
+
+/* The FP8 form of the forward (F8 = true): each output is rounded to the storage type as the plain forward
+ * stores it, then its code fp8(v * scale) goes to y8 (y is not written); amax = max|v| folded per block,
+ * scale_inv = 1 / scale. */
+struct tgk_norm_f8 {
+    uint8_t *y8;
+    tg_dtype dt;
+    const float *scale;
+    float *amax, *scale_inv;
+};
+
+/* The code of the value v would be stored as (T), its |bits| folded into am. */
+template <class T> static __device__ __forceinline__ uint8_t tgk_norm_code(float v, float s, tg_dtype dt, unsigned &am)
+{
+    const float q = tgk_to_f(tgk_from_f<T>(v));
+    am = max(am, tgk_abs_bits(q));
+    return tgk_to_fp8(q * s, dt);
+}
 
 /* V elements moved as one load/store (16 bytes when V = 16 / sizeof(T)). */
 template <class T, int V> struct alignas(sizeof(T) * V) tgk_pack {
@@ -58,9 +77,10 @@ static __device__ __forceinline__ void tgk_row_sum2(float &a, float &b, int tpr,
     for (int k = 1; k < tpr / 32; k++) a += sh[0][w0 + k], b += sh[1][w0 + k];
 }
 
-template <class T, int V, int NV, bool RMS>
+template <class T, int V, int NV, bool RMS, bool F8>
 static __global__ void __launch_bounds__(TGK_NORM_TPR_MAX) tgk_norm_forward(T *y, float *mean, float *rstd, const T *x, const T *gamma,
-                                                                const T *beta, int64_t n, int c, int tpr, float eps)
+                                                                const T *beta, int64_t n, int c, int tpr, float eps,
+                                                                tgk_norm_f8 f8)
 {
     __shared__ float sh[2][32];
     const int t = threadIdx.x % tpr;
@@ -98,26 +118,39 @@ static __global__ void __launch_bounds__(TGK_NORM_TPR_MAX) tgk_norm_forward(T *y
         tgk_row_sum2(q, dummy, tpr, sh);
         rs = rsqrtf(q / (float)c + eps);
     }
-    if (!row_ok) return;
-    if (t == 0) {
-        if (!RMS) mean[r] = m;
-        rstd[r] = rs;
-    }
-    /* y may alias x: the row is in registers already */
-    T *yr = y + r * c;
-#pragma unroll
-    for (int i = 0; i < NV; i++) {
-        const int e = (i * tpr + t) * V;
-        if (e >= c) continue;
-        float g[V], b[V], o[V];
-        tgk_ldv<T, V>(gamma, e, g);
-        if (!RMS && beta) tgk_ldv<T, V>(beta, e, b);
-#pragma unroll
-        for (int j = 0; j < V; j++) {
-            o[j] = (v[i][j] - m) * rs * g[j];
-            if (!RMS && beta) o[j] += b[j];
+    const float s8 = F8 && f8.scale ? *f8.scale : 1.0f;
+    unsigned am = 0;
+    if (row_ok) {
+        if (t == 0) {
+            if (!RMS) mean[r] = m;
+            rstd[r] = rs;
         }
-        tgk_stv<T, V>(yr, e, o);
+        /* y may alias x: the row is in registers already */
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            const int e = (i * tpr + t) * V;
+            if (e >= c) continue;
+            float g[V], b[V], o[V];
+            tgk_ldv<T, V>(gamma, e, g);
+            if (!RMS && beta) tgk_ldv<T, V>(beta, e, b);
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                o[j] = (v[i][j] - m) * rs * g[j];
+                if (!RMS && beta) o[j] += b[j];
+            }
+            if (F8) {
+                tgk_pack<uint8_t, V> k;
+#pragma unroll
+                for (int j = 0; j < V; j++) k.v[j] = tgk_norm_code<T>(o[j], s8, f8.dt, am);
+                *reinterpret_cast<tgk_pack<uint8_t, V> *>(f8.y8 + r * c + e) = k;
+            } else {
+                tgk_stv<T, V>(y + r * c, e, o);
+            }
+        }
+    }
+    if (F8) {
+        if (f8.amax) tgk_amax_block(am, f8.amax);
+        if (f8.scale_inv && blockIdx.x == 0 && threadIdx.x == 0) *f8.scale_inv = 1.0f / s8;
     }
 }
 
@@ -175,9 +208,9 @@ static __global__ void __launch_bounds__(TGK_NORM_TPR_MAX)
 }
 
 /* Rows too wide for registers: one block per row, three passes over global memory (L2-resident rows). */
-template <class T, bool RMS>
+template <class T, bool RMS, bool F8>
 static __global__ void __launch_bounds__(1024) tgk_norm_forward_wide(T *y, float *mean, float *rstd, const T *x, const T *gamma, const T *beta,
-                                             int64_t n, int64_t c, float eps)
+                                             int64_t n, int64_t c, float eps, tgk_norm_f8 f8)
 {
     __shared__ float sh[2][32];
     const int64_t r = blockIdx.x, o = r * c;
@@ -207,10 +240,17 @@ static __global__ void __launch_bounds__(1024) tgk_norm_forward_wide(T *y, float
         rstd[r] = rs;
     }
     /* each thread reads its elements before writing them (y may alias x) */
+    const float s8 = F8 && f8.scale ? *f8.scale : 1.0f;
+    unsigned am = 0;
     for (int64_t j = threadIdx.x; j < c; j += tpr) {
         float v = (tgk_to_f(x[o + j]) - m) * rs * tgk_to_f(gamma[j]);
         if (!RMS && beta) v += tgk_to_f(beta[j]);
-        y[o + j] = tgk_from_f<T>(v);
+        if (F8) f8.y8[o + j] = tgk_norm_code<T>(v, s8, f8.dt, am);
+        else y[o + j] = tgk_from_f<T>(v);
+    }
+    if (F8) {
+        if (f8.amax) tgk_amax_block(am, f8.amax);
+        if (f8.scale_inv && blockIdx.x == 0 && threadIdx.x == 0) *f8.scale_inv = 1.0f / s8;
     }
 }
 
@@ -262,22 +302,22 @@ static inline dim3 tgk_norm_grid(int64_t n, int tpr, unsigned *threads)
     return dim3((unsigned)((n + rows - 1) / rows));
 }
 
-template <class T, int V, bool RMS>
+template <class T, int V, bool RMS, bool F8>
 static cudaError_t tgk_norm_forward_v(T *y, float *mean, float *rstd, const T *x, const T *gamma, const T *beta,
-                                      int64_t n, int64_t c, float eps, cudaStream_t st)
+                                      int64_t n, int64_t c, float eps, tgk_norm_f8 f8, cudaStream_t st)
 {
     int tpr, nv;
     if (!tgk_norm_plan(c / V, &tpr, &nv)) {
-        tgk_norm_forward_wide<T, RMS><<<(unsigned)n, 1024, 0, st>>>(y, mean, rstd, x, gamma, beta, n, c, eps);
+        tgk_norm_forward_wide<T, RMS, F8><<<(unsigned)n, 1024, 0, st>>>(y, mean, rstd, x, gamma, beta, n, c, eps, f8);
         return cudaGetLastError();
     }
     unsigned th;
     dim3 g = tgk_norm_grid(n, tpr, &th);
     switch (nv) {
-    case 1: tgk_norm_forward<T, V, 1, RMS><<<g, th, 0, st>>>(y, mean, rstd, x, gamma, beta, n, (int)c, tpr, eps); break;
-    case 2: tgk_norm_forward<T, V, 2, RMS><<<g, th, 0, st>>>(y, mean, rstd, x, gamma, beta, n, (int)c, tpr, eps); break;
-    case 3: tgk_norm_forward<T, V, 3, RMS><<<g, th, 0, st>>>(y, mean, rstd, x, gamma, beta, n, (int)c, tpr, eps); break;
-    default: tgk_norm_forward<T, V, 4, RMS><<<g, th, 0, st>>>(y, mean, rstd, x, gamma, beta, n, (int)c, tpr, eps); break;
+    case 1: tgk_norm_forward<T, V, 1, RMS, F8><<<g, th, 0, st>>>(y, mean, rstd, x, gamma, beta, n, (int)c, tpr, eps, f8); break;
+    case 2: tgk_norm_forward<T, V, 2, RMS, F8><<<g, th, 0, st>>>(y, mean, rstd, x, gamma, beta, n, (int)c, tpr, eps, f8); break;
+    case 3: tgk_norm_forward<T, V, 3, RMS, F8><<<g, th, 0, st>>>(y, mean, rstd, x, gamma, beta, n, (int)c, tpr, eps, f8); break;
+    default: tgk_norm_forward<T, V, 4, RMS, F8><<<g, th, 0, st>>>(y, mean, rstd, x, gamma, beta, n, (int)c, tpr, eps, f8); break;
     }
     return cudaGetLastError();
 }
@@ -303,29 +343,43 @@ static cudaError_t tgk_norm_backward_v(T *dx, const T *dy, const T *dres, const 
 }
 
 /* Vector path (16-byte accesses) when c is a multiple of the vector width and every pointer is 16-byte aligned;
- * element path otherwise. Both give the same results up to f32 summation order. */
+ * element path otherwise. Both give the same results up to f32 summation order. F8: the FP8 form (y unused,
+ * f8.amax overwritten first unless accumulate). */
+template <bool RMS, bool F8>
+static cudaError_t tgk_norm_forward_launch_as(void *y, float *mean, float *rstd, const void *x, const void *gamma,
+                                              const void *beta, tg_dtype dt, int64_t n, int64_t c, float eps,
+                                              tgk_norm_f8 f8, int accumulate, cudaStream_t st)
+{
+    if (F8 && f8.amax && !accumulate) {
+        cudaError_t e = cudaMemsetAsync(f8.amax, 0, sizeof(float), st);
+        if (e != cudaSuccess) return e;
+    }
+    if (n <= 0 || c <= 0) return cudaSuccess;
+    if (n > 0x7fffffff || c > 0x7fffffff) return cudaErrorInvalidValue;
+    const bool al = tgk_aligned16(F8 ? (const void *)f8.y8 : y) && tgk_aligned16(x) && tgk_aligned16(gamma) &&
+                    tgk_aligned16(beta);
+    if (dt == TG_BF16) {
+        typedef uint16_t T;
+        if (al && c % 8 == 0)
+            return tgk_norm_forward_v<T, 8, RMS, F8>((T *)y, mean, rstd, (const T *)x, (const T *)gamma,
+                                                     (const T *)beta, n, c, eps, f8, st);
+        return tgk_norm_forward_v<T, 1, RMS, F8>((T *)y, mean, rstd, (const T *)x, (const T *)gamma, (const T *)beta, n,
+                                                 c, eps, f8, st);
+    }
+    typedef float T;
+    if (al && c % 4 == 0)
+        return tgk_norm_forward_v<T, 4, RMS, F8>((T *)y, mean, rstd, (const T *)x, (const T *)gamma, (const T *)beta, n,
+                                                 c, eps, f8, st);
+    return tgk_norm_forward_v<T, 1, RMS, F8>((T *)y, mean, rstd, (const T *)x, (const T *)gamma, (const T *)beta, n, c,
+                                             eps, f8, st);
+}
+
 template <bool RMS>
 static cudaError_t tgk_norm_forward_launch(void *y, float *mean, float *rstd, const void *x, const void *gamma,
                                            const void *beta, tg_dtype dt, int64_t n, int64_t c, float eps,
                                            cudaStream_t st)
 {
-    if (n <= 0 || c <= 0) return cudaSuccess;
-    if (n > 0x7fffffff || c > 0x7fffffff) return cudaErrorInvalidValue;
-    const bool al = tgk_aligned16(y) && tgk_aligned16(x) && tgk_aligned16(gamma) && tgk_aligned16(beta);
-    if (dt == TG_BF16) {
-        typedef uint16_t T;
-        if (al && c % 8 == 0)
-            return tgk_norm_forward_v<T, 8, RMS>((T *)y, mean, rstd, (const T *)x, (const T *)gamma, (const T *)beta, n,
-                                                 c, eps, st);
-        return tgk_norm_forward_v<T, 1, RMS>((T *)y, mean, rstd, (const T *)x, (const T *)gamma, (const T *)beta, n, c,
-                                             eps, st);
-    }
-    typedef float T;
-    if (al && c % 4 == 0)
-        return tgk_norm_forward_v<T, 4, RMS>((T *)y, mean, rstd, (const T *)x, (const T *)gamma, (const T *)beta, n, c,
-                                             eps, st);
-    return tgk_norm_forward_v<T, 1, RMS>((T *)y, mean, rstd, (const T *)x, (const T *)gamma, (const T *)beta, n, c, eps,
-                                         st);
+    return tgk_norm_forward_launch_as<RMS, false>(y, mean, rstd, x, gamma, beta, dt, n, c, eps, tgk_norm_f8(), 0, st);
 }
 
 template <bool RMS>

@@ -285,6 +285,12 @@ TG_API int64_t tg_fp8_dbias_chunks(int64_t rows);
 TG_API tg_status tg_fp8_cast_transpose_dbias(tg_tensor *y, tg_tensor *y_t, const tg_tensor *dy, const tg_tensor *gelu_x,
                                              const tg_tensor *scale, tg_tensor *amax, tg_tensor *scale_inv,
                                              tg_tensor *dbias_part, int flags);
+/* The forward cast of a GELU output from its pre-activation h (f32 or bf16):
+ * tg_fp8_cast_transpose of g = gelu(h) computed and rounded to h's dtype as
+ * tg_gelu_forward does, in one pass (g itself is never stored): what an FP8
+ * Linear with GELU hands to the next FP8 Linear as its input. */
+TG_API tg_status tg_fp8_cast_transpose_gelu(tg_tensor *y, tg_tensor *y_t, const tg_tensor *h, const tg_tensor *scale,
+                                            tg_tensor *amax, tg_tensor *scale_inv, int flags);
 /* dbias (c) f32 or bf16 = accumulate * dbias + the sum of dbias_part's rows
  * (in double in a fixed order, the CPU's row order; rounded once;
  * accumulate 0 overwrites). */

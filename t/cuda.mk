@@ -4,12 +4,18 @@ check_PROGRAMS += \
 	t/cuda-ops-match-cpu.t \
 	t/cuda-capture-replay.t \
 	t/cuda-allocator-caches-blocks.t \
-	t/cuda-nn-ops-match-cpu.t
+	t/cuda-nn-ops-match-cpu.t \
+	t/cuda-fp8-producers-match-cpu.t
 TESTS += \
 	t/cuda-ops-match-cpu.t \
 	t/cuda-capture-replay.t \
 	t/cuda-allocator-caches-blocks.t \
-	t/cuda-nn-ops-match-cpu.t
+	t/cuda-nn-ops-match-cpu.t \
+	t/cuda-fp8-producers-match-cpu.t
+
+t_cuda_fp8_producers_match_cpu_t_SOURCES = t/cuda-fp8-producers-match-cpu.c
+t_cuda_fp8_producers_match_cpu_t_LDADD = $(TG_TEST_LIBS)
+t_cuda_fp8_producers_match_cpu_t_LDFLAGS = -static
 
 t_cuda_ops_match_cpu_t_SOURCES = t/cuda-ops-match-cpu.c
 t_cuda_ops_match_cpu_t_LDADD = $(TG_TEST_LIBS)

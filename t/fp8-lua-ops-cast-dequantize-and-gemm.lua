@@ -118,6 +118,31 @@ tap.error_like(function() f:read_into("w", into) end, "F8_E4M3 in the file, whic
 f:close()
 os.remove(path)
 
+------------------------------------------------------------------------ producers' casts
+do
+  tg.manual_seed(4)
+  local h = (tg.randn({ 24, 40 }) * 3):to({ dtype = "bf16" })
+  local sc = f32 { 16 }
+  local a1, a2, s1, s2 = f32 { 0 }, f32 { 0 }, f32 { 0 }, f32 { 0 }
+  local g8, g8t = ops.fp8_cast_transpose(h, "e4m3", { gelu = true, scale = sc, amax = a1, scale_inv = s1 })
+  local r8, r8t = ops.fp8_cast_transpose(ops.gelu_forward(h), "e4m3", { scale = sc, amax = a2, scale_inv = s2 })
+  tap.is_deeply({ g8:totable(), g8t:totable(), a1:totable(), s1:totable() },
+    { r8:totable(), r8t:totable(), a2:totable(), s2:totable() },
+    "fp8_cast_transpose{gelu = true} of h = fp8_cast_transpose of gelu_forward(h): codes, transpose, amax, scale_inv")
+  local x = (tg.randn({ 2, 12, 40 }) * 5 + 1):to({ dtype = "bf16" })
+  local gm, bt = tg.randn({ 40 }):to({ dtype = "bf16" }), tg.randn({ 40 }):to({ dtype = "bf16" })
+  local l8, lm, lr = ops.fp8_layernorm(x, gm, bt, "e4m3", { scale = sc, amax = a1, scale_inv = s1, eps = 1e-5 })
+  local ly, rm, rr = ops.layernorm_forward(x, gm, bt, 1e-5)
+  local c8 = ops.fp8_cast(ly, "e4m3", { scale = sc, amax = a2, scale_inv = s2 })
+  tap.is_deeply({ l8:totable(), lm:totable(), lr:totable(), a1:totable() },
+    { c8:totable(), rm:totable(), rr:totable(), a2:totable() },
+    "fp8_layernorm = fp8_cast of layernorm_forward: codes, mean, rstd, amax")
+  tap.error_like(function() ops.fp8_cast_transpose(h, "e4m3", { gelu = true, gelu_x = h }) end,
+    "option gelu %(the forward form%) goes with neither gelu_x nor dbias_part", "gelu with gelu_x is refused")
+  tap.error_like(function() ops.fp8_layernorm(x, gm, bt, "e4m3", { epsilon = 1 }) end,
+    "fp8_layernorm: unknown option 'epsilon'", "fp8_layernorm refuses a misspelt option")
+end
+
 ------------------------------------------------------------------------ errors
 tap.error_like(function() ops.fp8_cast(x, "bf16") end, "dtype bf16 is not an FP8 dtype", "fp8_cast to bf16 is refused")
 tap.error_like(function() ops.fp8_cast(x, "e4m3", { scael = scale }) end,

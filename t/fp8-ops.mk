@@ -3,10 +3,12 @@
 check_PROGRAMS += \
 	t/fp8-cast-rounds-to-nearest-even-and-saturates.t \
 	t/fp8-cast-dbias-equals-gelu-backward-cast-and-column-sums.t \
+	t/fp8-producer-casts-equal-the-unfused-ops.t \
 	t/fp8-gemm-equals-f64-product-of-dequantized.t
 TESTS += \
 	t/fp8-cast-rounds-to-nearest-even-and-saturates.t \
 	t/fp8-cast-dbias-equals-gelu-backward-cast-and-column-sums.t \
+	t/fp8-producer-casts-equal-the-unfused-ops.t \
 	t/fp8-gemm-equals-f64-product-of-dequantized.t
 
 t_fp8_cast_rounds_to_nearest_even_and_saturates_t_SOURCES = t/fp8-cast-rounds-to-nearest-even-and-saturates.c
@@ -17,6 +19,10 @@ t_fp8_cast_dbias_equals_gelu_backward_cast_and_column_sums_t_SOURCES = t/fp8-cas
 	t/nn-ops-util.c
 t_fp8_cast_dbias_equals_gelu_backward_cast_and_column_sums_t_LDADD = $(TG_TEST_LIBS)
 t_fp8_cast_dbias_equals_gelu_backward_cast_and_column_sums_t_LDFLAGS = -static
+
+t_fp8_producer_casts_equal_the_unfused_ops_t_SOURCES = t/fp8-producer-casts-equal-the-unfused-ops.c t/nn-ops-util.c
+t_fp8_producer_casts_equal_the_unfused_ops_t_LDADD = $(TG_TEST_LIBS)
+t_fp8_producer_casts_equal_the_unfused_ops_t_LDFLAGS = -static
 
 t_fp8_gemm_equals_f64_product_of_dequantized_t_SOURCES = t/fp8-gemm-equals-f64-product-of-dequantized.c
 t_fp8_gemm_equals_f64_product_of_dequantized_t_LDADD = $(TG_TEST_LIBS)

@@ -134,12 +134,38 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
       dbias_part = part }
     report(cname, "fp8_cast_transpose (N,4C) +dgelu +dbias", timed(function() ops.fp8_cast_transpose(dh, "e5m2", grad) end),
       2 * N * F + 2 * N * F + 2 * N * F)
+    local dg = { scale = sc, amax = am, scale_inv = si, accumulate = true, y = y8, y_t = yt8, gelu_x = pre }
+    report(cname, "fp8_cast_transpose (N,4C) +dgelu", timed(function() ops.fp8_cast_transpose(dh, "e5m2", dg) end),
+      2 * N * F + 2 * N * F + 2 * N * F)
+    local dbo = { scale = sc, amax = am, scale_inv = si, accumulate = true, y = y8, y_t = yt8, dbias_part = part }
+    report(cname, "fp8_cast_transpose (N,4C) +dbias", timed(function() ops.fp8_cast_transpose(dh, "e5m2", dbo) end),
+      2 * N * F + 2 * N * F)
     local db = tg.zeros({ F }, { dtype = "f32", device = device })
     report(cname, "fp8_dbias_finish (4C)", timed(function() ops.fp8_dbias_finish(db, part, 1) end),
       4 * F * ops.fp8_dbias_chunks(N))
     local plain = { scale = sc, amax = am, scale_inv = si, accumulate = true, y = y8 }
     report(cname, "fp8_cast (N,4C)", timed(function() ops.fp8_cast(dh, "e5m2", plain) end), 2 * N * F + N * F)
     report(cname, "fp8_amax (N,4C)", timed(function() ops.fp8_amax(am, dh) end), 2 * N * F)
+    -- the producers' casts (delayed scaling): fc1's GELU written as fc2's E4M3 input with its transpose, from the
+    -- pre-activation (compare with "gelu_forward (N,4C)" + "fp8_cast_transpose (N,4C) y+y_t"), and the LayerNorm
+    -- written as the next Linear's E4M3 input, then transposed (compare with "layernorm_forward (N,C)" + an
+    -- (N,C) fp8_cast_transpose)
+    local g8, g8t = tg.zeros({ N, F }, { dtype = "e4m3", device = device }), tg.zeros({ F, N }, { dtype = "e4m3", device = device })
+    local fwd = { scale = sc, amax = am, scale_inv = si, accumulate = true, y = g8, y_t = g8t, gelu = true }
+    report(cname, "fp8_cast_transpose_gelu (N,4C) y+y_t", timed(function() ops.fp8_cast_transpose(pre, "e4m3", fwd) end),
+      2 * N * F + 2 * N * F)
+    local xn, gn, bn = randn { N, C }, randn { C }, randn { C }
+    local l8, l8t = tg.zeros({ N, C }, { dtype = "e4m3", device = device }), tg.zeros({ C, N }, { dtype = "e4m3", device = device })
+    local lno = { scale = sc, amax = am, scale_inv = si, accumulate = true, y = l8 }
+    report(cname, "fp8_layernorm (N,C) y", timed(function() ops.fp8_layernorm(xn, gn, bn, "e4m3", lno) end),
+      2 * N * C + N * C + 8 * N)
+    report(cname, "fp8_layernorm (N,C) y + fp8_transpose", timed(function()
+      ops.fp8_layernorm(xn, gn, bn, "e4m3", lno)
+      ops.fp8_transpose(l8, l8t) end), 2 * N * C + 3 * N * C + 8 * N)
+    report(cname, "layernorm_forward + fp8_cast_transpose (N,C) unfused", timed(function()
+      local yn = ops.layernorm_forward(xn, gn, bn)
+      ops.fp8_cast_transpose(yn, "e4m3", { scale = sc, amax = am, scale_inv = si, accumulate = true, y = l8, y_t = l8t }) end),
+      2 * N * C + 2 * N * C + 8 * N + 2 * N * C + 2 * N * C)
     local hist, s3, si3 = f32({ 1024, 3 }, 0.5), f32({ 3 }, 1), f32({ 3 }, 1)
     report(cname, "fp8 scale_update (1024,3)", timed(function()
       tg.fp8.scale_update(hist, s3, si3, { 448, 448, 57344 }) end), 2 * 4 * 1024 * 3)

@@ -5,7 +5,9 @@
 --   DIR/latest                           the name of the newest complete checkpoint ("step_00000100")
 --   DIR/step_00000100/model.safetensors  the parameters by name (metadata: step, config.*); with a
 --                                        pipeline one file per stage, model.stage<k>.safetensors
---   DIR/step_00000100/rank0.safetensors  rank 0's optimizer state (f32 masters, m, v), metadata: step,
+--   DIR/step_00000100/rank0.safetensors  rank 0's optimizer state (f32 masters, m, v) and the FP8
+--                                        scaling states of its modules (fp8.<module>.amax_history, .scale,
+--                                        .scale_inv; when the model runs FP8), metadata: step,
 --                                        world_size, layout, optimizer values, rng_seed/rng_offset,
 --                                        state.* (caller's)
 --   DIR/step_00000100/config.json        the config (for people and tools)
@@ -71,6 +73,30 @@ local function params_of(o, who)
   return o.model:parameters()
 end
 
+-- The FP8 scaling states (amax histories, scales, scale inverses) of o.fp8_modules (a module, a list of
+-- modules, or anything with fp8_state(); default o.model) as checkpoint entries "fp8.<module>.<what>", in
+-- the modules' order; empty when none runs FP8 (or a default model has no fp8_state). Two states of one name
+-- are refused (they would overwrite).
+local function fp8_entries(o, who)
+  local mods = o.fp8_modules or o.model
+  if mods == nil then return {} end
+  if type(mods) ~= "table" or mods.fp8_state ~= nil or mods.forward ~= nil then mods = { mods } end
+  local out, seen = {}, {}
+  for _, m in ipairs(mods) do
+    if m.fp8_state == nil and o.fp8_modules then raise(who .. ": fp8_modules: an entry has no fp8_state()") end
+    for _, st in ipairs(m.fp8_state and m:fp8_state() or {}) do
+      if seen[st.module] then
+        raise(string.format("%s: two FP8 states are named '%s' (give the modules distinct names)", who, st.module))
+      end
+      seen[st.module] = true
+      for _, what in ipairs { "amax_history", "scale", "scale_inv" } do
+        out[#out + 1] = { name = "fp8." .. st.module .. "." .. what, t = st[what] }
+      end
+    end
+  end
+  return out
+end
+
 -- The shape of an nn.GPT as config entries ("model.<key>"), which load_model rebuilds it from.
 local MODEL_KEYS = { "vocab_size", "max_position_embeddings", "hidden_size", "num_attention_heads", "num_layers",
   "ffn_hidden_size", "normalization", "activation", "dtype", "make_vocab_size_divisible_by" }
@@ -83,10 +109,11 @@ function M.model_config(cfg)
 end
 
 -- checkpoint.save(dir, {model= or params=, optimizer=, step=, config={...}, state={...}, comm=, keep=K,
--- layout=, model_file=, writes_model=}) -> the checkpoint's path. Every rank of comm calls it (each
+-- layout=, model_file=, writes_model=, fp8_modules=}) -> the checkpoint's path. Every rank of comm calls it (each
 -- writes its own optimizer state; rank 0 the config and the pointer; the model file is written by rank
 -- 0, or by the ranks with writes_model = true, each into its model_file, default model.safetensors).
 -- layout: a string a resume must match. keep = K > 0 removes all but the newest K checkpoints of dir.
+-- fp8_modules (default model): whose FP8 scaling states go into this rank's file (see fp8_entries).
 function M.save(dir, o)
   if type(dir) ~= "string" or dir == "" then raise("checkpoint.save: a directory is required") end
   if math.type(o.step) ~= "integer" or o.step < 0 then raise("checkpoint.save: step (an integer >= 0) is required") end
@@ -107,6 +134,7 @@ function M.save(dir, o)
   local tensors = {}
   local specs, values = opt_state(o.optimizer)
   for _, e in ipairs(specs) do tensors[e.name] = e.t end
+  for _, e in ipairs(fp8_entries(o, "checkpoint.save")) do tensors[e.name] = e.t end
   for k, v in pairs(values) do meta["optimizer." .. k] = v end
   core.save(join(tmp, "rank" .. rank .. ".safetensors"), tensors, meta)
   local writes_model = o.writes_model
@@ -181,18 +209,20 @@ local function check_one(file, path, name, t, what)
   end
 end
 
-local function check(file, path, targets, what)
+local function check(file, path, targets, what, skip)
   local want = {}
   for _, e in ipairs(targets) do
     want[e.name] = e.t
     check_one(file, path, e.name, e.t, what)
   end
   for _, n in ipairs(file:names()) do
-    if not want[n] then error(string.format("%s: tensor '%s' in the file is not in the %s", path, n, what), 0) end
+    if not want[n] and not (skip and n:match(skip)) then
+      error(string.format("%s: tensor '%s' in the file is not in the %s", path, n, what), 0)
+    end
   end
 end
 
--- checkpoint.load(path, {model= or params=, optimizer=, comm=, layout=, model_file=}) -> {step=,
+-- checkpoint.load(path, {model= or params=, optimizer=, comm=, layout=, model_file=, fp8_modules=}) -> {step=,
 -- state={...}, config={...}, path=}. path: a checkpoint or a run directory (its latest). Every file is
 -- opened and checked first (the world size and the layout, then names, shapes and dtypes against the
 -- parameters and optimizer); only then is anything copied, so a refused checkpoint leaves the model
@@ -205,6 +235,7 @@ function M.load(path, o)
   local targets = {}
   for _, p in ipairs(params_of(o, "checkpoint.load")) do targets[#targets + 1] = { name = p.name, t = p.data } end
   local specs = opt_state(o.optimizer)
+  local fp8 = fp8_entries(o, "checkpoint.load")
   local mpath, rpath = join(dir, o.model_file or "model.safetensors"), join(dir, "rank" .. rank .. ".safetensors")
   local okr, rf = pcall(core.safetensors.open, rpath)
   if not okr then
@@ -229,7 +260,21 @@ function M.load(path, o)
     end
     mf = core.safetensors.open(mpath)
     check(mf, mpath, targets, "model")
-    check(rf, rpath, specs, "optimizer")
+    -- FP8 scaling states: restored when the file has them (a run without FP8 ignores them; a checkpoint
+    -- without them, e.g. of a bf16 run, leaves this run's fresh), checked like the rest when both have them
+    local has_fp8 = false
+    for _, n in ipairs(rf:names()) do
+      if n:match("^fp8%.") then has_fp8 = true end
+    end
+    if has_fp8 and #fp8 > 0 then
+      local all = {}
+      for _, e in ipairs(specs) do all[#all + 1] = e end
+      for _, e in ipairs(fp8) do all[#all + 1] = e end
+      check(rf, rpath, all, "optimizer or FP8 state")
+    else
+      fp8 = {}
+      check(rf, rpath, specs, "optimizer", "^fp8%.")
+    end
     if o.optimizer and rmeta["optimizer.kind"] ~= o.optimizer:state_values().kind then
       error(string.format("%s: optimizer state of %s, this run uses %s", rpath, tostring(rmeta["optimizer.kind"]),
         o.optimizer:state_values().kind), 0)
@@ -243,6 +288,7 @@ function M.load(path, o)
   local meta = mf:metadata()
   for _, e in ipairs(targets) do mf:read_into(e.name, e.t) end
   for _, e in ipairs(specs) do rf:read_into(e.name, e.t) end
+  for _, e in ipairs(fp8) do rf:read_into(e.name, e.t) end
   mf:close()
   rf:close()
   local ovals, state, config = {}, {}, {}

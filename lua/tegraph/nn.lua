@@ -161,6 +161,18 @@ function GPT:parameters()
   return out
 end
 
+-- The FP8 scaling states of the FP8 Linears under the model (m:fp8_state()'s entries, the layers' in order):
+-- empty when the model runs without FP8.
+function GPT:fp8_state()
+  local out = {}
+  for _, m in ipairs { self.body, self.head } do
+    if m.fp8_state then
+      for _, s in ipairs(m:fp8_state()) do out[#out + 1] = s end
+    end
+  end
+  return out
+end
+
 function GPT:num_parameters()
   local n = 0
   for _, p in ipairs(self:parameters()) do n = n + p:numel() end

@@ -484,6 +484,7 @@ function Trainer:checkpoint_options(o)
   local c = {}
   for k, v in pairs(o or {}) do c[k] = v end
   c.params, c.optimizer, c.comm, c.layout = self.params, self:optimizer(), self.world, self:layout()
+  c.fp8_modules = self.model -- delayed scaling's amax histories and scales: a resume continues them exactly
   if self.P > 1 then
     c.model_file = string.format("model.stage%d.safetensors", self.stage)
     c.writes_model = self.dp_rank == 0

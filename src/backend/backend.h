@@ -472,6 +472,19 @@ struct tg_fp8_cast_args {
     int64_t dbias_chunks;
 };
 
+/* A LayerNorm forward whose output goes straight to FP8 (tg_layernorm_forward_fp8): ln as
+ * tg_layernorm_forward (ln.y unused), each output rounded to ln.dt as that op stores it, then
+ * y8[r][c] = fp8(v * scale[0]) with amax = max|v| and scale_inv as tg_fp8_cast. */
+struct tg_layernorm_fp8_args {
+    struct tg_layernorm_forward_args ln;
+    uint8_t *y8;               /* (n, c) y8_dt */
+    tg_dtype y8_dt;            /* E4M3 or E5M2 */
+    const float *scale;        /* (1) or NULL: 1 */
+    float *amax;               /* (1) or NULL */
+    float *scale_inv;          /* (1) or NULL: gets 1 / scale */
+    int accumulate;
+};
+
 /* dbias[c] = accumulate * dbias[c] + the sum over the chunks of part[.][c], in double in a fixed order (the CPU:
  * chunk order), rounded once to dw_dt (tg_fp8_dbias_finish). */
 struct tg_fp8_dbias_args {
@@ -617,6 +630,10 @@ struct tg_backend {
 
     /* FP8 */
     tg_status (*fp8_cast)(tg_stream *s, const struct tg_fp8_cast_args *a);
+    /* tg_fp8_cast_transpose_gelu: the cast args with x = the pre-activation h (gelu_x, dbias_part unused); the cast
+     * reads g = x_dt(gelu(h)) (tg_gelu_forward's formula and rounding) in place of x */
+    tg_status (*fp8_cast_gelu)(tg_stream *s, const struct tg_fp8_cast_args *a);
+    tg_status (*layernorm_forward_fp8)(tg_stream *s, const struct tg_layernorm_fp8_args *a);
     tg_status (*fp8_dbias)(tg_stream *s, const struct tg_fp8_dbias_args *a);
     tg_status (*fp8_transpose)(tg_stream *s, const struct tg_fp8_transpose_args *a);
     tg_status (*fp8_dequantize)(tg_stream *s, const struct tg_fp8_dequantize_args *a);

@@ -129,6 +129,41 @@ tg_status cpu_fp8_cast(tg_stream *s, const struct tg_fp8_cast_args *a)
     return cpu_submit(s, a->gelu_x || a->dbias_part ? cast_grad_run : cast_run, a, sizeof *a);
 }
 
+/* g = x_dt(gelu(h)): cpu_nn.c's gelu_forward, the same float formula and rounding. */
+static inline float gelu_fwd(float h, tg_dtype dt)
+{
+    float g = 0.5f * h * (1.0f + tanhf(GELU_K * (h + GELU_A * h * h * h)));
+    return dt == TG_BF16 ? tg_bf16_to_f32(tg_f32_to_bf16(g)) : g;
+}
+
+/* tg_fp8_cast_transpose_gelu: cast_run's transposed form on g = gelu(x). */
+static void cast_gelu_run(const void *p)
+{
+    const struct tg_fp8_cast_args *a = p;
+    const float scale = a->scale ? *a->scale : 1.0f;
+    const int64_t rows = a->rows, cols = a->cols;
+    uint8_t *y = a->y, *yt = a->yt;
+    uint32_t m = 0;
+#pragma omp parallel for reduction(max : m) if (rows * cols > CPU_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c++) {
+            const float v = gelu_fwd(ld_hp(a->x, a->x_dt, r * cols + c), a->x_dt);
+            const uint32_t b = abs_bits(v);
+            if (b > m) m = b;
+            const uint8_t q = tg_fp8_from_f32(a->y_dt, v * scale);
+            if (y) y[r * cols + c] = q;
+            if (yt) yt[c * rows + r] = q;
+        }
+    }
+    if (a->amax) amax_store(a->amax, m, a->accumulate);
+    if (a->scale_inv) *a->scale_inv = 1.0f / scale;
+}
+
+tg_status cpu_fp8_cast_gelu(tg_stream *s, const struct tg_fp8_cast_args *a)
+{
+    return cpu_submit(s, cast_gelu_run, a, sizeof *a);
+}
+
 /* dbias = acc * dbias + the chunks' partials summed in chunk order, in double (cpu_nn.c's st_wgrad rounding). */
 static void dbias_run(const void *p)
 {

@@ -28,6 +28,7 @@ tg_status cpu_gemm(tg_stream *s, const struct tg_gemm_args *a);
 
 /* Transformer kernel entries (cpu_nn.c). */
 tg_status cpu_layernorm_forward(tg_stream *s, const struct tg_layernorm_forward_args *a);
+tg_status cpu_layernorm_forward_fp8(tg_stream *s, const struct tg_layernorm_fp8_args *a);
 tg_status cpu_layernorm_backward(tg_stream *s, const struct tg_layernorm_backward_args *a);
 tg_status cpu_layernorm_backward_dw(tg_stream *s, const struct tg_layernorm_backward_dw_args *a);
 tg_status cpu_rmsnorm_forward(tg_stream *s, const struct tg_rmsnorm_forward_args *a);
@@ -57,6 +58,7 @@ tg_status cpu_fp8_scale_update(tg_stream *s, const struct tg_fp8_scale_update_ar
 
 /* FP8 kernel entries (cpu_fp8.c). */
 tg_status cpu_fp8_cast(tg_stream *s, const struct tg_fp8_cast_args *a);
+tg_status cpu_fp8_cast_gelu(tg_stream *s, const struct tg_fp8_cast_args *a);
 tg_status cpu_fp8_dbias(tg_stream *s, const struct tg_fp8_dbias_args *a);
 tg_status cpu_fp8_transpose(tg_stream *s, const struct tg_fp8_transpose_args *a);
 tg_status cpu_fp8_dequantize(tg_stream *s, const struct tg_fp8_dequantize_args *a);

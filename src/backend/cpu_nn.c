@@ -57,6 +57,31 @@ static tg_status float_only(const char *what, tg_dtype dt)
 #define COL_BLOCK 32
 
 /* ------------------------------------------------------------------ layernorm */
+/* Row r's statistics: mean and rstd as stored (f32), the sums in double. */
+static void layernorm_stats(const struct tg_layernorm_forward_args *a, int64_t r, float *mean, float *rstd)
+{
+    const int64_t o = r * a->c, c = a->c;
+    const tg_dtype dt = a->dt;
+    double sum = 0, var = 0;
+    for (int64_t j = 0; j < c; j++) sum += ld(a->x, dt, o + j);
+    double mu = sum / (double)c;
+    for (int64_t j = 0; j < c; j++) {
+        double d = ld(a->x, dt, o + j) - mu;
+        var += d * d;
+    }
+    *mean = (float)mu;
+    *rstd = (float)(1.0 / sqrt(var / (double)c + a->eps));
+}
+
+/* Output element j of row r in f32, before it is rounded to dt. */
+static inline float layernorm_value(const struct tg_layernorm_forward_args *a, int64_t r, int64_t j, float m, float rs,
+                                    int rp)
+{
+    float v = (ld(a->x, a->dt, r * a->c + j) - m) * rs * ldp(a->gamma, a->dt, j, rp);
+    if (a->beta) v += ldp(a->beta, a->dt, j, rp);
+    return v;
+}
+
 static void layernorm_forward_run(const void *p)
 {
     const struct tg_layernorm_forward_args *a = p;
@@ -65,23 +90,48 @@ static void layernorm_forward_run(const void *p)
     const int rp = study_round(dt, TG_DEBUG_ROUND_PARAMS);
 #pragma omp parallel for schedule(static) if (n * c > CPU_PAR_MIN)
     for (int64_t r = 0; r < n; r++) {
-        const int64_t o = r * c;
-        double sum = 0, var = 0;
-        for (int64_t j = 0; j < c; j++) sum += ld(a->x, dt, o + j);
-        double mu = sum / (double)c;
-        for (int64_t j = 0; j < c; j++) {
-            double d = ld(a->x, dt, o + j) - mu;
-            var += d * d;
-        }
-        float m = (float)mu, rs = (float)(1.0 / sqrt(var / (double)c + a->eps));
+        float m, rs;
+        layernorm_stats(a, r, &m, &rs);
+        a->mean[r] = m;
+        a->rstd[r] = rs;
+        for (int64_t j = 0; j < c; j++) st(a->y, dt, r * c + j, layernorm_value(a, r, j, m, rs, rp));
+    }
+}
+
+/* tg_layernorm_forward_fp8: layernorm_forward_run's values rounded to dt, then cast as cpu_fp8.c's cast_run
+ * (amax of the rounded values, compared as bits). */
+static void layernorm_fp8_run(const void *p)
+{
+    const struct tg_layernorm_fp8_args *f = p;
+    const struct tg_layernorm_forward_args *a = &f->ln;
+    const int64_t n = a->n, c = a->c;
+    const tg_dtype dt = a->dt;
+    const int rp = study_round(dt, TG_DEBUG_ROUND_PARAMS);
+    const float scale = f->scale ? *f->scale : 1.0f;
+    uint32_t mx = 0;
+#pragma omp parallel for schedule(static) reduction(max : mx) if (n * c > CPU_PAR_MIN)
+    for (int64_t r = 0; r < n; r++) {
+        float m, rs;
+        layernorm_stats(a, r, &m, &rs);
         a->mean[r] = m;
         a->rstd[r] = rs;
         for (int64_t j = 0; j < c; j++) {
-            float v = (ld(a->x, dt, o + j) - m) * rs * ldp(a->gamma, dt, j, rp);
-            if (a->beta) v += ldp(a->beta, dt, j, rp);
-            st(a->y, dt, o + j, v);
+            float v = layernorm_value(a, r, j, m, rs, rp);
+            if (dt == TG_BF16) v = tg_bf16_to_f32(tg_f32_to_bf16(v));
+            uint32_t b;
+            memcpy(&b, &v, sizeof b);
+            b &= 0x7fffffffu;
+            if (b > mx) mx = b;
+            f->y8[r * c + j] = tg_fp8_from_f32(f->y8_dt, v * scale);
         }
     }
+    if (f->amax) {
+        uint32_t old;
+        memcpy(&old, f->amax, sizeof old);
+        if (f->accumulate && old > mx) mx = old;
+        memcpy(f->amax, &mx, sizeof mx);
+    }
+    if (f->scale_inv) *f->scale_inv = 1.0f / scale;
 }
 
 static void layernorm_backward_run(const void *p)
@@ -144,6 +194,12 @@ tg_status cpu_layernorm_forward(tg_stream *s, const struct tg_layernorm_forward_
 {
     TG_TRY(float_only("layernorm_forward", a->dt));
     return cpu_submit(s, layernorm_forward_run, a, sizeof *a);
+}
+
+tg_status cpu_layernorm_forward_fp8(tg_stream *s, const struct tg_layernorm_fp8_args *a)
+{
+    TG_TRY(float_only("layernorm_forward_fp8", a->ln.dt));
+    return cpu_submit(s, layernorm_fp8_run, a, sizeof *a);
 }
 
 tg_status cpu_layernorm_backward(tg_stream *s, const struct tg_layernorm_backward_args *a)

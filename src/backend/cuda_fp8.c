@@ -25,6 +25,23 @@ tg_status tg_cuda_fp8_cast_op(tg_stream *s, const struct tg_fp8_cast_args *a)
     return TG_OK;
 }
 
+tg_status tg_cuda_fp8_cast_gelu_op(tg_stream *s, const struct tg_fp8_cast_args *a)
+{
+    LAUNCH(s, "fp8_cast_transpose_gelu", tg_cuda_fp8_cast_gelu(a->x, a->x_dt, a->y, a->yt, a->y_dt, a->rows, a->cols,
+                                                               a->scale, a->amax, a->scale_inv, a->accumulate,
+                                                               tg_cuda_stream(s)));
+    return TG_OK;
+}
+
+tg_status tg_cuda_layernorm_forward_fp8_op(tg_stream *s, const struct tg_layernorm_fp8_args *a)
+{
+    const struct tg_layernorm_forward_args *l = &a->ln;
+    LAUNCH(s, "layernorm_forward_fp8",
+           tg_cuda_layernorm_forward_fp8(a->y8, a->y8_dt, l->mean, l->rstd, l->x, l->gamma, l->beta, l->dt, l->n, l->c,
+                                         l->eps, a->scale, a->amax, a->scale_inv, a->accumulate, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
 tg_status tg_cuda_fp8_dbias_op(tg_stream *s, const struct tg_fp8_dbias_args *a)
 {
     LAUNCH(s, "fp8_dbias_finish",

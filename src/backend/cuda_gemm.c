@@ -407,6 +407,7 @@ static tg_status gemm_fused(tg_stream *s, const struct tg_gemm_args *a, int *don
      * scaled product (no module makes one) keeps the column-sum kernel */
     if (a->alpha != 1.0f) return TG_OK;
     if ((double)a->m * (double)a->n * (double)a->k * (double)a->batch > BGRAD_FUSED_MAX) return TG_OK;
+    if (tg_debug_get(TG_DEBUG_BGRAD_UNFUSED)) return TG_OK;
     /* BGRAD: straight into bgrad when cuBLASLt's store is the wgrad's (overwrite, D's dtype, aligned), else via scratch */
     e.epi = CUBLASLT_EPILOGUE_BGRADB;
     e.bias_stride = a->m;

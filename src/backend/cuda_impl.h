@@ -109,6 +109,8 @@ tg_status tg_cuda_lt_handle(int dev, cublasLtHandle_t *out);
 
 /* ------------------------------------------------------------------ FP8 (cuda_fp8.c): the vtable's fp8_* entries */
 tg_status tg_cuda_fp8_cast_op(tg_stream *s, const struct tg_fp8_cast_args *a);
+tg_status tg_cuda_fp8_cast_gelu_op(tg_stream *s, const struct tg_fp8_cast_args *a);
+tg_status tg_cuda_layernorm_forward_fp8_op(tg_stream *s, const struct tg_layernorm_fp8_args *a);
 tg_status tg_cuda_fp8_dbias_op(tg_stream *s, const struct tg_fp8_dbias_args *a);
 tg_status tg_cuda_fp8_transpose_op(tg_stream *s, const struct tg_fp8_transpose_args *a);
 tg_status tg_cuda_fp8_dequantize_op(tg_stream *s, const struct tg_fp8_dequantize_args *a);

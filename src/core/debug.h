@@ -15,11 +15,18 @@ typedef enum tg_debug_flag {
     /* "unfused_dgelu": LayerNormMLP's backward runs gelu_backward after the GEMM instead of the DGELU
      * epilogue; read per backward call. */
     TG_DEBUG_UNFUSED_DGELU,
+    /* "fp8_unfused_producers": under FP8 delayed scaling, LayerNormLinear's and LayerNormMLP's norm and GELU
+     * Linear write their high-precision outputs and the next Linear casts them, instead of writing that
+     * Linear's FP8 input directly; read per forward call. */
+    TG_DEBUG_FP8_UNFUSED_PRODUCERS,
     /* "gemm_blocked": the CPU GEMM runs its blocked loops where it would call CBLAS; read per GEMM. */
     TG_DEBUG_GEMM_BLOCKED,
     /* "epilogue_unfused": the CUDA GEMM runs bias / GELU / bias-grad / GELU-grad as separate kernels
      * instead of cuBLASLt epilogues (the path for combinations cuBLASLt refuses); read per GEMM. */
     TG_DEBUG_EPILOGUE_UNFUSED,
+    /* "bgrad_unfused": the CUDA GEMM sums a bias gradient with the column-sum kernel at every size instead of
+     * cuBLASLt's bias-grad epilogue below its size rule (to measure that rule); read per GEMM. */
+    TG_DEBUG_BGRAD_UNFUSED,
     /* "alloc_direct": the CUDA allocator caches nothing (a cudaMalloc / cudaFree per block, so a memory
      * checker sees every overrun); read once, when the CUDA backend first probes its devices. */
     TG_DEBUG_ALLOC_DIRECT,

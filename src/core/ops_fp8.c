@@ -319,3 +319,64 @@ tg_status tg_fp8_gemm_in(tg_tensor *d, const tg_tensor *c, const tg_tensor *a, i
             .amax_d = amax_d ? tg_tensor_data(amax_d) : NULL, .accumulate = flags & TG_FP8_AMAX_ACCUMULATE};
     ISSUE(s, "fp8_gemm", fp8_gemm, &g, st);
 }
+
+/* ------------------------------------------------------------------ producers that write FP8 */
+tg_status tg_fp8_cast_transpose_gelu(tg_tensor *y, tg_tensor *y_t, const tg_tensor *h, const tg_tensor *scale,
+                                     tg_tensor *amax, tg_tensor *scale_inv, int flags)
+{
+    const char *op = "fp8_cast_transpose_gelu";
+    tg_stream *s;
+    TG_TRY(stream_for(op, "h", h, &s));
+    tg_status st = cast_checks(op, y, y_t, h, scale, amax, scale_inv, flags);
+    struct tg_fp8_cast_args a = {0};
+    if (st == TG_OK)
+        a = (struct tg_fp8_cast_args){.x = tg_tensor_data(h), .x_dt = h->dtype, .y = y ? tg_tensor_data(y) : NULL,
+                                      .yt = y_t ? tg_tensor_data(y_t) : NULL, .y_dt = y ? y->dtype : y_t->dtype,
+                                      .rows = rows(h), .cols = cols(h), .scale = scale ? tg_tensor_data(scale) : NULL,
+                                      .amax = amax ? tg_tensor_data(amax) : NULL,
+                                      .scale_inv = scale_inv ? tg_tensor_data(scale_inv) : NULL,
+                                      .accumulate = flags & TG_FP8_AMAX_ACCUMULATE};
+    ISSUE(s, op, fp8_cast_gelu, &a, st);
+}
+
+tg_status tg_layernorm_forward_fp8(tg_tensor *y8, tg_tensor *mean, tg_tensor *rstd, const tg_tensor *x,
+                                   const tg_tensor *gamma, const tg_tensor *beta, double eps, const tg_tensor *scale,
+                                   tg_tensor *amax, tg_tensor *scale_inv, int flags)
+{
+    const char *op = "layernorm_forward_fp8";
+    char a[96], b[96];
+    tg_stream *s;
+    TG_TRY(stream_for(op, "x", x, &s));
+    tg_status st = activation(op, "x", x);
+    if (st == TG_OK) st = flags_ok(op, flags);
+    if (st == TG_OK) st = fp8_tensor(op, "x", x, "y", y8);
+    if (st == TG_OK && (y8->ndim < 1 || rows(y8) != rows(x) || cols(y8) != cols(x)))
+        st = tg_error(TG_EINVAL, "%s: x %s vs y %s (the same rows and last dimension expected)", op, desc(x, a, sizeof a),
+                      desc(y8, b, sizeof b));
+    if (st == TG_OK) st = vec(op, "x", x, "gamma", gamma, cols(x), x->dtype);
+    if (st == TG_OK && beta) st = vec(op, "x", x, "beta", beta, cols(x), x->dtype);
+    if (st == TG_OK) st = stat(op, "x", x, "mean", mean, rows(x));
+    if (st == TG_OK) st = stat(op, "x", x, "rstd", rstd, rows(x));
+    if (st == TG_OK && (!(eps >= 0) || !isfinite(eps)))
+        st = tg_error(TG_EINVAL, "%s: eps = %g must be finite and >= 0", op, eps);
+    if (st == TG_OK) st = scalar_opt(op, "x", x, "scale", scale);
+    if (st == TG_OK) st = scalar_opt(op, "x", x, "amax", amax);
+    if (st == TG_OK) st = scalar_opt(op, "x", x, "scale_inv", scale_inv);
+    const tg_tensor *outs[] = {y8, mean, rstd, amax, scale_inv};
+    const char *names[] = {"y", "mean", "rstd", "amax", "scale_inv"};
+    for (int i = 0; i < 5 && st == TG_OK; i++) {
+        st = no_overlap(op, "x", x, names[i], outs[i]);
+        if (st == TG_OK) st = no_overlap(op, "scale", scale, names[i], outs[i]);
+        for (int j = i + 1; j < 5 && st == TG_OK; j++) st = no_overlap(op, names[i], outs[i], names[j], outs[j]);
+    }
+    struct tg_layernorm_fp8_args ar = {0};
+    if (st == TG_OK)
+        ar = (struct tg_layernorm_fp8_args){
+            .ln = {.mean = tg_tensor_data(mean), .rstd = tg_tensor_data(rstd), .x = tg_tensor_data(x),
+                   .gamma = tg_tensor_data(gamma), .beta = beta ? tg_tensor_data(beta) : NULL, .dt = x->dtype,
+                   .n = rows(x), .c = cols(x), .eps = (float)eps},
+            .y8 = tg_tensor_data(y8), .y8_dt = y8->dtype, .scale = scale ? tg_tensor_data(scale) : NULL,
+            .amax = amax ? tg_tensor_data(amax) : NULL, .scale_inv = scale_inv ? tg_tensor_data(scale_inv) : NULL,
+            .accumulate = flags & TG_FP8_AMAX_ACCUMULATE};
+    ISSUE(s, op, layernorm_forward_fp8, &ar, st);
+}

@@ -21,6 +21,14 @@
  * beta may be NULL (no bias). */
 tg_status tg_layernorm_forward(tg_tensor *y, tg_tensor *mean, tg_tensor *rstd, const tg_tensor *x,
                                const tg_tensor *gamma, const tg_tensor *beta, double eps);
+/* tg_layernorm_forward whose output goes to FP8: y8 (x's shape, E4M3 or E5M2)
+ * = the codes of tg_layernorm_forward's output (rounded to x's dtype as that op
+ * stores it) times scale, amax and scale_inv as tg_fp8_cast (flags:
+ * TG_FP8_AMAX_ACCUMULATE); mean, rstd saved as there. Bit for bit that op
+ * then tg_fp8_cast, without the high-precision output. */
+tg_status tg_layernorm_forward_fp8(tg_tensor *y8, tg_tensor *mean, tg_tensor *rstd, const tg_tensor *x,
+                                   const tg_tensor *gamma, const tg_tensor *beta, double eps, const tg_tensor *scale,
+                                   tg_tensor *amax, tg_tensor *scale_inv, int flags);
 /* dx (N, C) from dy (N, C), x, gamma, mean, rstd. */
 tg_status tg_layernorm_backward(tg_tensor *dx, const tg_tensor *dy, const tg_tensor *x, const tg_tensor *gamma,
                                 const tg_tensor *mean, const tg_tensor *rstd);

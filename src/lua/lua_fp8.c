@@ -1,6 +1,7 @@
 /* lua_fp8.c — tegraph.ops' FP8 functions: casts with amax (and transposed copies), transpose, dequantize,
- * amax, the FP8 GEMM, and the host conversions of single values. */
+ * amax, the FP8 GEMM, the LayerNorm forward written as FP8, and the host conversions of single values. */
 #include "lua/lua_nn.h"
+#include "core/ops_nn.h"
 
 #include <string.h>
 
@@ -91,7 +92,8 @@ static tg_tensor *out_or_new(lua_State *L, int opts, const char *k, tg_tensor *g
 }
 
 static const char *const cast_opts = "scale, amax, scale_inv, accumulate, y, y_t";
-static const char *const cast_t_opts = "scale, amax, scale_inv, accumulate, y, y_t, gelu_x, dbias_part";
+static const char *const cast_t_opts = "scale, amax, scale_inv, accumulate, y, y_t, gelu_x, dbias_part, gelu";
+static const char *const ln_opts = "eps, scale, amax, scale_inv, accumulate, y";
 
 /* fp8_cast(x, dtype [, {scale=, amax=, scale_inv=, accumulate=false, y=}]) -> y: y = fp8(x * scale), amax =
  * max|x| (written, or accumulated when accumulate), scale_inv = 1 / scale (tg_fp8_cast); y is new (x's
@@ -113,7 +115,8 @@ static int o_fp8_cast(lua_State *L)
 /* fp8_cast_transpose(x, dtype [, opts as fp8_cast, y=, y_t=, gelu_x=, dbias_part=]) -> y, y_t: the cast and its
  * transpose (x's last dimension first, 2-D) in one pass; y or y_t may be given (y = false: only y_t, returned
  * alone). A gradient's form (tg_fp8_cast_transpose_dbias): gelu_x casts gelu'(gelu_x) * x, dbias_part (f32
- * (fp8_dbias_chunks(rows), cols)) gets the bias gradient's column partials. */
+ * (fp8_dbias_chunks(rows), cols)) gets the bias gradient's column partials. gelu = true: the forward form
+ * (tg_fp8_cast_transpose_gelu), x is a pre-activation and gelu(x) is cast. */
 static int o_fp8_cast_transpose(lua_State *L)
 {
     tg_tensor *x = tgl_tensor_check(L, 1);
@@ -125,6 +128,9 @@ static int o_fp8_cast_transpose(lua_State *L)
     tg_tensor *amax = field_tensor(L, 3, "amax", "fp8_cast_transpose");
     tg_tensor *si = field_tensor(L, 3, "scale_inv", "fp8_cast_transpose");
     int flags = field_bool(L, 3, "accumulate") ? TG_FP8_AMAX_ACCUMULATE : 0;
+    const int gelu = field_bool(L, 3, "gelu");
+    if (gelu && (gx || part))
+        return luaL_error(L, "fp8_cast_transpose: option gelu (the forward form) goes with neither gelu_x nor dbias_part");
     int no_y = 0;
     if (!lua_isnoneornil(L, 3)) {
         lua_getfield(L, 3, "y");
@@ -138,9 +144,30 @@ static int o_fp8_cast_transpose(lua_State *L)
     int nret = 0;
     if (!no_y) y = out_or_new(L, 3, "y", y, x, dt, 0, NULL), nret++;
     yt = out_or_new(L, 3, "y_t", yt, x, dt, 2, ts), nret++;
-    if (gx || part) tgl_check(L, tg_fp8_cast_transpose_dbias(y, yt, x, gx, scale, amax, si, part, flags));
+    if (gelu) tgl_check(L, tg_fp8_cast_transpose_gelu(y, yt, x, scale, amax, si, flags));
+    else if (gx || part) tgl_check(L, tg_fp8_cast_transpose_dbias(y, yt, x, gx, scale, amax, si, part, flags));
     else tgl_check(L, tg_fp8_cast_transpose(y, yt, x, scale, amax, si, flags));
     return nret;
+}
+
+/* fp8_layernorm(x, gamma, beta|nil, dtype [, {eps = 1e-5, scale=, amax=, scale_inv=, accumulate=false, y=}]) -> y, mean,
+ * rstd: the LayerNorm forward written as FP8 (tg_layernorm_forward_fp8): y (x's shape, dtype) the codes of the
+ * normalized x (rounded to x's dtype) times scale, amax and scale_inv as fp8_cast; y is new unless given. */
+static int o_fp8_layernorm(lua_State *L)
+{
+    tg_tensor *x = tgl_tensor_check(L, 1), *g = tgl_tensor_check(L, 2);
+    tg_tensor *b = lua_isnoneornil(L, 3) ? NULL : tgl_tensor_check(L, 3);
+    tg_dtype dt = fp8_dtype_check(L, 4);
+    fields_known(L, 5, ln_opts, "fp8_layernorm");
+    tg_tensor *scale = field_tensor(L, 5, "scale", "fp8_layernorm"), *amax = field_tensor(L, 5, "amax", "fp8_layernorm");
+    tg_tensor *si = field_tensor(L, 5, "scale_inv", "fp8_layernorm"), *y = field_tensor(L, 5, "y", "fp8_layernorm");
+    const double eps = field_num(L, 5, "eps", 1e-5, "fp8_layernorm");
+    int flags = field_bool(L, 5, "accumulate") ? TG_FP8_AMAX_ACCUMULATE : 0;
+    const int64_t c = tg_tensor_ndim(x) ? tg_tensor_dim(x, tg_tensor_ndim(x) - 1) : 1, n = c ? tg_tensor_numel(x) / c : 0;
+    y = out_or_new(L, 5, "y", y, x, dt, 0, NULL);
+    tg_tensor *mean = push_new(L, x, TG_F32, 1, &n), *rstd = push_new(L, x, TG_F32, 1, &n);
+    tgl_check(L, tg_layernorm_forward_fp8(y, mean, rstd, x, g, b, eps, scale, amax, si, flags));
+    return 3;
 }
 
 /* fp8_dbias_finish(dbias, dbias_part [, accumulate = 0]) -> dbias: dbias = accumulate * dbias + the sum of the
@@ -259,6 +286,7 @@ static int o_fp8_max(lua_State *L)
 static const luaL_Reg fp8_funcs[] = {
     {"fp8_cast", o_fp8_cast},
     {"fp8_cast_transpose", o_fp8_cast_transpose},
+    {"fp8_layernorm", o_fp8_layernorm},
     {"fp8_dbias_finish", o_fp8_dbias_finish},
     {"fp8_dbias_chunks", o_fp8_dbias_chunks},
     {"fp8_transpose", o_fp8_transpose},

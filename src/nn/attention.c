@@ -66,7 +66,8 @@ static tg_status attention_forward_res(tg_module *m, int mb, const tg_tensor *x,
     if (x->ndim != 3 || x->shape[2] != A->c || x->dtype != m->opts.dtype)
         return tg_error(TG_EINVAL, "x is %s %s, expected (B, T, %lld) %s", tg_tensor_shape_str(x, a, sizeof a),
                         tg_dtype_name(x->dtype), (long long)A->c, tg_dtype_name(m->opts.dtype));
-    return tg_chain_forward_res(m, mb, x, res, y); /* res goes to the output projection's GEMM */
+    /* res goes to the output projection's GEMM; an FP8 input written by the norm before goes to qkv */
+    return tg_fp8_chain_forward_res(m, mb, x, res, y);
 }
 
 static tg_status attention_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
@@ -88,6 +89,7 @@ tg_status tg_attention_new(int64_t c, int n_head, const tg_module_opts *o, tg_mo
         return tg_error(TG_EINVAL, "CausalSelfAttention: width %lld must be a positive multiple of n_head %d", (long long)c, n_head);
     tg_module *m, *tmp = NULL;
     TG_TRY(tg_module_alloc(&attention_vt, o, &m));
+    m->fp8_in_first = 1;
     tg_module_opts co;
     char name[256];
     tg_nn_child_opts(m, "qkv", &co, name, sizeof name);

@@ -1,4 +1,5 @@
 /* fp8.c — FP8 recipes, fp8_autocast, and the per-Linear scaling state (amax history, scales, weight cache). */
+#include "core/debug.h"
 #include "nn/nn.h"
 
 #include <stdlib.h>
@@ -274,4 +275,78 @@ tg_status tg_module_fp8_prepare(tg_module *m)
     }
     for (int i = 0; i < m->nchildren; i++) TG_TRY(tg_module_fp8_prepare(m->children[i]));
     return TG_OK;
+}
+
+/* ------------------------------------------------------------------ producers */
+void tg_fp8_input_free(struct tg_fp8_input *in)
+{
+    tg_tensor_free(in->x8);
+    tg_tensor_free(in->x8_t);
+    tg_tensor_free(in->scale_inv);
+    memset(in, 0, sizeof *in);
+}
+
+static int writes_fp8(const tg_module *m) { return tg_norm_writes_fp8(m) || tg_linear_writes_fp8(m); }
+
+/* The Linear that would take an FP8 input given to m: m itself, or through composites that hand their input to
+ * their first child (fp8_in_first: CausalSelfAttention's qkv); NULL when none can. */
+static tg_module *input_leaf(tg_module *m)
+{
+    for (; m && !m->route && !m->npre; m = m->nchildren ? m->children[0] : NULL) {
+        if (tg_linear_takes_fp8_input(m)) return m;
+        if (!m->fp8_in_first) return NULL;
+    }
+    return NULL;
+}
+
+tg_status tg_fp8_forward_into(tg_module *c, tg_module *next, int mb, const tg_tensor *x, const tg_tensor *res,
+                              const struct tg_fp8_input *in, struct tg_fp8_input *out, tg_tensor **y)
+{
+    memset(out, 0, sizeof *out);
+    *y = NULL;
+    tg_module *leaf = next && !tg_debug_get(TG_DEBUG_FP8_UNFUSED_PRODUCERS) && writes_fp8(c) ? input_leaf(next) : NULL;
+    if (leaf) {
+        const int64_t cols = x->ndim ? x->shape[x->ndim - 1] : 1;
+        TG_TRY(tg_linear_fp8_input_begin(leaf, mb, cols ? tg_tensor_numel(x) / cols : 0, out));
+    }
+    c->fp8_in = in;
+    c->fp8_out = leaf ? out : NULL;
+    tg_status st = tg_module_forward_res(c, mb, x, res, y);
+    c->fp8_in = c->fp8_out = NULL;
+    if (st != TG_OK) tg_fp8_input_free(out);
+    return st;
+}
+
+tg_status tg_fp8_chain_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
+{
+    if (m->nchildren == 0) return tg_chain_forward_res(m, mb, x, res, y);
+    tg_tensor *cur = NULL; /* owned, as in tg_chain_forward_res */
+    struct tg_fp8_input in = {0}, out; /* the current child's FP8 input (from the child before), its output */
+    int have_in = 0;
+    tg_status st = TG_OK;
+    for (int i = 0; i < m->nchildren && st == TG_OK; i++) {
+        const int last = i == m->nchildren - 1;
+        /* the first child gets what m was given (m->fp8_in, for fp8_in_first composites) */
+        const struct tg_fp8_input *cin = i == 0 ? m->fp8_in : have_in ? &in : NULL;
+        tg_tensor *nx = NULL;
+        st = tg_fp8_forward_into(m->children[i], last ? NULL : m->children[i + 1], mb, cur ? cur : x,
+                                 last ? res : NULL, cin, &out, &nx);
+        tg_fp8_input_free(&in); /* the consumer keeps its own references */
+        in = out;
+        have_in = in.x8 != NULL;
+        tg_tensor_free(cur);
+        cur = nx;
+    }
+    tg_fp8_input_free(&in);
+    if (st != TG_OK) {
+        tg_tensor_free(cur);
+        return st;
+    }
+    *y = cur;
+    return TG_OK;
+}
+
+tg_status tg_fp8_chain_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
+{
+    return tg_fp8_chain_forward_res(m, mb, x, NULL, y);
 }

@@ -3,8 +3,8 @@
 
 static const struct tg_module_vtbl layernorm_linear_vt = {
     .type = "LayerNormLinear",
-    .forward = tg_chain_forward,
-    .forward_res = tg_chain_forward_res,
+    .forward = tg_fp8_chain_forward,
+    .forward_res = tg_fp8_chain_forward_res,
     .backward = tg_chain_backward,
     .backward_res = tg_chain_backward_res,
 };

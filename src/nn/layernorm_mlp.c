@@ -93,16 +93,16 @@ static tg_status mlp_gelu_backward(tg_module *m, int mb, const tg_tensor *dy, tg
 
 static const struct tg_module_vtbl layernorm_mlp_vt = {
     .type = "LayerNormMLP",
-    .forward = tg_chain_forward,
-    .forward_res = tg_chain_forward_res,
+    .forward = tg_fp8_chain_forward,
+    .forward_res = tg_fp8_chain_forward_res,
     .backward = tg_chain_backward,
     .backward_res = tg_chain_backward_res,
 };
 
 static const struct tg_module_vtbl layernorm_mlp_gelu_vt = {
     .type = "LayerNormMLP",
-    .forward = tg_chain_forward,
-    .forward_res = tg_chain_forward_res,
+    .forward = tg_fp8_chain_forward,
+    .forward_res = tg_fp8_chain_forward_res,
     .backward = mlp_gelu_backward,
     .backward_res = mlp_gelu_backward_res,
 };

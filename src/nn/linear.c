@@ -1,6 +1,8 @@
 /* linear.c — Linear: y = x W^T + b (optionally through gelu); dgrad dx = dy W; wgrad dW = dy^T x, db = sum dy (now or delayed). */
 #include "nn/nn.h"
 
+#include <string.h>
+
 struct linear {
     int64_t in, out;
     tg_param *w; /* (out, in) */
@@ -32,16 +34,11 @@ static tg_status dgelu_source(tg_module *m, tg_module *g, int mb, const struct t
     return tg_nn_check_like("the dgelu source's pre-activation", (*out)->t[1], s->t[0], L->in, m->opts.dtype);
 }
 
-/* y = res + x W^T (+ b): res (NULL: none) is the C that the GEMM's beta = 1 scales;
- * with gelu (y = res + gelu(...)) it is a separate add. */
-/* The FP8 forward (recipe r): the weight cast (with its transpose) at microbatch 1
- * after the delayed-scaling update, or when no cast is cached; x cast with its
- * transpose (kept for the wgrad); y = (x8 W8^T) * scale_invs (+ res) (+ b), gelu. */
-static tg_status linear_forward_fp8(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y,
-                                    const tg_fp8_recipe *r)
+/* The FP8 weight step: at microbatch 1 (after the delayed-scaling update) or when no cast is cached, the
+ * weight cast with its transpose. */
+static tg_status fp8_weight_step(tg_module *m, int mb)
 {
     struct linear *L = m->impl;
-    TG_TRY(tg_fp8_state_ensure(m, r, L->out, L->in));
     struct tg_fp8_state *S = m->fp8;
     tg_status st = TG_OK;
     if (mb == 1 || !S->w_valid) {
@@ -49,33 +46,70 @@ static tg_status linear_forward_fp8(tg_module *m, int mb, const tg_tensor *x, co
         if (st == TG_OK) st = tg_fp8_state_cast(S, TG_FP8_ROLE_WEIGHT, L->w->data, S->w8, S->w8_t, S->w_scale_inv);
         S->w_valid = st == TG_OK;
     }
+    return st;
+}
+
+/* y = res + x W^T (+ b): res (NULL: none) is the C that the GEMM's beta = 1 scales;
+ * with gelu (y = res + gelu(...)) it is a separate add. */
+/* The FP8 forward (recipe r): the weight step (fp8_weight_step); x cast with its
+ * transpose (kept for the wgrad); y = (x8 W8^T) * scale_invs (+ res) (+ b), gelu.
+ * With m->fp8_in the input came cast (the weight step ran in
+ * tg_linear_fp8_input_begin) and x only gives its shape. Under delayed scaling
+ * the gelu applies to the stored pre-activation h (not in the GEMM's epilogue),
+ * so its output is the same whether it is stored or, with m->fp8_out, cast for
+ * the next Linear in one pass (*y is then h, for its shape). */
+static tg_status linear_forward_fp8(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y,
+                                    const tg_fp8_recipe *r)
+{
+    struct linear *L = m->impl;
+    const struct tg_fp8_input *pre = m->fp8_in, *post = L->gelu ? m->fp8_out : NULL;
+    char a[160];
+    if ((pre || post) && r->scaling != TG_FP8_DELAYED)
+        return tg_error(TG_ESTATE, "%s: an FP8 input or output written across modules needs delayed scaling",
+                        tg_module_label(m, a, sizeof a));
+    TG_TRY(tg_fp8_state_ensure(m, r, L->out, L->in));
+    struct tg_fp8_state *S = m->fp8;
+    tg_status st = pre ? TG_OK : fp8_weight_step(m, mb);
     const tg_dtype dt = m->opts.dtype, xdt = tg_fp8_role_dtype(r, TG_FP8_ROLE_INPUT);
     tg_tensor *out = NULL, *x2 = NULL, *y2 = NULL, *r2 = NULL, *h = NULL, *h2 = NULL, *x8 = NULL, *x8t = NULL, *xs = NULL;
     tg_tensor *keep[4] = {NULL, NULL, NULL, NULL};
-    if (st == TG_OK) st = tg_nn_new_like(m, x, L->out, dt, &out);
-    if (st == TG_OK && res) st = tg_nn_check_like("res", res, out, L->out, dt);
+    if (st == TG_OK && !post) st = tg_nn_new_like(m, x, L->out, dt, &out);
+    if (st == TG_OK && res) st = post ? tg_error(TG_EINVAL, "%s: a residual with an FP8 output", tg_module_label(m, a, sizeof a))
+                                      : tg_nn_check_like("res", res, out, L->out, dt);
     if (st == TG_OK) st = tg_nn_rows(x, &x2);
-    if (st == TG_OK) st = tg_nn_rows(out, &y2);
+    if (st == TG_OK && out) st = tg_nn_rows(out, &y2);
     const int64_t n = st == TG_OK ? x2->shape[0] : 0, one[1] = {1};
     int64_t xs8[2] = {n, L->in}, xt8[2] = {L->in, n};
-    if (st == TG_OK) st = tg_module_tensor(m, xdt, 2, xs8, &x8);
-    if (st == TG_OK) st = tg_module_tensor(m, xdt, 2, xt8, &x8t);
-    if (st == TG_OK) st = tg_module_tensor(m, TG_F32, 1, one, &xs);
-    if (st == TG_OK) st = tg_fp8_state_cast(S, TG_FP8_ROLE_INPUT, x2, x8, x8t, xs);
+    if (st == TG_OK && pre) { /* the producer's cast: x8 borrowed, x8^T and scale_inv kept for the wgrad */
+        if (pre->x8->ndim != 2 || pre->x8->shape[0] != n || pre->x8->shape[1] != L->in || pre->x8->dtype != xdt)
+            st = tg_error(TG_EINVAL, "%s: the FP8 input written for it does not match x", tg_module_label(m, a, sizeof a));
+        if (st == TG_OK) st = tg_tensor_ref(pre->x8_t, &x8t);
+        if (st == TG_OK) st = tg_tensor_ref(pre->scale_inv, &xs);
+    } else {
+        if (st == TG_OK) st = tg_module_tensor(m, xdt, 2, xs8, &x8);
+        if (st == TG_OK) st = tg_module_tensor(m, xdt, 2, xt8, &x8t);
+        if (st == TG_OK) st = tg_module_tensor(m, TG_F32, 1, one, &xs);
+        if (st == TG_OK) st = tg_fp8_state_cast(S, TG_FP8_ROLE_INPUT, x2, x8, x8t, xs);
+    }
+    const tg_tensor *xin = pre ? pre->x8 : x8;
     if (st == TG_OK && L->gelu) st = tg_nn_new_like(m, x, L->out, dt, &h);
     if (st == TG_OK && h) st = tg_nn_rows(h, &h2);
     /* the bias (and gelu) ride in the GEMM's epilogue where the FP8 GEMM takes them (a bf16 bias), else run after it */
-    const int epi_ok = L->b && dt == TG_BF16;
+    const int epi_ok = L->b && dt == TG_BF16, gelu_epi = L->gelu && epi_ok && r->scaling != TG_FP8_DELAYED;
     tg_tensor *d = L->gelu ? h2 : y2;
     if (st == TG_OK && res && !L->gelu) st = tg_nn_rows(res, &r2); /* y = res + ...: the GEMM's C with beta = 1 */
-    if (st == TG_OK && L->gelu && epi_ok)
-        st = tg_fp8_gemm(y2, x8, 0, xs, S->w8, 1, S->w_scale_inv, 1.0, 0.0, TG_EPI_BIAS_GELU, L->b->data, h2, NULL, 0);
+    if (st == TG_OK && gelu_epi)
+        st = tg_fp8_gemm(y2, xin, 0, xs, S->w8, 1, S->w_scale_inv, 1.0, 0.0, TG_EPI_BIAS_GELU, L->b->data, h2, NULL, 0);
     else if (st == TG_OK) {
-        st = tg_fp8_gemm_in(d, r2, x8, 0, xs, S->w8, 1, S->w_scale_inv, 1.0, r2 ? 1.0 : 0.0,
+        st = tg_fp8_gemm_in(d, r2, xin, 0, xs, S->w8, 1, S->w_scale_inv, 1.0, r2 ? 1.0 : 0.0,
                             epi_ok ? TG_EPI_BIAS : TG_EPI_NONE, epi_ok ? L->b->data : NULL, NULL, NULL, 0);
         if (st == TG_OK && L->b && !epi_ok) st = tg_bias_add(d, L->b->data);
-        if (st == TG_OK && L->gelu) st = tg_gelu_forward(y2, h2);
+        if (st == TG_OK && post)
+            st = tg_fp8_cast_transpose_gelu(post->x8, post->x8_t, h2, post->scale, post->amax, post->scale_inv,
+                                            TG_FP8_AMAX_ACCUMULATE);
+        else if (st == TG_OK && L->gelu) st = tg_gelu_forward(y2, h2);
     }
+    if (st == TG_OK && post) st = tg_tensor_ref(h, &out);
     if (st == TG_OK && res && L->gelu) st = tg_binary(TG_ADD, out, res, out);
     if (st == TG_OK) st = tg_tensor_ref(x, &keep[0]);
     if (st == TG_OK) {
@@ -106,6 +140,11 @@ static tg_status linear_forward_res(tg_module *m, int mb, const tg_tensor *x, co
     TG_TRY(tg_nn_check_rows("x", x, m->opts.dtype, L->in));
     const tg_fp8_recipe *r = L->shared ? NULL : tg_fp8_effective(m);
     if (r) return linear_forward_fp8(m, mb, x, res, y, r);
+    if (m->fp8_in || (L->gelu && m->fp8_out)) {
+        char a[160];
+        return tg_error(TG_ESTATE, "%s: an FP8 input or output written across modules, but it does not run FP8",
+                        tg_module_label(m, a, sizeof a));
+    }
     tg_tensor *out = NULL, *x2 = NULL, *y2 = NULL, *h = NULL, *h2 = NULL, *r2 = NULL, *keep[2] = {NULL, NULL};
     tg_status st = tg_nn_new_like(m, x, L->out, m->opts.dtype, &out);
     if (st == TG_OK && res) st = tg_nn_check_like("res", res, out, L->out, m->opts.dtype);
@@ -344,3 +383,42 @@ tg_status tg_linear_new_shared(tg_param *weight, const tg_module_opts *o, tg_mod
 }
 
 tg_param *tg_linear_weight(tg_module *m) { return m && m->vt == &linear_vt ? ((struct linear *)m->impl)->w : NULL; }
+
+int tg_linear_takes_fp8_input(const tg_module *m)
+{
+    if (m->vt != &linear_vt || m->route || m->npre) return 0;
+    const struct linear *L = m->impl;
+    const tg_fp8_recipe *r = L->shared ? NULL : tg_fp8_effective(m);
+    return r && r->scaling == TG_FP8_DELAYED;
+}
+
+int tg_linear_writes_fp8(const tg_module *m)
+{
+    return tg_linear_takes_fp8_input(m) && ((const struct linear *)m->impl)->gelu;
+}
+
+tg_status tg_linear_fp8_input_begin(tg_module *m, int mb, int64_t rows, struct tg_fp8_input *in)
+{
+    char a[160];
+    memset(in, 0, sizeof *in);
+    if (!tg_linear_takes_fp8_input(m))
+        return tg_error(TG_ESTATE, "%s takes no FP8 input from the module before it", tg_module_label(m, a, sizeof a));
+    struct linear *L = m->impl;
+    const tg_fp8_recipe *r = tg_fp8_effective(m);
+    if (mb == 0) mb = tg_module_next_forward(m);
+    TG_TRY(tg_fp8_state_ensure(m, r, L->out, L->in));
+    TG_TRY(fp8_weight_step(m, mb));
+    struct tg_fp8_state *S = m->fp8;
+    const tg_dtype xdt = tg_fp8_role_dtype(r, TG_FP8_ROLE_INPUT);
+    const int64_t xs8[2] = {rows, L->in}, xt8[2] = {L->in, rows}, one[1] = {1};
+    tg_status st = tg_module_tensor(m, xdt, 2, xs8, &in->x8);
+    if (st == TG_OK) st = tg_module_tensor(m, xdt, 2, xt8, &in->x8_t);
+    if (st == TG_OK) st = tg_module_tensor(m, TG_F32, 1, one, &in->scale_inv);
+    if (st != TG_OK) {
+        tg_fp8_input_free(in);
+        return st;
+    }
+    in->scale = S->scale_v[TG_FP8_ROLE_INPUT];
+    in->amax = S->amax_v[TG_FP8_ROLE_INPUT];
+    return TG_OK;
+}

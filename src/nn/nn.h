@@ -237,6 +237,11 @@ struct tg_module {
     void *impl;                  /* module-specific state */
     struct tg_fp8_state *fp8;    /* a Linear's FP8 scaling state and weight cache (src/nn/fp8.c), or NULL */
     int fp8_exempt;              /* never runs FP8 (the LM head's projection) */
+    /* FP8 producers (src/nn/fp8.c, tg_fp8_chain_forward_res), set by the parent around one forward call:
+     * fp8_in: a Linear's input already cast (it skips its cast); fp8_out: where a producer (LayerNorm, a
+     * GELU Linear) writes the next Linear's input instead of its high-precision output. */
+    const struct tg_fp8_input *fp8_in, *fp8_out;
+    int fp8_in_first;            /* a composite whose forward hands fp8_in to its first child */
 };
 
 /* Generic module calls (all modules, composites included).
@@ -423,6 +428,40 @@ tg_status tg_fp8_state_cast(struct tg_fp8_state *s, int role, const tg_tensor *x
  * GELU derivative applied first. */
 tg_status tg_fp8_state_cast_grad(struct tg_fp8_state *s, const tg_tensor *dy, const tg_tensor *gelu_x, tg_tensor *y,
                                  tg_tensor *y_t, tg_tensor *y_scale_inv, tg_tensor *dbias_part);
+/* An FP8 input cast by its producer for the Linear after it (delayed scaling): x8 (rows, in) and its
+ * transpose x8_t (in, rows) in the Linear's input format, scale_inv (1); scale and amax are the Linear's
+ * input-role views, which the producer's cast uses and accumulates into. */
+struct tg_fp8_input {
+    tg_tensor *x8, *x8_t, *scale_inv;
+    const tg_tensor *scale;
+    tg_tensor *amax;
+};
+/* Whether Linear m's next forward can take its input cast by the module before it: FP8 with delayed
+ * scaling, its own weight, not routed to a graph, no forward pre-hooks. */
+int tg_linear_takes_fp8_input(const tg_module *m);
+/* For such an m and microbatch mb: the step's scale update and weight cast now (at microbatch 1, or when
+ * no cast is cached), as its forward would run them, then the input tensors for rows rows. */
+tg_status tg_linear_fp8_input_begin(tg_module *m, int mb, int64_t rows, struct tg_fp8_input *in);
+/* Whether m can write the next Linear's FP8 input: a LayerNorm (tg_layernorm_forward_fp8, then
+ * tg_fp8_transpose) or a GELU Linear running FP8 with delayed scaling (tg_fp8_cast_transpose_gelu of its
+ * pre-activation); neither routed to a graph nor with forward pre-hooks. Such a producer's forward, with
+ * fp8_out set, returns a tensor that only gives the consumer its input's shape and dtype (the norm's input,
+ * the Linear's pre-activation). */
+int tg_norm_writes_fp8(const tg_module *m);
+int tg_linear_writes_fp8(const tg_module *m);
+void tg_fp8_input_free(struct tg_fp8_input *in);
+/* The chain forward of LayerNormLinear and LayerNormMLP: as tg_chain_forward_res, but where a producer is
+ * followed by a Linear that takes an FP8 input, the producer writes it (the Linear's cast of a bf16 input
+ * is skipped); outputs, gradients and amaxes bit for bit those of the chain. The test switch
+ * TG_DEBUG_FP8_UNFUSED_PRODUCERS runs the plain chain. A composite with fp8_in_first hands m->fp8_in to
+ * its first child. */
+tg_status tg_fp8_chain_forward_res(tg_module *m, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y);
+tg_status tg_fp8_chain_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y);
+/* One step of such a chain: c's forward (mb, x, res; its FP8 input in, or NULL) where next takes c's output;
+ * when c can write the FP8 input of the Linear next starts with, it does, into *out (free it with
+ * tg_fp8_input_free after next's forward, which takes it as next->fp8_in), else *out stays empty. */
+tg_status tg_fp8_forward_into(tg_module *c, tg_module *next, int mb, const tg_tensor *x, const tg_tensor *res,
+                              const struct tg_fp8_input *in, struct tg_fp8_input *out, tg_tensor **y);
 /* The scaling tensors (history, scale, scale_inv) of every FP8 state under m,
  * in module order (caller frees the array). */
 tg_status tg_module_fp8_tensors(tg_module *m, tg_tensor ***out, int *n);

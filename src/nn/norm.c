@@ -17,12 +17,22 @@ static tg_status norm_forward(tg_module *m, int mb, const tg_tensor *x, tg_tenso
 {
     struct norm *N = m->impl;
     TG_TRY(tg_nn_check_rows("x", x, m->opts.dtype, N->c));
+    /* fp8_out: the next Linear's FP8 input and its transpose instead of y; *y is then x (its shape) */
+    const struct tg_fp8_input *f8 = m->fp8_out;
+    if (f8 && N->rms) {
+        char a[160];
+        return tg_error(TG_ESTATE, "%s writes no FP8 output", tg_module_label(m, a, sizeof a));
+    }
     int64_t rows[1] = {tg_tensor_numel(x) / N->c};
     tg_tensor *t[3] = {NULL, NULL, NULL}, *out = NULL;
-    tg_status st = tg_nn_new_like(m, x, N->c, m->opts.dtype, &out);
+    tg_status st = f8 ? tg_tensor_ref(x, &out) : tg_nn_new_like(m, x, N->c, m->opts.dtype, &out);
     if (st == TG_OK) st = tg_module_tensor(m, TG_F32, 1, rows, &t[1]);
     if (st == TG_OK && !N->rms) st = tg_module_tensor(m, TG_F32, 1, rows, &t[2]);
-    if (st == TG_OK) {
+    if (st == TG_OK && f8) {
+        st = tg_layernorm_forward_fp8(f8->x8, t[2], t[1], x, N->g->data, N->b ? N->b->data : NULL, m->opts.eps,
+                                      f8->scale, f8->amax, f8->scale_inv, TG_FP8_AMAX_ACCUMULATE);
+        if (st == TG_OK) st = tg_fp8_transpose(f8->x8_t, f8->x8);
+    } else if (st == TG_OK) {
         if (N->rms) st = tg_rmsnorm_forward(out, t[1], x, N->g->data, m->opts.eps);
         else st = tg_layernorm_forward(out, t[2], t[1], x, N->g->data, N->b ? N->b->data : NULL, m->opts.eps);
     }
@@ -136,4 +146,9 @@ tg_status tg_norm_new_by_name(const char *norm, int64_t c, const tg_module_opts 
     if (!norm || !strcmp(norm, "LayerNorm")) return tg_layernorm_new(c, o, m);
     if (!strcmp(norm, "RMSNorm")) return tg_rmsnorm_new(c, o, m);
     return tg_error(TG_EINVAL, "unknown normalization '%s' (expected \"LayerNorm\" or \"RMSNorm\")", norm);
+}
+
+int tg_norm_writes_fp8(const tg_module *m)
+{
+    return m->vt == &layernorm_vt && !m->route && !m->npre;
 }

@@ -7,9 +7,13 @@
 static tg_status block_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor **y)
 {
     tg_tensor *a = NULL, *h = NULL, *c = NULL;
-    TG_TRY(tg_module_forward(m->children[0], mb, x, &a));
+    struct tg_fp8_input a8; /* FP8 delayed scaling: the norm writes qkv's input */
+    TG_TRY(tg_fp8_forward_into(m->children[0], m->children[1], mb, x, NULL, NULL, &a8, &a));
     /* the residual adds run in the GEMMs of the attention's and the MLP's output projections */
+    m->children[1]->fp8_in = a8.x8 ? &a8 : NULL;
     tg_status st = tg_module_forward_res(m->children[1], mb, a, x, &h);
+    m->children[1]->fp8_in = NULL;
+    tg_fp8_input_free(&a8);
     tg_tensor_free(a);
     if (st == TG_OK) st = tg_module_forward_res(m->children[2], mb, h, h, &c);
     tg_tensor_free(h);
