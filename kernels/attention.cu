@@ -10,8 +10,9 @@ extern "C" {
 /* Three paths, all deterministic (no atomics; every sum in a fixed order):
  * - Hopper forward (bf16, head dim 64/128, sm_90a build on a compute capability 9.0 device): wgmma with Q, K, V
  *   brought by TMA through an mbarrier ring, a producer warpgroup and two consumer warpgroups taking turns
- *   (att6_fwd; att5_fwd, the cp.async version, where the driver cannot encode tensor maps); the backward's
- *   two kernels (dQ and dd, then dK and dV) on wgmma with cp.async rings (att7_bwd_dq, att7_bwd_dkdv).
+ *   (att6_fwd; att5_fwd, the cp.async version, where the driver cannot encode tensor maps); at head dim 128
+ *   the backward's two kernels (dQ and dd, then dK and dV) on wgmma with cp.async rings (att7_bwd_dq,
+ *   att7_bwd_dkdv; head dim 64 measured faster on the mma.sync ones).
  * - tensor cores (bf16, head dim 16/32/64/128, 16-byte aligned buffers): mma.sync m16n8k16 + ldmatrix,
  *   the streamed 64-row tiles double-buffered with cp.async, probabilities never leaving registers, softmax
  *   in f32. The forward runs one block per (batch*head, query block). The backward runs a dQ kernel per
@@ -1816,7 +1817,10 @@ static cudaError_t att6_fwd_launch(void *out, float *lse, const void *qkv, int64
 }
 
 /* The wgmma backward: 2 warpgroups a block (128 queries for dQ, 128 keys for dK/dV), 4-stage rings of 64-row
- * tiles; dQ and dd first, then dK, dV. */
+ * tiles; dQ and dd first, then dK, dV. Taken at head dim 128 only: H200 (2026-12, ops.lua, one call) 267 TFLOP/s
+ * at head dim 128 (b2 t2048 32 heads) against 195 on mma.sync, but 165 at head dim 64 (b8 t1024 12 heads)
+ * against 178 on mma.sync. Determinism costs the dQ kernel's recomputation of S and dP: 7 products of
+ * T^2 D / 2 per head where a backward summing dQ with atomics does 5. */
 template <int D>
 static cudaError_t att7_bwd_launch(void *dqkv, float *dd, const void *dout, const void *out, const void *qkv,
                                    const float *lse, int64_t B, int64_t T, int64_t C, int H, float scale, cudaStream_t st)
@@ -1839,9 +1843,9 @@ static cudaError_t att7_bwd_launch(void *dqkv, float *dd, const void *dout, cons
     return cudaGetLastError();
 }
 
-/* Whether the forward and the backward take the wgmma kernels on the current device: the build has the sm_90a
- * image (TG_CUDA_SM90A, set with the sm_90 target) and the device is of compute capability 9.0 (which loads it);
- * the debug switch attention_mma_sync sends both to the mma.sync kernels. */
+/* Whether the forward (head dims 64, 128) and the backward (head dim 128) take the wgmma kernels on the current
+ * device: the build has the sm_90a image (TG_CUDA_SM90A, set with the sm_90 target) and the device is of compute
+ * capability 9.0 (which loads it); the debug switch attention_mma_sync sends both to the mma.sync kernels. */
 extern "C" int tg_cuda_attention_wgmma(void)
 {
 #if defined(TG_CUDA_SM90A)
@@ -1914,10 +1918,8 @@ extern "C" cudaError_t tg_cuda_attention_backward(void *dqkv, const void *dout, 
     if (t > INT32_MAX || 3 * c > INT32_MAX || b * n_head > 65535) return cudaErrorInvalidValue;
     if ((size_t)(b * n_head * t) * sizeof(float) > scratch_bytes) return cudaErrorInvalidValue; /* dd does not fit */
     float *dd = scratch;
-    if (att_use_mma(dt, D, dqkv, dout, qkv) && att_aligned(out) && (D == 64 || D == 128) && tg_cuda_attention_wgmma()) {
-        if (D == 64) return att7_bwd_launch<64>(dqkv, dd, dout, out, qkv, lse, b, t, c, n_head, scale, st);
+    if (att_use_mma(dt, D, dqkv, dout, qkv) && att_aligned(out) && D == 128 && tg_cuda_attention_wgmma())
         return att7_bwd_launch<128>(dqkv, dd, dout, out, qkv, lse, b, t, c, n_head, scale, st);
-    }
     if (att_use_mma(dt, D, dqkv, dout, qkv) && att_aligned(out)) {
         switch (D) { /* dd comes from the dQ kernel */
         case 16: return att4_bwd_launch<16>(dqkv, dd, dout, out, qkv, lse, b, t, c, n_head, scale, st);
