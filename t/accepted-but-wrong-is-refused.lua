@@ -3,7 +3,8 @@
 -- after a replay), values that do not fit an integer dtype, a delayed wgrad popped in a later step, module calls from
 -- a wgrad hook, the same hook twice, AdamW options and parameters, a step before any gradient, make_graphed warm-up,
 -- script option bounds, steps skipped for a non-finite gradient norm, and misspelt options of AdamW, the
--- communicator calls, the tensor constructors, tensor:to, tg.stream.capture and the safetensors readers.
+-- communicator calls, the tensor constructors, tensor:to, tg.stream.capture and the safetensors readers, and
+-- non-boolean values of boolean options.
 local tg = require "tegraph"
 local optim = require "tegraph.optim"
 local progress = require "tegraph.progress"
@@ -219,6 +220,20 @@ do
   tap.is(t.w:totable()[3], 1, "tg.load with its known option loads")
   os.remove(path)
 end
+-- boolean options take booleans: 0 is true in Lua, so a number there would silently mean the opposite
+for _, c in ipairs {
+  { "bias", function() return tg.nn.Linear(4, 4, { bias = 0, device = CPU }) end },
+  { "delay_wgrad", function() return tg.nn.Linear(4, 4, { delay_wgrad = 1, device = CPU }) end },
+  { "async", function() return tg.comm.all_reduce(tg.ones { 2 }, { async = 0 }) end },
+  { "accumulate", function()
+    return tg.ops.fp8_cast(tg.ones({ 2 }, { device = CPU }), "e4m3", { accumulate = 0 }) end },
+  { "gelu", function()
+    return tg.ops.fp8_cast_transpose(tg.ones({ 2, 2 }, { device = CPU }), "e4m3", { gelu = "yes" }) end },
+} do
+  tap.error_like(c[2], "accepted%-but%-wrong%-is%-refused%.lua:%d+: .*option '" .. c[1] ..
+    "' must be a boolean %(true or false%), got a", "option '" .. c[1] .. "' refuses a non-boolean")
+end
+tap.is(#tg.nn.Linear(4, 4, { bias = false, device = CPU }):parameters(), 1, "bias = false still makes a Linear without a bias")
 local z = tg.randn({ 4 }, { dtype = "f32", device = CPU, name = "z", mean = 5, std = 0 })
 tap.is(z:totable()[4], 5, "known constructor options are taken (randn mean 5, std 0)")
 tap.is(tg.ones { 2 }:to({ dtype = "bf16", device = CPU }).dtype, "bf16", "tensor:to with its known options converts")

@@ -139,7 +139,9 @@ void tgl_objects_set(lua_State *L, const void *p, int idx)
 
 int tgl_field_bool(lua_State *L, int t, const char *k)
 {
-    lua_getfield(L, t, k);
+    const int ty = lua_getfield(L, t, k);
+    if (ty != LUA_TNIL && ty != LUA_TBOOLEAN) /* 0 is true in Lua: a number here is a mistake, not an answer */
+        return luaL_error(L, "option '%s' must be a boolean (true or false), got a %s", k, lua_typename(L, ty));
     int v = lua_toboolean(L, -1);
     lua_pop(L, 1);
     return v;

@@ -214,8 +214,7 @@ static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o
             luaL_error(L, "%s: op must be \"sum\", \"avg\", \"max\" or \"min\" (got %s)", what,
                        s ? s : luaL_typename(L, -1));
     }
-    lua_getfield(L, idx, "async");
-    o->async = lua_toboolean(L, -1);
+    o->async = tgl_field_bool(L, idx, "async");
     /* name: the op's label in traces ("ddp bucket 2"); set last, once every option is valid,
      * so a refused option leaves no label for the next op */
     const char *name = NULL;
@@ -230,7 +229,7 @@ static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o
         o->root = (int)root;
     }
     if (name) tg_comm_label_next(name); /* copied: the string may go with the pops below */
-    lua_pop(L, 4);
+    lua_pop(L, 3);
 }
 
 /* When async, pushes an empty request box (its result: the value at

@@ -31,10 +31,7 @@ static tg_tensor *field_tensor(lua_State *L, int opts, const char *k, const char
 static int field_bool(lua_State *L, int opts, const char *k)
 {
     if (lua_isnoneornil(L, opts)) return 0;
-    lua_getfield(L, opts, k);
-    int v = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    return v;
+    return tgl_field_bool(L, opts, k);
 }
 
 static double field_num(lua_State *L, int opts, const char *k, double def, const char *fn)

@@ -132,7 +132,7 @@ static void read_common(lua_State *L, tg_module_opts *o)
     tg_module_opts_default(o);
     if (lua_getfield(L, 1, "dtype") != LUA_TNIL) o->dtype = tgl_dtype_check(L, -1);
     if (lua_getfield(L, 1, "device") != LUA_TNIL) o->device = tgl_device_check(L, -1);
-    if (lua_getfield(L, 1, "bias") != LUA_TNIL) o->bias = lua_toboolean(L, -1);
+    if (lua_getfield(L, 1, "bias") != LUA_TNIL) o->bias = tgl_field_bool(L, 1, "bias");
     o->delay_wgrad = tgl_field_bool(L, 1, "delay_wgrad");
     o->fuse_wgrad_accumulation = tgl_field_bool(L, 1, "fuse_wgrad_accumulation");
     if (lua_getfield(L, 1, "chunk") != LUA_TNIL) {
