@@ -7,7 +7,10 @@
 . "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
 unset TG_DEVICE # the one-rank cases on the default device (a GPU where there is one); the ranks below on the CPU
 GPT="$SRCDIR/examples/gpt.lua"
-SMALL="--width 32 --layers 2 --heads 2 --batch 4 --microbatches 2 --quiet --samples 0 --eval 0 --steps 8 --warmup 2 --dtype bf16"
+# a token file with a context of 16: 32 tokens a microbatch, as FP8 GEMMs on a GPU need (multiples of 16)
+"$TEGRAPH" run "$GPT" --make-data "$tmp/task.bin" --tokens 4000 >/dev/null 2>&1
+SMALL="--data $tmp/task.bin --vocab 12 --context 16 --width 32 --layers 2 --heads 2 --batch 4 --microbatches 2 --quiet"
+SMALL="$SMALL --samples 0 --eval 0 --steps 8 --warmup 2 --dtype bf16"
 
 # losses FILE [FROM]: "step loss" lines of a --log file, the loss with all its digits, from step FROM on
 losses() { sed -n 's/^{"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1" | awk -v f="${2:-1}" '$1 >= f'; }
