@@ -10,9 +10,10 @@ extern "C" {
 /* Three paths, all deterministic (no atomics; every sum in a fixed order):
  * - Hopper forward (bf16, head dim 64/128, sm_90a build on a compute capability 9.0 device): wgmma with Q, K, V
  *   brought by TMA through an mbarrier ring, a producer warpgroup and two consumer warpgroups taking turns
- *   (att6_fwd; att5_fwd, the cp.async version, where the driver cannot encode tensor maps); at head dim 128
- *   the backward's two kernels (dQ and dd, then dK and dV) on wgmma with cp.async rings (att7_bwd_dq,
- *   att7_bwd_dkdv; head dim 64 measured faster on the mma.sync ones).
+ *   (att6_fwd; att5_fwd, the cp.async version, where the driver cannot encode tensor maps); the backward's
+ *   two kernels on wgmma: dQ and dd with a cp.async ring (att7_bwd_dq), then dK and dV with Q / dO tiles from
+ *   TMA and an mbarrier ring (att8_bwd_dkdv; att7_bwd_dkdv, a cp.async ring, where the tensor maps or the
+ *   scratch layout are not available).
  * - tensor cores (bf16, head dim 16/32/64/128, 16-byte aligned buffers): mma.sync m16n8k16 + ldmatrix,
  *   the streamed 64-row tiles double-buffered with cp.async, probabilities never leaving registers, softmax
  *   in f32. The forward runs one block per (batch*head, query block). The backward runs a dQ kernel per
@@ -1403,7 +1404,7 @@ template <int D, int NWG, int S> static constexpr size_t att7_dkdv_smem()
 }
 
 /* dQ and dd of 64 NWG queries (blockIdx.y from the last), key tiles of 64 up to the block's last query. */
-template <int D, int NWG, int S>
+template <int D, int NWG, int S, bool PAD>
 static __global__ void __launch_bounds__(NWG * 128, 1)
     att7_bwd_dq(uint16_t *dqkv, float *dd, const uint16_t *dout, const uint16_t *out, const uint16_t *qkv,
                 const float *lse, int T, int C, int H, float scale)
@@ -1447,7 +1448,16 @@ static __global__ void __launch_bounds__(NWG * 128, 1)
         s += __shfl_xor_sync(0xffffffffu, s, 1);
         if (hf == 0) {
             dd_s[wg * 64 + r] = s;
-            if (q < T) dd[(int64_t)bh * T + q] = s;
+            if constexpr (PAD) { /* rows of 64 per (batch, head): lse (log2 units), then dd, rows past T inert */
+                const int tp = (T + 63) / 64 * 64;
+                if (q < tp) {
+                    float *row = dd + (int64_t)bh * 2 * tp;
+                    row[q] = q < T ? lse[(int64_t)bh * T + q] * ATT3_LOG2E : INFINITY;
+                    row[tp + q] = s;
+                }
+            } else if (q < T) {
+                dd[(int64_t)bh * T + q] = s;
+            }
         }
     }
     const int r0 = qw0 + warp * 16 + g; /* this lane's rows: r0, r0 + 8 */
@@ -1640,6 +1650,165 @@ static __global__ void __launch_bounds__(NWG * 128, 1)
 #endif
 }
 
+/* dK/dV with the streamed tiles brought by the tensor copy engine: thread 0 issues each tile's Q and dO boxes and
+ * the bulk copy of its lse and dd rows (laid out by the dQ kernel in rows of 64 per (batch, head), so every copy
+ * is aligned) onto the stage's "full" barrier; every consumer thread arrives on the stage's "empty" barrier once
+ * its products of the tile are done (or at once for a tile wholly before its keys), and thread 0 waits for that
+ * before refilling the stage. The warpgroups are then bound to each other only through the ring (two tiles of
+ * slack), not by a block barrier every tile. tq maps qkv as (B, T, 3C), to maps dout as (B, T, C). */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+static __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+#endif
+
+template <int D, int NWG, int S> static constexpr size_t att8_dkdv_smem()
+{
+    return 1024 + (size_t)2 * 64 * NWG * D * 2 + (size_t)S * (2 * 64 * D * 2 + 512) + 8 * (1 + 2 * S);
+}
+
+template <int D, int NWG, int S>
+static __global__ void __launch_bounds__(NWG * 128, 1)
+    att8_bwd_dkdv(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap to, uint16_t *dqkv,
+                  const float *stats_g, int T, int C, int H, float scale)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BK = 64 * NWG, TB = 64 * D * 2; /* TB: bytes of one Q or dO tile */
+    static_assert(S >= 4, "the stage of tile i - 1 is read while tile i + 2 arrives");
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *Ks = smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
+    unsigned char *Vs = Ks + BK * D * 2, *QD = Vs + BK * D * 2; /* stage i: Q at QD + 2 i TB, dO at + TB */
+    float *stats = (float *)(QD + S * 2 * TB);                  /* stage i: lse (log2 units) at 128 i, dd at 128 i + 64 */
+    const uint32_t ks_a = (uint32_t)__cvta_generic_to_shared(Ks), qd_a = ks_a + 2 * BK * D * 2;
+    const uint32_t st_a = qd_a + S * 2 * TB, bars = st_a + S * 512; /* K, V full; then per stage: full, empty */
+#define ATT8_FU(i) (bars + 8 + 16 * (i))
+#define ATT8_EM(i) (bars + 16 + 16 * (i))
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0), warp = (threadIdx.x / 32) % 4,
+              lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    const int kb = blockIdx.y, bh = blockIdx.x, b = bh / H, h = bh % H;
+    const int64_t C3 = 3 * (int64_t)C;
+    const int tp = (T + 63) / 64 * 64;
+    const float *srow = stats_g + (int64_t)bh * 2 * tp;
+    const int kw0 = kb * BK + wg * 64, qt0 = kb * NWG, n = tp / 64 - qt0; /* n: query tiles of the block */
+    const int a0 = kw0 < T ? wg : n; /* the first tile this warpgroup computes (the tile of its first key) */
+    const float sl2 = scale * ATT3_LOG2E;
+    if (threadIdx.x == 0) {
+        mb_init(bars, 1);
+        for (int i = 0; i < S; i++) {
+            mb_init(ATT8_FU(i), 1);
+            mb_init(ATT8_EM(i), NWG * 128);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    const auto issue = [&](int i) { /* thread 0: tile i into its stage */
+        const int s = i % S, t0 = (qt0 + i) * 64;
+        if (i >= S) mb_wait(ATT8_EM(s), ((i / S) - 1) & 1); /* every consumer is done with tile i - S */
+        mb_expect(ATT8_FU(s), 2 * TB + 512);
+        tma_tile<D, 64>(qd_a + s * 2 * TB, &tq, ATT8_FU(s), h * D, t0, b);
+        tma_tile<D, 64>(qd_a + s * 2 * TB + TB, &to, ATT8_FU(s), h * D, t0, b);
+        bulk_copy(st_a + s * 512, srow + t0, 256, ATT8_FU(s));
+        bulk_copy(st_a + s * 512 + 256, srow + tp + t0, 256, ATT8_FU(s));
+    };
+    if (threadIdx.x == 0) {
+        mb_expect(bars, 2 * BK * D * 2);
+        tma_tile<D, BK>(ks_a, &tq, bars, C + h * D, kb * BK, b);
+        tma_tile<D, BK>(ks_a + BK * D * 2, &tq, bars, 2 * C + h * D, kb * BK, b);
+        issue(0);
+        if (n > 1) issue(1);
+    }
+
+    float dk[D / 2], dv[D / 2], st[32], dpt[32];
+    uint32_t pf[4][4], sf[4][4];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) pf[i][e] = sf[i][e] = 0u;
+    const unsigned char *Kw = Ks + wg * 64 * 128, *Vw = Vs + wg * 64 * 128;
+    const int r0 = kw0 + warp * 16 + g; /* this lane's keys: r0, r0 + 8 */
+    mb_wait(bars, 0);
+
+    for (int i = 0; i <= n; i++) {
+        if (threadIdx.x == 0 && i + 2 < n) issue(i + 2);
+        const int s = i % S, sp = (i + S - 1) % S, q0 = (qt0 + i) * 64;
+        const unsigned char *Qt = QD + s * 2 * TB, *Qp = QD + sp * 2 * TB;
+        const float *ls = stats + s * 128;
+        if (i == a0 && i < n) {
+            mb_wait(ATT8_FU(s), (i / S) & 1);
+            wg_fence();
+            att7_abt<D, BK>(st, Kw, Qt);
+            att7_abt<D, BK>(dpt, Vw, Qt + TB);
+            wg_commit();
+            wg_wait<0>();
+            wg_pin(st);
+            wg_pin(dpt);
+            att7_pds(st, dpt, ls, ls + 64, q0, kw0, r0, t4, sl2);
+            att5_to_p<64>(pf, st);
+            att5_to_p<64>(sf, dpt);
+        } else if (i > a0 && i < n) {
+            mb_wait(ATT8_FU(s), (i / S) & 1);
+            wg_pin(dk);
+            wg_pin(dv);
+            wg_pin(pf);
+            wg_pin(sf);
+            wg_fence();
+            att7_abt<D, BK>(st, Kw, Qt);
+            att7_abt<D, BK>(dpt, Vw, Qt + TB);
+            wg_commit();
+            att5_pv<D, 64>(dv, pf, Qp + TB); /* dV += P^T dO, dK += dS^T Q of tile i - 1 */
+            att5_pv<D, 64>(dk, sf, Qp);
+            wg_commit();
+            wg_wait<1>();
+            wg_pin(st);
+            wg_pin(dpt);
+            att7_pds(st, dpt, ls, ls + 64, q0, kw0, r0, t4, sl2);
+            wg_wait<0>();
+            wg_pin(dk);
+            wg_pin(dv);
+            wg_pin(pf);
+            wg_pin(sf);
+            mb_arrive(ATT8_EM(sp));
+            att5_to_p<64>(pf, st);
+            att5_to_p<64>(sf, dpt);
+        } else if (i == n && a0 < n) {
+            wg_pin(dk);
+            wg_pin(dv);
+            wg_pin(pf);
+            wg_pin(sf);
+            wg_fence();
+            att5_pv<D, 64>(dv, pf, Qp + TB);
+            att5_pv<D, 64>(dk, sf, Qp);
+            wg_commit();
+            wg_wait<0>();
+            wg_pin(dk);
+            wg_pin(dv);
+            mb_arrive(ATT8_EM(sp));
+        }
+        if (i < a0 && i < n) { /* a tile wholly before this warpgroup's keys: released once it has landed */
+            mb_wait(ATT8_FU(s), (i / S) & 1);
+            mb_arrive(ATT8_EM(s));
+        }
+    }
+#undef ATT8_FU
+#undef ATT8_EM
+    /* dK * scale and dV as bf16 into the warpgroup's own K and V rows, then 16-byte row stores */
+    unsigned char *wk = Ks + wg * 64 * 128, *wv = Vs + wg * 64 * 128;
+    att7_put<D, BK>(wk, dk, scale, warp, g, t4);
+    att7_put<D, BK>(wv, dv, 1.0f, warp, g, t4);
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+    uint16_t *rows = dqkv + (int64_t)b * T * C3 + (int64_t)h * D;
+    att7_copy_out<D, BK>(rows + C, C3, kw0, T, wk);
+    att7_copy_out<D, BK>(rows + 2 * (int64_t)C, C3, kw0, T, wv);
+#endif
+}
+
 /* ------------------------------------------------------------------ launchers */
 
 /* Raises a kernel's dynamic shared-memory limit once per device (not a stream operation: legal while capturing). */
@@ -1816,36 +1985,81 @@ static cudaError_t att6_fwd_launch(void *out, float *lse, const void *qkv, int64
     return cudaGetLastError();
 }
 
-/* The wgmma backward: 2 warpgroups a block (128 queries for dQ, 128 keys for dK/dV), 4-stage rings of 64-row
- * tiles; dQ and dd first, then dK, dV. Taken at head dim 128 only: H200 (2026-12, ops.lua, one call) 267 TFLOP/s
- * at head dim 128 (b2 t2048 32 heads) against 195 on mma.sync, but 165 at head dim 64 (b8 t1024 12 heads)
- * against 178 on mma.sync. Determinism costs the dQ kernel's recomputation of S and dP: 7 products of
- * T^2 D / 2 per head where a backward summing dQ with atomics does 5. */
-template <int D>
-static cudaError_t att7_bwd_launch(void *dqkv, float *dd, const void *dout, const void *out, const void *qkv,
-                                   const float *lse, int64_t B, int64_t T, int64_t C, int H, float scale, cudaStream_t st)
+/* A tensor map of a (B, T, cols) bf16 tensor in 64 x 64 boxes, 128-byte swizzle; false where it cannot be encoded. */
+static bool att_tmap(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *tm, const void *p, int64_t cols, int64_t T,
+                     int64_t B)
 {
-    constexpr int NWG = 2, S = 4, BR = 64 * NWG;
-    const dim3 grid((unsigned)(B * H), (unsigned)((T + BR - 1) / BR));
-    const size_t sq = att7_dq_smem<D, NWG, S>(), sk = att7_dkdv_smem<D, NWG, S>();
-    static unsigned done_q, done_k;
-    cudaError_t e = att_smem_limit(att7_bwd_dq<D, NWG, S>, sq, &done_q);
+    const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[2] = {(cuuint64_t)(cols * 2), (cuuint64_t)(T * cols * 2)}; /* bytes, dims 1 and 2 */
+    const cuuint32_t box[3] = {64, 64, 1}, estr[3] = {1, 1, 1};
+    return enc && enc(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)p, dims, strides, box, estr,
+                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int D, int NWG, int S, bool PAD>
+static cudaError_t att7_dq_launch(void *dqkv, float *dd, const void *dout, const void *out, const void *qkv,
+                                  const float *lse, int64_t B, int64_t T, int64_t C, int H, float scale, cudaStream_t st)
+{
+    const dim3 grid((unsigned)(B * H), (unsigned)((T + 64 * NWG - 1) / (64 * NWG)));
+    const size_t sm = att7_dq_smem<D, NWG, S>();
+    static unsigned done;
+    cudaError_t e = att_smem_limit(att7_bwd_dq<D, NWG, S, PAD>, sm, &done);
     if (e != cudaSuccess) return e;
-    e = att_smem_limit(att7_bwd_dkdv<D, NWG, S>, sk, &done_k);
+    att7_bwd_dq<D, NWG, S, PAD><<<grid, NWG * 128, sm, st>>>((uint16_t *)dqkv, dd, (const uint16_t *)dout,
+                                                             (const uint16_t *)out, (const uint16_t *)qkv, lse, (int)T,
+                                                             (int)C, H, scale);
+    return cudaGetLastError();
+}
+template <int D, int NWG, int S>
+static cudaError_t att7_dkdv_launch(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *dd,
+                                    int64_t B, int64_t T, int64_t C, int H, float scale, cudaStream_t st)
+{
+    const dim3 grid((unsigned)(B * H), (unsigned)((T + 64 * NWG - 1) / (64 * NWG)));
+    const size_t sm = att7_dkdv_smem<D, NWG, S>();
+    static unsigned done;
+    cudaError_t e = att_smem_limit(att7_bwd_dkdv<D, NWG, S>, sm, &done);
     if (e != cudaSuccess) return e;
-    att7_bwd_dq<D, NWG, S><<<grid, NWG * 128, sq, st>>>((uint16_t *)dqkv, dd, (const uint16_t *)dout,
-                                                        (const uint16_t *)out, (const uint16_t *)qkv, lse, (int)T,
-                                                        (int)C, H, scale);
-    e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    att7_bwd_dkdv<D, NWG, S><<<grid, NWG * 128, sk, st>>>((uint16_t *)dqkv, (const uint16_t *)dout,
+    att7_bwd_dkdv<D, NWG, S><<<grid, NWG * 128, sm, st>>>((uint16_t *)dqkv, (const uint16_t *)dout,
                                                           (const uint16_t *)qkv, lse, dd, (int)T, (int)C, H, scale);
     return cudaGetLastError();
 }
+template <int D, int NWG, int S>
+static cudaError_t att8_dkdv_launch(const CUtensorMap &tq, const CUtensorMap &to, void *dqkv, const float *stats,
+                                    int64_t B, int64_t T, int64_t C, int H, float scale, cudaStream_t st)
+{
+    const dim3 grid((unsigned)(B * H), (unsigned)((T + 64 * NWG - 1) / (64 * NWG)));
+    const size_t sm = att8_dkdv_smem<D, NWG, S>();
+    static unsigned done;
+    cudaError_t e = att_smem_limit(att8_bwd_dkdv<D, NWG, S>, sm, &done);
+    if (e != cudaSuccess) return e;
+    att8_bwd_dkdv<D, NWG, S><<<grid, NWG * 128, sm, st>>>(tq, to, (uint16_t *)dqkv, stats, (int)T, (int)C, H, scale);
+    return cudaGetLastError();
+}
+/* The wgmma backward: dQ and dd first, then dK, dV; 4-stage rings of 64-row tiles, two warpgroups a block. The
+ * dK/dV kernel takes its tiles from the tensor copy engine (att8_bwd_dkdv), reading lse and dd from the scratch
+ * in rows of 64 per (batch, head) that the dQ kernel lays out; where that layout does not fit the scratch or the
+ * driver cannot encode the tensor maps, the cp.async dK/dV kernel (att7_bwd_dkdv) reads them as they are. */
+template <int D>
+static cudaError_t att7_bwd_launch(void *dqkv, float *scratch, size_t scratch_bytes, const void *dout, const void *out,
+                                   const void *qkv, const float *lse, int64_t B, int64_t T, int64_t C, int H, float scale,
+                                   cudaStream_t st)
+{
+    const int64_t tp = (T + 63) / 64 * 64;
+    CUtensorMap tq, to;
+    PFN_cuTensorMapEncodeTiled_v12000 enc = att6_encoder();
+    const bool tma = (size_t)(2 * B * H * tp) * sizeof(float) <= scratch_bytes && att_tmap(enc, &tq, qkv, 3 * C, T, B) &&
+                     att_tmap(enc, &to, dout, C, T, B);
+    cudaError_t e = tma ? att7_dq_launch<D, 2, 4, true>(dqkv, scratch, dout, out, qkv, lse, B, T, C, H, scale, st)
+                        : att7_dq_launch<D, 2, 4, false>(dqkv, scratch, dout, out, qkv, lse, B, T, C, H, scale, st);
+    if (e != cudaSuccess) return e;
+    if (tma) return att8_dkdv_launch<D, 2, 4>(tq, to, dqkv, scratch, B, T, C, H, scale, st);
+    return att7_dkdv_launch<D, 2, 4>(dqkv, dout, qkv, lse, scratch, B, T, C, H, scale, st);
+}
 
-/* Whether the forward (head dims 64, 128) and the backward (head dim 128) take the wgmma kernels on the current
- * device: the build has the sm_90a image (TG_CUDA_SM90A, set with the sm_90 target) and the device is of compute
- * capability 9.0 (which loads it); the debug switch attention_mma_sync sends both to the mma.sync kernels. */
+/* Whether the forward and the backward take the wgmma kernels on the current device: the build has the sm_90a
+ * image (TG_CUDA_SM90A, set with the sm_90 target) and the device is of compute capability 9.0 (which loads it);
+ * the debug switch attention_mma_sync sends both to the mma.sync kernels. */
 extern "C" int tg_cuda_attention_wgmma(void)
 {
 #if defined(TG_CUDA_SM90A)
@@ -1918,8 +2132,10 @@ extern "C" cudaError_t tg_cuda_attention_backward(void *dqkv, const void *dout, 
     if (t > INT32_MAX || 3 * c > INT32_MAX || b * n_head > 65535) return cudaErrorInvalidValue;
     if ((size_t)(b * n_head * t) * sizeof(float) > scratch_bytes) return cudaErrorInvalidValue; /* dd does not fit */
     float *dd = scratch;
-    if (att_use_mma(dt, D, dqkv, dout, qkv) && att_aligned(out) && D == 128 && tg_cuda_attention_wgmma())
-        return att7_bwd_launch<128>(dqkv, dd, dout, out, qkv, lse, b, t, c, n_head, scale, st);
+    if (att_use_mma(dt, D, dqkv, dout, qkv) && att_aligned(out) && (D == 64 || D == 128) && tg_cuda_attention_wgmma()) {
+        if (D == 64) return att7_bwd_launch<64>(dqkv, scratch, scratch_bytes, dout, out, qkv, lse, b, t, c, n_head, scale, st);
+        return att7_bwd_launch<128>(dqkv, scratch, scratch_bytes, dout, out, qkv, lse, b, t, c, n_head, scale, st);
+    }
     if (att_use_mma(dt, D, dqkv, dout, qkv) && att_aligned(out)) {
         switch (D) { /* dd comes from the dQ kernel */
         case 16: return att4_bwd_launch<16>(dqkv, dd, dout, out, qkv, lse, b, t, c, n_head, scale, st);

@@ -1,6 +1,6 @@
-/* cuda-attention-wgmma-backward-matches-cpu.c — the CUDA attention backward (at head dim 128 the wgmma kernels on
- * a compute capability 9.0 device of an sm_90 build, else the mma.sync ones) matches the CPU backend's dq, dk and
- * dv at head dims 64 and 128, for lengths of one row, odd lengths, lengths off the 64- and 128-row tiles, several batch and
+/* cuda-attention-wgmma-backward-matches-cpu.c — the CUDA attention backward (the wgmma kernels on a compute
+ * capability 9.0 device of an sm_90 build, else the mma.sync ones) matches the CPU backend's dq, dk and dv at head
+ * dims 64 and 128, for lengths of one row, odd lengths, lengths off the 64- and 128-row tiles, several batch and
  * head counts and large bf16 magnitudes; writes every element of dqkv; gives the same bits run to run; and the
  * mma.sync fallback (debug switch attention_mma_sync) matches the CPU and the wgmma result. */
 #include "backend/backend.h"
@@ -116,9 +116,8 @@ struct shape {
     double sd_qk, sd_v; /* q and k drawn N(0, sd_qk), v N(0, sd_v); dout N(0, 1) */
 };
 
-static void run_shape(const struct shape *s, int wgmma_device)
+static void run_shape(const struct shape *s, int wgmma)
 {
-    const int wgmma = wgmma_device && s->d == 128; /* the backward's wgmma kernels are head dim 128's */
     const int64_t B = s->b, T = s->t, H = s->h, C = H * s->d;
     const size_t nqkv = (size_t)(B * T * 3 * C), nout = (size_t)(B * T * C), nl = (size_t)(B * H * T);
     char what[160];
@@ -186,8 +185,7 @@ int main(void)
     if (!cs || !gs) bail_out("streams: %s", tg_last_error());
     const int wgmma = tg_cuda_attention_wgmma();
     diag("backward path on this device and build: %s",
-         wgmma ? "wgmma at head dim 128 (sm_90a), mma.sync at 64"
-               : "mma.sync (no sm_90a image or not compute capability 9.0)");
+         wgmma ? "wgmma (sm_90a)" : "mma.sync (no sm_90a image or not compute capability 9.0)");
     /* lengths: 1, odd, one 64-row tile, one under / over the 128-row blocks, several blocks; the large-magnitude
      * cases give scores in the hundreds (one key dominates a row) and v near 1e30 */
     static const struct shape shapes[] = {

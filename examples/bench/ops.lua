@@ -3,7 +3,7 @@
 -- Each op: 3 warm-up calls, then --iters calls back to back and one synchronisation (device time per call,
 -- launch included). GB/s counts each input read once and each output written once; attention TFLOP/s uses
 -- the causal count (forward 2 b t^2 C, backward 2.5x that), as peers/kernels.py does. On a Hopper GPU the
--- attention rows time the wgmma kernels (the backward's at head dim 128); TG_DEBUG=attention_mma_sync times
+-- attention rows time the wgmma kernels; TG_DEBUG=attention_mma_sync times
 -- the mma.sync ones instead.
 local tg = require "tegraph"
 local ops = tg.ops
