@@ -36,8 +36,9 @@ static __device__ __forceinline__ void load4(const void *h, tg_dtype dt, int64_t
 
 /* vec_in: cols % 4 == 0, h and y aligned (4 elements, 4 bytes); vec_out: rows % 4 == 0, yt 4-byte aligned. */
 static __global__ void __launch_bounds__(THREADS)
-    cast_gelu_kernel(const void *h, tg_dtype h_dt, uint8_t *y, uint8_t *yt, tg_dtype y_dt, int64_t rows, int64_t cols,
-                     int vec_in, int vec_out, const float *scale, float *amax, float *scale_inv)
+    cast_gelu_kernel(const void *__restrict__ h, tg_dtype h_dt, uint8_t *__restrict__ y, uint8_t *__restrict__ yt,
+                     tg_dtype y_dt, int64_t rows, int64_t cols, int vec_in, int vec_out, const float *scale, float *amax,
+                     float *scale_inv)
 {
     __shared__ uint8_t tile[TILE][TILE + 4];
     const float s = scale ? *scale : 1.0f;
@@ -46,11 +47,11 @@ static __global__ void __launch_bounds__(THREADS)
     const int64_t tiles_r = (rows + TILE - 1) / TILE, c0 = (int64_t)blockIdx.x * TILE;
     for (int64_t b = blockIdx.y; b < tiles_r; b += gridDim.y) {
         const int64_t r0 = b * TILE;
-        for (int j = tr; j < TILE; j += ROW_T) {
-            const int64_t r = r0 + j;
-            if (r >= rows) break;
-            const int64_t c = c0 + tc;
-            if (c >= cols) continue;
+#pragma unroll
+        for (int p = 0; p < TILE; p += ROW_T) { /* unrolled: the passes' loads can be in flight together */
+            const int j = tr + p;
+            const int64_t r = r0 + j, c = c0 + tc;
+            if (r >= rows || c >= cols) continue;
             const int n = cols - c < 4 ? (int)(cols - c) : 4;
             float v[4];
             if (vec_in && n == 4) {
@@ -74,10 +75,11 @@ static __global__ void __launch_bounds__(THREADS)
         __syncthreads();
         if (yt) {
             /* row j of y_t's tile is column c0 + j: 4 consecutive rows of x per thread */
-            for (int j = tr; j < TILE; j += ROW_T) {
+#pragma unroll
+            for (int p = 0; p < TILE; p += ROW_T) {
+                const int j = tr + p;
                 const int64_t c = c0 + j, r = r0 + tc;
-                if (c >= cols) break;
-                if (r >= rows) continue;
+                if (c >= cols || r >= rows) continue;
                 const int n = rows - r < 4 ? (int)(rows - r) : 4;
                 uint32_t w = 0;
 #pragma unroll

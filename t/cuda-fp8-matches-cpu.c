@@ -127,6 +127,20 @@ static void cast_sweep(tg_dtype dt)
     ok(tg_fp8_transpose(tgt, y2g) == TG_OK && tg_fp8_transpose(tc, y2c) == TG_OK && first_diff(tc, tgt) < 0 &&
            first_diff(tgt, ytg) < 0,
        "%s: fp8_transpose equals the CPU's and cast_transpose's y_t", nm);
+    /* shapes of whole 8-code groups (the 8-byte path) and of a partial 64-tile, random codes */
+    static const int64_t ts[][2] = {{64, 136}, {200, 96}, {8, 8}, {1024, 72}};
+    for (size_t q = 0; q < sizeof ts / sizeof ts[0]; q++) {
+        const int64_t tr = ts[q][0], tcn = ts[q][1];
+        uint8_t *codes = malloc((size_t)(tr * tcn));
+        for (int64_t i = 0; i < tr * tcn; i++) codes[i] = (uint8_t)(rnd() >> 56);
+        tg_tensor *xc8, *xg8, *oc, *og;
+        mk_pair(dt, tr, tcn, codes, &xc8, &xg8);
+        mk_pair(dt, tcn, tr, NULL, &oc, &og);
+        ok(tg_fp8_transpose(og, xg8) == TG_OK && tg_fp8_transpose(oc, xc8) == TG_OK && first_diff(oc, og) < 0,
+           "%s: fp8_transpose of random codes [%lld,%lld] equals the CPU's", nm, (long long)tr, (long long)tcn);
+        tg_tensor_free(xc8), tg_tensor_free(xg8), tg_tensor_free(oc), tg_tensor_free(og);
+        free(codes);
+    }
     tg_tensor *dc, *dg, *dbc, *dbg;
     mk_pair(TG_F32, r, c, NULL, &dc, &dg);
     mk_pair(TG_BF16, r, c, NULL, &dbc, &dbg);
