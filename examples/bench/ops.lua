@@ -44,12 +44,15 @@ local function report(cfg, name, ms, bytes, flops)
 end
 
 local function want(name) return not opt.only or name:find(opt.only, 1, true) end
+-- A group of rows runs when the filter is part of its name or names one of its rows (which carry the group's
+-- name: --only attention_backward runs the attention group, whose report() then prints that row only).
+local function want_group(g) return want(g) or opt.only:find(g, 1, true) ~= nil end
 
 print(string.format("tegraph kernels, device %s, %d calls each", tostring(device), opt.iters))
 for cname in tostring(opt.cfg):gmatch("[^,]+") do
   local c = assert(cfgs[cname], "unknown cfg " .. cname)
   local N, C, F = c.b * c.t, c.h, 4 * c.h
-  if want("attention") then
+  if want_group("attention") then
     local qkv, dout = randn { c.b, c.t, 3 * C }, randn { c.b, c.t, C }
     local out, lse = ops.attention_forward(qkv, c.nh)
     -- ~100 ms of both first: the first timed op of a process otherwise runs before the clocks have risen
@@ -66,7 +69,7 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
     report(cname, "attention_backward", timed(function() ops.attention_backward(dout, qkv, out, lse, c.nh) end), nil,
       2.5 * fl)
   end
-  if want("norm") then
+  if want_group("norm") then
     local x, dy, g, be = randn { N, C }, randn { N, C }, randn { C }, randn { C }
     local _, mean, rstd = ops.layernorm_forward(x, g, be)
     local dg, db = tg.zeros({ C }, { dtype = "f32", device = device }), tg.zeros({ C }, { dtype = "f32", device = device })
@@ -75,7 +78,7 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
     report(cname, "layernorm_backward_dw (N,C)",
       timed(function() ops.layernorm_backward_dw(dg, db, dy, x, mean, rstd, 1) end), 4 * N * C)
   end
-  if want("gelu") or want("bias") then
+  if want_group("gelu") or want_group("bias") then
     local h, dh, bias = randn { N, F }, randn { N, F }, randn { F }
     local dbias = tg.zeros({ F }, { dtype = "bf16", device = device })
     report(cname, "gelu_forward (N,4C)", timed(function() ops.gelu_forward(h) end), 4 * N * F)
@@ -85,7 +88,7 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
     local dy, dbc = randn { N, C }, tg.zeros({ C }, { dtype = "f32", device = device })
     report(cname, "bias_backward_dw (N,C) f32", timed(function() ops.bias_backward_dw(dbc, dy, 1) end), 2 * N * C)
   end
-  if want("gemm") then
+  if want_group("gemm") then
     local x, w1, h = randn { N, C }, randn { F, C }, randn { N, F }
     local wq = randn { 3 * C, C }
     local g32 = tg.zeros({ F, C }, { dtype = "f32", device = device })
@@ -115,7 +118,7 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
     report(cname, "gemm fc1 wgrad +bgrad (+= f32)", timed(function()
       ops.gemm(g32, h, true, x, false, 1, 1, { epilogue = "bgrad", bgrad = db32, bgrad_accumulate = 1 }) end), nil, fl)
   end
-  if want("fp8") then
+  if want_group("fp8") then
     -- the FP8 passes of a Linear: dy (N,4C) cast with its transpose (delayed: amax accumulated), the plain cast, the
     -- amax of current scaling, and the delayed-scaling update of a Linear's (1024, 3) amax history
     local dh = randn { N, F }
@@ -190,7 +193,7 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
     report(cname, fname, ms, 4 * R * V)
     print(string.format("%-6s %-34s %9.1f us a call", cname, fname, ms * 1e3))
   end
-  if want("cross_entropy") or want("lm_head") then
+  if want_group("cross_entropy") or want_group("lm_head") then
     local logits, x, wte = randn { N, V }, randn { N, C }, randn { V, C }
     local tl = {}
     for r = 1, N do tl[r] = (r * 7919) % V end
@@ -208,7 +211,7 @@ for cname in tostring(opt.cfg):gmatch("[^,]+") do
     row("gemm lm_head dgrad dlogits Wte", function() ops.gemm(x, logits, false, wte, false) end, nil, fl)
     row("gemm lm_head wgrad dlogits^T x (+= f32)", function() ops.gemm(g32, logits, true, x, false, 1, 1) end, nil, fl)
   end
-  if want("embedding") then
+  if want_group("embedding") then
     -- token ids with a heavy head, as text: P(id < k) = (k/V)^(1/3) (id 0: 2.7% of the tokens)
     math.randomseed(1)
     local rows = {}
