@@ -12,14 +12,6 @@
 #include <string.h>
 
 /* A (r, c) tensor, or (r) when c == 0, of dtype dt on the CPU. */
-static tg_tensor *t_new(tg_dtype dt, int64_t r, int64_t c)
-{
-    const int64_t shape[2] = {r, c};
-    return nt_new(dt, c ? 2 : 1, shape, NULL);
-}
-
-static tg_tensor *scalar(float v) { return nt_make(TG_F32, (const double[]){v}, 1); }
-
 static tg_tensor *random_t(tg_dtype dt, int64_t r, int64_t c, double lo, double hi)
 {
     double *v = malloc((size_t)(r * c) * sizeof *v);
@@ -30,25 +22,6 @@ static tg_tensor *random_t(tg_dtype dt, int64_t r, int64_t c, double lo, double 
     return t;
 }
 
-static int same_bytes(const tg_tensor *a, const tg_tensor *b)
-{
-    size_t n = tg_tensor_bytes(a);
-    unsigned char *x = malloc(n), *y = malloc(n);
-    tg_tensor_read(a, x, n);
-    tg_tensor_read(b, y, n);
-    int same = n == tg_tensor_bytes(b) && memcmp(x, y, n) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
-static float read_f32(const tg_tensor *t)
-{
-    float v;
-    tg_tensor_read(t, &v, sizeof v);
-    return v;
-}
-
 static void one_case(int64_t rows, int64_t cols, int gelu, tg_dtype dt)
 {
     char what[96];
@@ -56,19 +29,19 @@ static void one_case(int64_t rows, int64_t cols, int gelu, tg_dtype dt)
              gelu ? " through gelu'" : "");
     const int64_t chunks = tg_fp8_dbias_chunks(rows);
     tg_tensor *dy = random_t(dt, rows, cols, -2, 2), *h = gelu ? random_t(dt, rows, cols, -3, 3) : NULL;
-    tg_tensor *scale = scalar(8.0f), *amax = scalar(0), *si = scalar(0), *amax_r = scalar(0), *si_r = scalar(0);
-    tg_tensor *y = t_new(TG_E5M2, rows, cols), *yt = t_new(TG_E5M2, cols, rows);
-    tg_tensor *y_r = t_new(TG_E5M2, rows, cols), *yt_r = t_new(TG_E5M2, cols, rows);
-    tg_tensor *part = t_new(TG_F32, chunks, cols), *db = t_new(TG_F32, cols, 0), *db_r = t_new(TG_F32, cols, 0);
-    tg_tensor *dh = gelu ? t_new(dt, rows, cols) : dy;
+    tg_tensor *scale = nt_scalar(8.0f), *amax = nt_scalar(0), *si = nt_scalar(0), *amax_r = nt_scalar(0), *si_r = nt_scalar(0);
+    tg_tensor *y = nt_matrix(TG_E5M2, rows, cols), *yt = nt_matrix(TG_E5M2, cols, rows);
+    tg_tensor *y_r = nt_matrix(TG_E5M2, rows, cols), *yt_r = nt_matrix(TG_E5M2, cols, rows);
+    tg_tensor *part = nt_matrix(TG_F32, chunks, cols), *db = nt_matrix(TG_F32, cols, 0), *db_r = nt_matrix(TG_F32, cols, 0);
+    tg_tensor *dh = gelu ? nt_matrix(dt, rows, cols) : dy;
 
     ok(tg_fp8_cast_transpose_dbias(y, yt, dy, h, scale, amax, si, part, 0) == TG_OK, "%s: the fused cast runs", what);
     ok((!gelu || tg_gelu_backward(dh, dy, h) == TG_OK) && tg_fp8_cast_transpose(y_r, yt_r, dh, scale, amax_r, si_r, 0) == TG_OK &&
            tg_bias_backward_dw(db_r, dh, 0.0) == TG_OK,
        "%s: the unfused sequence runs", what);
-    ok(same_bytes(y, y_r) && same_bytes(yt, yt_r), "%s: y and y_t are the unfused cast's codes", what);
-    ok(same_bytes(amax, amax_r) && same_bytes(si, si_r), "%s: amax (%g) and scale_inv are the unfused cast's", what,
-       read_f32(amax));
+    ok(nt_same_bytes(y, y_r) && nt_same_bytes(yt, yt_r), "%s: y and y_t are the unfused cast's codes", what);
+    ok(nt_same_bytes(amax, amax_r) && nt_same_bytes(si, si_r), "%s: amax (%g) and scale_inv are the unfused cast's", what,
+       nt_read_f32(amax));
 
     /* the partials: each chunk's rows summed in double in row order, rounded once */
     double *g = malloc((size_t)(rows * cols) * sizeof *g), *sum = calloc((size_t)cols, sizeof *sum);
@@ -122,8 +95,8 @@ static void one_case(int64_t rows, int64_t cols, int gelu, tg_dtype dt)
 static void errors(void)
 {
     tg_tensor *dy = random_t(TG_BF16, 150, 37, -1, 1), *h = random_t(TG_BF16, 150, 36, -1, 1);
-    tg_tensor *yt = t_new(TG_E5M2, 37, 150), *part = t_new(TG_F32, 3, 37), *part2 = t_new(TG_F32, 2, 37);
-    tg_tensor *db = t_new(TG_F32, 36, 0), *db16 = t_new(TG_E4M3, 37, 0), *db37 = t_new(TG_F32, 37, 0);
+    tg_tensor *yt = nt_matrix(TG_E5M2, 37, 150), *part = nt_matrix(TG_F32, 3, 37), *part2 = nt_matrix(TG_F32, 2, 37);
+    tg_tensor *db = nt_matrix(TG_F32, 36, 0), *db16 = nt_matrix(TG_E4M3, 37, 0), *db37 = nt_matrix(TG_F32, 37, 0);
     is_int(tg_fp8_dbias_chunks(150), 3, "150 rows make 3 chunks (64-row tiles)");
     is_int(tg_fp8_dbias_chunks(64 * 1024 + 1), 1024, "at most 1024 chunks");
     ok(tg_fp8_cast_transpose_dbias(NULL, yt, dy, NULL, NULL, NULL, NULL, part2, 0) == TG_EINVAL,

@@ -11,14 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static tg_tensor *t_new(tg_dtype dt, int64_t r, int64_t c)
-{
-    const int64_t shape[2] = {r, c};
-    return nt_new(dt, c ? 2 : 1, shape, NULL);
-}
-
-static tg_tensor *scalar(float v) { return nt_make(TG_F32, (const double[]){v}, 1); }
-
 /* Values |v| from 1e-6 to 1e3 (a random power of ten per element), either sign; row_scale: each row times
  * 10^(r % 5 - 2) as well. */
 static tg_tensor *wide_t(tg_dtype dt, int64_t r, int64_t c, int row_scale)
@@ -33,25 +25,6 @@ static tg_tensor *wide_t(tg_dtype dt, int64_t r, int64_t c, int row_scale)
     tg_tensor *t = nt_new(dt, c ? 2 : 1, shape, v);
     free(v);
     return t;
-}
-
-static int same_bytes(const tg_tensor *a, const tg_tensor *b)
-{
-    size_t n = tg_tensor_bytes(a);
-    unsigned char *x = malloc(n), *y = malloc(n);
-    tg_tensor_read(a, x, n);
-    tg_tensor_read(b, y, n);
-    int same = n == tg_tensor_bytes(b) && memcmp(x, y, n) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
-static float read_f32(const tg_tensor *t)
-{
-    float v;
-    tg_tensor_read(t, &v, sizeof v);
-    return v;
 }
 
 /* How many codes of y are the format's largest magnitude, and how many are zero. */
@@ -74,21 +47,21 @@ static void gelu_case(int64_t rows, int64_t cols, tg_dtype dt, tg_dtype ft, floa
     char what[128];
     snprintf(what, sizeof what, "cast_transpose_gelu %s -> %s %lld x %lld, scale %g%s", tg_dtype_name(dt),
              tg_dtype_name(ft), (long long)rows, (long long)cols, scale_v, accumulate ? ", amax accumulated" : "");
-    tg_tensor *h = wide_t(dt, rows, cols, 0), *g = t_new(dt, rows, cols);
-    tg_tensor *scale = scalar(scale_v), *amax = scalar(0.75f), *si = scalar(0), *amax_r = scalar(0.75f), *si_r = scalar(0);
-    tg_tensor *y = t_new(ft, rows, cols), *yt = t_new(ft, cols, rows), *y_r = t_new(ft, rows, cols);
-    tg_tensor *yt_r = t_new(ft, cols, rows), *yt2 = t_new(ft, cols, rows);
+    tg_tensor *h = wide_t(dt, rows, cols, 0), *g = nt_matrix(dt, rows, cols);
+    tg_tensor *scale = nt_scalar(scale_v), *amax = nt_scalar(0.75f), *si = nt_scalar(0), *amax_r = nt_scalar(0.75f), *si_r = nt_scalar(0);
+    tg_tensor *y = nt_matrix(ft, rows, cols), *yt = nt_matrix(ft, cols, rows), *y_r = nt_matrix(ft, rows, cols);
+    tg_tensor *yt_r = nt_matrix(ft, cols, rows), *yt2 = nt_matrix(ft, cols, rows);
     const int fl = accumulate ? TG_FP8_AMAX_ACCUMULATE : 0;
     ok(tg_fp8_cast_transpose_gelu(y, yt, h, scale, amax, si, fl) == TG_OK, "%s: runs", what);
     ok(tg_gelu_forward(g, h) == TG_OK && tg_fp8_cast_transpose(y_r, yt_r, g, scale, amax_r, si_r, fl) == TG_OK,
        "%s: the unfused gelu_forward, cast_transpose run", what);
-    ok(same_bytes(y, y_r) && same_bytes(yt, yt_r), "%s: y and y_t are the unfused codes", what);
-    ok(same_bytes(amax, amax_r) && same_bytes(si, si_r), "%s: amax (%g) and scale_inv are the unfused cast's", what,
-       read_f32(amax));
+    ok(nt_same_bytes(y, y_r) && nt_same_bytes(yt, yt_r), "%s: y and y_t are the unfused codes", what);
+    ok(nt_same_bytes(amax, amax_r) && nt_same_bytes(si, si_r), "%s: amax (%g) and scale_inv are the unfused cast's", what,
+       nt_read_f32(amax));
     int sat, zero;
     code_counts(y, &sat, &zero);
     ok(sat > 0 && zero > 0, "%s: the values reach both ends (%d codes saturated, %d zero)", what, sat, zero);
-    ok(tg_fp8_cast_transpose_gelu(NULL, yt2, h, scale, NULL, NULL, 0) == TG_OK && same_bytes(yt2, yt_r),
+    ok(tg_fp8_cast_transpose_gelu(NULL, yt2, h, scale, NULL, NULL, 0) == TG_OK && nt_same_bytes(yt2, yt_r),
        "%s: y_t alone, the same codes", what);
     tg_tensor *all[] = {h, g, scale, amax, si, amax_r, si_r, y, yt, y_r, yt_r, yt2};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) tg_tensor_free(all[i]);
@@ -102,19 +75,19 @@ static void layernorm_case(int64_t rows, int64_t cols, tg_dtype dt, tg_dtype ft,
              tg_dtype_name(ft), (long long)rows, (long long)cols, with_beta ? "" : " (no beta)", scale_v,
              accumulate ? ", amax accumulated" : "");
     tg_tensor *x = wide_t(dt, rows, cols, 1), *gm = wide_t(dt, cols, 0, 0), *bt = with_beta ? wide_t(dt, cols, 0, 0) : NULL;
-    tg_tensor *mean = t_new(TG_F32, rows, 0), *rstd = t_new(TG_F32, rows, 0), *mean_r = t_new(TG_F32, rows, 0);
-    tg_tensor *rstd_r = t_new(TG_F32, rows, 0), *y = t_new(dt, rows, cols);
-    tg_tensor *scale = scalar(scale_v), *amax = scalar(1e-3f), *si = scalar(0), *amax_r = scalar(1e-3f), *si_r = scalar(0);
-    tg_tensor *y8 = t_new(ft, rows, cols), *y8_r = t_new(ft, rows, cols);
+    tg_tensor *mean = nt_matrix(TG_F32, rows, 0), *rstd = nt_matrix(TG_F32, rows, 0), *mean_r = nt_matrix(TG_F32, rows, 0);
+    tg_tensor *rstd_r = nt_matrix(TG_F32, rows, 0), *y = nt_matrix(dt, rows, cols);
+    tg_tensor *scale = nt_scalar(scale_v), *amax = nt_scalar(1e-3f), *si = nt_scalar(0), *amax_r = nt_scalar(1e-3f), *si_r = nt_scalar(0);
+    tg_tensor *y8 = nt_matrix(ft, rows, cols), *y8_r = nt_matrix(ft, rows, cols);
     const int fl = accumulate ? TG_FP8_AMAX_ACCUMULATE : 0;
     ok(tg_layernorm_forward_fp8(y8, mean, rstd, x, gm, bt, 1e-5, scale, amax, si, fl) == TG_OK, "%s: runs", what);
     ok(tg_layernorm_forward(y, mean_r, rstd_r, x, gm, bt, 1e-5) == TG_OK &&
            tg_fp8_cast(y8_r, y, scale, amax_r, si_r, fl) == TG_OK,
        "%s: the unfused layernorm_forward, cast run", what);
-    ok(same_bytes(y8, y8_r), "%s: the codes are the unfused cast's", what);
-    ok(same_bytes(mean, mean_r) && same_bytes(rstd, rstd_r), "%s: mean and rstd are layernorm_forward's", what);
-    ok(same_bytes(amax, amax_r) && same_bytes(si, si_r), "%s: amax (%g) and scale_inv are the unfused cast's", what,
-       read_f32(amax));
+    ok(nt_same_bytes(y8, y8_r), "%s: the codes are the unfused cast's", what);
+    ok(nt_same_bytes(mean, mean_r) && nt_same_bytes(rstd, rstd_r), "%s: mean and rstd are layernorm_forward's", what);
+    ok(nt_same_bytes(amax, amax_r) && nt_same_bytes(si, si_r), "%s: amax (%g) and scale_inv are the unfused cast's", what,
+       nt_read_f32(amax));
     int sat, zero;
     code_counts(y8, &sat, &zero);
     ok(sat > 0 && zero > 0, "%s: the values reach both ends (%d codes saturated, %d zero)", what, sat, zero);
@@ -124,9 +97,9 @@ static void layernorm_case(int64_t rows, int64_t cols, tg_dtype dt, tg_dtype ft,
 
 static void errors(void)
 {
-    tg_tensor *x = wide_t(TG_BF16, 10, 12, 1), *gm = wide_t(TG_BF16, 12, 0, 0), *mean = t_new(TG_F32, 10, 0);
-    tg_tensor *rstd = t_new(TG_F32, 10, 0), *y8 = t_new(TG_E4M3, 10, 11), *ybf = t_new(TG_BF16, 10, 12);
-    tg_tensor *yt = t_new(TG_E4M3, 10, 12), *g32 = wide_t(TG_F32, 12, 0, 0);
+    tg_tensor *x = wide_t(TG_BF16, 10, 12, 1), *gm = wide_t(TG_BF16, 12, 0, 0), *mean = nt_matrix(TG_F32, 10, 0);
+    tg_tensor *rstd = nt_matrix(TG_F32, 10, 0), *y8 = nt_matrix(TG_E4M3, 10, 11), *ybf = nt_matrix(TG_BF16, 10, 12);
+    tg_tensor *yt = nt_matrix(TG_E4M3, 10, 12), *g32 = wide_t(TG_F32, 12, 0, 0);
     ok(tg_layernorm_forward_fp8(y8, mean, rstd, x, gm, NULL, 1e-5, NULL, NULL, NULL, 0) == TG_EINVAL,
        "layernorm_forward_fp8 into a y of another width is refused");
     like(tg_last_error(), "layernorm_forward_fp8: x [10,12] bf16 vs y [10,11] e4m3", "... naming both");

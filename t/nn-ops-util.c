@@ -3,6 +3,7 @@
 #include "tap.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 const tg_device nt_cpu = {TG_CPU, 0};
@@ -37,6 +38,34 @@ tg_tensor *nt_new(tg_dtype dt, int ndim, const int64_t *shape, const double *val
     nt_check(tg_tensor_new(dt, ndim, shape, nt_cpu, &t), "tg_tensor_new");
     if (vals) nt_check(tg_tensor_write_f64(t, vals, (size_t)tg_tensor_numel(t)), "tg_tensor_write_f64");
     return t;
+}
+
+tg_tensor *nt_matrix(tg_dtype dt, int64_t r, int64_t c)
+{
+    const int64_t shape[2] = {r, c};
+    return nt_new(dt, c ? 2 : 1, shape, NULL);
+}
+
+tg_tensor *nt_scalar(float v) { return nt_make(TG_F32, (const double[]){v}, 1); }
+
+int nt_same_bytes(const tg_tensor *a, const tg_tensor *b)
+{
+    size_t n = tg_tensor_bytes(a);
+    unsigned char *x = malloc(n ? n : 1), *y = malloc(n ? n : 1);
+    nt_check(tg_tensor_read(a, x, n), "tg_tensor_read");
+    int same = n == tg_tensor_bytes(b);
+    if (same) nt_check(tg_tensor_read(b, y, n), "tg_tensor_read");
+    same = same && memcmp(x, y, n) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+float nt_read_f32(const tg_tensor *t)
+{
+    float v;
+    nt_check(tg_tensor_read(t, &v, sizeof v), "tg_tensor_read");
+    return v;
 }
 
 tg_tensor *nt_ids(int ndim, const int64_t *shape, const int32_t *ids)

@@ -21,6 +21,14 @@ tg_tensor *nt_new(tg_dtype dt, int ndim, const int64_t *shape, const double *val
 /* nt_make(dt, vals, dims...) */
 #define nt_make(dt, vals, ...) nt_new((dt), NT_NDIM(__VA_ARGS__), (const int64_t[]){__VA_ARGS__}, (vals))
 #define NT_NDIM(...) ((int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+/* An uninitialised (r, c) tensor, or a vector of r when c == 0. */
+tg_tensor *nt_matrix(tg_dtype dt, int64_t r, int64_t c);
+/* An f32 tensor of one element v. */
+tg_tensor *nt_scalar(float v);
+/* Whether a and b hold the same bytes (and as many). */
+int nt_same_bytes(const tg_tensor *a, const tg_tensor *b);
+/* The first element of an f32 tensor. */
+float nt_read_f32(const tg_tensor *t);
 /* Integer ids (i32). */
 tg_tensor *nt_ids(int ndim, const int64_t *shape, const int32_t *ids);
 /* All elements as doubles into a new array (free it). */
