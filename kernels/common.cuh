@@ -2,6 +2,7 @@
 #ifndef TG_KERNELS_COMMON_CUH
 #define TG_KERNELS_COMMON_CUH
 
+#include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "kernels.h"
@@ -16,6 +17,14 @@ static __device__ __forceinline__ uint16_t tgk_f32_to_bf16(float f)
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
     u += 0x7fffu + ((u >> 16) & 1u);                                             /* nearest even */
     return (uint16_t)(u >> 16);
+}
+
+/* f rounded to bf16 and back, the bits tgk_f32_to_bf16 gives: the hardware's round-to-nearest-even conversion,
+ * NaN through tgk_f32_to_bf16 so its payload is kept as the CPU keeps it. */
+static __device__ __forceinline__ float tgk_round_bf16(float f)
+{
+    if (isnan(f)) return tgk_bf16_to_f32(tgk_f32_to_bf16(f));
+    return __bfloat162float(__float2bfloat16_rn(f));
 }
 
 /* Loads / stores of a float element in f32 or bf16 storage. */

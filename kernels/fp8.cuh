@@ -15,6 +15,16 @@ static __device__ __forceinline__ uint8_t tgk_to_fp8(float v, tg_dtype dt)
     return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, dt == TG_E4M3 ? __NV_E4M3 : __NV_E5M2);
 }
 
+/* Two codes at once (a in the low byte, b in the high one): the same codes as tgk_to_fp8 on each, from one paired
+ * hardware conversion. */
+static __device__ __forceinline__ uint32_t tgk_to_fp8x2(float a, float b, tg_dtype dt)
+{
+    uint32_t r = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, dt == TG_E4M3 ? __NV_E4M3 : __NV_E5M2);
+    if (isnan(a)) r = (r & 0xff00u) | 0x7fu;
+    if (isnan(b)) r = (r & 0x00ffu) | 0x7f00u;
+    return r;
+}
+
 /* FP8 code -> f32, exact (every FP8 value is a half). */
 static __device__ __forceinline__ float tgk_from_fp8(uint8_t c, tg_dtype dt)
 {

@@ -1,15 +1,6 @@
-/* gelu.cu — GELU (tanh approximation) forward and backward, elementwise, the CPU reference's float formulas. */
-#include "common.cuh"
-
-#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
-#define GELU_A 0.044715f
-
-static __device__ __forceinline__ float gelu_f(float v) { return 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_A * v * v * v))); }
-static __device__ __forceinline__ float gelu_df(float v)
-{
-    float th = tanhf(GELU_K * (v + GELU_A * v * v * v));
-    return 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * v * v);
-}
+/* gelu.cu — GELU (tanh approximation) forward and backward, elementwise, in gelu.cuh's form (the FP8 casts through
+ * GELU compute the same bits). */
+#include "gelu.cuh"
 
 /* bf16, n a multiple of 8, 16-byte aligned: 8 elements per 16-byte access (the same formulas). */
 static __device__ __forceinline__ void unpack8(uint4 u, float *f)
@@ -36,7 +27,7 @@ static __global__ void gelu_forward_vec8(uint4 *y, const uint4 *x, int64_t n8)
         float f[8];
         unpack8(x[i], f);
 #pragma unroll
-        for (int k = 0; k < 8; k++) f[k] = gelu_f(f[k]);
+        for (int k = 0; k < 8; k++) f[k] = tgk_gelu(f[k]);
         y[i] = pack8(f);
     }
 }
@@ -49,7 +40,7 @@ static __global__ void gelu_backward_vec8(uint4 *dx, const uint4 *dy, const uint
         unpack8(x[i], f);
         unpack8(dy[i], g);
 #pragma unroll
-        for (int k = 0; k < 8; k++) g[k] *= gelu_df(f[k]);
+        for (int k = 0; k < 8; k++) g[k] = __fmul_rn(g[k], tgk_gelu_grad(f[k]));
         dx[i] = pack8(g);
     }
 }
@@ -63,8 +54,7 @@ static __global__ void gelu_forward_kernel(void *y, const void *x, tg_dtype dt, 
 {
     TGK_GRID_STRIDE(i, n)
     {
-        float v = tgk_load(x, dt, i);
-        tgk_store(y, dt, i, 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_A * v * v * v))));
+        tgk_store(y, dt, i, tgk_gelu(tgk_load(x, dt, i)));
     }
 }
 
@@ -72,9 +62,7 @@ static __global__ void gelu_backward_kernel(void *dx, const void *dy, const void
 {
     TGK_GRID_STRIDE(i, n)
     {
-        float v = tgk_load(x, dt, i), th = tanhf(GELU_K * (v + GELU_A * v * v * v));
-        float d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * v * v);
-        tgk_store(dx, dt, i, tgk_load(dy, dt, i) * d);
+        tgk_store(dx, dt, i, __fmul_rn(tgk_load(dy, dt, i), tgk_gelu_grad(tgk_load(x, dt, i))));
     }
 }
 

@@ -1,5 +1,5 @@
 # kernels: one CUDA op per file, each with a launcher taking the stream.
-EXTRA_DIST += %D%/kernels.h %D%/common.cuh %D%/colsum.cuh %D%/norm.cuh %D%/fp8.cuh
+EXTRA_DIST += %D%/kernels.h %D%/common.cuh %D%/colsum.cuh %D%/norm.cuh %D%/fp8.cuh %D%/fp8_cast.cuh %D%/gelu.cuh
 if HAVE_CUDA
 libtegraph_la_SOURCES += \
 	%D%/fill.cu \
@@ -37,6 +37,8 @@ libtegraph_la_SOURCES += \
 %D%/sumsq_multi.lo %D%/zero_multi.lo %D%/attention_kv.lo %D%/fp8_cast.lo %D%/fp8_transpose.lo %D%/fp8_dequantize.lo \
 %D%/fp8_amax.lo %D%/fp8_scale_update.lo %D%/fp8_dbias.lo %D%/fp8_cast_gelu.lo %D%/fp8_layernorm.lo: %D%/common.cuh %D%/kernels.h
 %D%/fp8_cast.lo %D%/fp8_cast_gelu.lo %D%/fp8_dequantize.lo %D%/fp8_amax.lo: %D%/fp8.cuh
+%D%/fp8_cast.lo %D%/fp8_cast_gelu.lo: %D%/fp8_cast.cuh
+%D%/gelu.lo %D%/fp8_cast.lo %D%/fp8_cast_gelu.lo: %D%/gelu.cuh
 # attention's wgmma forward needs the sm_90a image: with the sm_90 target, attention.cu builds it plus compute_90
 # PTX (configure's CUDA_ARCH_SM90A; other targets build as the rest).
 %D%/attention.lo: NVCC_ARCH = $(CUDA_ARCH_SM90A)
