@@ -200,7 +200,8 @@ static cudaError_t tgk_cast_transpose_launch(const void *x, const void *gx, tg_d
     /* an empty x still gets its scale_inv (one block, no tiles) */
     const dim3 grid((unsigned)(tc < 1 ? 1 : tc), (unsigned)(part ? chunks : tr < 1 ? 1 : tr > 65535 ? 65535 : tr));
     uint8_t *y8 = (uint8_t *)y, *yt8 = (uint8_t *)yt;
-    const int full = vec_in && (vec_out || !yt) && rows % TGK_CT_TILE == 0 && cols % TGK_CT_TILE == 0;
+    const int full = vec_in && (vec_out || !yt) && rows > 0 && cols > 0 && rows % TGK_CT_TILE == 0 &&
+                     cols % TGK_CT_TILE == 0;
 #define TGK_CT_GO(BF16, FULL)                                                                                   \
     tgk_cast_transpose_kernel<MODE, BF16, FULL><<<grid, TGK_CT_THREADS, 0, st>>>(x, gx, y8, yt8, y_dt, rows, cols, \
                                                                                   vec_in, vec_out, scale, amax,     \
