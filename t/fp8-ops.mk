@@ -34,6 +34,6 @@ t_cuda_fp8_matches_cpu_t_SOURCES = t/cuda-fp8-matches-cpu.c
 t_cuda_fp8_matches_cpu_t_LDADD = $(TG_TEST_LIBS)
 t_cuda_fp8_matches_cpu_t_LDFLAGS = -static
 
-FP8_LUA_TESTS = t/fp8-lua-ops-cast-dequantize-and-gemm.lua
+FP8_LUA_TESTS = t/fp8-lua-ops-cast-dequantize-and-gemm.lua t/fp8-casts-of-empty-matrices.lua
 TESTS += $(FP8_LUA_TESTS)
 EXTRA_DIST += $(FP8_LUA_TESTS)
