@@ -40,6 +40,9 @@ static __device__ __forceinline__ void tgk_store(void *p, tg_dtype dt, int64_t i
         ((float *)p)[i] = v;
 }
 
+/* Host: p (NULL counts as aligned) starts on a multiple of bytes, a vector access's requirement. */
+static inline bool tgk_aligned(const void *p, unsigned bytes) { return !p || (uintptr_t)p % bytes == 0; }
+
 #define TGK_THREADS 256
 /* Blocks for a grid-stride loop over n elements: enough to fill the GPU,
  * few enough that each thread does several elements on big tensors. */

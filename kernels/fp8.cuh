@@ -51,6 +51,12 @@ static __device__ __forceinline__ void tgk_amax_block(unsigned m, float *amax)
     }
 }
 
+/* Host, before a kernel that folds its amax into *amax: 0 first unless the op accumulates onto the old value. */
+static inline cudaError_t tgk_amax_reset(float *amax, int accumulate, cudaStream_t st)
+{
+    return amax && !accumulate ? cudaMemsetAsync(amax, 0, sizeof(float), st) : cudaSuccess;
+}
+
 #define TGK_VEC 8 /* elements per vector group */
 
 /* v = x[i .. i + 8) as f32; x + i is 16-byte aligned. */

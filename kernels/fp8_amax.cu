@@ -24,10 +24,8 @@ static __global__ void amax_kernel(const void *x, tg_dtype dt, int64_t n, int ve
 extern "C" cudaError_t tg_cuda_fp8_amax(const void *x, tg_dtype dt, int64_t n, float *amax, int accumulate,
                                         cudaStream_t st)
 {
-    if (!accumulate) {
-        cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), st);
-        if (e != cudaSuccess) return e;
-    }
+    cudaError_t e = tgk_amax_reset(amax, accumulate, st);
+    if (e != cudaSuccess) return e;
     if (n <= 0) return cudaSuccess;
     const int vec = n % TGK_VEC == 0 && (uintptr_t)x % 16 == 0;
     amax_kernel<<<tgk_blocks(vec ? n / TGK_VEC : n), TGK_THREADS, 0, st>>>(x, dt, n, vec, amax);

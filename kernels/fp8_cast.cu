@@ -36,12 +36,10 @@ extern "C" cudaError_t tg_cuda_fp8_cast(const void *x, tg_dtype x_dt, const void
                                         cudaStream_t st)
 {
     if (!yt && !gelu_x && !dbias_part) {
-        if (amax && !accumulate) {
-            cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), st);
-            if (e != cudaSuccess) return e;
-        }
+        cudaError_t e = tgk_amax_reset(amax, accumulate, st);
+        if (e != cudaSuccess) return e;
         const int64_t n = rows * cols;
-        const int vec = n % TGK_VEC == 0 && tgk_ct_aligned(x, 16) && tgk_ct_aligned(y, 8);
+        const int vec = n % TGK_VEC == 0 && tgk_aligned(x, 16) && tgk_aligned(y, 8);
         const unsigned blocks = tgk_blocks((n + TGK_VEC - 1) / TGK_VEC);
         if (x_dt == TG_BF16)
             cast_kernel<true><<<blocks, TGK_THREADS, 0, st>>>(x, (uint8_t *)y, y_dt, n, vec, scale, amax, scale_inv);

@@ -178,8 +178,6 @@ static __global__ void __launch_bounds__(TGK_CT_THREADS, TGK_CT_MIN_BLOCKS(MODE,
     if (scale_inv && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *scale_inv = 1.0f / s;
 }
 
-static inline int tgk_ct_aligned(const void *p, unsigned a) { return p == NULL || (uintptr_t)p % a == 0; }
-
 /* Launches the kernel for MODE on x of x_dt (bf16 or f32): amax zeroed first unless accumulated; gridDim.y the
  * dbias chunks, or the row tiles (at most 65535). */
 template <int MODE>
@@ -188,12 +186,10 @@ static cudaError_t tgk_cast_transpose_launch(const void *x, const void *gx, tg_d
                                              float *amax, float *scale_inv, int accumulate, float *part,
                                              int64_t chunks, cudaStream_t st)
 {
-    if (amax && !accumulate) {
-        cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), st);
-        if (e != cudaSuccess) return e;
-    }
-    const int vec_in = cols % TGK_VEC == 0 && tgk_ct_aligned(x, 16) && tgk_ct_aligned(gx, 16) && tgk_ct_aligned(y, 8);
-    const int vec_out = rows % TGK_VEC == 0 && tgk_ct_aligned(yt, 8);
+    cudaError_t e = tgk_amax_reset(amax, accumulate, st);
+    if (e != cudaSuccess) return e;
+    const int vec_in = cols % TGK_VEC == 0 && tgk_aligned(x, 16) && tgk_aligned(gx, 16) && tgk_aligned(y, 8);
+    const int vec_out = rows % TGK_VEC == 0 && tgk_aligned(yt, 8);
     const int64_t tc = (cols + TGK_CT_TILE - 1) / TGK_CT_TILE, tr = (rows + TGK_CT_TILE - 1) / TGK_CT_TILE;
     if (tc > 2147483647) return cudaErrorInvalidValue;
     if (part && (chunks < 1 || chunks > 65535)) return cudaErrorInvalidValue;

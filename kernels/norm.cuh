@@ -279,8 +279,6 @@ static __global__ void __launch_bounds__(1024) tgk_norm_backward_wide(T *dx, con
 }
 
 /* ------------------------------------------------------------------ launch */
-static inline bool tgk_aligned16(const void *p) { return !p || ((uintptr_t)p & 15u) == 0; }
-
 /* Threads per row and vectors per thread for nvec vectors; false: too wide for registers. */
 static inline bool tgk_norm_plan(int64_t nvec, int *tpr, int *nv)
 {
@@ -350,14 +348,14 @@ static cudaError_t tgk_norm_forward_launch_as(void *y, float *mean, float *rstd,
                                               const void *beta, tg_dtype dt, int64_t n, int64_t c, float eps,
                                               tgk_norm_f8 f8, int accumulate, cudaStream_t st)
 {
-    if (F8 && f8.amax && !accumulate) {
-        cudaError_t e = cudaMemsetAsync(f8.amax, 0, sizeof(float), st);
+    if (F8) {
+        cudaError_t e = tgk_amax_reset(f8.amax, accumulate, st);
         if (e != cudaSuccess) return e;
     }
     if (n <= 0 || c <= 0) return cudaSuccess;
     if (n > 0x7fffffff || c > 0x7fffffff) return cudaErrorInvalidValue;
-    const bool al = tgk_aligned16(F8 ? (const void *)f8.y8 : y) && tgk_aligned16(x) && tgk_aligned16(gamma) &&
-                    tgk_aligned16(beta);
+    const bool al = tgk_aligned(F8 ? (const void *)f8.y8 : y, 16) && tgk_aligned(x, 16) && tgk_aligned(gamma, 16) &&
+                    tgk_aligned(beta, 16);
     if (dt == TG_BF16) {
         typedef uint16_t T;
         if (al && c % 8 == 0)
@@ -389,8 +387,8 @@ static cudaError_t tgk_norm_backward_launch(void *dx, const void *dy, const void
 {
     if (n <= 0 || c <= 0) return cudaSuccess;
     if (n > 0x7fffffff || c > 0x7fffffff) return cudaErrorInvalidValue;
-    const bool al = tgk_aligned16(dx) && tgk_aligned16(dy) && tgk_aligned16(dres) && tgk_aligned16(x) &&
-                    tgk_aligned16(gamma);
+    const bool al = tgk_aligned(dx, 16) && tgk_aligned(dy, 16) && tgk_aligned(dres, 16) && tgk_aligned(x, 16) &&
+                    tgk_aligned(gamma, 16);
     if (dt == TG_BF16) {
         typedef uint16_t T;
         if (al && c % 8 == 0)
@@ -476,7 +474,7 @@ static cudaError_t tgk_norm_dw_launch(void *dgamma, void *dbeta, const void *dy,
         if (nchunks < 1) return cudaErrorInvalidValue; /* c too large for the scratch */
         int64_t rows = (n + nchunks - 1) / nchunks;
         nchunks = (n + rows - 1) / rows;
-        const bool al = tgk_aligned16(dy) && tgk_aligned16(x);
+        const bool al = tgk_aligned(dy, 16) && tgk_aligned(x, 16);
         if (dt == TG_BF16) {
             typedef uint16_t T;
             if (al && c % 8 == 0)
