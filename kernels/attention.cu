@@ -7,13 +7,17 @@ extern "C" {
 #include <cuda_bf16.h>
 #include <cudaTypedefs.h> /* CUtensorMap, PFN_cuTensorMapEncodeTiled */
 
-/* Three paths, all deterministic (no atomics; every sum in a fixed order):
+#include <algorithm>
+
+/* Three paths, all deterministic (every sum in a fixed order):
  * - Hopper forward (bf16, head dim 64/128, sm_90a build on a compute capability 9.0 device): wgmma with Q, K, V
  *   brought by TMA through an mbarrier ring, a producer warpgroup and two consumer warpgroups taking turns
- *   (att6_fwd; att5_fwd, the cp.async version, where the driver cannot encode tensor maps); the backward's
- *   two kernels on wgmma: dQ and dd with a cp.async ring (att7_bwd_dq), then dK and dV with Q / dO tiles from
- *   TMA and an mbarrier ring (att8_bwd_dkdv; att7_bwd_dkdv, a cp.async ring, where the tensor maps or the
- *   scratch layout are not available).
+ *   (att6_fwd; att5_fwd, the cp.async version, where the driver cannot encode tensor maps); the backward on
+ *   wgmma: at head dim 64 one kernel for dQ, dK and dV (att9_bwd, dQ summed across key blocks in key-block order
+ *   through a scratch), else (or where the scratch, the tensor maps or the debug switch attention_two_pass say
+ *   no) two: dQ and dd with a cp.async ring (att7_bwd_dq), then dK and dV with Q / dO tiles from TMA and an
+ *   mbarrier ring (att8_bwd_dkdv; att7_bwd_dkdv, a cp.async ring, where the tensor maps or the scratch layout
+ *   are not available).
  * - tensor cores (bf16, head dim 16/32/64/128, 16-byte aligned buffers): mma.sync m16n8k16 + ldmatrix,
  *   the streamed 64-row tiles double-buffered with cp.async, probabilities never leaving registers, softmax
  *   in f32. The forward runs one block per (batch*head, query block). The backward runs a dQ kernel per
@@ -1809,6 +1813,381 @@ static __global__ void __launch_bounds__(NWG * 128, 1)
 #endif
 }
 
+/* ------------------------------------------------------------------ one-pass backward on Hopper (sm_90a)
+ * dQ, dK and dV from one kernel that computes each tile's probabilities once (5 matrix products per tile against
+ * the two-kernel form's 7), still deterministic. A block owns 128 keys (two consumer warpgroups of 64), streams
+ * the query tiles through a TMA ring (last tile first) and makes dK, dV as att8_bwd_dkdv does. For dQ it also
+ * writes each tile's dS^T (bf16, its 128 keys x 64 queries) to shared memory and computes dQ^T (D x 64) =
+ * K^T dS^T there, each warpgroup one half of the queries, with K^T (A, K-major) transposed once into shared
+ * memory and dS^T as the transposed B in the 64-byte swizzle (a half is 32 queries, one swizzle atom wide).
+ * The consumers leave each tile's dQ^T (f32) in one of three shared buffers; a producer warpgroup (one working
+ * thread, which also issues the loads) copies it into the tile's 64 x 64 block of a f32 scratch with the tensor
+ * copy engine: stored by the block of key block 0, added at the L2 (cp.reduce.async.bulk) by key block kb only
+ * once the blocks of key blocks 0 .. kb - 1 have added theirs, so every element is summed in the same order every
+ * run. Each (batch, head) and query tile has a counter the producer raises (release) when its copy has landed.
+ * Blocks take their work from a ticket counter, key block 0 of every (batch, head) first, so a block only ever
+ * waits on blocks that took earlier tickets and are running: no deadlock whatever the order the hardware starts
+ * blocks in. Every block reaches query tile j at the same iteration (last tile first), so the waits are short. A
+ * kernel before it computes dd and the lse / dd rows (and zeroes the counters); one after it writes
+ * dQ = scale dQ^T^T as bf16 into dqkv. */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* Shared-memory matrix descriptor, 64-byte swizzle (rows of 64 bytes, 8-row atoms of 512 bytes). */
+static __device__ __forceinline__ uint64_t wg_desc64(const void *p, uint32_t lbo, uint32_t sbo)
+{
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 |
+           (uint64_t)((sbo >> 4) & 0x3FFF) << 32 | 2ull << 62;
+}
+/* d (64 x 32, f32) = (acc ? d : 0) + A . B: A (64 x 16) K-major, B (16 x 32) MN-major, both in shared memory. */
+static __device__ __forceinline__ void wg_ss_n32_tb(float (&d)[16], uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 "}, %16, %17, p, 1, 1, 0, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+static __device__ __forceinline__ int ld_acquire(const int *p)
+{
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+static __device__ __forceinline__ void st_release(int *p, int v)
+{
+    asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+/* bytes of shared memory at src to global dst by the tensor copy engine: stored, or added (f32) at the L2 */
+static __device__ __forceinline__ void bulk_store(void *dst, uint32_t src, uint32_t bytes)
+{
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void bulk_add_f32(void *dst, uint32_t src, uint32_t bytes)
+{
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+                 "r"(bytes)
+                 : "memory");
+}
+#endif
+
+template <int D, int S> static constexpr size_t att9_bwd_smem()
+{
+    /* alignment slack; K, V (128 rows); K^T (D rows of 128 keys); the ring (Q, dO tiles, lse / dd rows); dS^T
+     * twice (two halves of 128 keys x 32 queries); dQ^T three times (64 x 64 f32); the barriers and the ticket */
+    return 1024 + (size_t)2 * 128 * D * 2 + (size_t)D * 128 * 2 + (size_t)S * (2 * 64 * D * 2 + 512) +
+           (size_t)2 * 128 * 64 * 2 + (size_t)3 * 64 * 64 * 4 + 8 * (1 + 2 * S + 4) + 16;
+}
+
+/* dd = rowsum(dout * out) and the rows of 64 per (batch, head) the one-pass kernel reads (lse in log2 units,
+ * +inf past T; dd, 0 past T), 8 threads a row; zeroes the n_ctrl counters. */
+template <int D>
+static __global__ void att9_prep(float *stats, int *ctrl, int n_ctrl, const uint16_t *dout, const uint16_t *out,
+                                 const float *lse, int BH, int T, int C, int H)
+{
+    const int64_t gt = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gt < n_ctrl) ctrl[gt] = 0;
+    const int tp = (T + 63) / 64 * 64, l8 = threadIdx.x & 7;
+    const int64_t row = gt / 8;
+    if (row >= (int64_t)BH * tp) return;
+    const int bh = (int)(row / tp), q = (int)(row % tp), b = bh / H, h = bh % H;
+    float s = 0.0f;
+    if (q < T) {
+        const int64_t o = ((int64_t)b * T + q) * C + (int64_t)h * D;
+#pragma unroll
+        for (int ch = l8; ch < D / 8; ch += 8) s += att4_dot8(*(const uint4 *)(dout + o + ch * 8), *(const uint4 *)(out + o + ch * 8));
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    if (l8 == 0) {
+        float *srow = stats + (int64_t)bh * 2 * tp;
+        srow[q] = q < T ? lse[(int64_t)bh * T + q] * ATT3_LOG2E : INFINITY;
+        srow[tp + q] = s;
+    }
+}
+
+/* dQ (bf16, times scale) into dqkv from the f32 dQ^T tiles of the (batch, head) pairs from bh0: a block per pair
+ * and query tile, through a transposing shared tile. */
+template <int D>
+static __global__ void __launch_bounds__(256) att9_dq_out(uint16_t *dqkv, const float *dqacc, int bh0, int T, int C,
+                                                          int H, float scale)
+{
+    static_assert(D == 64, "tiles of 64 x 64");
+    __shared__ float tile[D][65];
+    const int tp = (T + 63) / 64 * 64, q0 = blockIdx.y * 64, bh = bh0 + blockIdx.x, b = bh / H, h = bh % H;
+    const float *src = dqacc + (int64_t)blockIdx.x * D * tp + (int64_t)blockIdx.y * 4096;
+    for (int i = threadIdx.x; i < D * 16; i += 256) {
+        const int d = i / 16, c = i % 16, q = (4 * c) ^ ((d & 7) << 3); /* (the swizzle keeps runs of 8) */
+        const float4 v = *(const float4 *)(src + d * 64 + 4 * c);
+        tile[d][q] = v.x, tile[d][q + 1] = v.y, tile[d][q + 2] = v.z, tile[d][q + 3] = v.w;
+    }
+    __syncthreads();
+    const int64_t C3 = 3 * (int64_t)C;
+    for (int i = threadIdx.x; i < 64 * (D / 8); i += 256) {
+        const int q = i / (D / 8), c = i % (D / 8);
+        if (q0 + q >= T) continue;
+        uint4 w;
+        w.x = pack_bf16(tile[8 * c][q] * scale, tile[8 * c + 1][q] * scale);
+        w.y = pack_bf16(tile[8 * c + 2][q] * scale, tile[8 * c + 3][q] * scale);
+        w.z = pack_bf16(tile[8 * c + 4][q] * scale, tile[8 * c + 5][q] * scale);
+        w.w = pack_bf16(tile[8 * c + 6][q] * scale, tile[8 * c + 7][q] * scale);
+        *(uint4 *)(dqkv + ((int64_t)b * T + q0 + q) * C3 + (int64_t)h * D + 8 * c) = w;
+    }
+}
+
+/* The one-pass kernel: nb * ceil(T / 128) blocks of 384 threads for the nb (batch, head) pairs from bh0; ticket:
+ * this launch's counter, sems: one counter per (batch, head) and query tile of 64, dqacc: the pairs' dQ^T, 64 x 64
+ * f32 per query tile (tile j at 4096 j; column q of row d at q ^ 8 (d % 8)). */
+template <int D, int S>
+static __global__ void __launch_bounds__(3 * 128, 1)
+    att9_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap to, uint16_t *dqkv,
+             const float *stats_g, float *dqacc, int *ticket, int *sems, int nb, int bh0, int T, int C, int H,
+             float scale)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(D == 64, "dQ^T as one 64-row product per warpgroup: head dim 64");
+    constexpr int NWG = 2, BK = 128, TB = 64 * D * 2; /* TB: bytes of one Q or dO tile */
+    constexpr int DSB = BK * 64 * 2;                 /* bytes of one dS^T buffer (two halves of BK x 32) */
+    static_assert(S >= 4, "the stage of tile i - 1 is read while tile i + 2 arrives");
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *Ks = smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
+    unsigned char *Vs = Ks + BK * D * 2, *Kt = Vs + BK * D * 2, *QD = Kt + D * BK * 2, *dSb = QD + S * 2 * TB;
+    float *dqb = (float *)(dSb + 2 * DSB);    /* dQ^T of tile i - 1 at dqb + 4096 ((i - 1) % 3), as in dqacc */
+    float *stats = dqb + 3 * 4096;           /* stage i: lse (log2 units) at 128 i, dd at 128 i + 64 */
+    const uint32_t ks_a = (uint32_t)__cvta_generic_to_shared(Ks), qd_a = (uint32_t)__cvta_generic_to_shared(QD);
+    const uint32_t st_a = (uint32_t)__cvta_generic_to_shared(stats), bars = st_a + S * 512;
+    const uint32_t dqb_a = (uint32_t)__cvta_generic_to_shared(dqb);
+    int *tk_s = (int *)((unsigned char *)stats + S * 512 + 8 * (1 + 2 * S + 4));
+#define ATT9_FU(i) (bars + 8 + 16 * (i))
+#define ATT9_EM(i) (bars + 16 + 16 * (i))
+#define ATT9_RD(i) (bars + 8 + 16 * S + 8 * (i))
+#define ATT9_DF (bars + 8 + 16 * S + 24)
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0), warp = (threadIdx.x / 32) % 4,
+              lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    if (threadIdx.x == 0) {
+        *tk_s = atomicAdd(ticket, 1);
+        mb_init(bars, 1);
+        for (int i = 0; i < S; i++) {
+            mb_init(ATT9_FU(i), 1);
+            mb_init(ATT9_EM(i), NWG * 128);
+        }
+        for (int i = 0; i < 3; i++) mb_init(ATT9_RD(i), NWG * 128);
+        mb_init(ATT9_DF, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    const int tk = *tk_s, kb = tk / nb, bhl = tk % nb, bh = bh0 + bhl, b = bh / H, h = bh % H;
+    const int tp = (T + 63) / 64 * 64, ntq = tp / 64;
+    const float *srow = stats_g + (int64_t)bh * 2 * tp;
+    int *sem = sems + (int64_t)bh * ntq;
+    float *dqa = dqacc + (int64_t)bhl * D * tp; /* tile j's 64 x 64 at dqa + 4096 j */
+    const int kw0 = kb * BK + wg * 64, qt0 = kb * NWG, n = ntq - qt0; /* n: query tiles of the block */
+    const float sl2 = scale * ATT3_LOG2E;
+    const auto tile = [&](int i) { return qt0 + n - 1 - i; }; /* query tile of iteration i: the last first */
+    const auto issue = [&](int i) {                            /* the producer: tile i into its stage */
+        const int s = i % S, t0 = tile(i) * 64;
+        if (i >= S) mb_wait(ATT9_EM(s), ((i / S) - 1) & 1); /* every consumer is done with tile i - S */
+        mb_expect(ATT9_FU(s), 2 * TB + 512);
+        tma_tile<D, 64>(qd_a + s * 2 * TB, &tq, ATT9_FU(s), h * D, t0, b);
+        tma_tile<D, 64>(qd_a + s * 2 * TB + TB, &to, ATT9_FU(s), h * D, t0, b);
+        bulk_copy(st_a + s * 512, srow + t0, 256, ATT9_FU(s));
+        bulk_copy(st_a + s * 512 + 256, srow + tp + t0, 256, ATT9_FU(s));
+    };
+    if (threadIdx.x >= NWG * 128) {
+        /* The producer warpgroup (one thread works; the registers go to the consumers): K, V and the first three
+         * tiles; then, as the consumers finish iteration i (their adds of tile i - 1 done: "ready" barrier
+         * i % 3), raises tile i - 1's counter (release) and brings tile i + 3 into the stage tile i - 1 left.
+         * The consumers wait for that tile in iteration i + 3, so they are at most two iterations ahead, and
+         * the three ready barriers never hold two phases. */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        if (threadIdx.x == NWG * 128) {
+            mb_expect(bars, 2 * BK * D * 2);
+            tma_tile<D, BK>(ks_a, &tq, bars, C + h * D, kb * BK, b);
+            tma_tile<D, BK>(ks_a + BK * D * 2, &tq, bars, 2 * C + h * D, kb * BK, b);
+            for (int i = 0; i < 3 && i < n; i++) issue(i);
+            int pend = -1; /* the tile whose copy is in flight, its counter not yet raised */
+            for (int i = 0; i <= n; i++) {
+                mb_wait(ATT9_RD(i % 3), (i / 3) & 1);
+                const int jq = i > 0 ? tile(i - 1) : -1;
+                if (i > 0) { /* tile i - 1's dQ^T into the f32 rows, after the blocks of key blocks 0 .. kb - 1 */
+                    if (kb > 0) {
+                        while (ld_acquire(sem + jq) < kb) {
+                        }
+                        asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                    }
+                    if (kb == 0) bulk_store(dqa + (int64_t)jq * 4096, dqb_a + ((i - 1) % 3) * 16384, 16384);
+                    else bulk_add_f32(dqa + (int64_t)jq * 4096, dqb_a + ((i - 1) % 3) * 16384, 16384);
+                    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+                    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); /* its buffer is free */
+                }
+                /* the consumers refill buffer (i - 1) % 3 in iteration i + 3, after tile i + 3 has come, or, in the
+                 * last iteration (n), once told */
+                if (i + 3 < n) issue(i + 3);
+                else if (i + 3 == n && i > 0) mb_arrive(ATT9_DF);
+                if (pend >= 0) { /* the previous copy has landed: raise its tile's counter */
+                    asm volatile("cp.async.bulk.wait_group 1;\n" ::: "memory");
+                    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                    st_release(sem + pend, kb + 1);
+                }
+                pend = jq;
+            }
+            asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+            asm volatile("fence.proxy.async.global;\n" ::: "memory");
+            st_release(sem + pend, kb + 1);
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    float dk[D / 2], dv[D / 2], st[32], dpt[32], dq[16];
+    uint32_t pf[4][4], sf[4][4];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; i++) dq[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) pf[i][e] = sf[i][e] = 0u;
+    const unsigned char *Kw = Ks + wg * 64 * 128, *Vw = Vs + wg * 64 * 128;
+    const int r0 = kw0 + warp * 16 + g; /* this lane's keys: r0, r0 + 8 */
+    mb_wait(bars, 0);
+    /* K^T: element (key k, d) of the K tile to row d, column k of two column blocks of D x 128 bytes */
+    for (int i = threadIdx.x; i < BK * (D / 8); i += NWG * 128) {
+        const int k = i / (D / 8), c = i % (D / 8);
+        const uint4 v = *(const uint4 *)(Ks + (c >> 3) * (BK * 128) + k * 128 + (((c & 7) ^ (k & 7)) << 4));
+        const uint16_t e[8] = {(uint16_t)v.x, (uint16_t)(v.x >> 16), (uint16_t)v.y, (uint16_t)(v.y >> 16),
+                               (uint16_t)v.z, (uint16_t)(v.z >> 16), (uint16_t)v.w, (uint16_t)(v.w >> 16)};
+        const int kc = k >> 6, kk = k & 63;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int d = 8 * c + j;
+            *(uint16_t *)(Kt + kc * (D * 128) + d * 128 + (((kk >> 3) ^ (d & 7)) << 4) + (kk & 7) * 2) = e[j];
+        }
+    }
+    fence_proxy_async();
+    asm volatile("bar.sync 3, 256;\n" ::: "memory"); /* the consumers (the producer warp has left) */
+
+    /* dS^T of tile i (this lane's keys, queries 8 j + 2 t4, + 1) into the half of queries j / 4, 64-byte swizzle */
+    const auto put_ds = [&](int i) {
+        unsigned char *dSw = dSb + (i & 1) * DSB;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int R = wg * 64 + warp * 16 + g + 8 * hr;
+                *(uint32_t *)(dSw + (j >> 2) * (DSB / 2) + R * 64 + (((j & 3) ^ ((R >> 1) & 3)) << 4) + 4 * t4) =
+                    sf[j >> 1][2 * (j & 1) + hr];
+            }
+    };
+    /* dQ^T of tile i - 1 (rows d, this group's 32 queries) into its shared buffer; column q of row d at
+     * q ^ 8 (d % 8), so the eight rows a store instruction touches fall on different banks */
+    const auto put_dq = [&](int i) {
+        float *w = dqb + ((i - 1) % 3) * 4096;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int d = warp * 16 + g + 8 * hr, q = 32 * wg + 8 * j + 2 * t4;
+                *(float2 *)(w + d * 64 + (q ^ ((d & 7) << 3))) = make_float2(dq[4 * j + 2 * hr], dq[4 * j + 2 * hr + 1]);
+            }
+    };
+    /* dV += P^T dO, dK += dS^T Q and dQ^T (this group's 32 queries) = K^T dS^T of tile i - 1 */
+    const auto grads = [&](int i) {
+        const unsigned char *Qp = QD + ((i + S - 1) % S) * 2 * TB, *dSr = dSb + ((i + 1) & 1) * DSB + wg * (DSB / 2);
+        att5_pv<D, 64>(dv, pf, Qp + TB);
+        att5_pv<D, 64>(dk, sf, Qp);
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++)
+            wg_ss_n32_tb(dq, wg_desc(Kt + (kk >> 2) * (D * 128) + (kk & 3) * 32, 16, 1024),
+                         wg_desc64(dSr + kk * 16 * 64, DSB / 2, 512), kk > 0);
+    };
+
+    for (int i = 0; i <= n; i++) {
+        const int s = i % S, sp = (i + S - 1) % S, q0 = tile(i) * 64;
+        const unsigned char *Qt = QD + s * 2 * TB;
+        const float *ls = stats + s * 128;
+        if (i == 0) {
+            mb_wait(ATT9_FU(s), 0);
+            wg_fence();
+            att7_abt<D, BK>(st, Kw, Qt);
+            att7_abt<D, BK>(dpt, Vw, Qt + TB);
+            wg_commit();
+            wg_wait<0>();
+            wg_pin(st);
+            wg_pin(dpt);
+            att7_pds(st, dpt, ls, ls + 64, q0, kw0, r0, t4, sl2);
+            att5_to_p<64>(pf, st);
+            att5_to_p<64>(sf, dpt);
+            put_ds(i);
+        } else if (i < n) {
+            mb_wait(ATT9_FU(s), (i / S) & 1);
+            wg_pin(dk);
+            wg_pin(dv);
+            wg_pin(pf);
+            wg_pin(sf);
+            wg_pin(dq);
+            wg_fence();
+            att7_abt<D, BK>(st, Kw, Qt);
+            att7_abt<D, BK>(dpt, Vw, Qt + TB);
+            wg_commit();
+            grads(i);
+            wg_commit();
+            wg_wait<1>();
+            wg_pin(st);
+            wg_pin(dpt);
+            att7_pds(st, dpt, ls, ls + 64, q0, kw0, r0, t4, sl2);
+            wg_wait<0>();
+            wg_pin(dk);
+            wg_pin(dv);
+            wg_pin(pf);
+            wg_pin(sf);
+            wg_pin(dq);
+            mb_arrive(ATT9_EM(sp));
+            att5_to_p<64>(pf, st);
+            att5_to_p<64>(sf, dpt);
+            put_ds(i);
+            put_dq(i);
+        } else {
+            wg_pin(dk);
+            wg_pin(dv);
+            wg_pin(pf);
+            wg_pin(sf);
+            wg_pin(dq);
+            wg_fence();
+            grads(i);
+            wg_commit();
+            wg_wait<0>();
+            wg_pin(dk);
+            wg_pin(dv);
+            wg_pin(dq);
+            mb_arrive(ATT9_EM(sp));
+            if (n >= 4) mb_wait(ATT9_DF, 0); /* the producer has read buffer (n - 1) % 3 (tile n - 4's) */
+            put_dq(i);
+        }
+        fence_proxy_async(); /* the dS^T and dQ^T stores before the products and the producer's copy read them */
+        mb_arrive(ATT9_RD(i % 3));
+        asm volatile("bar.sync 3, 256;\n" ::: "memory");
+    }
+#undef ATT9_FU
+#undef ATT9_EM
+#undef ATT9_RD
+#undef ATT9_DF
+    /* dK * scale and dV as bf16 into the warpgroup's own K and V rows, then 16-byte row stores */
+    unsigned char *wk = Ks + wg * 64 * 128, *wv = Vs + wg * 64 * 128;
+    att7_put<D, BK>(wk, dk, scale, warp, g, t4);
+    att7_put<D, BK>(wv, dv, 1.0f, warp, g, t4);
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+    uint16_t *rows = dqkv + (int64_t)b * T * 3 * (int64_t)C + (int64_t)h * D;
+    att7_copy_out<D, BK>(rows + C, 3 * (int64_t)C, kw0, T, wk);
+    att7_copy_out<D, BK>(rows + 2 * (int64_t)C, 3 * (int64_t)C, kw0, T, wv);
+#endif
+}
+
 /* ------------------------------------------------------------------ launchers */
 
 /* Raises a kernel's dynamic shared-memory limit once per device (not a stream operation: legal while capturing). */
@@ -2036,7 +2415,49 @@ static cudaError_t att8_dkdv_launch(const CUtensorMap &tq, const CUtensorMap &to
     att8_bwd_dkdv<D, NWG, S><<<grid, NWG * 128, sm, st>>>(tq, to, (uint16_t *)dqkv, stats, (int)T, (int)C, H, scale);
     return cudaGetLastError();
 }
-/* The wgmma backward: dQ and dd first, then dK, dV; 4-stage rings of 64-row tiles, two warpgroups a block. The
+/* The one-pass backward: the lse / dd rows (and zeroed counters), then per launch of as many (batch, head) pairs as
+ * the scratch holds f32 dQ^T rows for (after the rows and the counters), the one-pass kernel and the dQ writer.
+ * *taken stays false (nothing launched) where not one pair fits, more than 64 launches would be needed or the
+ * query tiles exceed a grid dimension. */
+template <int D, int S>
+static cudaError_t att9_bwd_launch(const CUtensorMap &tq, const CUtensorMap &to, void *dqkv, float *scratch,
+                                   size_t scratch_bytes, const void *dout, const void *out, const float *lse, int64_t B,
+                                   int64_t T, int64_t C, int H, float scale, cudaStream_t st, bool *taken)
+{
+    constexpr int MAXL = 64; /* launch counters */
+    const int64_t BH = B * H, tp = (T + 63) / 64 * 64, ntq = tp / 64, nkb = (T + 127) / 128;
+    const size_t stats_b = (size_t)(2 * BH * tp) * sizeof(float), n_ctrl = MAXL + (size_t)(BH * ntq);
+    const size_t ctrl_b = (n_ctrl * sizeof(int) + 255) / 256 * 256, per = (size_t)(D * tp) * sizeof(float);
+    *taken = false;
+    if (ntq > 65535 || stats_b + ctrl_b + per > scratch_bytes) return cudaSuccess;
+    const int64_t nb = std::min<int64_t>(BH, (int64_t)((scratch_bytes - stats_b - ctrl_b) / per));
+    const int64_t nl = (BH + nb - 1) / nb;
+    if (nl > MAXL) return cudaSuccess;
+    int *ctrl = (int *)((char *)scratch + stats_b); /* launch counters, then one per (batch, head) and query tile */
+    float *dqacc = (float *)((char *)ctrl + ctrl_b);
+    const size_t sm = att9_bwd_smem<D, S>();
+    static unsigned done;
+    cudaError_t e = att_smem_limit(att9_bwd<D, S>, sm, &done);
+    if (e != cudaSuccess) return e;
+    *taken = true;
+    const int64_t threads = std::max<int64_t>(BH * tp * 8, (int64_t)n_ctrl);
+    att9_prep<D><<<(unsigned)((threads + 255) / 256), 256, 0, st>>>(scratch, ctrl, (int)n_ctrl, (const uint16_t *)dout,
+                                                                 (const uint16_t *)out, lse, (int)BH, (int)T, (int)C, H);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    for (int64_t l = 0; l < nl; l++) {
+        const int64_t bh0 = l * nb, cnt = std::min<int64_t>(nb, BH - bh0);
+        att9_bwd<D, S><<<(unsigned)(cnt * nkb), 3 * 128, sm, st>>>(tq, to, (uint16_t *)dqkv, scratch, dqacc, ctrl + l,
+                                                               ctrl + MAXL, (int)cnt, (int)bh0, (int)T, (int)C, H, scale);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        att9_dq_out<D><<<dim3((unsigned)cnt, (unsigned)ntq), 256, 0, st>>>((uint16_t *)dqkv, dqacc, (int)bh0, (int)T,
+                                                                         (int)C, H, scale);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+/* The wgmma backward: at head dim 64 the one-pass kernel (att9_bwd_launch) where it applies; else dQ and dd first,
+ * then dK, dV; 4-stage rings of 64-row tiles, two warpgroups a block. The
  * dK/dV kernel takes its tiles from the tensor copy engine (att8_bwd_dkdv), reading lse and dd from the scratch
  * in rows of 64 per (batch, head) that the dQ kernel lays out; where that layout does not fit the scratch or the
  * driver cannot encode the tensor maps, the cp.async dK/dV kernel (att7_bwd_dkdv) reads them as they are. */
@@ -2050,6 +2471,14 @@ static cudaError_t att7_bwd_launch(void *dqkv, float *scratch, size_t scratch_by
     PFN_cuTensorMapEncodeTiled_v12000 enc = att6_encoder();
     const bool tma = (size_t)(2 * B * H * tp) * sizeof(float) <= scratch_bytes && att_tmap(enc, &tq, qkv, 3 * C, T, B) &&
                      att_tmap(enc, &to, dout, C, T, B);
+    if constexpr (D == 64) {
+        if (tma && !tg_debug_get(TG_DEBUG_ATTENTION_TWO_PASS)) {
+            bool taken = false;
+            cudaError_t e = att9_bwd_launch<D, 4>(tq, to, dqkv, scratch, scratch_bytes, dout, out, lse, B, T, C, H,
+                                                  scale, st, &taken);
+            if (e != cudaSuccess || taken) return e;
+        }
+    }
     cudaError_t e = tma ? att7_dq_launch<D, 2, 4, true>(dqkv, scratch, dout, out, qkv, lse, B, T, C, H, scale, st)
                         : att7_dq_launch<D, 2, 4, false>(dqkv, scratch, dout, out, qkv, lse, B, T, C, H, scale, st);
     if (e != cudaSuccess) return e;

@@ -2,7 +2,10 @@
  * capability 9.0 device of an sm_90 build, else the mma.sync ones) matches the CPU backend's dq, dk and dv at head
  * dims 64 and 128, for lengths of one row, odd lengths, lengths off the 64- and 128-row tiles, several batch and
  * head counts and large bf16 magnitudes; writes every element of dqkv; gives the same bits run to run; and the
- * mma.sync fallback (debug switch attention_mma_sync) matches the CPU and the wgmma result. */
+ * mma.sync fallback (debug switch attention_mma_sync) matches the CPU and the wgmma result. At head dim 64 the
+ * wgmma backward is one kernel with dQ summed across key blocks in a fixed order; its two-kernel form (debug
+ * switch attention_two_pass) matches the CPU and it, and so does the one-pass kernel where the scratch holds the
+ * f32 dQ rows of fewer (batch, head) pairs than there are (several launches). */
 #include "backend/backend.h"
 #include "core/debug.h"
 
@@ -103,11 +106,12 @@ static void check(const char *what, const char *path, const uint16_t *got, const
 }
 /* the two GPU paths against each other over the whole dqkv: where dq and dk are zero in exact arithmetic (T = 1:
  * dp = dd), each path's are rounding noise, and one part's norm would compare noise with noise */
-static void check_paths(const char *what, const uint16_t *wg, const uint16_t *ms, int64_t rows, int64_t C)
+static void check_paths(const char *what, const char *other, const uint16_t *wg, const uint16_t *ms, int64_t rows,
+                        int64_t C)
 {
     size_t nans;
     const double r = rel_l2_cols(wg, ms, rows, C, 0, 3 * C, &nans);
-    ok(nans == 0 && r <= TOL, "%s: dqkv of wgmma vs mma.sync relative L2 %.3g <= %g", what, r, TOL);
+    ok(nans == 0 && r <= TOL, "%s: dqkv of wgmma vs %s relative L2 %.3g <= %g", what, other, r, TOL);
 }
 
 struct shape {
@@ -163,11 +167,57 @@ static void run_shape(const struct shape *s, int wgmma)
         tg_debug_set(TG_DEBUG_ATTENTION_MMA_SYNC, 0);
         ok(st == TG_OK, "%s (mma.sync): runs", what);
         check(what, "mma.sync", g2, dqkv_c, B * T, C);
-        check_paths(what, g1, g2, B * T, C);
+        check_paths(what, "mma.sync", g1, g2, B * T, C);
+        tg_debug_set(TG_DEBUG_ATTENTION_TWO_PASS, 1);
+        st = gpu_backward(g2, dqkv_d, dout_d, out_d, qkv_d, lse_d, B, T, C, (int)H);
+        tg_debug_set(TG_DEBUG_ATTENTION_TWO_PASS, 0);
+        ok(st == TG_OK, "%s (two-pass): runs", what);
+        check(what, "two-pass", g2, dqkv_c, B * T, C);
+        check_paths(what, "two-pass", g1, g2, B * T, C);
     }
     free(g1), free(g2);
     tg_backend_cpu.free(0, qkv_c), tg_backend_cpu.free(0, dout_c), tg_backend_cpu.free(0, out_c);
     tg_backend_cpu.free(0, dqkv_c), tg_backend_cpu.free(0, lse_c);
+    tg_backend_cuda.free(0, qkv_d), tg_backend_cuda.free(0, dout_d), tg_backend_cuda.free(0, out_d);
+    tg_backend_cuda.free(0, dqkv_d), tg_backend_cuda.free(0, lse_d);
+}
+
+/* B = 4, T = 2048, 16 heads of 64: the f32 dQ rows of the 64 (batch, head) pairs (32 MiB) exceed the backend's
+ * 32 MiB scratch with the lse / dd rows, so the one-pass backward runs as two launches; against the two-kernel
+ * form (each checked against the CPU above at smaller sizes), with out and lse from the GPU forward. */
+static void run_launches(void)
+{
+    const int64_t B = 4, T = 2048, H = 16, C = H * 64;
+    const size_t nqkv = (size_t)(B * T * 3 * C), nout = (size_t)(B * T * C), nl = (size_t)(B * H * T);
+    const char *what = "backward B=4 T=2048 H=16 D=64 (two launches of the one-pass kernel)";
+    uint16_t *qkv_h = malloc(nqkv * 2), *dout_h = malloc(nout * 2), *g1 = malloc(nqkv * 2), *g2 = malloc(nqkv * 2),
+             *g3 = malloc(nqkv * 2);
+    for (size_t i = 0; i < nqkv; i++) qkv_h[i] = tg_f32_to_bf16((float)rnd_normal());
+    for (size_t i = 0; i < nout; i++) dout_h[i] = tg_f32_to_bf16((float)rnd_normal());
+    void *qkv_d = gpu_alloc(nqkv * 2), *dout_d = gpu_alloc(nout * 2), *out_d = gpu_alloc(nout * 2),
+         *dqkv_d = gpu_alloc(nqkv * 2);
+    float *lse_d = gpu_alloc(nl * 4);
+    h2d(qkv_d, qkv_h, nqkv * 2);
+    h2d(dout_d, dout_h, nout * 2);
+    struct tg_attention_forward_args f = {
+        .out = out_d, .lse = lse_d, .qkv = qkv_d, .dt = TG_BF16, .b = B, .t = T, .c = C, .n_head = (int)H};
+    if (tg_backend_cuda.attention_forward(gs, &f) != TG_OK) bail_out("cuda attention forward: %s", tg_last_error());
+    tg_status st = gpu_backward(g1, dqkv_d, dout_d, out_d, qkv_d, lse_d, B, T, C, (int)H);
+    if (!ok(st == TG_OK, "%s: runs", what)) diag("%s: %s", tg_status_name(st), tg_last_error());
+    st = gpu_backward(g3, dqkv_d, dout_d, out_d, qkv_d, lse_d, B, T, C, (int)H);
+    ok(st == TG_OK && memcmp(g1, g3, nqkv * 2) == 0, "%s: two runs bit-identical", what);
+    tg_debug_set(TG_DEBUG_ATTENTION_TWO_PASS, 1);
+    st = gpu_backward(g2, dqkv_d, dout_d, out_d, qkv_d, lse_d, B, T, C, (int)H);
+    tg_debug_set(TG_DEBUG_ATTENTION_TWO_PASS, 0);
+    ok(st == TG_OK, "%s (two-pass): runs", what);
+    static const char *name[3] = {"dq", "dk", "dv"};
+    for (int p = 0; p < 3; p++) {
+        size_t nans;
+        const double r = rel_l2_cols(g1, g2, B * T, C, p * C, p * C + C, &nans);
+        ok(nans == 0 && r <= TOL, "%s: %s vs two-pass relative L2 %.3g <= %g, every element written", what, name[p], r,
+           TOL);
+    }
+    free(qkv_h), free(dout_h), free(g1), free(g2), free(g3);
     tg_backend_cuda.free(0, qkv_d), tg_backend_cuda.free(0, dout_d), tg_backend_cuda.free(0, out_d);
     tg_backend_cuda.free(0, dqkv_d), tg_backend_cuda.free(0, lse_d);
 }
@@ -199,6 +249,7 @@ int main(void)
     const int small = getenv("TG_ATT_SMALL") != NULL;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         if (!small || shapes[i].t <= 300) run_shape(&shapes[i], wgmma);
+    if (wgmma && !small) run_launches();
     return done_testing();
 }
 #endif

@@ -19,6 +19,7 @@ static const char *const names[TG_DEBUG_COUNT] = {
     [TG_DEBUG_ALLOC_DIRECT] = "alloc_direct",
     [TG_DEBUG_COMM_CHECK] = "comm_check",
     [TG_DEBUG_ATTENTION_MMA_SYNC] = "attention_mma_sync",
+    [TG_DEBUG_ATTENTION_TWO_PASS] = "attention_two_pass",
     [TG_DEBUG_AUTOCAST_GEMM] = "autocast_gemm",
     [TG_DEBUG_ROUND_RESIDUAL] = "round_residual",
     [TG_DEBUG_ROUND_GRADS] = "round_grads",

@@ -37,6 +37,10 @@ typedef enum tg_debug_flag {
     /* "attention_mma_sync": the CUDA attention forward runs the mma.sync kernels where it would run the
      * wgmma ones (sm_90a build on a compute capability 9.0 device); read per forward call. */
     TG_DEBUG_ATTENTION_MMA_SYNC,
+    /* "attention_two_pass": the CUDA attention backward on wgmma runs its two-kernel form (dQ, then dK and dV,
+     * each recomputing the probabilities) where it would run the one-pass kernel that makes all three (head
+     * dim 64); read per backward call. */
+    TG_DEBUG_ATTENTION_TWO_PASS,
     /* "graph_share_any_order": a graphed set shares microbatch 1's graphs and buffers with every microbatch
      * even when its order interleaves microbatches (the reuse-too-early bug, for the test that proves the
      * lifetime check matters); read by tg_graphed_new for the set it makes. */
