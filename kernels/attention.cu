@@ -1325,6 +1325,24 @@ static __device__ __forceinline__ void wg_ss_n64(float (&d)[32], uint64_t da, ui
                    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(da), "l"(db), "r"(acc));
 }
+/* Shared-memory matrix descriptor, 64-byte swizzle (rows of 64 bytes, 8-row atoms of 512 bytes). */
+static __device__ __forceinline__ uint64_t wg_desc64(const void *p, uint32_t lbo, uint32_t sbo)
+{
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 |
+           (uint64_t)((sbo >> 4) & 0x3FFF) << 32 | 2ull << 62;
+}
+/* d (64 x 32, f32) = (acc ? d : 0) + A . B: A (64 x 16) K-major, B (16 x 32) MN-major, both in shared memory. */
+static __device__ __forceinline__ void wg_ss_n32_tb(float (&d)[16], uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 "}, %16, %17, p, 1, 1, 0, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "l"(da), "l"(db), "r"(acc));
+}
 /* c (64 x 64) = A . B^T: A the 64 rows at Aw of a swizzled tile of RA rows, B a swizzled tile of 64 rows. */
 template <int D, int RA>
 static __device__ __forceinline__ void att7_abt(float (&c)[32], const unsigned char *Aw, const unsigned char *Bs)
@@ -1395,6 +1413,96 @@ static __device__ __forceinline__ void att7_copy_out(uint16_t *dst, int64_t ld, 
             *(uint4 *)(dst + (int64_t)(row0 + r) * ld + ch * 8) =
                 *(const uint4 *)(w + (ch >> 3) * (R * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
     }
+}
+
+/* The dK/dV side's work on one streamed tile (Q at Qt, dO at Qt + 64 D 2 bytes; ls: its lse / dd rows), for the
+ * warpgroup's 64 keys at Kw / Vw of tiles of BK rows, in three forms that every dK/dV kernel shares:
+ * - kv_first: S^T = K Q^T and dP^T = V dO^T of the tile, then P^T and dS^T and their A fragments (pf, sf);
+ * - kv_step: the same, issued together with the previous tile's gradient products (kv_grads, from Qp), the
+ *   elementwise work running under the latter; done() once every product has finished (the previous tile's
+ *   stage may be refilled), then the new fragments;
+ * - kv_last: the previous tile's gradient products alone, then done().
+ * kv_grads: dV += P^T dO, dK += dS^T Q, and with DQ (the one-pass kernel) dQ^T (this group's 32 queries) =
+ * K^T dS^T, K^T at Kt (D rows of 128 keys), dS^T at dSr (this group's half, 64-byte swizzle). */
+template <int D, bool DQ>
+static __device__ __forceinline__ void kv_grads(float (&dk)[D / 2], float (&dv)[D / 2], const uint32_t (&pf)[4][4],
+                                                const uint32_t (&sf)[4][4], float (&dq)[16], const unsigned char *Qp,
+                                                const unsigned char *Kt, const unsigned char *dSr)
+{
+    att5_pv<D, 64>(dv, pf, Qp + 64 * D * 2);
+    att5_pv<D, 64>(dk, sf, Qp);
+    if constexpr (DQ)
+#pragma unroll
+        for (int kk = 0; kk < 128 / 16; kk++)
+            wg_ss_n32_tb(dq, wg_desc(Kt + (kk >> 2) * (D * 128) + (kk & 3) * 32, 16, 1024),
+                         wg_desc64(dSr + kk * 16 * 64, 128 * 64, 512), kk > 0);
+}
+/* Keeps the accumulators and fragments of the gradient products in place across an issue or a wait. */
+template <int D, bool DQ>
+static __device__ __forceinline__ void kv_pin(float (&dk)[D / 2], float (&dv)[D / 2], uint32_t (&pf)[4][4],
+                                              uint32_t (&sf)[4][4], float (&dq)[16])
+{
+    wg_pin(dk);
+    wg_pin(dv);
+    wg_pin(pf);
+    wg_pin(sf);
+    if constexpr (DQ) wg_pin(dq);
+}
+template <int D, int BK>
+static __device__ __forceinline__ void kv_first(float (&st)[32], float (&dpt)[32], uint32_t (&pf)[4][4],
+                                                uint32_t (&sf)[4][4], const unsigned char *Kw, const unsigned char *Vw,
+                                                const unsigned char *Qt, const float *ls, int q0, int kw0, int r0,
+                                                int t4, float sl2)
+{
+    wg_fence();
+    att7_abt<D, BK>(st, Kw, Qt);
+    att7_abt<D, BK>(dpt, Vw, Qt + 64 * D * 2);
+    wg_commit();
+    wg_wait<0>();
+    wg_pin(st);
+    wg_pin(dpt);
+    att7_pds(st, dpt, ls, ls + 64, q0, kw0, r0, t4, sl2);
+    att5_to_p<64>(pf, st);
+    att5_to_p<64>(sf, dpt);
+}
+template <int D, int BK, bool DQ, class Done>
+static __device__ __forceinline__ void kv_step(float (&dk)[D / 2], float (&dv)[D / 2], float (&st)[32], float (&dpt)[32],
+                                               uint32_t (&pf)[4][4], uint32_t (&sf)[4][4], float (&dq)[16],
+                                               const unsigned char *Kw, const unsigned char *Vw, const unsigned char *Qt,
+                                               const unsigned char *Qp, const unsigned char *Kt, const unsigned char *dSr,
+                                               const float *ls, int q0, int kw0, int r0, int t4, float sl2, Done done)
+{
+    kv_pin<D, DQ>(dk, dv, pf, sf, dq);
+    wg_fence();
+    att7_abt<D, BK>(st, Kw, Qt);
+    att7_abt<D, BK>(dpt, Vw, Qt + 64 * D * 2);
+    wg_commit();
+    kv_grads<D, DQ>(dk, dv, pf, sf, dq, Qp, Kt, dSr);
+    wg_commit();
+    wg_wait<1>();
+    wg_pin(st);
+    wg_pin(dpt);
+    att7_pds(st, dpt, ls, ls + 64, q0, kw0, r0, t4, sl2);
+    wg_wait<0>();
+    kv_pin<D, DQ>(dk, dv, pf, sf, dq);
+    done();
+    att5_to_p<64>(pf, st);
+    att5_to_p<64>(sf, dpt);
+}
+template <int D, bool DQ, class Done>
+static __device__ __forceinline__ void kv_last(float (&dk)[D / 2], float (&dv)[D / 2], uint32_t (&pf)[4][4],
+                                               uint32_t (&sf)[4][4], float (&dq)[16], const unsigned char *Qp,
+                                               const unsigned char *Kt, const unsigned char *dSr, Done done)
+{
+    kv_pin<D, DQ>(dk, dv, pf, sf, dq);
+    wg_fence();
+    kv_grads<D, DQ>(dk, dv, pf, sf, dq, Qp, Kt, dSr);
+    wg_commit();
+    wg_wait<0>();
+    wg_pin(dk);
+    wg_pin(dv);
+    if constexpr (DQ) wg_pin(dq);
+    done();
 }
 #endif
 
@@ -1573,7 +1681,7 @@ static __global__ void __launch_bounds__(NWG * 128, 1)
     fetch(0);
     if (n > 1) fetch(1);
 
-    float dk[D / 2], dv[D / 2], st[32], dpt[32];
+    float dk[D / 2], dv[D / 2], st[32], dpt[32], nodq[16]; /* (nodq: no dQ here) */
     uint32_t pf[4][4], sf[4][4];
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.0f;
@@ -1596,51 +1704,12 @@ static __global__ void __launch_bounds__(NWG * 128, 1)
         const unsigned char *Qt = QD + (i % S) * 2 * TB, *Qp = QD + ((i + S - 1) % S) * 2 * TB;
         const float *ls = stats + (i % S) * 128;
         if (i == a0 && i < n) {
-            wg_fence();
-            att7_abt<D, BK>(st, Kw, Qt);
-            att7_abt<D, BK>(dpt, Vw, Qt + TB);
-            wg_commit();
-            wg_wait<0>();
-            wg_pin(st);
-            wg_pin(dpt);
-            att7_pds(st, dpt, ls, ls + 64, q0, kw0, r0, t4, sl2);
-            att5_to_p<64>(pf, st);
-            att5_to_p<64>(sf, dpt);
+            kv_first<D, BK>(st, dpt, pf, sf, Kw, Vw, Qt, ls, q0, kw0, r0, t4, sl2);
         } else if (i > a0 && i < n) {
-            wg_pin(dk);
-            wg_pin(dv);
-            wg_pin(pf);
-            wg_pin(sf);
-            wg_fence();
-            att7_abt<D, BK>(st, Kw, Qt);
-            att7_abt<D, BK>(dpt, Vw, Qt + TB);
-            wg_commit();
-            att5_pv<D, 64>(dv, pf, Qp + TB); /* dV += P^T dO, dK += dS^T Q of tile i - 1 */
-            att5_pv<D, 64>(dk, sf, Qp);
-            wg_commit();
-            wg_wait<1>();
-            wg_pin(st);
-            wg_pin(dpt);
-            att7_pds(st, dpt, ls, ls + 64, q0, kw0, r0, t4, sl2);
-            wg_wait<0>();
-            wg_pin(dk);
-            wg_pin(dv);
-            wg_pin(pf);
-            wg_pin(sf);
-            att5_to_p<64>(pf, st);
-            att5_to_p<64>(sf, dpt);
+            kv_step<D, BK, false>(dk, dv, st, dpt, pf, sf, nodq, Kw, Vw, Qt, Qp, nullptr, nullptr, ls, q0, kw0, r0, t4, sl2,
+                                  [] {});
         } else if (i == n && a0 < n) {
-            wg_pin(dk);
-            wg_pin(dv);
-            wg_pin(pf);
-            wg_pin(sf);
-            wg_fence();
-            att5_pv<D, 64>(dv, pf, Qp + TB);
-            att5_pv<D, 64>(dk, sf, Qp);
-            wg_commit();
-            wg_wait<0>();
-            wg_pin(dk);
-            wg_pin(dv);
+            kv_last<D, false>(dk, dv, pf, sf, nodq, Qp, nullptr, nullptr, [] {});
         }
     }
     /* dK * scale and dV as bf16 into the warpgroup's own K and V rows, then 16-byte row stores */
@@ -1725,7 +1794,7 @@ static __global__ void __launch_bounds__(NWG * 128, 1)
         if (n > 1) issue(1);
     }
 
-    float dk[D / 2], dv[D / 2], st[32], dpt[32];
+    float dk[D / 2], dv[D / 2], st[32], dpt[32], nodq[16]; /* (nodq: no dQ here) */
     uint32_t pf[4][4], sf[4][4];
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.0f;
@@ -1746,54 +1815,13 @@ static __global__ void __launch_bounds__(NWG * 128, 1)
         const float *ls = stats + s * 128;
         if (i == a0 && i < n) {
             mb_wait(ATT8_FU(s), (i / S) & 1);
-            wg_fence();
-            att7_abt<D, BK>(st, Kw, Qt);
-            att7_abt<D, BK>(dpt, Vw, Qt + TB);
-            wg_commit();
-            wg_wait<0>();
-            wg_pin(st);
-            wg_pin(dpt);
-            att7_pds(st, dpt, ls, ls + 64, q0, kw0, r0, t4, sl2);
-            att5_to_p<64>(pf, st);
-            att5_to_p<64>(sf, dpt);
+            kv_first<D, BK>(st, dpt, pf, sf, Kw, Vw, Qt, ls, q0, kw0, r0, t4, sl2);
         } else if (i > a0 && i < n) {
             mb_wait(ATT8_FU(s), (i / S) & 1);
-            wg_pin(dk);
-            wg_pin(dv);
-            wg_pin(pf);
-            wg_pin(sf);
-            wg_fence();
-            att7_abt<D, BK>(st, Kw, Qt);
-            att7_abt<D, BK>(dpt, Vw, Qt + TB);
-            wg_commit();
-            att5_pv<D, 64>(dv, pf, Qp + TB); /* dV += P^T dO, dK += dS^T Q of tile i - 1 */
-            att5_pv<D, 64>(dk, sf, Qp);
-            wg_commit();
-            wg_wait<1>();
-            wg_pin(st);
-            wg_pin(dpt);
-            att7_pds(st, dpt, ls, ls + 64, q0, kw0, r0, t4, sl2);
-            wg_wait<0>();
-            wg_pin(dk);
-            wg_pin(dv);
-            wg_pin(pf);
-            wg_pin(sf);
-            mb_arrive(ATT8_EM(sp));
-            att5_to_p<64>(pf, st);
-            att5_to_p<64>(sf, dpt);
+            kv_step<D, BK, false>(dk, dv, st, dpt, pf, sf, nodq, Kw, Vw, Qt, Qp, nullptr, nullptr, ls, q0, kw0, r0, t4, sl2,
+                                  [&] { mb_arrive(ATT8_EM(sp)); });
         } else if (i == n && a0 < n) {
-            wg_pin(dk);
-            wg_pin(dv);
-            wg_pin(pf);
-            wg_pin(sf);
-            wg_fence();
-            att5_pv<D, 64>(dv, pf, Qp + TB);
-            att5_pv<D, 64>(dk, sf, Qp);
-            wg_commit();
-            wg_wait<0>();
-            wg_pin(dk);
-            wg_pin(dv);
-            mb_arrive(ATT8_EM(sp));
+            kv_last<D, false>(dk, dv, pf, sf, nodq, Qp, nullptr, nullptr, [&] { mb_arrive(ATT8_EM(sp)); });
         }
         if (i < a0 && i < n) { /* a tile wholly before this warpgroup's keys: released once it has landed */
             mb_wait(ATT8_FU(s), (i / S) & 1);
@@ -1831,24 +1859,6 @@ static __global__ void __launch_bounds__(NWG * 128, 1)
  * kernel before it computes dd and the lse / dd rows (and zeroes the counters); one after it writes
  * dQ = scale dQ^T^T as bf16 into dqkv. */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* Shared-memory matrix descriptor, 64-byte swizzle (rows of 64 bytes, 8-row atoms of 512 bytes). */
-static __device__ __forceinline__ uint64_t wg_desc64(const void *p, uint32_t lbo, uint32_t sbo)
-{
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 |
-           (uint64_t)((sbo >> 4) & 0x3FFF) << 32 | 2ull << 62;
-}
-/* d (64 x 32, f32) = (acc ? d : 0) + A . B: A (64 x 16) K-major, B (16 x 32) MN-major, both in shared memory. */
-static __device__ __forceinline__ void wg_ss_n32_tb(float (&d)[16], uint64_t da, uint64_t db, int acc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-                 "}, %16, %17, p, 1, 1, 0, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-                 : "l"(da), "l"(db), "r"(acc));
-}
 static __device__ __forceinline__ int ld_acquire(const int *p)
 {
     int v;
@@ -2096,77 +2106,26 @@ static __global__ void __launch_bounds__(3 * 128, 1)
                 *(float2 *)(w + d * 64 + (q ^ ((d & 7) << 3))) = make_float2(dq[4 * j + 2 * hr], dq[4 * j + 2 * hr + 1]);
             }
     };
-    /* dV += P^T dO, dK += dS^T Q and dQ^T (this group's 32 queries) = K^T dS^T of tile i - 1 */
-    const auto grads = [&](int i) {
-        const unsigned char *Qp = QD + ((i + S - 1) % S) * 2 * TB, *dSr = dSb + ((i + 1) & 1) * DSB + wg * (DSB / 2);
-        att5_pv<D, 64>(dv, pf, Qp + TB);
-        att5_pv<D, 64>(dk, sf, Qp);
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++)
-            wg_ss_n32_tb(dq, wg_desc(Kt + (kk >> 2) * (D * 128) + (kk & 3) * 32, 16, 1024),
-                         wg_desc64(dSr + kk * 16 * 64, DSB / 2, 512), kk > 0);
-    };
-
     for (int i = 0; i <= n; i++) {
         const int s = i % S, sp = (i + S - 1) % S, q0 = tile(i) * 64;
         const unsigned char *Qt = QD + s * 2 * TB;
         const float *ls = stats + s * 128;
+        const unsigned char *Qp = QD + sp * 2 * TB, *dSr = dSb + ((i + 1) & 1) * DSB + wg * (DSB / 2);
         if (i == 0) {
             mb_wait(ATT9_FU(s), 0);
-            wg_fence();
-            att7_abt<D, BK>(st, Kw, Qt);
-            att7_abt<D, BK>(dpt, Vw, Qt + TB);
-            wg_commit();
-            wg_wait<0>();
-            wg_pin(st);
-            wg_pin(dpt);
-            att7_pds(st, dpt, ls, ls + 64, q0, kw0, r0, t4, sl2);
-            att5_to_p<64>(pf, st);
-            att5_to_p<64>(sf, dpt);
+            kv_first<D, BK>(st, dpt, pf, sf, Kw, Vw, Qt, ls, q0, kw0, r0, t4, sl2);
             put_ds(i);
         } else if (i < n) {
             mb_wait(ATT9_FU(s), (i / S) & 1);
-            wg_pin(dk);
-            wg_pin(dv);
-            wg_pin(pf);
-            wg_pin(sf);
-            wg_pin(dq);
-            wg_fence();
-            att7_abt<D, BK>(st, Kw, Qt);
-            att7_abt<D, BK>(dpt, Vw, Qt + TB);
-            wg_commit();
-            grads(i);
-            wg_commit();
-            wg_wait<1>();
-            wg_pin(st);
-            wg_pin(dpt);
-            att7_pds(st, dpt, ls, ls + 64, q0, kw0, r0, t4, sl2);
-            wg_wait<0>();
-            wg_pin(dk);
-            wg_pin(dv);
-            wg_pin(pf);
-            wg_pin(sf);
-            wg_pin(dq);
-            mb_arrive(ATT9_EM(sp));
-            att5_to_p<64>(pf, st);
-            att5_to_p<64>(sf, dpt);
+            kv_step<D, BK, true>(dk, dv, st, dpt, pf, sf, dq, Kw, Vw, Qt, Qp, Kt, dSr, ls, q0, kw0, r0, t4, sl2,
+                                 [&] { mb_arrive(ATT9_EM(sp)); });
             put_ds(i);
             put_dq(i);
         } else {
-            wg_pin(dk);
-            wg_pin(dv);
-            wg_pin(pf);
-            wg_pin(sf);
-            wg_pin(dq);
-            wg_fence();
-            grads(i);
-            wg_commit();
-            wg_wait<0>();
-            wg_pin(dk);
-            wg_pin(dv);
-            wg_pin(dq);
-            mb_arrive(ATT9_EM(sp));
-            if (n >= 4) mb_wait(ATT9_DF, 0); /* the producer has read buffer (n - 1) % 3 (tile n - 4's) */
+            kv_last<D, true>(dk, dv, pf, sf, dq, Qp, Kt, dSr, [&] {
+                mb_arrive(ATT9_EM(sp));
+                if (n >= 4) mb_wait(ATT9_DF, 0); /* the producer has read buffer (n - 1) % 3 (tile n - 4's) */
+            });
             put_dq(i);
         }
         fence_proxy_async(); /* the dS^T and dQ^T stores before the products and the producer's copy read them */

@@ -5,13 +5,12 @@
 #include "backend/backend.h"
 #include "core/debug.h"
 
+#include "cuda-test-util.h"
 #include "tap.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #ifndef TG_HAVE_CUDA
 int main(void) { skip_all("no CUDA device (built without CUDA)"); }
@@ -19,38 +18,8 @@ int main(void) { skip_all("no CUDA device (built without CUDA)"); }
 
 int tg_cuda_attention_wgmma(void); /* kernels/attention.cu */
 
-static tg_stream *cs, *gs;
 
-static uint64_t rs;
-static uint64_t rnd_u64(void)
-{
-    rs ^= rs >> 12, rs ^= rs << 25, rs ^= rs >> 27;
-    return rs * 2685821657736338717ull;
-}
-static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * 0x1p-53; }
-static double rnd_normal(void) { return sqrt(-2 * log(1 - rnd_unit())) * cos(6.283185307179586 * rnd_unit()); }
 
-static void *cpu_alloc(size_t bytes)
-{
-    void *p = NULL;
-    if (tg_backend_cpu.alloc(0, bytes, &p) != TG_OK) bail_out("cpu alloc %zu: %s", bytes, tg_last_error());
-    return p;
-}
-static void *gpu_alloc(size_t bytes)
-{
-    void *p = NULL;
-    if (tg_backend_cuda.alloc(0, bytes, &p) != TG_OK) bail_out("cuda alloc %zu: %s", bytes, tg_last_error());
-    return p;
-}
-static void h2d(void *d, const void *h, size_t bytes)
-{
-    if (tg_backend_cuda.memcpy(gs, d, h, bytes, TG_H2D) != TG_OK) bail_out("H2D: %s", tg_last_error());
-}
-static void d2h(void *h, const void *d, size_t bytes)
-{
-    if (tg_backend_cuda.memcpy(gs, h, d, bytes, TG_D2H) != TG_OK || tg_backend_cuda.stream_sync(gs) != TG_OK)
-        bail_out("D2H: %s", tg_last_error());
-}
 
 /* The GPU forward into poisoned (all bits set: NaN) out and lse, copied back to the host. */
 static tg_status gpu_forward(void *out_h, float *lse_h, void *out_d, float *lse_d, const void *qkv_d, int64_t B,
@@ -156,13 +125,7 @@ int main(void)
 {
     if (tg_device_count(TG_CUDA) == 0) skip_all("no CUDA device");
     plan(NO_PLAN);
-    const char *env = getenv("TG_TEST_SEED");
-    rs = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    if (!rs) rs = 1;
-    diag("random inputs from TG_TEST_SEED=%llu", (unsigned long long)rs);
-    cs = tg_stream_current((tg_device){TG_CPU, 0});
-    gs = tg_stream_current((tg_device){TG_CUDA, 0});
-    if (!cs || !gs) bail_out("streams: %s", tg_last_error());
+    cuda_test_setup();
     const int wgmma = tg_cuda_attention_wgmma();
     diag("forward path on this device and build: %s", wgmma ? "wgmma (sm_90a)" : "mma.sync (no sm_90a image or not compute capability 9.0)");
     /* lengths: 1, odd, one under / over the 128- and 192-query blocks and the 128-key tiles, several tiles;

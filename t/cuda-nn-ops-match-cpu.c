@@ -1,30 +1,16 @@
 /* cuda-nn-ops-match-cpu.c — every transformer kernel on CUDA matches the CPU reference on the same random inputs, writes every output, and is bit-identical run to run. */
 #include "backend/backend.h"
 
+#include "cuda-test-util.h"
 #include "tap.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #ifndef TG_HAVE_CUDA
 int main(void) { skip_all("no CUDA device (built without CUDA)"); }
 #else
-
-static const tg_device cpu = {TG_CPU, 0}, gpu = {TG_CUDA, 0};
-static tg_stream *cs, *gs;
-
-/* ------------------------------------------------------------------ host random numbers (xorshift64*) */
-static uint64_t rs;
-static uint64_t rnd_u64(void)
-{
-    rs ^= rs >> 12, rs ^= rs << 25, rs ^= rs >> 27;
-    return rs * 2685821657736338717ull;
-}
-static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * 0x1p-53; }
-static double rnd_normal(void) { return sqrt(-2 * log(1 - rnd_unit())) * cos(6.283185307179586 * rnd_unit()); }
 
 /* ------------------------------------------------------------------ the same bytes on both backends */
 struct pair {
@@ -747,13 +733,7 @@ int main(void)
 {
     if (tg_device_count(TG_CUDA) == 0) skip_all("no CUDA device");
     plan(NO_PLAN);
-    const char *env = getenv("TG_TEST_SEED");
-    rs = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    if (!rs) rs = 1;
-    diag("random inputs from TG_TEST_SEED=%llu", (unsigned long long)rs);
-    cs = tg_stream_current(cpu);
-    gs = tg_stream_current(gpu);
-    if (!cs || !gs) bail_out("streams: %s", tg_last_error());
+    cuda_test_setup();
     /* TG_NN_OPS=attention,embedding: only those groups (for the sanitizers, which are slow) */
     const char *only = getenv("TG_NN_OPS");
 #define GROUP(name) if (!only || strstr(only, #name)) test_##name()

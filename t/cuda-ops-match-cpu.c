@@ -2,30 +2,18 @@
 #include "backend/backend.h"
 #include "core/debug.h"
 
+#include "cuda-test-util.h"
 #include "tap.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #ifndef TG_HAVE_CUDA
 int main(void) { skip_all("no CUDA device (built without CUDA)"); }
 #else
 
-static const tg_device cpu = {TG_CPU, 0}, gpu = {TG_CUDA, 0};
-static tg_stream *cs, *gs; /* the current streams of both devices */
-
-/* ------------------------------------------------------------------ host random numbers (xorshift64*) */
-static uint64_t rs;
-static uint64_t rnd_u64(void)
-{
-    rs ^= rs >> 12, rs ^= rs << 25, rs ^= rs >> 27;
-    return rs * 2685821657736338717ull;
-}
-static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * 0x1p-53; } /* [0, 1) */
-static double rnd_normal(void) { return sqrt(-2 * log(1 - rnd_unit())) * cos(6.283185307179586 * rnd_unit()); }
+static const tg_device gpu = {TG_CUDA, 0};
 
 /* ------------------------------------------------------------------ paired buffers: the same bytes on both devices */
 struct pair {
@@ -564,13 +552,7 @@ int main(void)
 {
     if (tg_device_count(TG_CUDA) == 0) skip_all("no CUDA device");
     plan(NO_PLAN);
-    const char *env = getenv("TG_TEST_SEED");
-    rs = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    if (!rs) rs = 1;
-    diag("random inputs from TG_TEST_SEED=%llu", (unsigned long long)rs);
-    cs = tg_stream_current(cpu);
-    gs = tg_stream_current(gpu);
-    if (!cs || !gs) bail_out("streams: %s", tg_last_error());
+    cuda_test_setup();
     char name[256];
     size_t total = 0;
     if (tg_device_describe(gpu, name, sizeof name, &total) == TG_OK) diag("cuda:0 is %s, %zu MiB", name, total >> 20);

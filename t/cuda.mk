@@ -17,7 +17,7 @@ t_cuda_fp8_producers_match_cpu_t_SOURCES = t/cuda-fp8-producers-match-cpu.c
 t_cuda_fp8_producers_match_cpu_t_LDADD = $(TG_TEST_LIBS)
 t_cuda_fp8_producers_match_cpu_t_LDFLAGS = -static
 
-t_cuda_ops_match_cpu_t_SOURCES = t/cuda-ops-match-cpu.c
+t_cuda_ops_match_cpu_t_SOURCES = t/cuda-ops-match-cpu.c t/cuda-test-util.c t/cuda-test-util.h
 t_cuda_ops_match_cpu_t_LDADD = $(TG_TEST_LIBS)
 t_cuda_ops_match_cpu_t_LDFLAGS = -static
 
@@ -28,19 +28,19 @@ t_cuda_allocator_caches_blocks_t_SOURCES = t/cuda-allocator-caches-blocks.c
 t_cuda_allocator_caches_blocks_t_LDADD = $(TG_TEST_LIBS)
 t_cuda_allocator_caches_blocks_t_LDFLAGS = -static
 
-t_cuda_nn_ops_match_cpu_t_SOURCES = t/cuda-nn-ops-match-cpu.c
+t_cuda_nn_ops_match_cpu_t_SOURCES = t/cuda-nn-ops-match-cpu.c t/cuda-test-util.c t/cuda-test-util.h
 t_cuda_nn_ops_match_cpu_t_LDADD = $(TG_TEST_LIBS)
 t_cuda_nn_ops_match_cpu_t_LDFLAGS = -static
 
 check_PROGRAMS += t/cuda-attention-wgmma-matches-cpu.t
 TESTS += t/cuda-attention-wgmma-matches-cpu.t
-t_cuda_attention_wgmma_matches_cpu_t_SOURCES = t/cuda-attention-wgmma-matches-cpu.c
+t_cuda_attention_wgmma_matches_cpu_t_SOURCES = t/cuda-attention-wgmma-matches-cpu.c t/cuda-test-util.c t/cuda-test-util.h
 t_cuda_attention_wgmma_matches_cpu_t_LDADD = $(TG_TEST_LIBS)
 t_cuda_attention_wgmma_matches_cpu_t_LDFLAGS = -static
 
 check_PROGRAMS += t/cuda-attention-wgmma-backward-matches-cpu.t
 TESTS += t/cuda-attention-wgmma-backward-matches-cpu.t
-t_cuda_attention_wgmma_backward_matches_cpu_t_SOURCES = t/cuda-attention-wgmma-backward-matches-cpu.c
+t_cuda_attention_wgmma_backward_matches_cpu_t_SOURCES = t/cuda-attention-wgmma-backward-matches-cpu.c t/cuda-test-util.c t/cuda-test-util.h
 t_cuda_attention_wgmma_backward_matches_cpu_t_LDADD = $(TG_TEST_LIBS)
 t_cuda_attention_wgmma_backward_matches_cpu_t_LDFLAGS = -static
 
