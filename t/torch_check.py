@@ -45,6 +45,8 @@ def rel(a, b):
 for e in man["modules"]:
     kind, dt, B, T, C, NH, V, eps = e["kind"], e["dtype"], e["B"], e["T"], e["C"], e["NH"], e["V"], e["eps"]
     label = "%s(%s,%s) %s" % (kind, e["norm"], e["activation"], dt) if kind in ("LayerNormMLP", "TransformerLayer") else "%s %s" % (kind, dt)
+    if kind == "CausalSelfAttention":
+        label += " (head dim %d, T %d)" % (C // NH, T)
     P = {}
     for p in e["params"]:
         P[p["name"]] = load(p["data"], p["shape"]).requires_grad_(True)
