@@ -802,12 +802,14 @@ template <int N> static __device__ __forceinline__ void wg_pin(uint32_t (&d)[N][
 #pragma unroll
         for (int e = 0; e < 4; e++) asm volatile("" : "+r"(d[i][e])::"memory");
 }
-/* Shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride byte offsets (>> 4). */
-static __device__ __forceinline__ uint64_t wg_desc(const void *p, uint32_t lbo, uint32_t sbo)
+/* Shared-memory matrix descriptor: start address, leading and stride byte offsets (>> 4), swizzle (the layout
+ * field: 1 the 128-byte swizzle, rows of 128 bytes in 1024-byte atoms; 2 the 64-byte one, rows of 64 bytes in
+ * 512-byte atoms). */
+static __device__ __forceinline__ uint64_t wg_desc(const void *p, uint32_t lbo, uint32_t sbo, uint64_t swizzle = 1)
 {
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
     return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 |
-           (uint64_t)((sbo >> 4) & 0x3FFF) << 32 | 1ull << 62;
+           (uint64_t)((sbo >> 4) & 0x3FFF) << 32 | swizzle << 62;
 }
 /* Orders this thread's generic-proxy shared writes (cp.async, stores) before later async-proxy (wgmma) reads. */
 static __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -1325,13 +1327,6 @@ static __device__ __forceinline__ void wg_ss_n64(float (&d)[32], uint64_t da, ui
                    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(da), "l"(db), "r"(acc));
 }
-/* Shared-memory matrix descriptor, 64-byte swizzle (rows of 64 bytes, 8-row atoms of 512 bytes). */
-static __device__ __forceinline__ uint64_t wg_desc64(const void *p, uint32_t lbo, uint32_t sbo)
-{
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 |
-           (uint64_t)((sbo >> 4) & 0x3FFF) << 32 | 2ull << 62;
-}
 /* d (64 x 32, f32) = (acc ? d : 0) + A . B: A (64 x 16) K-major, B (16 x 32) MN-major, both in shared memory. */
 static __device__ __forceinline__ void wg_ss_n32_tb(float (&d)[16], uint64_t da, uint64_t db, int acc)
 {
@@ -1435,7 +1430,21 @@ static __device__ __forceinline__ void kv_grads(float (&dk)[D / 2], float (&dv)[
 #pragma unroll
         for (int kk = 0; kk < 128 / 16; kk++)
             wg_ss_n32_tb(dq, wg_desc(Kt + (kk >> 2) * (D * 128) + (kk & 3) * 32, 16, 1024),
-                         wg_desc64(dSr + kk * 16 * 64, 128 * 64, 512), kk > 0);
+                         wg_desc(dSr + kk * 16 * 64, 128 * 64, 512, 2), kk > 0);
+}
+/* The dK/dV kernels' accumulators and fragments, zeroed before the first tile. */
+template <int D>
+static __device__ __forceinline__ void kv_zero(float (&dk)[D / 2], float (&dv)[D / 2], float (&st)[32], float (&dpt)[32],
+                                               uint32_t (&pf)[4][4], uint32_t (&sf)[4][4])
+{
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) pf[i][e] = sf[i][e] = 0u;
 }
 /* Keeps the accumulators and fragments of the gradient products in place across an issue or a wait. */
 template <int D, bool DQ>
@@ -1506,6 +1515,17 @@ static __device__ __forceinline__ void kv_last(float (&dk)[D / 2], float (&dv)[D
 }
 #endif
 
+/* Query q's entries of the rows the TMA-fed dK/dV kernels read (2 tp floats per (batch, head) bh, tp = T rounded up
+ * to 64): lse in log2 units at q, dd at tp + q; +inf and dd for q >= T (where dd is 0), so padded queries add
+ * nothing. */
+static __device__ __forceinline__ void att_stats_put(float *stats, int64_t bh, int tp, int q, int T, const float *lse,
+                                                     float dd)
+{
+    float *row = stats + bh * 2 * tp;
+    row[q] = q < T ? lse[bh * T + q] * ATT3_LOG2E : INFINITY;
+    row[tp + q] = dd;
+}
+
 template <int D, int NWG, int S> static constexpr size_t att7_dq_smem()
 {
     return 1024 + (size_t)2 * 64 * NWG * D * 2 + (size_t)S * 2 * 64 * D * 2 + (size_t)64 * NWG * 4;
@@ -1562,11 +1582,7 @@ static __global__ void __launch_bounds__(NWG * 128, 1)
             dd_s[wg * 64 + r] = s;
             if constexpr (PAD) { /* rows of 64 per (batch, head): lse (log2 units), then dd, rows past T inert */
                 const int tp = (T + 63) / 64 * 64;
-                if (q < tp) {
-                    float *row = dd + (int64_t)bh * 2 * tp;
-                    row[q] = q < T ? lse[(int64_t)bh * T + q] * ATT3_LOG2E : INFINITY;
-                    row[tp + q] = s;
-                }
+                if (q < tp) att_stats_put(dd, bh, tp, q, T, lse, s);
             } else if (q < T) {
                 dd[(int64_t)bh * T + q] = s;
             }
@@ -1683,14 +1699,7 @@ static __global__ void __launch_bounds__(NWG * 128, 1)
 
     float dk[D / 2], dv[D / 2], st[32], dpt[32], nodq[16]; /* (nodq: no dQ here) */
     uint32_t pf[4][4], sf[4][4];
-#pragma unroll
-    for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) pf[i][e] = sf[i][e] = 0u;
+    kv_zero<D>(dk, dv, st, dpt, pf, sf);
     const unsigned char *Kw = Ks + wg * 64 * 128, *Vw = Vs + wg * 64 * 128;
     const int r0 = kw0 + warp * 16 + g; /* this lane's keys: r0, r0 + 8 */
 
@@ -1736,6 +1745,29 @@ static __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, 
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
 }
+/* The TMA-fed dK/dV kernels' loads (one thread issues them): the block's K and V rows (BK from row k0 of batch b,
+ * head h) to ks onto barrier kv; and a streamed tile into ring stage s, its Q and dO rows t0 .. t0 + 63 at qd
+ * (two 64-row tiles a stage) and their lse / dd rows (from srow, tp apart) at sts (512 bytes a stage), onto
+ * barrier full. */
+template <int D, int BK>
+static __device__ __forceinline__ void kv_load_kv(uint32_t ks, const CUtensorMap *tq, uint32_t kv, int C, int h, int k0,
+                                                  int b)
+{
+    mb_expect(kv, 2 * BK * D * 2);
+    tma_tile<D, BK>(ks, tq, kv, C + h * D, k0, b);
+    tma_tile<D, BK>(ks + BK * D * 2, tq, kv, 2 * C + h * D, k0, b);
+}
+template <int D>
+static __device__ __forceinline__ void kv_load_tile(uint32_t qd, uint32_t sts, int s, const CUtensorMap *tq,
+                                                    const CUtensorMap *to, uint32_t full, const float *srow, int tp,
+                                                    int t0, int h, int b)
+{
+    mb_expect(full, 2 * 64 * D * 2 + 512);
+    tma_tile<D, 64>(qd + s * 2 * (64 * D * 2), tq, full, h * D, t0, b);
+    tma_tile<D, 64>(qd + s * 2 * (64 * D * 2) + 64 * D * 2, to, full, h * D, t0, b);
+    bulk_copy(sts + s * 512, srow + t0, 256, full);
+    bulk_copy(sts + s * 512 + 256, srow + tp + t0, 256, full);
+}
 #endif
 
 template <int D, int NWG, int S> static constexpr size_t att8_dkdv_smem()
@@ -1780,30 +1812,17 @@ static __global__ void __launch_bounds__(NWG * 128, 1)
     const auto issue = [&](int i) { /* thread 0: tile i into its stage */
         const int s = i % S, t0 = (qt0 + i) * 64;
         if (i >= S) mb_wait(ATT8_EM(s), ((i / S) - 1) & 1); /* every consumer is done with tile i - S */
-        mb_expect(ATT8_FU(s), 2 * TB + 512);
-        tma_tile<D, 64>(qd_a + s * 2 * TB, &tq, ATT8_FU(s), h * D, t0, b);
-        tma_tile<D, 64>(qd_a + s * 2 * TB + TB, &to, ATT8_FU(s), h * D, t0, b);
-        bulk_copy(st_a + s * 512, srow + t0, 256, ATT8_FU(s));
-        bulk_copy(st_a + s * 512 + 256, srow + tp + t0, 256, ATT8_FU(s));
+        kv_load_tile<D>(qd_a, st_a, s, &tq, &to, ATT8_FU(s), srow, tp, t0, h, b);
     };
     if (threadIdx.x == 0) {
-        mb_expect(bars, 2 * BK * D * 2);
-        tma_tile<D, BK>(ks_a, &tq, bars, C + h * D, kb * BK, b);
-        tma_tile<D, BK>(ks_a + BK * D * 2, &tq, bars, 2 * C + h * D, kb * BK, b);
+        kv_load_kv<D, BK>(ks_a, &tq, bars, C, h, kb * BK, b);
         issue(0);
         if (n > 1) issue(1);
     }
 
     float dk[D / 2], dv[D / 2], st[32], dpt[32], nodq[16]; /* (nodq: no dQ here) */
     uint32_t pf[4][4], sf[4][4];
-#pragma unroll
-    for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) pf[i][e] = sf[i][e] = 0u;
+    kv_zero<D>(dk, dv, st, dpt, pf, sf);
     const unsigned char *Kw = Ks + wg * 64 * 128, *Vw = Vs + wg * 64 * 128;
     const int r0 = kw0 + warp * 16 + g; /* this lane's keys: r0, r0 + 8 */
     mb_wait(bars, 0);
@@ -1911,11 +1930,7 @@ static __global__ void att9_prep(float *stats, int *ctrl, int n_ctrl, const uint
     s += __shfl_xor_sync(0xffffffffu, s, 1);
     s += __shfl_xor_sync(0xffffffffu, s, 2);
     s += __shfl_xor_sync(0xffffffffu, s, 4);
-    if (l8 == 0) {
-        float *srow = stats + (int64_t)bh * 2 * tp;
-        srow[q] = q < T ? lse[(int64_t)bh * T + q] * ATT3_LOG2E : INFINITY;
-        srow[tp + q] = s;
-    }
+    if (l8 == 0) att_stats_put(stats, bh, tp, q, T, lse, s);
 }
 
 /* dQ (bf16, times scale) into dqkv from the f32 dQ^T tiles of the (batch, head) pairs from bh0: a block per pair
@@ -1999,11 +2014,7 @@ static __global__ void __launch_bounds__(3 * 128, 1)
     const auto issue = [&](int i) {                            /* the producer: tile i into its stage */
         const int s = i % S, t0 = tile(i) * 64;
         if (i >= S) mb_wait(ATT9_EM(s), ((i / S) - 1) & 1); /* every consumer is done with tile i - S */
-        mb_expect(ATT9_FU(s), 2 * TB + 512);
-        tma_tile<D, 64>(qd_a + s * 2 * TB, &tq, ATT9_FU(s), h * D, t0, b);
-        tma_tile<D, 64>(qd_a + s * 2 * TB + TB, &to, ATT9_FU(s), h * D, t0, b);
-        bulk_copy(st_a + s * 512, srow + t0, 256, ATT9_FU(s));
-        bulk_copy(st_a + s * 512 + 256, srow + tp + t0, 256, ATT9_FU(s));
+        kv_load_tile<D>(qd_a, st_a, s, &tq, &to, ATT9_FU(s), srow, tp, t0, h, b);
     };
     if (threadIdx.x >= NWG * 128) {
         /* The producer warpgroup (one thread works; the registers go to the consumers): K, V and the first three
@@ -2013,9 +2024,7 @@ static __global__ void __launch_bounds__(3 * 128, 1)
          * the three ready barriers never hold two phases. */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (threadIdx.x == NWG * 128) {
-            mb_expect(bars, 2 * BK * D * 2);
-            tma_tile<D, BK>(ks_a, &tq, bars, C + h * D, kb * BK, b);
-            tma_tile<D, BK>(ks_a + BK * D * 2, &tq, bars, 2 * C + h * D, kb * BK, b);
+            kv_load_kv<D, BK>(ks_a, &tq, bars, C, h, kb * BK, b);
             for (int i = 0; i < 3 && i < n; i++) issue(i);
             int pend = -1; /* the tile whose copy is in flight, its counter not yet raised */
             for (int i = 0; i <= n; i++) {
@@ -2053,16 +2062,9 @@ static __global__ void __launch_bounds__(3 * 128, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     float dk[D / 2], dv[D / 2], st[32], dpt[32], dq[16];
     uint32_t pf[4][4], sf[4][4];
-#pragma unroll
-    for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.0f;
+    kv_zero<D>(dk, dv, st, dpt, pf, sf);
 #pragma unroll
     for (int i = 0; i < 16; i++) dq[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) pf[i][e] = sf[i][e] = 0u;
     const unsigned char *Kw = Ks + wg * 64 * 128, *Vw = Vs + wg * 64 * 128;
     const int r0 = kw0 + warp * 16 + g; /* this lane's keys: r0, r0 + 8 */
     mb_wait(bars, 0);
