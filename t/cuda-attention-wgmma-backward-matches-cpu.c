@@ -20,6 +20,8 @@
 int main(void) { skip_all("no CUDA device (built without CUDA)"); }
 #else
 
+#include "backend/cuda_impl.h" /* TG_CUDA_NN_SCRATCH */
+
 int tg_cuda_attention_wgmma(void); /* kernels/attention.cu */
 
 #define TOL 1e-2 /* relative L2 of bf16 gradients from bf16 operands, f32 sums */
@@ -159,6 +161,9 @@ static void run_launches(void)
     const int64_t B = 4, T = 2048, H = 16, C = H * 64;
     const size_t nqkv = (size_t)(B * T * 3 * C), nout = (size_t)(B * T * C), nl = (size_t)(B * H * T);
     const char *what = "backward B=4 T=2048 H=16 D=64 (two launches of the one-pass kernel)";
+    const size_t need = (size_t)(B * H * T) * (64 + 2) * sizeof(float); /* f32 dQ rows + lse / dd rows */
+    ok(need > TG_CUDA_NN_SCRATCH, "%s: needs %zu bytes of scratch, more than the backend's %zu (so more than one launch)",
+       what, need, (size_t)TG_CUDA_NN_SCRATCH);
     uint16_t *qkv_h = malloc(nqkv * 2), *dout_h = malloc(nout * 2), *g1 = malloc(nqkv * 2), *g2 = malloc(nqkv * 2),
              *g3 = malloc(nqkv * 2);
     for (size_t i = 0; i < nqkv; i++) qkv_h[i] = tg_f32_to_bf16((float)rnd_normal());
