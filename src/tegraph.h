@@ -313,9 +313,11 @@ TG_API tg_status tg_fp8_amax(tg_tensor *amax, const tg_tensor *x, int flags);
  * A and B are E4M3 or E5M2, not both E5M2; D is f32 or bf16; the scale_invs
  * f32 (1) on the device (NULL: 1). amax_d (may be NULL) gets max |D| of the
  * stored D, written or accumulated (flags). beta == 0 overwrites D. CUDA runs
- * cuBLASLt and needs k and n to be multiples of 16 and A, B, D to start on
- * 16-byte boundaries (others are refused there, TG_ENOTSUP); the CPU emulates it: codes decoded exactly, products summed in
- * double, scaled once, rounded once on store. */
+ * cuBLASLt and needs n to be a multiple of 16 and D to start on a 16-byte
+ * boundary, and A and B too where k is a multiple of 16 (others are refused
+ * there, TG_ENOTSUP); another k runs on zero-padded copies of A and B. The CPU
+ * emulates it: codes decoded exactly, products summed in double, scaled once,
+ * rounded once on store. */
 TG_API tg_status tg_fp8_gemm(tg_tensor *d, const tg_tensor *a, int trans_a, const tg_tensor *a_scale_inv,
                              const tg_tensor *b, int trans_b, const tg_tensor *b_scale_inv, double alpha, double beta,
                              tg_gemm_epilogue epi, const tg_tensor *bias, tg_tensor *aux, tg_tensor *amax_d, int flags);

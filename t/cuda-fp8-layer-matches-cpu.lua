@@ -3,12 +3,13 @@
 -- input gradients and f32 main_grads within a relative L1 error of FP8 rounding (values that fall on the other
 -- side of an FP8 rounding boundary after a GEMM of another summation order); its FP8 scales agree within f32
 -- rounding. On the GPU the graphed layer (make_graphed: the scale update in the captured forward) equals the
--- eager one bit for bit. Without a CUDA device it skips.
+-- eager one bit for bit. Also with 2 x 21 tokens a microbatch: the wgrad GEMMs' k (42) is not a multiple of 16,
+-- which cuBLASLt's FP8 GEMM runs on zero-padded copies. Without a CUDA device it skips.
 local tg = require "tegraph"
 local tap = require "tap"
 if tg.device_count("cuda") == 0 then tap.skip_all("no CUDA device") end
 
-local H, F, NH, B, T, STEPS = 64, 256, 4, 2, 32, 3
+local H, F, NH, B, STEPS = 64, 256, 4, 2, 3
 
 local function flat(v, out)
   out = out or {}
@@ -28,7 +29,7 @@ local function identical(a, b)
   return true
 end
 
-local function run(recipe, dtype, dev, graphed)
+local function run(recipe, dtype, dev, graphed, T)
   tg.manual_seed(5)
   local layer = tg.nn.TransformerLayer{ hidden_size = H, ffn_hidden_size = F, num_attention_heads = NH, fp8 = recipe,
     dtype = dtype, device = dev, name = "h", fuse_wgrad_accumulation = true }
@@ -54,27 +55,29 @@ local function run(recipe, dtype, dev, graphed)
   return out, scales
 end
 
-for _, rc in ipairs{ { "delayed", tg.fp8.DelayedScaling{ amax_history_len = 4 } }, { "current", tg.fp8.CurrentScaling{} } } do
-  for _, dtype in ipairs{ "f32", "bf16" } do
-    local label = string.format("%s scaling, %s", rc[1], dtype)
-    local cpu, cpu_s = run(rc[2], dtype, "cpu", false)
-    local gpu, gpu_s = run(rc[2], dtype, "cuda:0", false)
-    local tol = dtype == "f32" and 2e-2 or 4e-2
-    local worst, where = 0, ""
-    for s = 1, STEPS do
-      for k, v in pairs(cpu[s]) do
-        local e = l1(gpu[s][k], v)
-        if e > worst then worst, where = e, string.format("step %d %s", s, k) end
+for _, T in ipairs{ 32, 21 } do
+  for _, rc in ipairs{ { "delayed", tg.fp8.DelayedScaling{ amax_history_len = 4 } }, { "current", tg.fp8.CurrentScaling{} } } do
+    for _, dtype in ipairs{ "f32", "bf16" } do
+      local label = string.format("%s scaling, %s, %d x %d tokens", rc[1], dtype, B, T)
+      local cpu, cpu_s = run(rc[2], dtype, "cpu", false, T)
+      local gpu, gpu_s = run(rc[2], dtype, "cuda:0", false, T)
+      local tol = dtype == "f32" and 2e-2 or 4e-2
+      local worst, where = 0, ""
+      for s = 1, STEPS do
+        for k, v in pairs(cpu[s]) do
+          local e = l1(gpu[s][k], v)
+          if e > worst then worst, where = e, string.format("step %d %s", s, k) end
+        end
       end
+      tap.ok(worst < tol, string.format("%s: the GPU follows the CPU emulation (worst relative L1 %.3g at %s)", label, worst, where))
+      local sworst = 0
+      for m, v in pairs(cpu_s) do for i = 1, #v do sworst = math.max(sworst, math.abs(gpu_s[m][i] - v[i]) / v[i]) end end
+      tap.ok(sworst < 1e-2, string.format("%s: the FP8 scales agree (worst relative difference %.3g)", label, sworst))
+      local gr = run(rc[2], dtype, "cuda:0", true, T)
+      local same = true
+      for s = 1, STEPS do for k, v in pairs(gpu[s]) do same = same and identical(gr[s][k], v) end end
+      tap.ok(same, label .. ": on the GPU the graphed layer equals the eager one bit for bit, every step")
     end
-    tap.ok(worst < tol, string.format("%s: the GPU follows the CPU emulation (worst relative L1 %.3g at %s)", label, worst, where))
-    local sworst = 0
-    for m, v in pairs(cpu_s) do for i = 1, #v do sworst = math.max(sworst, math.abs(gpu_s[m][i] - v[i]) / v[i]) end end
-    tap.ok(sworst < 1e-2, string.format("%s: the FP8 scales agree (worst relative difference %.3g)", label, sworst))
-    local gr = run(rc[2], dtype, "cuda:0", true)
-    local same = true
-    for s = 1, STEPS do for k, v in pairs(gpu[s]) do same = same and identical(gr[s][k], v) end end
-    tap.ok(same, label .. ": on the GPU the graphed layer equals the eager one bit for bit, every step")
   end
 end
 

@@ -2,11 +2,15 @@
  * (every midpoint between FP8 neighbours included), with scales, from bf16, with the transposed copy; amax,
  * transpose and dequantize bit for bit; the cuBLASLt FP8 GEMM within accumulation tolerance of the CPU emulation
  * for several shapes (odd m) and dtypes, with bias and bias+GELU epilogues, beta, amax_d, a replay reading the
- * scales of its time, and sizes cuBLASLt cannot take refused; cast_transpose, the plain cast and amax on whole and
+ * scales of its time; k not a multiple of 16 (the operands zero-padded in the scratch, in chunks of rows where
+ * they exceed it), eager and replayed; n not a multiple of 16 refused; cast_transpose, the plain cast and amax on whole and
  * partial tiles, f32 and bf16 inputs with NaN/Inf, accumulated amaxes; the delayed-scaling update on long
  * histories. */
 #include "core/core.h"
 #include "tap.h"
+#ifdef TG_HAVE_CUDA
+#include "backend/cuda_impl.h" /* TG_CUDA_NN_SCRATCH */
+#endif
 
 #include <math.h>
 #include <stdlib.h>
@@ -426,13 +430,33 @@ static int64_t d_wrong(const tg_tensor *d, float want)
 
 static void gemm_refusals_and_replay(void)
 {
-    tg_tensor *a = mk(gpu, TG_E4M3, 32, 24), *b = mk(gpu, TG_E4M3, 32, 24), *d = mk(gpu, TG_BF16, 32, 32);
-    tg_fill(a, 1), tg_fill(b, 1);
-    ok(tg_fp8_gemm(d, a, 0, NULL, b, 1, NULL, 1, 0, TG_EPI_NONE, NULL, NULL, NULL, 0) == TG_ENOTSUP,
-       "k = 24 is refused on CUDA");
-    like(tg_last_error(), "multiples of 16", "... saying cuBLASLt needs multiples of 16");
+    tg_tensor *a = mk(gpu, TG_E4M3, 32, 24), *b = mk(gpu, TG_E4M3, 32, 24), *d = mk(gpu, TG_F32, 32, 32);
+    tg_fill(a, 1), tg_fill(b, 1), tg_fill(d, 7);
+    tg_status e24 = tg_fp8_gemm(d, a, 0, NULL, b, 1, NULL, 1, 0, TG_EPI_NONE, NULL, NULL, NULL, 0);
+    if (e24 != TG_OK) diag("%s", tg_last_error());
+    ok(e24 == TG_OK && d_wrong(d, 24) == 0, "k = 24 (not a multiple of 16) runs on CUDA: every element of D is 24");
+    {   /* captured, then replayed on new operands: the padded copies are made at each replay */
+        tg_stream *st = tg_stream_current(gpu);
+        tg_graph *g = NULL;
+        tg_fill(d, 0);
+        tg_stream_begin_capture(st);
+        tg_status cg = tg_fp8_gemm(d, a, 0, NULL, b, 1, NULL, 1, 0, TG_EPI_NONE, NULL, NULL, NULL, 0);
+        tg_status ce = tg_stream_end_capture(st, &g);
+        ok(cg == TG_OK && ce == TG_OK, "the k = 24 GEMM captures: %s", cg == TG_OK && ce == TG_OK ? "ok" : tg_last_error());
+        tg_fill(a, 2), tg_fill(b, 0.5);
+        if (g) tg_graph_replay(g, st);
+        tg_stream_sync(st);
+        ok(g && d_wrong(d, 24) == 0, "... its replay reads the operands written after capture (2 x 0.5 x 24 = 24)");
+        tg_fill(a, 4);
+        if (g) tg_graph_replay(g, st);
+        tg_stream_sync(st);
+        ok(g && d_wrong(d, 48) == 0, "... and again after A changes (4 x 0.5 x 24 = 48)");
+        tg_graph_free(g);
+    }
     tg_tensor *a2 = mk(gpu, TG_E4M3, 32, 32), *b2 = mk(gpu, TG_E4M3, 24, 32), *d2 = mk(gpu, TG_BF16, 32, 24);
-    ok(tg_fp8_gemm(d2, a2, 0, NULL, b2, 1, NULL, 1, 0, TG_EPI_NONE, NULL, NULL, NULL, 0) == TG_ENOTSUP, "n = 24 too");
+    ok(tg_fp8_gemm(d2, a2, 0, NULL, b2, 1, NULL, 1, 0, TG_EPI_NONE, NULL, NULL, NULL, 0) == TG_ENOTSUP,
+       "n = 24 is refused on CUDA");
+    like(tg_last_error(), "n to be a multiple of 16", "... saying cuBLASLt needs n to be a multiple of 16");
 
     /* capture, then change a scale: the replay multiplies by the new one */
     tg_tensor *a3 = mk(gpu, TG_E4M3, 16, 32), *b3 = mk(gpu, TG_E4M3, 16, 32), *d3 = mk(gpu, TG_F32, 16, 16);
@@ -503,6 +527,17 @@ int main(void)
     gemm_case(TG_E4M3, TG_E4M3, TG_F32, 40, 32, 64, TG_EPI_BIAS, 1);
     gemm_case(TG_E4M3, TG_E4M3, TG_BF16, 48, 64, 96, TG_EPI_BIAS_GELU, 0);
     gemm_case(TG_E4M3, TG_E4M3, TG_F32, 24, 32, 48, TG_EPI_BIAS_GELU, 0);
+    /* k not a multiple of 16 (a wgrad's tokens): zero-padded copies */
+    gemm_case(TG_E4M3, TG_E4M3, TG_BF16, 33, 64, 40, TG_EPI_NONE, 0);
+    gemm_case(TG_E4M3, TG_E5M2, TG_F32, 48, 32, 1001, TG_EPI_BIAS, 1);
+    gemm_case(TG_E4M3, TG_E4M3, TG_BF16, 48, 64, 72, TG_EPI_BIAS_GELU, 0);
+    gemm_case(TG_E4M3, TG_E4M3, TG_F32, 17, 16, 3, TG_EPI_BIAS_GELU, 0);
+    {   /* A's padded rows exceed the scratch: D in chunks of rows */
+        const int64_t k = 8190, kp = 8192, m = (int64_t)(TG_CUDA_NN_SCRATCH / kp) + 100;
+        ok((size_t)(m * kp) > TG_CUDA_NN_SCRATCH, "the next case's padded A (%lld bytes) exceeds the scratch (%zu)",
+           (long long)(m * kp), (size_t)TG_CUDA_NN_SCRATCH);
+        gemm_case(TG_E4M3, TG_E4M3, TG_BF16, m, 16, k, TG_EPI_BIAS, 1);
+    }
     gemm_refusals_and_replay();
     return done_testing();
 }

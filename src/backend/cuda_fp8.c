@@ -270,18 +270,63 @@ static tg_status fp8_epilogue_unfused(tg_stream *s, const struct tg_fp8_gemm_arg
     return launched(tg_cuda_gelu_forward(a->d, a->d, a->d_dt, a->m * a->n, st), "gelu_forward");
 }
 
+/* k not a multiple of 16 (cuBLASLt's FP8 GEMM needs one; a wgrad's k is the tokens of a microbatch): A and B are
+ * copied into the stream's scratch with k zero-padded to kp (zero codes add nothing), B whole and A in chunks of
+ * rows as the scratch holds, and each chunk of rows of D is an FP8 GEMM of its own (D's rows are contiguous).
+ * The scratch's first bytes are left to the unfused epilogue's f32 bias; stream order keeps a chunk's copy after
+ * the previous chunk's GEMM. amax_d is taken once, over the whole D. */
+static tg_status fp8_gemm_padded_k(tg_stream *s, const struct tg_fp8_gemm_args *a)
+{
+    const int64_t kp = (a->k + 15) / 16 * 16;
+    void *scr;
+    size_t bytes;
+    TG_TRY(tg_cuda_nn_scratch(s, &scr, &bytes));
+    const size_t off_b = ((size_t)a->n * sizeof(float) + 255) / 256 * 256;
+    const size_t off_a = off_b + ((size_t)(a->n * kp) + 255) / 256 * 256;
+    const int64_t rows = off_a < bytes ? (int64_t)((bytes - off_a) / (size_t)kp) : 0;
+    if (rows < 1)
+        return tg_error(TG_ENOTSUP,
+                        "cuda fp8_gemm: k = %lld is not a multiple of 16 and B [%lld,%lld] zero-padded to k = %lld "
+                        "(%zu bytes) does not fit the %zu-byte scratch (A [%lld,%lld] %s, D [%lld,%lld] %s)",
+                        (long long)a->k, (long long)a->n, (long long)a->k, (long long)kp, off_a, bytes,
+                        (long long)a->m, (long long)a->k, tg_dtype_name(a->a_dt), (long long)a->m, (long long)a->n,
+                        tg_dtype_name(a->d_dt));
+    cudaStream_t st = tg_cuda_stream(s);
+    uint8_t *bp = (uint8_t *)scr + off_b, *ap = (uint8_t *)scr + off_a;
+    const size_t k = (size_t)a->k, es = tg_dtype_size(a->d_dt);
+    TG_CUDA_TRY(cudaMemsetAsync(bp, 0, (size_t)(a->n * kp), st));
+    TG_CUDA_TRY(cudaMemcpy2DAsync(bp, (size_t)kp, a->b, k, k, (size_t)a->n, cudaMemcpyDeviceToDevice, st));
+    for (int64_t m0 = 0; m0 < a->m; m0 += rows) {
+        const int64_t mc = a->m - m0 < rows ? a->m - m0 : rows;
+        TG_CUDA_TRY(cudaMemsetAsync(ap, 0, (size_t)(mc * kp), st));
+        TG_CUDA_TRY(cudaMemcpy2DAsync(ap, (size_t)kp, a->a + (size_t)m0 * k, k, k, (size_t)mc, cudaMemcpyDeviceToDevice, st));
+        struct tg_fp8_gemm_args c = *a;
+        const size_t dro = (size_t)(m0 * a->n) * es; /* byte offset of the chunk's rows of D, C and aux */
+        c.m = mc, c.k = kp, c.a = ap, c.b = bp, c.amax_d = NULL;
+        c.d = (char *)a->d + dro;
+        if (a->c) c.c = (const char *)a->c + dro;
+        if (a->aux) c.aux = (char *)a->aux + dro;
+        TG_TRY(tg_cuda_fp8_gemm_op(s, &c));
+    }
+    if (a->amax_d)
+        TG_TRY(launched(tg_cuda_fp8_amax(a->d, a->d_dt, a->m * a->n, a->amax_d, a->accumulate, st), "amax_d"));
+    return TG_OK;
+}
+
 tg_status tg_cuda_fp8_gemm_op(tg_stream *s, const struct tg_fp8_gemm_args *a)
 {
-    if (a->k % 16 != 0 || a->n % 16 != 0)
+    if (a->n % 16 != 0)
         return tg_error(TG_ENOTSUP,
-                        "cuda fp8_gemm: cuBLASLt's FP8 GEMM needs k and n to be multiples of 16 (A [%lld,%lld] %s, B "
+                        "cuda fp8_gemm: cuBLASLt's FP8 GEMM needs n to be a multiple of 16 (A [%lld,%lld] %s, B "
                         "[%lld,%lld] %s, D [%lld,%lld] %s)",
                         (long long)a->m, (long long)a->k, tg_dtype_name(a->a_dt), (long long)a->n, (long long)a->k,
                         tg_dtype_name(a->b_dt), (long long)a->m, (long long)a->n, tg_dtype_name(a->d_dt));
-    if (align_of(a->a) < 16 || align_of(a->b) < 16 || align_of(a->d) < 16 || (a->c && align_of(a->c) < 16))
+    const int padded = a->k % 16 != 0 && a->m > 0 && a->n > 0; /* (A and B are then copied: any alignment) */
+    if ((!padded && (align_of(a->a) < 16 || align_of(a->b) < 16)) || align_of(a->d) < 16 || (a->c && align_of(a->c) < 16))
         return tg_error(TG_ENOTSUP, "cuda fp8_gemm: A, B, C and D must start on 16-byte boundaries (views at odd offsets "
                                     "are not taken)");
     TG_TRY(tg_cuda_use_device(s->dev.index));
+    if (padded) return fp8_gemm_padded_k(s, a);
     cudaStream_t st = tg_cuda_stream(s);
     if (a->m > 0 && a->n > 0) {
         if (a->k == 0) {
