@@ -7,6 +7,7 @@
  * partial tiles, f32 and bf16 inputs with NaN/Inf, accumulated amaxes; the delayed-scaling update on long
  * histories. */
 #include "core/core.h"
+#include "cuda-test-util.h"
 #include "tap.h"
 #ifdef TG_HAVE_CUDA
 #include "backend/cuda_impl.h" /* TG_CUDA_NN_SCRATCH */
@@ -21,31 +22,6 @@ int main(void) { skip_all("no CUDA device (built without CUDA)"); }
 #else
 
 static const tg_device cpu = {TG_CPU, 0}, gpu = {TG_CUDA, 0};
-
-static tg_tensor *mk(tg_device d, tg_dtype dt, int64_t r, int64_t c)
-{
-    int64_t shape[2] = {r, c};
-    tg_tensor *t = NULL;
-    if (tg_tensor_new(dt, c ? 2 : 1, shape, d, &t) != TG_OK) bail_out("tensor_new: %s", tg_last_error());
-    return t;
-}
-
-/* the same bytes on both devices */
-static void mk_pair(tg_dtype dt, int64_t r, int64_t c, const void *bytes, tg_tensor **tc, tg_tensor **tg)
-{
-    *tc = mk(cpu, dt, r, c), *tg = mk(gpu, dt, r, c);
-    size_t n = (size_t)tg_tensor_numel(*tc) * tg_dtype_size(dt);
-    if (bytes && (tg_tensor_write(*tc, bytes, n) != TG_OK || tg_tensor_write(*tg, bytes, n) != TG_OK))
-        bail_out("write: %s", tg_last_error());
-}
-
-static void *read_all(const tg_tensor *t)
-{
-    size_t n = (size_t)tg_tensor_numel(t) * tg_dtype_size(tg_tensor_dtype(t));
-    void *h = malloc(n ? n : 1);
-    if (tg_tensor_read(t, h, n) != TG_OK) bail_out("read: %s", tg_last_error());
-    return h;
-}
 
 /* index of the first differing byte, or -1 */
 static long long first_diff(const tg_tensor *a, const tg_tensor *b)

@@ -13,55 +13,10 @@ int main(void) { skip_all("no CUDA device (built without CUDA)"); }
 #else
 
 /* ------------------------------------------------------------------ the same bytes on both backends */
-struct pair {
-    void *c, *g; /* CPU backend memory, CUDA memory */
-    size_t bytes;
-};
-
-static struct pair pair_new(size_t bytes)
-{
-    struct pair p = {.bytes = bytes ? bytes : 4};
-    if (tg_backend_cpu.alloc(0, p.bytes, &p.c) != TG_OK || tg_backend_cuda.alloc(0, p.bytes, &p.g) != TG_OK)
-        bail_out("alloc %zu: %s", bytes, tg_last_error());
-    return p;
-}
-
-static void pair_free(struct pair *p)
-{
-    tg_backend_cpu.free(0, p->c);
-    tg_backend_cuda.free(0, p->g);
-}
-
-static void gpu_set(struct pair *p, const void *host)
-{
-    if (tg_backend_cuda.memcpy(gs, p->g, host, p->bytes, TG_H2D) != TG_OK) bail_out("H2D: %s", tg_last_error());
-}
-
-static void pair_set(struct pair *p, const void *host)
-{
-    memcpy(p->c, host, p->bytes);
-    gpu_set(p, host);
-}
-
 /* The GPU copy = the CPU copy (for inputs computed by the CPU reference). */
-static void pair_from_cpu(struct pair *p) { gpu_set(p, p->c); }
-
-static void *pair_gpu(const struct pair *p)
+static void pair_from_cpu(struct pair *p)
 {
-    void *h = malloc(p->bytes);
-    if (tg_backend_cuda.memcpy(gs, h, p->g, p->bytes, TG_D2H) != TG_OK) bail_out("D2H: %s", tg_last_error());
-    return h;
-}
-
-static void sync_both(void)
-{
-    if (tg_backend_cpu.stream_sync(cs) != TG_OK || tg_backend_cuda.stream_sync(gs) != TG_OK)
-        bail_out("sync: %s", tg_last_error());
-}
-
-static double elem(const void *p, tg_dtype dt, size_t i)
-{
-    return dt == TG_BF16 ? tg_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+    if (p->bytes) h2d(p->g, p->c, p->bytes);
 }
 
 /* n values N(mean, sd) of dtype dt (f32 or bf16) on both backends. */
@@ -89,32 +44,6 @@ static struct pair uniform_f32(size_t n, double lo, double hi)
     return p;
 }
 
-static double tol_of(tg_dtype dt) { return dt == TG_BF16 ? 1e-2 : 1e-5; }
-
-/* ||gpu - cpu|| / ||cpu|| <= tol with NaN in the same places (a poisoned element left unwritten shows). */
-static void check_close(const struct pair *p, tg_dtype dt, size_t n, double tol, const char *what)
-{
-    void *g = pair_gpu(p);
-    double num = 0, den = 0, maxd = 0;
-    size_t nan_mismatch = 0, nans = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = elem(g, dt, i), y = elem(p->c, dt, i);
-        if (isnan(x) || isnan(y)) {
-            nan_mismatch += isnan(x) != isnan(y);
-            nans++;
-            continue;
-        }
-        num += (x - y) * (x - y), den += y * y;
-        if (fabs(x - y) > maxd) maxd = fabs(x - y);
-    }
-    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-    ok(nan_mismatch == 0 && rel <= tol, "%s: relative L2 %.3g <= %g", what, rel, tol);
-    if (nan_mismatch) diag("%zu of %zu elements NaN on one backend only", nan_mismatch, n);
-    if (nans == n && n > 1) diag("all %zu elements NaN on both backends", n);
-    if (rel > tol) diag("max |diff| %.3g", maxd);
-    free(g);
-}
-
 /* ------------------------------------------------------------------ one case: CPU vs CUDA, then CUDA twice */
 
 /* An output: reset before each run to `init` (host bytes) or to NaN (all bits set) when init is NULL. */
@@ -132,7 +61,7 @@ static void out_reset(const struct out *o, int cpu_too)
     if (o->init) memcpy(h, o->init, o->p->bytes);
     else memset(h, 0xff, o->p->bytes);
     if (cpu_too) memcpy(o->p->c, h, o->p->bytes);
-    gpu_set(o->p, h);
+    if (o->p->bytes) h2d(o->p->g, h, o->p->bytes);
     free(h);
 }
 

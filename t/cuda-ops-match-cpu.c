@@ -16,32 +16,6 @@ int main(void) { skip_all("no CUDA device (built without CUDA)"); }
 static const tg_device gpu = {TG_CUDA, 0};
 
 /* ------------------------------------------------------------------ paired buffers: the same bytes on both devices */
-struct pair {
-    void *c, *g; /* CPU backend memory, CUDA memory */
-    size_t bytes;
-};
-
-static struct pair pair_new(size_t bytes)
-{
-    struct pair p = {.bytes = bytes};
-    if (tg_backend_cpu.alloc(0, bytes, &p.c) != TG_OK || tg_backend_cuda.alloc(0, bytes, &p.g) != TG_OK)
-        bail_out("alloc %zu: %s", bytes, tg_last_error());
-    return p;
-}
-
-static void pair_free(struct pair *p)
-{
-    tg_backend_cpu.free(0, p->c);
-    tg_backend_cuda.free(0, p->g);
-}
-
-/* Both copies = host bytes. */
-static void pair_set(struct pair *p, const void *host)
-{
-    memcpy(p->c, host, p->bytes);
-    if (tg_backend_cuda.memcpy(gs, p->g, host, p->bytes, TG_H2D) != TG_OK) bail_out("H2D: %s", tg_last_error());
-}
-
 /* NaN in every float (all bits set is NaN in f32 and bf16), so elements a kernel forgets to write show. */
 static void pair_poison(struct pair *p)
 {
@@ -51,35 +25,11 @@ static void pair_poison(struct pair *p)
     free(h);
 }
 
-/* The CUDA copy, on the host (caller frees). */
-static void *pair_gpu(const struct pair *p)
-{
-    void *h = malloc(p->bytes);
-    if (tg_backend_cuda.memcpy(gs, h, p->g, p->bytes, TG_D2H) != TG_OK) bail_out("D2H: %s", tg_last_error());
-    return h;
-}
-
-static void sync_both(void)
-{
-    if (tg_backend_cpu.stream_sync(cs) != TG_OK || tg_backend_cuda.stream_sync(gs) != TG_OK)
-        bail_out("sync: %s", tg_last_error());
-}
-
 static int run_ok(tg_status a, tg_status b, const char *what)
 {
     if (a == TG_OK && b == TG_OK) return 1;
     ok(0, "%s: cpu %s, cuda %s: %s", what, tg_status_name(a), tg_status_name(b), tg_last_error());
     return 0;
-}
-
-static double elem(const void *p, tg_dtype dt, size_t i)
-{
-    switch (dt) {
-    case TG_F32: return ((const float *)p)[i];
-    case TG_BF16: return tg_bf16_to_f32(((const uint16_t *)p)[i]);
-    case TG_I32: return ((const int32_t *)p)[i];
-    default: return ((const uint16_t *)p)[i];
-    }
 }
 
 /* Bytes identical (NaN payloads included). */
@@ -91,28 +41,6 @@ static void check_exact(const struct pair *p, const char *what)
         if (g[i] != ((unsigned char *)p->c)[i]) first = i;
     ok(first == p->bytes, "%s: bytes identical", what);
     if (first != p->bytes) diag("first difference at byte %zu of %zu", first, p->bytes);
-    free(g);
-}
-
-/* ||gpu - cpu|| / ||cpu|| over n elements <= tol, with NaN in the same places. */
-static void check_close(const struct pair *p, tg_dtype dt, size_t n, double tol, const char *what)
-{
-    void *g = pair_gpu(p);
-    double num = 0, den = 0, maxd = 0;
-    size_t nan_mismatch = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = elem(g, dt, i), y = elem(p->c, dt, i);
-        if (isnan(x) || isnan(y)) {
-            nan_mismatch += isnan(x) != isnan(y);
-            continue;
-        }
-        num += (x - y) * (x - y), den += y * y;
-        if (fabs(x - y) > maxd) maxd = fabs(x - y);
-    }
-    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-    ok(nan_mismatch == 0 && rel <= tol, "%s: relative L2 %.3g <= %g", what, rel, tol);
-    if (nan_mismatch) diag("%zu elements NaN on one backend only", nan_mismatch);
-    if (rel > 0) diag("%s: relative L2 %.3g, max |diff| %.3g", what, rel, maxd);
     free(g);
 }
 
@@ -210,8 +138,6 @@ static struct pair random_pair(tg_dtype dt, size_t n, int nonzero)
     free(h);
     return p;
 }
-
-static double tol_of(tg_dtype dt) { return dt == TG_BF16 ? 1e-2 : 1e-5; }
 
 static void test_binary(void)
 {

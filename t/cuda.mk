@@ -13,7 +13,7 @@ TESTS += \
 	t/cuda-nn-ops-match-cpu.t \
 	t/cuda-fp8-producers-match-cpu.t
 
-t_cuda_fp8_producers_match_cpu_t_SOURCES = t/cuda-fp8-producers-match-cpu.c
+t_cuda_fp8_producers_match_cpu_t_SOURCES = t/cuda-fp8-producers-match-cpu.c t/cuda-test-util.c t/cuda-test-util.h
 t_cuda_fp8_producers_match_cpu_t_LDADD = $(TG_TEST_LIBS)
 t_cuda_fp8_producers_match_cpu_t_LDFLAGS = -static
 

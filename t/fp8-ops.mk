@@ -30,7 +30,7 @@ t_fp8_gemm_equals_f64_product_of_dequantized_t_LDFLAGS = -static
 
 check_PROGRAMS += t/cuda-fp8-matches-cpu.t
 TESTS += t/cuda-fp8-matches-cpu.t
-t_cuda_fp8_matches_cpu_t_SOURCES = t/cuda-fp8-matches-cpu.c
+t_cuda_fp8_matches_cpu_t_SOURCES = t/cuda-fp8-matches-cpu.c t/cuda-test-util.c t/cuda-test-util.h
 t_cuda_fp8_matches_cpu_t_LDADD = $(TG_TEST_LIBS)
 t_cuda_fp8_matches_cpu_t_LDFLAGS = -static
 
