@@ -1,7 +1,8 @@
 -- safetensors-round-trip-and-bad-files.lua — tg.save / tg.load keep every dtype's bits and the metadata; files
 -- that are truncated, have broken or lying header JSON, overlapping, holed or out-of-file data ranges, an unknown
 -- dtype or a shape that does not match the range are refused naming the file and the tensor; a checkpoint whose
--- tensors do not match the model (missing, extra, shape, dtype) is refused and nothing is loaded.
+-- tensors do not match the model (missing, extra, shape, dtype) is refused and nothing is loaded; a file that
+-- shrinks while it is open (rewritten in place) fails the read naming the file and the tensor.
 local tg = require "tegraph"
 local nn = require "tegraph.nn"
 local checkpoint = require "tegraph.checkpoint"
@@ -122,4 +123,26 @@ tap.ok(untouched(), "... and nothing was loaded after any refusal")
 local ok = with(function() end)
 tap.ok(ok, "the unchanged checkpoint loads")
 tap.is(m2:parameters()[3].data:max_abs_diff(m1:parameters()[3].data), 0, "... with the saved values")
+
+do -- the file shrinks after it was opened: its header and 16 bytes of data are left
+  local p = path("shrinks.safetensors")
+  tg.save(p, { big = tg.randn { 512, 512 } })
+  local f = tg.safetensors.open(p)
+  local h = assert(io.open(p, "rb"))
+  local all = h:read("a")
+  h:close()
+  local hlen = string.unpack("<I8", all)
+  h = assert(io.open(p, "wb"))
+  h:write(all:sub(1, 8 + hlen + 16))
+  h:close()
+  tap.error_like(function() return f:read("big") end,
+    "shrinks%.safetensors: tensor 'big': the file ends before the tensor's bytes %[%d+, %d+%) %(it was " .. #all ..
+    " bytes when opened: truncated or rewritten since%)", "reading a tensor of a file that shrank since it was opened is an error naming it")
+  tap.error_like(function() return f:read_into("big", tg.zeros { 512, 512 }) end, "the file ends before the tensor's bytes",
+    "... read_into too")
+  h = assert(io.open(p, "wb")) -- back to its full length (new bytes): reads see the file as it is now
+  h:write(all)
+  h:close()
+  tap.is(f:read("big"):max_abs_diff(tg.load(p).big), 0, "once the file is whole again, the read gives its bytes")
+end
 tap.done_testing()

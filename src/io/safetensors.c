@@ -57,6 +57,8 @@ struct tg_safetensors {
     const unsigned char *map;
     size_t size;
     int mapped; /* map is the file mapped (unmapped on close), not the caller's bytes */
+    int fd;     /* the mapped file, open until close: tensor data is read from it with pread, not through the
+                 * mapping, so a file truncated while open gives an error instead of SIGBUS; -1 for bytes */
     const unsigned char *data; /* map + 8 + header length */
     size_t data_len;
     int n;
@@ -266,6 +268,7 @@ void tg_safetensors_close(tg_safetensors *f)
     free(f->meta_keys);
     free(f->meta_values);
     if (f->mapped) munmap((void *)f->map, f->size);
+    if (f->fd >= 0) close(f->fd);
     free(f->path);
     free(f);
 }
@@ -390,6 +393,7 @@ static tg_status reader_new(const char *path, tg_safetensors **out)
         free(f);
         return tg_error(TG_ENOMEM, "out of host memory");
     }
+    f->fd = -1;
     *out = f;
     return TG_OK;
 }
@@ -441,7 +445,8 @@ tg_status tg_safetensors_open(const char *path, tg_safetensors **out)
             else f->map = m, f->mapped = 1;
         }
     }
-    if (fd >= 0) close(fd);
+    if (fd >= 0 && f->mapped) f->fd = fd;
+    else if (fd >= 0) close(fd);
     if (st == TG_OK) st = parse_file(f);
     if (st != TG_OK) {
         tg_safetensors_close(f);
@@ -554,17 +559,36 @@ static void shape_str(const struct st_entry *e, char *buf, size_t n)
     if (k < n) snprintf(buf + k, n - k, "]");
 }
 
-tg_status tg_safetensors_read_into(const tg_safetensors *f, const char *name, tg_tensor *dst)
+/* The bytes of entry e, read from the file (caller frees): what the mapping held when the file was opened,
+ * or an error naming the file and the tensor where the file has since become shorter. */
+static tg_status read_data(const tg_safetensors *f, const char *name, const struct st_entry *e, unsigned char **out)
 {
-    const struct st_entry *e;
-    TG_TRY(entry_of(f, name, &e));
-    char a[64], b[64];
-    if (!shapes_match(e, dst)) {
-        shape_str(e, a, sizeof a);
-        return tg_error(TG_EINVAL, "%s: tensor '%s' has shape %s in the file, expected %s", f->path, name, a,
-                        tg_tensor_shape_str(dst, b, sizeof b));
+    const size_t bytes = (size_t)(e->end - e->begin);
+    const off_t at = (off_t)(f->data - f->map) + (off_t)e->begin;
+    unsigned char *buf = malloc(bytes ? bytes : 1);
+    if (!buf) return tg_error(TG_ENOMEM, "out of host memory (%zu bytes for tensor '%s' of %s)", bytes, name, f->path);
+    for (size_t got = 0; got < bytes;) {
+        ssize_t k = pread(f->fd, buf + got, bytes - got, at + (off_t)got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            tg_status st = k < 0 ? tg_error(TG_EIO, "%s: tensor '%s': read failed: %s", f->path, name, strerror(errno))
+                                 : tg_error(TG_EIO,
+                                            "%s: tensor '%s': the file ends before the tensor's bytes [%lld, %lld) "
+                                            "(it was %zu bytes when opened: truncated or rewritten since)",
+                                            f->path, name, (long long)at, (long long)(at + (off_t)bytes), f->size);
+            free(buf);
+            return st;
+        }
+        got += (size_t)k;
     }
-    const unsigned char *src = f->data + e->begin;
+    *out = buf;
+    return TG_OK;
+}
+
+/* src (the entry's bytes) into dst: a copy where the dtypes agree, else converted element by element. */
+static tg_status convert_into(const tg_safetensors *f, const char *name, const struct st_entry *e,
+                              const unsigned char *src, tg_tensor *dst)
+{
     size_t n = (size_t)e->numel, ssz = fdtypes[e->fd].size;
     if (fd_of(dst->dtype) == e->fd) return tg_tensor_write(dst, src, e->end - e->begin);
     int dst_float = dst->dtype == TG_F32 || dst->dtype == TG_BF16;
@@ -596,6 +620,27 @@ tg_status tg_safetensors_read_into(const tg_safetensors *f, const char *name, tg
     }
     tg_status st = tg_tensor_write(dst, buf, n * dsz);
     free(buf);
+    return st;
+}
+
+tg_status tg_safetensors_read_into(const tg_safetensors *f, const char *name, tg_tensor *dst)
+{
+    const struct st_entry *e;
+    TG_TRY(entry_of(f, name, &e));
+    char a[64], b[64];
+    if (!shapes_match(e, dst)) {
+        shape_str(e, a, sizeof a);
+        return tg_error(TG_EINVAL, "%s: tensor '%s' has shape %s in the file, expected %s", f->path, name, a,
+                        tg_tensor_shape_str(dst, b, sizeof b));
+    }
+    unsigned char *held = NULL;
+    const unsigned char *src = f->data + e->begin;
+    if (f->fd >= 0) {
+        TG_TRY(read_data(f, name, e, &held));
+        src = held;
+    }
+    tg_status st = convert_into(f, name, e, src, dst);
+    free(held);
     return st;
 }
 
