@@ -23,6 +23,17 @@ tap.error_like(function() return emb:forward(tg.tensor({ { -3, 2, 1, 3 }, { 0, 0
   "token id %-3 at position 0", "a negative id is refused too")
 local y = emb:forward(tg.tensor({ { 7, 0, 1, 2 } }, { dtype = "i32", device = CPU }))
 tap.is(#y:shape(), 3, "ids inside the table still embed")
+do -- the table's gradient, called directly: a bad id is refused too, not dropped from the sum
+  local dw = tg.zeros({ 10, 4 }, { device = CPU })
+  local dout = tg.ones({ 1, 2, 4 }, { device = CPU })
+  tap.error_like(function()
+    return tg.ops.embedding_backward_dw(dw, nil, dout, tg.tensor({ { 0, 100000000 } }, { dtype = "i32", device = CPU }))
+  end, "accepted%-but%-wrong%-is%-refused%.lua:%d+: .*embedding: token id 100000000 at position 1 is outside the table of 10 rows",
+    "embedding_backward_dw refuses an id past the table, naming it and its position")
+  dw:fill_(0)
+  tg.ops.embedding_backward_dw(dw, nil, dout, tg.tensor({ { 0, 9 } }, { dtype = "i32", device = CPU }))
+  tap.is(dw:sum(), 8, "... and sums the gradient of ids inside it (rows 0 and 9: 8)")
+end
 local logits = tg.randn({ 4, 8 }, { device = CPU })
 tap.error_like(function() return tg.ops.cross_entropy_forward(logits, tg.tensor({ 1, 2, 3, 70 }, { dtype = "i32", device = CPU })) end,
   "cross_entropy: target 70 at row 3 is outside the vocabulary of 8 %(targets 0 to 7, or the ignore_index%)",

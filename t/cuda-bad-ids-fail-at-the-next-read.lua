@@ -14,6 +14,11 @@ tap.lives_ok(function() out = tg.ops.embedding_forward(ids, wte) end, "an embedd
 tap.error_like(function() return out:totable() end, "embedding: token id 9 at position 5 is outside the table of 8 rows",
   "the next read names the first bad id and its position")
 tap.lives_ok(function() return out:totable() end, "the record is cleared after it was reported")
+local dw = tg.zeros({ 8, 4 }, { device = dev })
+tap.lives_ok(function() tg.ops.embedding_backward_dw(dw, nil, tg.ones({ 2, 4, 4 }, { device = dev }), ids) end,
+  "the table's gradient with a bad id launches too")
+tap.error_like(function() return dw:totable() end, "embedding: token id 9 at position 5 is outside the table of 8 rows",
+  "... and the next read names it")
 
 local logits = tg.randn({ 4, 8 }, { device = dev })
 local loss

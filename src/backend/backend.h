@@ -305,6 +305,7 @@ struct tg_embedding_backward_dw_args {
     tg_dtype dt, dwte_dt, dwpe_dt;
     int64_t b, t, c, v, tmax;
     float accumulate;
+    struct tg_index_check *check; /* where ids outside [0, v) are noted (with dwte), or NULL */
 };
 
 /* losses[r] = logsumexp(logits[r]) - logits[r][target[r]] (0 when target[r] ==

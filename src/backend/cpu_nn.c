@@ -637,6 +637,7 @@ static void embedding_backward_dw_run(const void *p)
 {
     const struct tg_embedding_backward_dw_args *a = p;
     const int64_t BT = a->b * a->t, C = a->c, V = a->v;
+    if (a->dwte) index_scan(a->check, TG_INDEX_EMBEDDING, a->idx, BT, V, 0, 0);
     if (a->dwte) {
         /* Bucket positions by id (counting sort, stable: increasing positions per id),
          * then one thread per vocabulary row sums its bucket in order. */

@@ -341,6 +341,9 @@ static tg_status cuda_embedding_backward_dw(tg_stream *s, const struct tg_embedd
                    tg_cuda_embedding_backward_dw(a->dwte, a->dwpe, a->dout, a->idx, a->dt, a->dwte_dt, a->dwpe_dt, a->b,
                                                  a->t, a->c, a->v, a->tmax, a->accumulate, scr, bytes,
                                                  tg_cuda_stream(s)));
+    if (a->check && a->dwte)
+        LAUNCH(s, tg_cuda_index_check(&a->check->first[TG_INDEX_EMBEDDING], &a->check->limit[TG_INDEX_EMBEDDING], a->idx,
+                                      a->b * a->t, a->v, 0, 0, tg_cuda_stream(s)));
     return TG_OK;
 }
 

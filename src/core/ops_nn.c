@@ -446,9 +446,10 @@ tg_status tg_embedding_backward_dw(tg_tensor *dwte, tg_tensor *dwpe, const tg_te
             .dwte = dwte ? tg_tensor_data(dwte) : NULL, .dwpe = dwpe ? tg_tensor_data(dwpe) : NULL,
             .dout = tg_tensor_data(dout), .idx = tg_tensor_data(idx), .dt = dout->dtype,
             .dwte_dt = dwte ? dwte->dtype : TG_F32, .dwpe_dt = dwpe ? dwpe->dtype : TG_F32, .b = b, .t = t, .c = c,
-            .v = dwte ? dwte->shape[0] : 0, .tmax = dwpe ? dwpe->shape[0] : 0, .accumulate = (float)accumulate};
+            .v = dwte ? dwte->shape[0] : 0, .tmax = dwpe ? dwpe->shape[0] : 0, .accumulate = (float)accumulate,
+            .check = dwte ? tg_index_check_of(s) : NULL};
     if (st == TG_OK && !dwte && !dwpe) return TG_OK; /* nothing to compute */
-    ISSUE(s, op, embedding_backward_dw, &a, st);
+    ISSUE_CHECKED(s, op, embedding_backward_dw, &a, st);
 }
 
 /* ------------------------------------------------------------------ cross-entropy */
