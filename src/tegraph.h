@@ -199,7 +199,10 @@ TG_API tg_status tg_tensor_write_f64(tg_tensor *t, const double *src, size_t n);
  * checked; errors name them. */
 TG_API tg_status tg_fill(tg_tensor *t, double value);
 /* dst = src; same numel; dtypes may differ (then a cast); devices may differ
- * (then a host transfer, not capturable). */
+ * (then a host transfer, not capturable). A cast from f32 or bf16 to i32 or
+ * u16 truncates toward zero and saturates at the integer type's range (-5 to
+ * u16 is 0, 1e10 to i32 is 2147483647, infinities alike); NaN becomes 0, as on
+ * every backend. */
 TG_API tg_status tg_copy(tg_tensor *dst, const tg_tensor *src);
 typedef enum tg_binop { TG_ADD = 0, TG_SUB, TG_MUL, TG_DIV } tg_binop;
 /* out = a op b, elementwise, all the same shape and dtype (out may alias). */

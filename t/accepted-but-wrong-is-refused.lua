@@ -3,8 +3,10 @@
 -- after a replay), values that do not fit an integer dtype, a delayed wgrad popped in a later step, module calls from
 -- a wgrad hook, the same hook twice, AdamW options and parameters, a step before any gradient, make_graphed warm-up,
 -- script option bounds, steps skipped for a non-finite gradient norm, and misspelt options of AdamW, the
--- communicator calls, the tensor constructors, tensor:to, tg.stream.capture and the safetensors readers, and
--- non-boolean values of boolean options.
+-- communicator calls, the tensor constructors, tensor:to, tg.stream.capture, the safetensors readers, matmul,
+-- step_begin, make_graphed, the gemm and AdamW ops, and non-boolean values of boolean options; token ids outside
+-- the table in the embedding's gradient; module eps / init_std out of range; a forward pre-hook that calls its
+-- own module; and messages that name the option, the tensor or count rows as the call does.
 local tg = require "tegraph"
 local optim = require "tegraph.optim"
 local progress = require "tegraph.progress"
@@ -219,6 +221,63 @@ for _, c in ipairs {
 } do
   tap.error_like(c[2], "accepted%-but%-wrong%-is%-refused%.lua:%d+: .*" .. c[1]:gsub("%.", "%%.") .. ": unknown option '" ..
     c[3] .. "' %(known: " .. c[4] .. "%)", c[1] .. " refuses the misspelt option '" .. c[3] .. "', naming the known ones")
+end
+do -- the options of ops, steps and graphs: a misspelt key is refused, not ignored
+  local a, b = tg.randn({ 3, 3 }, { device = CPU }), tg.randn({ 3, 3 }, { device = CPU })
+  local m = tg.nn.Linear(4, 2, { device = CPU })
+  local p, g, z = tg.ones({ 3 }, { device = CPU }), tg.ones({ 3 }, { device = CPU }), tg.zeros({ 3 }, { device = CPU })
+  for _, c in ipairs {
+    { "matmul", function() return a:matmul(b, { transb = true }) end, "transb", "trans_a, trans_b, alpha, beta, out, dtype" },
+    { "step_begin", function() return tg.step_begin { microbatchs = 4 } end, "microbatchs", "microbatches" },
+    { "make_graphed", function() return tg.graph.make_graphed(m, { sample = tg.ones({ 2, 4 }, { device = CPU }), microbatchs = 2 }) end,
+      "microbatchs", "sample, microbatches, order, warmup, pool, share, reuse, chain, in_place, tuple" },
+    { "gemm", function() return tg.ops.gemm(tg.zeros({ 3, 3 }, { device = CPU }), a, false, b, false, 1, 0, { epilog = "bias" }) end,
+      "epilog", "epilogue, bias, aux, bgrad, bgrad_accumulate" },
+    { "adamw_step", function() return tg.ops.adamw_step(p, nil, g, z, tg.zeros({ 3 }, { device = CPU }), { lr = 0.1, step = 1, betaa = 3 }) end,
+      "betaa", "lr, step, beta1, beta2, eps, weight_decay, grad_scale" },
+  } do
+    tap.error_like(c[2], "accepted%-but%-wrong%-is%-refused%.lua:%d+: .*" .. c[1] .. ": unknown option '" .. c[3] ..
+      "' %(known: " .. c[4]:gsub("%p", "%%%0") .. "%)", c[1] .. " refuses the misspelt option '" .. c[3] .. "'")
+  end
+  tap.ok(not tg.step_open(), "... and the refused step_begin opened no step")
+  tap.error_like(function() return tg.step_begin { microbatches = "x" } end,
+    "step_begin: microbatches must be an integer %(got string x%)", "step_begin names a microbatches that is not an integer")
+  tap.error_like(function() return tg.graph.make_graphed(42, { sample = a }) end,
+    "make_graphed: the first argument must be a module or a list of modules %(got a number%)",
+    "make_graphed names a first argument that is not a module")
+  tap.error_like(function() return tg.graph.make_graphed(m, { sample = a, microbatches = 0 }) end,
+    "make_graphed: opts%.microbatches must be an integer from 1 to 1048576 %(got 0%)", "make_graphed names a bad microbatches")
+  tap.ok(a:matmul(b, { trans_b = true }):max_abs_diff(a:matmul(b)) > 0, "matmul takes its known option trans_b (a @ b^T is not a @ b)")
+end
+do -- module options out of range are refused, not replaced by a default; messages name the option or the value
+  tap.error_like(function() return tg.nn.LayerNorm(4, { eps = -1, device = CPU }) end,
+    "nn%.LayerNorm: option 'eps' must be a finite number > 0 %(got number %-1%)", "LayerNorm refuses eps = -1 (it was taken as 1e-5)")
+  tap.error_like(function() return tg.nn.Linear(4, 2, { init_std = 0 / 0, device = CPU }) end,
+    "nn%.Linear: option 'init_std' must be a finite number >= 0", "Linear refuses init_std = NaN (it gave zero weights)")
+  tap.error_like(function() return tg.nn.Linear(4, 2, { init_std = -1, device = CPU }) end, "option 'init_std' must be",
+    "... and a negative init_std")
+  tap.error_like(function() return tg.nn.Linear(4, 2, { eps = "x", device = CPU }) end,
+    "nn%.Linear: option 'eps' must be a finite number > 0 %(got string x%)", "a non-number option is named")
+  tap.error_like(function() return tg.nn.Linear(4, 2, { name = {}, device = CPU }) end,
+    "nn%.Linear: option 'name' must be a string %(got a table%)", "a non-string name is named")
+  tap.is(tg.nn.Linear(4, 2, { init_std = 0, device = CPU }):parameters()[1].data:max_abs_diff(tg.zeros({ 2, 4 }, { device = CPU })), 0,
+    "init_std = 0 still gives zero weights")
+  tap.error_like(function() return tg.fp8.CurrentScaling { fp8_fromat = "E4M3" } end,
+    "CurrentScaling: unknown field 'fp8_fromat' %(known: fp8_format%)", "a misspelt recipe field lists the known fields")
+  tap.error_like(function() return tg.zeros({ 4, 3 }, { device = CPU }):narrow(3, 5) end,
+    "narrow: 5 rows from row 3 %(1%-based%) out of range for shape %[4,3%]", "narrow's error counts rows as its arguments do")
+  tap.error_like(function() return tg.zeros({ 4, 3 }, { device = CPU }):narrow(2, math.maxinteger) end,
+    "narrow: 9223372036854775807 rows from row 2", "... without overflow")
+  tap.error_like(function() return tg.nn.Linear(4, 2, { device = CPU }):forward(tg.ones({ 3, 4 }, { device = CPU }), 2 ^ 40) end,
+    "microbatch must be >= 1 and <= 1073741824", "a microbatch too large is called too large")
+  local closed = tg.ones({ 2 }, { device = CPU })
+  closed:close()
+  tap.error_like(function() tg.save(os.tmpname(), { a = closed }) end, "tensor 'a' was closed", "tg.save names a closed tensor")
+  local lin = tg.nn.Linear(4, 2, { device = CPU })
+  lin:register_forward_pre_hook(function(mm) mm:forward(tg.ones({ 3, 4 }, { device = CPU })) end)
+  local ok, err = pcall(function() return lin:forward(tg.ones({ 3, 4 }, { device = CPU })) end)
+  tap.ok(not ok and err:find("called from one of its own forward pre%-hooks") ~= nil and #err < 2000,
+    "a forward pre-hook calling its own module's forward is refused at once (not a C stack overflow): " .. tostring(err):sub(1, 120))
 end
 tap.error_like(function() return tg.zeros({ 2 }, { "bf16" }) end, "tg%.zeros: unknown option number key",
   "a list entry in a constructor's options is refused")

@@ -2,7 +2,7 @@
 # cli-exit-codes.sh — the tegraph command exits 0/1/2 for success/script error/usage error and prints FILE:LINE: first.
 . "${TG_TOP_SRCDIR:-.}/t/lib/tap.sh"
 
-echo "1..27"
+echo "1..29"
 
 run --version
 ok $((rc != 0)) "--version exits 0"
@@ -72,6 +72,12 @@ ok $((rc != 2)) "run without a file exits 2 (got $rc)"
 
 run --device tpu info
 ok $((rc != 2)) "a bad --device exits 2 (got $rc)"
+(TG_DEVICE=tpu; export TG_DEVICE; "$TEGRAPH" -e 'print(1)' >"$tmp/out" 2>"$tmp/err")
+rc=$?
+err=$(cat "$tmp/err")
+ok $((rc != 2)) "a bad TG_DEVICE exits 2 too, not a run on another device (got $rc)"
+case "$err" in *"bad TG_DEVICE: bad device 'tpu'"*) r=0 ;; *) r=1 ;; esac
+ok $r "and names it (got '$(echo "$err" | head -n 1)')"
 
 run --device cpu -e 'io.write(tg.default_device())'
 ok $((rc != 0)) "--device cpu before the command (got $rc, '$out' '$err')"
@@ -90,5 +96,5 @@ run --device cpu run "$GPT" --steps 3 --help
 case "$out" in "usage: tegraph run examples/gpt.lua"*) r=0 ;; *) r=1 ;; esac
 ok $((rc != 0 || r)) "an example's --help prints the usage and exits 0 (got $rc)"
 
-[ "$n" -eq 27 ] || echo "# ran $n checks, planned 27"
+[ "$n" -eq 29 ] || echo "# ran $n checks, planned 29"
 exit 0

@@ -202,6 +202,9 @@ int main(int argc, char **argv)
         if (tg_device_parse(d, &dev) != TG_OK) return usage_error("bad --device: %s", tg_last_error());
         setenv("TG_DEVICE", d, 1);
     }
+    const char *denv = getenv("TG_DEVICE");
+    tg_device denv_dev;
+    if (denv && *denv && tg_device_parse(denv, &denv_dev) != TG_OK) return usage_error("bad TG_DEVICE: %s", tg_last_error());
     if (i >= argc) return usage_error("%s", "no command given");
     const char *cmd = argv[i];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {

@@ -2,6 +2,7 @@
 #include "backend/backend.h"
 
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #define TG_MAX_DEVICES 16
@@ -125,7 +126,12 @@ tg_device tg_default_device(void)
     const char *env = getenv("TG_DEVICE");
     tg_device d;
     if (env && *env && tg_device_parse(env, &d) == TG_OK) return d;
-    if (env && *env) return (tg_device){TG_CPU, 0}; /* unparsable or unavailable: the CPU */
+    if (env && *env) { /* unparsable or unavailable: the CPU, said once (tegraph's own program refuses it) */
+        static int told;
+        if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "tegraph: TG_DEVICE='%s' is not a device here (%s): using cpu\n", env, tg_last_error());
+        return (tg_device){TG_CPU, 0};
+    }
     int n = tg_device_count(TG_CUDA);
     if (n > 0) {
         /* one GPU per local rank when launched by mpirun / srun / tegraph run -n */

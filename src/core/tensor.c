@@ -98,8 +98,8 @@ tg_status tg_tensor_narrow(const tg_tensor *t, int64_t start, int64_t len, tg_te
     char a[64];
     if (t->ndim < 1) return tg_error(TG_EINVAL, "narrow: tensor has no dimensions");
     if (start < 0 || len < 0 || start > t->shape[0] || len > t->shape[0] - start)
-        return tg_error(TG_EINVAL, "narrow: rows [%lld, %lld) out of range for shape %s", (long long)start,
-                        (long long)(start + len), tg_tensor_shape_str(t, a, sizeof a));
+        return tg_error(TG_EINVAL, "narrow: %lld rows from row %lld (0-based) out of range for shape %s", (long long)len,
+                        (long long)start, tg_tensor_shape_str(t, a, sizeof a));
     int64_t shape[TG_MAX_DIMS];
     memcpy(shape, t->shape, sizeof shape);
     shape[0] = len;

@@ -153,8 +153,11 @@ static int l_init(lua_State *L)
 {
     if (!lua_isnoneornil(L, 1)) {
         luaL_checktype(L, 1, LUA_TTABLE);
+        tgl_check_keys(L, 1, "comm.init", "timeout");
         if (lua_getfield(L, 1, "timeout") != LUA_TNIL) {
-            double s = (double)luaL_checknumber(L, -1);
+            if (!lua_isnumber(L, -1))
+                return luaL_error(L, "comm.init: option 'timeout' must be a number of seconds (got a %s)", luaL_typename(L, -1));
+            double s = (double)lua_tonumber(L, -1);
             luaL_argcheck(L, s > 0, 1, "timeout must be > 0 seconds");
             tg_comm_set_timeout(s);
         }

@@ -66,8 +66,9 @@ static void only_keys(lua_State *L, int t, const char *what, const char *const *
             luaL_Buffer b;
             luaL_buffinit(L, &b);
             for (int i = 0; keys[i]; i++) luaL_addstring(&b, keys[i]), luaL_addstring(&b, keys[i + 1] ? ", " : "");
-            luaL_pushresult(&b);
-            luaL_error(L, "%s: unknown field '%s' (known: %s)", what, luaL_tolstring(L, -3, NULL), lua_tostring(L, -2));
+            luaL_pushresult(&b); /* key, value, the known fields */
+            const char *known = lua_tostring(L, -1), *k = luaL_tolstring(L, -3, NULL);
+            luaL_error(L, "%s: unknown field '%s' (known: %s)", what, k, known);
         }
         lua_pop(L, 1);
     }

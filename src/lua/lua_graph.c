@@ -254,6 +254,21 @@ static struct tg_graph_action *read_order(lua_State *L, int idx, int *n)
     return a;
 }
 
+/* make_graphed's opts (at 2).name: an integer from lo to 2^20, def where absent. */
+static int opt_count(lua_State *L, const char *name, int def, int lo)
+{
+    int isint = 0;
+    lua_Integer v = def;
+    if (lua_getfield(L, 2, name) != LUA_TNIL) {
+        v = lua_tointegerx(L, -1, &isint);
+        if (!isint || v < lo || v > 1 << 20)
+            return luaL_error(L, "make_graphed: opts.%s must be an integer from %d to 1048576 (got %s)", name, lo,
+                              luaL_tolstring(L, -1, NULL));
+    }
+    lua_pop(L, 1);
+    return (int)v;
+}
+
 /* tg.graph.make_graphed(chunks, opts) -> callable, or a list of callables when chunks is a list.
  * opts: sample (a tensor, or one per chunk; a chunk's entry may be a pair {x, res}: two inputs),
  * microbatches (1), order, warmup, pool, share (nil: microbatch 1's graphs for every microbatch when
@@ -269,7 +284,13 @@ static int l_make_graphed(lua_State *L)
         single = lua_isfunction(L, -1);
         lua_pop(L, 1);
     }
-    luaL_checktype(L, 2, LUA_TTABLE);
+    if (single && !luaL_testudata(L, 1, TGL_MODULE))
+        return luaL_error(L, "make_graphed: the first argument must be a module or a list of modules (got a %s)",
+                          luaL_typename(L, 1));
+    if (!lua_istable(L, 2))
+        return luaL_error(L, "make_graphed: the second argument must be the options table {sample = ..., ...} (got a %s)",
+                          luaL_typename(L, 2));
+    tgl_check_keys(L, 2, "make_graphed", "sample, microbatches, order, warmup, pool, share, reuse, chain, in_place, tuple");
     int n = single ? 1 : (int)luaL_len(L, 1);
     if (n < 1) return luaL_argerror(L, 1, "no chunks");
     tg_module **chunks = lua_newuserdatauv(L, (size_t)n * sizeof *chunks, 0); /* +1 */
@@ -289,6 +310,9 @@ static int l_make_graphed(lua_State *L)
     for (int i = 1; i <= n; i++) {
         if (single) lua_pushvalue(L, 1);
         else lua_geti(L, 1, i);
+        if (!lua_istable(L, -1) && luaL_testudata(L, -1, TGL_MODULE) == NULL)
+            return luaL_error(L, "make_graphed: chunk %d is a %s, expected a tegraph.Module or a Lua module table", i,
+                              luaL_typename(L, -1));
         chunks[i - 1] = tgl_module_check(L, -1); /* replaces a Lua table by its wrapper at -1 */
         lua_rawseti(L, keep, i);
     }
@@ -351,10 +375,15 @@ static int l_make_graphed(lua_State *L)
     o.samples = samples;
     o.samples2 = two ? samples2 : NULL;
     if (tuple) o.tuples = tuples, o.ntuple = ntuple;
-    lua_getfield(L, 2, "microbatches");
-    o.microbatches = lua_isnil(L, -1) ? 1 : tgl_checkint(L, -1);
-    lua_getfield(L, 2, "warmup");
-    if (!lua_isnil(L, -1)) o.warmup = tgl_checkint(L, -1);
+    o.microbatches = opt_count(L, "microbatches", 1, 1);
+    if (lua_getfield(L, 2, "warmup") != LUA_TNIL) { /* (its range is the engine's to check) */
+        int isint = 0;
+        lua_Integer w = lua_tointegerx(L, -1, &isint);
+        if (!isint || w < INT_MIN || w > INT_MAX)
+            return luaL_error(L, "make_graphed: opts.warmup must be an integer (got %s)", luaL_tolstring(L, -1, NULL));
+        o.warmup = (int)w;
+    }
+    lua_pop(L, 1);
     lua_getfield(L, 2, "order");
     if (lua_istable(L, -1)) o.order = read_order(L, lua_gettop(L), &o.norder);
     else if (!lua_isnil(L, -1)) return luaL_error(L, "make_graphed: opts.order must be a list of {op=, chunk=, mb=}");

@@ -56,8 +56,9 @@ static int l_save(lua_State *L)
     while (lua_next(L, 2)) {
         if (lua_type(L, -2) != LUA_TSTRING)
             luaL_error(L, "%s: tensor keys must be names (strings), got a %s", path, luaL_typename(L, -2));
-        if (!tgl_tensor_test(L, -1))
-            luaL_error(L, "%s: '%s' is a %s, not a tensor", path, lua_tostring(L, -2), luaL_typename(L, -1));
+        const struct tgl_tensor *u = luaL_testudata(L, -1, TGL_TENSOR);
+        if (!u) luaL_error(L, "%s: '%s' is a %s, not a tensor", path, lua_tostring(L, -2), luaL_typename(L, -1));
+        if (!u->t) luaL_error(L, "%s: tensor '%s' was closed", path, lua_tostring(L, -2));
         n++;
         lua_pop(L, 1);
     }
@@ -85,7 +86,7 @@ static int l_save(lua_State *L)
     qsort(names, (size_t)n, sizeof *names, cmp_str);
     for (i = 0; i < n; i++) {
         lua_getfield(L, 2, names[i]);
-        ts[i] = tgl_tensor_check(L, -1);
+        ts[i] = tgl_tensor_check(L, -1); /* (checked above) */
         lua_pop(L, 1); /* the table keeps it */
     }
     if (nmeta) {

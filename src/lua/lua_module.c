@@ -118,7 +118,7 @@ int tgl_mb_arg(lua_State *L, int idx)
     if (tgl_tensor_test(L, idx))
         return luaL_argerror(L, idx, "microbatch expected, got a tensor (the tensor comes first: forward(x, mb), backward(dy, mb))");
     lua_Integer mb = luaL_checkinteger(L, idx);
-    luaL_argcheck(L, mb >= 1 && mb <= 1 << 30, idx, "microbatch must be >= 1");
+    luaL_argcheck(L, mb >= 1 && mb <= 1 << 30, idx, "microbatch must be >= 1 and <= 1073741824");
     return (int)mb;
 }
 

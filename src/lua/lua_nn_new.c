@@ -9,6 +9,7 @@
 #include "nn/nn.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -126,8 +127,21 @@ static void check_keys(lua_State *L, const struct ctor *c, int list_ok)
     }
 }
 
-/* Reads the common options of the table at 1 into o. */
-static void read_common(lua_State *L, tg_module_opts *o)
+/* The number in option k (at -1) of constructor who: finite, and > 0 (positive) or >= 0. */
+static double num_common(lua_State *L, const char *who, const char *k, int positive)
+{
+    int isnum = 0;
+    double v = (double)lua_tonumberx(L, -1, &isnum);
+    if (!isnum || !isfinite(v) || (positive ? v <= 0 : v < 0)) {
+        const char *ty = luaL_typename(L, -1);
+        luaL_error(L, "%s: option '%s' must be a finite number %s (got %s %s)", who, k, positive ? "> 0" : ">= 0", ty,
+                   luaL_tolstring(L, -1, NULL));
+    }
+    return v;
+}
+
+/* Reads the common options of the table at 1 into o (who: the constructor, for errors). */
+static void read_common(lua_State *L, const char *who, tg_module_opts *o)
 {
     tg_module_opts_default(o);
     if (lua_getfield(L, 1, "dtype") != LUA_TNIL) o->dtype = tgl_dtype_check(L, -1);
@@ -136,13 +150,19 @@ static void read_common(lua_State *L, tg_module_opts *o)
     o->delay_wgrad = tgl_field_bool(L, 1, "delay_wgrad");
     o->fuse_wgrad_accumulation = tgl_field_bool(L, 1, "fuse_wgrad_accumulation");
     if (lua_getfield(L, 1, "chunk") != LUA_TNIL) {
-        lua_Integer chunk = luaL_checkinteger(L, -1);
-        if (chunk < 1 || chunk > INT_MAX) luaL_error(L, "option 'chunk' = %I is out of range (1 to %d)", chunk, INT_MAX);
+        int isint = 0;
+        lua_Integer chunk = lua_tointegerx(L, -1, &isint);
+        if (!isint || chunk < 1 || chunk > INT_MAX)
+            luaL_error(L, "%s: option 'chunk' must be an integer from 1 to %d (got %s)", who, INT_MAX, luaL_tolstring(L, -1, NULL));
         o->chunk = (int)chunk;
     }
-    if (lua_getfield(L, 1, "name") != LUA_TNIL) o->name = luaL_checkstring(L, -1);
-    if (lua_getfield(L, 1, "eps") != LUA_TNIL) o->eps = (double)luaL_checknumber(L, -1);
-    if (lua_getfield(L, 1, "init_std") != LUA_TNIL) o->init_std = (double)luaL_checknumber(L, -1);
+    if (lua_getfield(L, 1, "name") != LUA_TNIL) {
+        if (lua_type(L, -1) != LUA_TSTRING)
+            luaL_error(L, "%s: option 'name' must be a string (got a %s)", who, luaL_typename(L, -1));
+        o->name = lua_tostring(L, -1);
+    }
+    if (lua_getfield(L, 1, "eps") != LUA_TNIL) o->eps = num_common(L, who, "eps", 1);
+    if (lua_getfield(L, 1, "init_std") != LUA_TNIL) o->init_std = num_common(L, who, "init_std", 0);
     lua_pop(L, 7); /* strings stay alive in the options table */
 }
 
@@ -151,7 +171,7 @@ static void ctor_args(lua_State *L, const struct ctor *c, tg_module_opts *o)
 {
     args_to_table(L, c);
     check_keys(L, c, 0);
-    read_common(L, o);
+    read_common(L, c->name, o);
 }
 
 /* The fp8 option (a recipe, or nil / false: off) into o->fp8: for the modules built of Linears. */
@@ -370,7 +390,7 @@ static int nn_sequential(lua_State *L)
     tg_module_opts o;
     luaL_checktype(L, 1, LUA_TTABLE);
     check_keys(L, &sequential_c, 1);
-    read_common(L, &o);
+    read_common(L, "Sequential", &o);
     int n = (int)luaL_len(L, 1);
     if (n < 1) luaL_error(L, "Sequential: needs at least one module");
     lua_createtable(L, n, 0); /* +1: the children's userdata */

@@ -289,6 +289,7 @@ static int o_adamw_step(lua_State *L)
     tg_tensor *p = tgl_tensor_check(L, 1), *pl = opt_tensor(L, 2), *g = tgl_tensor_check(L, 3);
     tg_tensor *m = tgl_tensor_check(L, 4), *v = tgl_tensor_check(L, 5);
     luaL_checktype(L, 6, LUA_TTABLE);
+    tgl_check_keys(L, 6, "adamw_step", "lr, step, beta1, beta2, eps, weight_decay, grad_scale");
     tg_tensor *lr_t, *step_t;
     const int dev = sched_fields(L, "adamw_step", 6, &lr_t, &step_t);
     double lr = dev ? 0 : num_field(L, 6, "lr", 0, 1), step = dev ? 1 : num_field(L, 6, "step", 0, 1);
@@ -338,6 +339,7 @@ static int o_adamw_multi(lua_State *L)
     for (lua_Integer i = 1; i <= n; i++) {
         if (lua_geti(L, 1, i) != LUA_TTABLE) luaL_error(L, "%s: params[%d] must be a table", op, (int)i);
         const int e = lua_gettop(L);
+        tgl_check_keys(L, e, "adamw_multi: params[i]", "p, lowp, g, m, v, weight_decay");
         struct tg_adamw_param *q = &ps[i - 1];
         q->p = tensor_field(L, op, e, (int)i, "p", 1);
         q->p_lowp = tensor_field(L, op, e, (int)i, "lowp", 0);
@@ -347,6 +349,7 @@ static int o_adamw_multi(lua_State *L)
         q->weight_decay = num_field_of(L, op, e, "weight_decay", 0.0, 0);
         lua_pop(L, 1);
     }
+    tgl_check_keys(L, 2, op, "lr, step, beta1, beta2, eps, grad_scale, clip_sumsq, max_norm");
     tg_tensor *lr_t, *step_t;
     const int dev = sched_fields(L, op, 2, &lr_t, &step_t);
     double lr = dev ? 0 : num_field_of(L, op, 2, "lr", 0, 1), step = dev ? 1 : num_field_of(L, op, 2, "step", 0, 1);
@@ -426,6 +429,7 @@ static int o_gemm(lua_State *L)
         tgl_check(L, tg_gemm(c, a, ta, b, tb, alpha, beta));
     } else {
         luaL_checktype(L, 8, LUA_TTABLE);
+        tgl_check_keys(L, 8, "gemm", "epilogue, bias, aux, bgrad, bgrad_accumulate");
         lua_getfield(L, 8, "epilogue");
         const char *name = lua_isnil(L, -1) ? "none" : lua_tostring(L, -1);
         int epi = 0;
@@ -435,9 +439,7 @@ static int o_gemm(lua_State *L)
                               name ? name : luaL_typename(L, -1));
         lua_pop(L, 1);
         tg_tensor *bias = opt_tensor_field(L, 8, "bias"), *aux = opt_tensor_field(L, 8, "aux"), *bg = opt_tensor_field(L, 8, "bgrad");
-        lua_getfield(L, 8, "bgrad_accumulate");
-        double acc = (double)luaL_optnumber(L, -1, 0.0);
-        lua_pop(L, 1);
+        const double acc = num_field_of(L, "gemm", 8, "bgrad_accumulate", 0.0, 0);
         tgl_check(L, tg_gemm_ex(c, a, ta, b, tb, alpha, beta, (tg_gemm_epilogue)epi, bias, aux, bg, acc));
     }
     lua_settop(L, 1);

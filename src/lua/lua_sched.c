@@ -185,6 +185,7 @@ static int l_run(lua_State *L)
 {
     tg_sched_plan p;
     luaL_checktype(L, 2, LUA_TTABLE);
+    tgl_check_keys(L, 2, "sched.run", "chunks, graphed, input, loss_grad, sync, stages, pid, comm");
     plan_read(L, 1, &p); /* +1 */
     int C = p.nchunks;
     tg_sched_opts o = {0};

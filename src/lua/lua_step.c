@@ -6,15 +6,22 @@
 /* tg.step_begin{microbatches=M} or tg.step_begin(M) -> step index */
 static int l_step_begin(lua_State *L)
 {
-    lua_Integer m;
+    lua_Integer m = 1;
     if (lua_istable(L, 1)) {
-        lua_getfield(L, 1, "microbatches");
-        m = luaL_optinteger(L, -1, 1);
-        lua_pop(L, 1);
+        tgl_check_keys(L, 1, "step_begin", "microbatches");
+        if (lua_getfield(L, 1, "microbatches") != LUA_TNIL) {
+            int isint = 0;
+            m = lua_tointegerx(L, -1, &isint);
+            if (!isint) {
+                const char *ty = luaL_typename(L, -1);
+                return luaL_error(L, "step_begin: microbatches must be an integer (got %s %s)", ty, luaL_tolstring(L, -1, NULL));
+            }
+        }
+        lua_settop(L, 1);
     } else {
         m = luaL_optinteger(L, 1, 1);
     }
-    luaL_argcheck(L, m >= 1 && m <= 1 << 20, 1, "microbatches must be >= 1");
+    luaL_argcheck(L, m >= 1 && m <= 1 << 20, 1, "microbatches must be an integer from 1 to 1048576");
     tgl_check(L, tg_step_begin((int)m));
     lua_pushinteger(L, (lua_Integer)tg_step_index());
     return 1;

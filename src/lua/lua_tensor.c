@@ -50,10 +50,20 @@ tg_tensor **tgl_tensor_push(lua_State *L)
     return &u->t;
 }
 
+/* A closed tensor at idx: an argument error for an argument, a plain error for a value the binding took out of a
+ * table (a negative index would print as "bad argument #-1"). */
+static void closed_error(lua_State *L, int idx)
+{
+    if (idx > 0) luaL_argerror(L, idx, "tensor used after close");
+    luaL_error(L, "a tensor used after close");
+}
+
 tg_tensor *tgl_tensor_check(lua_State *L, int idx)
 {
-    struct tgl_tensor *u = luaL_checkudata(L, idx, TGL_TENSOR);
-    if (u->t == NULL) luaL_argerror(L, idx, "tensor used after close");
+    struct tgl_tensor *u;
+    if (idx > 0) u = luaL_checkudata(L, idx, TGL_TENSOR);
+    else if (!(u = luaL_testudata(L, idx, TGL_TENSOR))) luaL_error(L, "expected a tensor, got a %s", luaL_typename(L, idx));
+    if (u->t == NULL) closed_error(L, idx);
     return u->t;
 }
 
@@ -61,7 +71,7 @@ tg_tensor *tgl_tensor_test(lua_State *L, int idx)
 {
     struct tgl_tensor *u = luaL_testudata(L, idx, TGL_TENSOR);
     if (u == NULL) return NULL;
-    if (u->t == NULL) luaL_argerror(L, idx, "tensor used after close");
+    if (u->t == NULL) closed_error(L, idx);
     return u->t;
 }
 
@@ -663,6 +673,12 @@ static int t_narrow(lua_State *L)
     tg_tensor *t = tgl_tensor_check(L, 1);
     lua_Integer start = luaL_checkinteger(L, 2), len = luaL_checkinteger(L, 3);
     luaL_argcheck(L, start >= 1, 2, "start is 1-based (must be >= 1)");
+    const int64_t rows = tg_tensor_ndim(t) > 0 ? tg_tensor_dim(t, 0) : 0;
+    if (tg_tensor_ndim(t) > 0 && (len < 0 || start - 1 > rows || len > rows - (start - 1))) {
+        char a[64];
+        return luaL_error(L, "narrow: %I rows from row %I (1-based) out of range for shape %s", len, start,
+                          tg_tensor_shape_str(t, a, sizeof a));
+    }
     tg_tensor **slot = tgl_tensor_push(L);
     tgl_check(L, tg_tensor_narrow(t, (int64_t)start - 1, (int64_t)len, slot));
     return 1;
@@ -698,7 +714,10 @@ static double opt_number(lua_State *L, int opts, const char *k, double def)
 static int t_matmul(lua_State *L)
 {
     tg_tensor *a = tgl_tensor_check(L, 1), *b = tgl_tensor_check(L, 2);
-    if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+    if (!lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        tgl_check_keys(L, 3, "matmul", "trans_a, trans_b, alpha, beta, out, dtype");
+    }
     int ta = opt_bool(L, 3, "trans_a"), tb = opt_bool(L, 3, "trans_b");
     double alpha = opt_number(L, 3, "alpha", 1.0), beta = opt_number(L, 3, "beta", 0.0);
     int na = tg_tensor_ndim(a), nb = tg_tensor_ndim(b);

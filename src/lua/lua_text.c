@@ -69,6 +69,7 @@ static int t_encode(lua_State *L)
     struct progress_ud pu = {L, 0, 0};
     if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
+        tgl_check_keys(L, 3, "encode", "out, progress");
         lua_getfield(L, 3, "out");
         if (!lua_isnil(L, -1)) out = luaL_checkstring(L, -1);
         lua_getfield(L, 3, "progress");

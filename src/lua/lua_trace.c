@@ -93,6 +93,7 @@ static int l_stop(lua_State *L)
     int quiet = 0;
     if (!lua_isnoneornil(L, 2)) {
         luaL_checktype(L, 2, LUA_TTABLE);
+        tgl_check_keys(L, 2, "trace.stop", "quiet");
         lua_getfield(L, 2, "quiet");
         quiet = lua_toboolean(L, -1);
         lua_pop(L, 1);

@@ -290,6 +290,13 @@ static tg_status pre_fire(tg_module *m, int mb)
         sp = tg_trace_open(NULL, TG_TRACK_HOST, name, &a);
     }
     tg_status st = TG_OK;
+    if (m->pre_dispatching) { /* a pre-hook called its own module's forward: it would recurse without end */
+        tg_trace_close(sp, NULL);
+        return tg_error(TG_ESTATE,
+                        "%s forward (microbatch %d) called from one of its own forward pre-hooks: the call would run "
+                        "the pre-hooks again without end",
+                        tg_module_label(m, label, sizeof label), mb);
+    }
     m->pre_dispatching++;
     for (int i = 0; i < m->npre && st == TG_OK; i++) {
         st = m->pre_hooks[i].fn(m->pre_hooks[i].ud, m, &info);

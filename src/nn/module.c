@@ -3,6 +3,7 @@
 #include "trace/trace.h"
 #include "nn/nn.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Errors are prefixed once with the innermost module that failed ("Linear
@@ -608,6 +609,10 @@ tg_status tg_module_alloc(const struct tg_module_vtbl *vt, const tg_module_opts 
         char d[32];
         return tg_error(TG_EINVAL, "%s: device %s does not exist", vt->type, tg_device_str(o->device, d, sizeof d));
     }
+    if (!(o->eps >= 0) || isinf(o->eps)) /* (0: the default) */
+        return tg_error(TG_EINVAL, "%s: eps %g (a finite number > 0 expected; 0 takes the default 1e-5)", vt->type, o->eps);
+    if (!(o->init_std >= 0) || isinf(o->init_std))
+        return tg_error(TG_EINVAL, "%s: init_std %g (a finite number >= 0 expected)", vt->type, o->init_std);
     tg_module *m = calloc(1, sizeof *m);
     if (!m) return tg_error(TG_ENOMEM, "out of host memory");
     m->vt = vt;
@@ -620,7 +625,7 @@ tg_status tg_module_alloc(const struct tg_module_vtbl *vt, const tg_module_opts 
     }
     m->opts.name = m->name;
     if (m->opts.chunk < 1) m->opts.chunk = 1;
-    if (m->opts.eps <= 0) m->opts.eps = 1e-5;
+    if (m->opts.eps == 0) m->opts.eps = 1e-5;
     m->exec_mode = "eager";
     m->forward_step = -1;
     *out = m;
