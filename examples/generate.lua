@@ -9,27 +9,42 @@ local nn = require "tegraph.nn"
 local cli = require "tegraph.cli"
 local text = require "tegraph.text"
 
-local opt = cli.parse("examples/generate.lua", {
+local defaults = {
   { "ckpt", nil, "checkpoint directory to load the model from (tegraph.checkpoint)", "string" },
   { "tokenizer", nil, "GPT-2 tokenizer directory (default: the checkpoint's, else bytes)", "string" },
   { "prompt", "\n", "the prompt text" },
-  { "max-tokens", 100, "tokens to generate" },
-  { "temperature", 0.8, "sampling temperature (0: greedy)" },
-  { "top-k", 0, "sample among the k most likely tokens (0: all)" },
-  { "top-p", 1.0, "sample among the most likely tokens holding this probability (1: all)" },
+  { "max-tokens", 100, "tokens to generate", min = 1 },
+  { "temperature", 0.8, "sampling temperature (0: greedy)", min = 0 },
+  { "top-k", 0, "sample among the k most likely tokens (0: all)", min = 0 },
+  { "top-p", 1.0, "sample among the most likely tokens holding this probability, in (0, 1] (1: all)",
+    min = 0, max = 1 },
   { "seed", 1234, "sampling seed (and the random weights without --ckpt)" },
-  { "batch", 1, "sequences generated at once (the first one streams)" },
-  { "keep", nil, "tokens kept when the window slides past the context (default half of it)", "number" },
+  { "batch", 1, "sequences generated at once (the first one streams)", min = 1 },
+  { "keep", nil, "tokens kept when the window slides past the context (default half of it)", "number", min = 1 },
   { "no-cache", false, "recompute the whole window for every token (the reference for the cached path)" },
   { "bench", false, "print tokens/s instead of streaming the text" },
   -- a model of random weights when there is no checkpoint (for benchmarks)
-  { "vocab", 256, "without --ckpt: vocabulary size" },
-  { "layers", 2, "without --ckpt: layers" },
-  { "width", 64, "without --ckpt: width" },
-  { "heads", 4, "without --ckpt: attention heads" },
-  { "context", 64, "without --ckpt: context length" },
+  { "vocab", 256, "without --ckpt: vocabulary size", min = 1 },
+  { "layers", 2, "without --ckpt: layers", min = 1 },
+  { "width", 64, "without --ckpt: width", min = 1 },
+  { "heads", 4, "without --ckpt: attention heads", min = 1 },
+  { "context", 64, "without --ckpt: context length", min = 1 },
   { "dtype", "f32", "without --ckpt: f32 or bf16" },
-}, arg)
+}
+local opt = cli.parse("examples/generate.lua", defaults, arg)
+-- what the bounds above cannot say: a usage error (the message and the usage, exit 2)
+local function usage_error(msg)
+  io.stderr:write("generate.lua: ", msg, "\n")
+  cli.usage("examples/generate.lua", defaults, io.stderr)
+  os.exit(2)
+end
+if opt["top-p"] <= 0 then usage_error(string.format("--top-p must be in (0, 1] (got %s)", tostring(opt["top-p"]))) end
+if opt.dtype ~= "f32" and opt.dtype ~= "bf16" then
+  usage_error(string.format("--dtype must be f32 or bf16 (got '%s')", tostring(opt.dtype)))
+end
+if opt.keep and math.type(opt.keep) ~= "integer" then
+  usage_error(string.format("--keep needs an integer (got %s)", tostring(opt.keep)))
+end
 
 -- The model: from a checkpoint directory, or random weights of the given shape.
 local function load_model()
@@ -41,7 +56,8 @@ local function load_model()
   end
   local ckpt = require "tegraph.checkpoint"
   local ok, model, meta = pcall(ckpt.load_model, opt.ckpt)
-  if not ok then error("generate.lua: --ckpt " .. opt.ckpt .. ": " .. tostring(model), 0) end
+  -- the message names the checkpoint's file; the position (this line) adds nothing
+  if not ok then error("generate.lua: --ckpt " .. opt.ckpt .. ": " .. tostring(model):gsub("^[^\n]-:%d+: ", ""), 0) end
   return model, meta
 end
 

@@ -23,7 +23,7 @@ local train = require "tegraph.train"
 ------------------------------------------------------------------------ options
 local defaults = {
   { "task", "reverse", "built-in task: reverse (reverse a digit string) or sort (sort its digits)" },
-  { "digits", 6, "digits per task example", min = 1 },
+  { "digits", 6, "digits per task example (at most 64: the context is 2*digits+1, at most 129)", min = 1, max = 64 },
   { "data", nil, "train on an llm.c .bin token file (or nanoGPT's headerless one, with --vocab) instead of the task" },
   { "text", nil, "train on a text file: tokenized (cached next to it as FILE.<hash>.bin), then trained on", "string" },
   { "tokenizer", nil, "--text: a GPT-2 tokenizer directory (vocab.json + merges.txt or encoder.json + vocab.bpe); default bytes", "string" },
@@ -46,7 +46,7 @@ local defaults = {
   { "microbatches", 2, "microbatches per step M", min = 1 },
   { "steps", 150, "optimizer steps", min = 1 },
   { "lr", 3e-3, "peak learning rate", min = 0 },
-  { "min-lr", 3e-4, "final learning rate (cosine decay)", min = 0 },
+  { "min-lr", 3e-4, "final learning rate (cosine decay; where --lr is below the default, --lr / 10)", min = 0 },
   { "warmup", 10, "warmup steps", min = 0 },
   { "weight-decay", nil, "AdamW weight decay, matrices only (--data: 0.1 as GPT-2's recipe; task: 0.01)", "number", min = 0 },
   { "beta1", 0.9, "AdamW beta1" },
@@ -155,6 +155,27 @@ if opt.task ~= "reverse" and opt.task ~= "sort" then
   io.stderr:write("gpt.lua: --task must be reverse or sort\n")
   os.exit(2)
 end
+-- a usage error found after the parse: the message and the usage, exit 2
+local function usage_error(msg)
+  io.stderr:write("gpt.lua: ", msg, "\n")
+  cli.usage("examples/gpt.lua", defaults, io.stderr)
+  os.exit(2)
+end
+if opt.dtype ~= "f32" and opt.dtype ~= "bf16" then
+  usage_error(string.format("--dtype must be f32 or bf16 (got '%s')", tostring(opt.dtype)))
+end
+if not train.schedules[opt.schedule] then -- checked with or without --pipeline
+  usage_error(string.format("--schedule must be one of %s (got '%s')", train.schedule_names, tostring(opt.schedule)))
+end
+if opt["min-lr"] > opt.lr then
+  local given = false
+  for _, a in ipairs(arg) do given = given or a == "--min-lr" or a:match("^%-%-min%-lr=") ~= nil end
+  if given then
+    usage_error(string.format("--min-lr %s is above --lr %s (the cosine decay goes from --lr down to --min-lr)",
+      tostring(opt["min-lr"]), tostring(opt.lr)))
+  end
+  opt["min-lr"] = opt.lr / 10 -- the default is above this --lr: decay to a tenth of it
+end
 -- Several ranks (`tegraph run -n N`, mpirun): P pipeline stages x D data-parallel replicas.
 -- Every rank starts from the same weights (same seed) and draws the same stream of batches;
 -- a step is M x D microbatches, replica d trains on numbers d*M+1 .. (d+1)*M of them, so the
@@ -201,7 +222,10 @@ if opt.data then
     if opt.val then error("gpt.lua: --val and --val-split exclude each other", 0) end
     loader, val_loader = loader:split(opt["val-split"])
   elseif opt.val then
-    val_loader = data.open(opt.val, { vocab = vocab })
+    -- the same format as the training file: a bad header is reported as such, not read as tokens
+    local headerless = nil -- nil: either format, false: the header is required
+    if not loader.headerless then headerless = false end
+    val_loader = data.open(opt.val, { vocab = vocab, headerless = headerless })
   end
   T = opt.context or 64
 else

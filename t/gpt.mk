@@ -19,6 +19,10 @@ GPT_LUA_TESTS = \
 	t/gpt2-weights-in-and-out.lua \
 	t/gpt-refuses-bad-options-up-front.lua \
 	t/gpt-max-skips-stops-a-run-of-skipped-steps.lua \
+	t/gpt-and-generate-refuse-bad-options.lua \
+	t/optim-refuses-bad-arguments.lua \
+	t/checkpoint-refuses-duplicate-parameter-names.lua \
+	t/checkpoint-options-and-files-are-checked.lua \
 	t/bf16-study-pairs-inputs-and-emulates-autocast.lua
 GPT_SH_TESTS = \
 	t/gpt-graph-without-hook-dispatch-fails-at-step-end.sh \

@@ -1,5 +1,5 @@
 # t: TAP tests. C programs are named for what they prove; GPU tests skip without a device.
-EXTRA_DIST += t/lib/tap.lua t/lib/adamw_fixture.lua t/lib/grads.lua t/lib/run_example.lua
+EXTRA_DIST += t/lib/tap.lua t/lib/adamw_fixture.lua t/lib/grads.lua t/lib/run_example.lua t/lib/caller.lua
 include $(srcdir)/t/core.mk
 include $(srcdir)/t/lua.mk
 include $(srcdir)/t/cuda.mk

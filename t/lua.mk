@@ -8,7 +8,8 @@ LUA_TESTS = \
 	t/cli-parse-accepts-gpt-flags-and-rejects-bad-ones.lua \
 	t/lifetimes-across-the-lua-boundary.lua \
 	t/size-arithmetic-is-checked.lua \
-	t/accepted-but-wrong-is-refused.lua
+	t/accepted-but-wrong-is-refused.lua \
+	t/lua-library-errors-name-the-argument.lua
 LUA_SH_TESTS = \
 	t/cli-exit-codes.sh \
 	t/cli-run-help-and-e-on-ranks.sh \

@@ -4,6 +4,7 @@ SCHEDULE_TESTS = \
 	t/schedule-bubbles-match-formulas.lua \
 	t/schedule-validate-names-the-offender.lua \
 	t/schedule-svg-and-cli.lua \
-	t/schedule-cli-bounds-its-input.lua
+	t/schedule-cli-bounds-its-input.lua \
+	t/schedule-generators-bound-their-sizes.lua
 TESTS += $(SCHEDULE_TESTS)
 EXTRA_DIST += $(SCHEDULE_TESTS)

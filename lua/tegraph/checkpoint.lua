@@ -66,11 +66,104 @@ local function opt_state(opt)
   return opt:state_tensors(), opt:state_values()
 end
 
--- The parameters a checkpoint holds: o.params, or o.model's.
+-- The parameters a checkpoint holds: o.params, or o.model's. Their names are the keys of the file, so they
+-- must be distinct: two parameters of one name (two unnamed tg.nn.Linear in a Sequential are both "weight"
+-- and "bias") would be saved as one tensor and loaded as the same values; refused, naming them.
 local function params_of(o, who)
-  if o.params then return o.params end
-  if not o.model then raise(who .. ": model= or params= is required") end
-  return o.model:parameters()
+  local ps = o.params
+  if ps == nil then
+    if o.model == nil then raise(who .. ": model= or params= is required") end
+    if (type(o.model) ~= "table" and type(o.model) ~= "userdata") or o.model.parameters == nil then
+      raise(string.format("%s: model must be a module or model (something with parameters()), got %s", who,
+        type(o.model)))
+    end
+    ps = o.model:parameters()
+  elseif type(ps) ~= "table" then
+    raise(string.format("%s: params must be a list of parameters, got %s", who, type(ps)))
+  end
+  local at, order = {}, {}
+  for i, p in ipairs(ps) do
+    if not core.nn.is_parameter(p) then
+      raise(string.format("%s: params[%d] is a %s, not a parameter (module:parameters() gives them)", who, i, type(p)))
+    end
+    local n = p.name
+    if not at[n] then
+      at[n] = {}
+      order[#order + 1] = n
+    end
+    at[n][#at[n] + 1] = i
+  end
+  local dups = {}
+  for _, n in ipairs(order) do
+    if #at[n] > 1 then
+      local pos = {}
+      for k, i in ipairs(at[n]) do pos[k] = tostring(i) end
+      dups[#dups + 1] = string.format("'%s' (parameters %s)", n, table.concat(pos, ", "))
+    end
+  end
+  if #dups > 0 then
+    raise(string.format("%s: parameter names repeat: %s; a checkpoint keeps each parameter under its name, so " ..
+      "the file would hold one of them for all: give the modules distinct names (e.g. tg.nn.Linear(4, 4, " ..
+      "{name = \"fc1\"}))", who, table.concat(dups, ", ")))
+  end
+  return ps
+end
+
+-- Refuses two entries ({name=, t=}) of one name in a list that goes into one file.
+local function check_distinct(entries, who, what)
+  local seen = {}
+  for i, e in ipairs(entries) do
+    if seen[e.name] then
+      raise(string.format("%s: %s entries %d and %d are both named '%s' (a file keeps one tensor a name; give the " ..
+        "parameters distinct names)", who, what, seen[e.name], i, e.name))
+    end
+    seen[e.name] = i
+  end
+end
+
+-- Refuses a non-table o and keys of o not in known (a misspelt key would be ignored).
+local function check_options(who, o, known, usage)
+  if type(o) ~= "table" then
+    raise(string.format("%s: an options table %s is required, got %s", who, usage, type(o)))
+  end
+  for k in pairs(o) do
+    if not known[k] then
+      local names = {}
+      for n in pairs(known) do names[#names + 1] = n end
+      table.sort(names)
+      raise(string.format("%s: unknown option %s (known: %s)", who,
+        type(k) == "string" and "'" .. k .. "'" or tostring(k), table.concat(names, ", ")))
+    end
+  end
+end
+
+-- Refuses a metadata table (config=, state=) whose keys are not strings or whose values are not strings,
+-- numbers or booleans (safetensors metadata), before anything is written.
+local function check_meta(who, name, t)
+  if t == nil then return end
+  if type(t) ~= "table" then raise(string.format("%s: %s must be a table, got %s", who, name, type(t))) end
+  for k, v in pairs(t) do
+    if type(k) ~= "string" then
+      raise(string.format("%s: %s has a key %s (keys are strings)", who, name, tostring(k)))
+    end
+    local tv = type(v)
+    if tv ~= "string" and tv ~= "number" and tv ~= "boolean" then
+      raise(string.format("%s: %s.%s is a %s (values are strings, numbers or booleans)", who, name, k, tv))
+    end
+  end
+end
+
+local function check_comm(who, comm)
+  if comm ~= nil and ((type(comm) ~= "table" and type(comm) ~= "userdata") or comm.rank == nil) then
+    raise(string.format("%s: comm must be a communicator (tg.comm.world() or a split of it), got %s", who, type(comm)))
+  end
+end
+
+local function check_string(who, name, v)
+  if v ~= nil and (type(v) ~= "string" or v == "") then
+    raise(string.format("%s: %s must be a non-empty string, got %s", who, name,
+      type(v) == "string" and "''" or type(v)))
+  end
 end
 
 -- The FP8 scaling states (amax histories, scales, scale inverses) of o.fp8_modules (a module, a list of
@@ -114,13 +207,38 @@ end
 -- 0, or by the ranks with writes_model = true, each into its model_file, default model.safetensors).
 -- layout: a string a resume must match. keep = K > 0 removes all but the newest K checkpoints of dir.
 -- fp8_modules (default model): whose FP8 scaling states go into this rank's file (see fp8_entries).
+local SAVE_KEYS = { model = true, params = true, optimizer = true, step = true, config = true, state = true,
+  comm = true, keep = true, layout = true, model_file = true, writes_model = true, fp8_modules = true }
 function M.save(dir, o)
+  local who = "checkpoint.save"
   if type(dir) ~= "string" or dir == "" then raise("checkpoint.save: a directory is required") end
+  check_options(who, o, SAVE_KEYS, "{model= or params=, step=, ...}")
   if math.type(o.step) ~= "integer" or o.step < 0 then raise("checkpoint.save: step (an integer >= 0) is required") end
+  -- everything is checked before anything is written
+  if o.keep ~= nil and (math.type(o.keep) ~= "integer" or o.keep < 0) then
+    local got = type(o.keep) == "string" and "the string '" .. o.keep .. "'" or tostring(o.keep)
+    raise("checkpoint.save: keep must be an integer >= 0 (0: keep all), got " .. got)
+  end
+  check_meta(who, "config", o.config)
+  check_meta(who, "state", o.state)
+  check_comm(who, o.comm)
+  check_string(who, "layout", o.layout)
+  check_string(who, "model_file", o.model_file)
+  if o.writes_model ~= nil and type(o.writes_model) ~= "boolean" then
+    raise("checkpoint.save: writes_model must be a boolean, got " .. type(o.writes_model))
+  end
   local comm = o.comm
   local rank, size = comm and comm:rank() or 0, comm and comm:size() or 1
   local final = join(dir, step_name(o.step))
   local tmp = final .. ".tmp"
+  local writes_model = o.writes_model
+  if writes_model == nil then writes_model = rank == 0 end
+  local params = writes_model and params_of(o, who) or nil
+  local specs, values = opt_state(o.optimizer)
+  local entries = {}
+  for _, e in ipairs(specs) do entries[#entries + 1] = e end
+  for _, e in ipairs(fp8_entries(o, who)) do entries[#entries + 1] = e end
+  check_distinct(entries, who, "optimizer and FP8 state")
   if rank == 0 then
     core.fs.mkdir(dir)
     if core.fs.isdir(tmp) then core.fs.remove_dir(tmp) end -- left by a crash
@@ -132,16 +250,12 @@ function M.save(dir, o)
     rng_seed = seed, rng_offset = offset, layout = o.layout }
   for k, v in pairs(o.state or {}) do meta["state." .. k] = v end
   local tensors = {}
-  local specs, values = opt_state(o.optimizer)
-  for _, e in ipairs(specs) do tensors[e.name] = e.t end
-  for _, e in ipairs(fp8_entries(o, "checkpoint.save")) do tensors[e.name] = e.t end
+  for _, e in ipairs(entries) do tensors[e.name] = e.t end
   for k, v in pairs(values) do meta["optimizer." .. k] = v end
   core.save(join(tmp, "rank" .. rank .. ".safetensors"), tensors, meta)
-  local writes_model = o.writes_model
-  if writes_model == nil then writes_model = rank == 0 end
   if writes_model then
     local weights, wmeta = {}, { format = "tegraph model 1", step = o.step }
-    for _, p in ipairs(params_of(o, "checkpoint.save")) do weights[p.name] = p.data end
+    for _, p in ipairs(params) do weights[p.name] = p.data end
     for k, v in pairs(o.config or {}) do wmeta["config." .. k] = v end
     core.save(join(tmp, o.model_file or "model.safetensors"), weights, wmeta)
   end
@@ -174,6 +288,9 @@ function M.resolve(path)
     local name = (f:read("l") or ""):match("^%s*(.-)%s*$")
     f:close()
     if not name:match("^step_%d+$") then raise(string.format("%s/latest: does not name a checkpoint ('%s')", path, name)) end
+    if not core.fs.isdir(join(path, name)) then
+      raise(string.format("%s/latest: names %s, which is not there (%s is missing)", path, name, join(path, name)))
+    end
     return join(path, name)
   end
   for _, n in ipairs { "model.safetensors", "model.stage1.safetensors" } do
@@ -227,26 +344,44 @@ end
 -- opened and checked first (the world size and the layout, then names, shapes and dtypes against the
 -- parameters and optimizer); only then is anything copied, so a refused checkpoint leaves the model
 -- and optimizer as they were.
+local LOAD_KEYS = { model = true, params = true, optimizer = true, comm = true, layout = true, model_file = true,
+  fp8_modules = true }
 function M.load(path, o)
+  local who = "checkpoint.load"
+  check_options(who, o, LOAD_KEYS, "{model= or params=, ...}")
+  check_comm(who, o.comm)
+  check_string(who, "layout", o.layout)
+  check_string(who, "model_file", o.model_file)
   local ok, dir = pcall(M.resolve, path)
   if not ok then error(dir, 0) end -- resolve's message already names the caller's line
   local comm = o.comm
   local rank, size = comm and comm:rank() or 0, comm and comm:size() or 1
   local targets = {}
-  for _, p in ipairs(params_of(o, "checkpoint.load")) do targets[#targets + 1] = { name = p.name, t = p.data } end
+  for _, p in ipairs(params_of(o, who)) do targets[#targets + 1] = { name = p.name, t = p.data } end
   local specs = opt_state(o.optimizer)
-  local fp8 = fp8_entries(o, "checkpoint.load")
+  local fp8 = fp8_entries(o, who)
+  local all = {}
+  for _, e in ipairs(specs) do all[#all + 1] = e end
+  for _, e in ipairs(fp8) do all[#all + 1] = e end
+  check_distinct(all, who, "optimizer and FP8 state")
   local mpath, rpath = join(dir, o.model_file or "model.safetensors"), join(dir, "rank" .. rank .. ".safetensors")
-  local okr, rf = pcall(core.safetensors.open, rpath)
-  if not okr then
-    local any = io.open(join(dir, "rank0.safetensors"), "rb")
-    if any then
-      any:close()
+  local function exists(p)
+    local f = io.open(p, "rb")
+    if f then f:close() end
+    return f ~= nil
+  end
+  if not exists(rpath) then
+    if rank > 0 and exists(join(dir, "rank0.safetensors")) then
       raise(string.format("%s: no state for rank %d: the checkpoint was written by fewer ranks than this run's %d", dir,
         rank, size))
     end
-    raise(rf)
+    raise(string.format("%s: rank%d.safetensors is missing (the optimizer and RNG state of rank %d)", dir, rank, rank))
   end
+  if not exists(mpath) then
+    raise(string.format("%s: %s is missing (the model's weights)", dir, o.model_file or "model.safetensors"))
+  end
+  local okr, rf = pcall(core.safetensors.open, rpath)
+  if not okr then raise(rf) end -- present but unreadable: the file's error (it names the path)
   local rmeta = rf:metadata()
   local mf
   local good, err = pcall(function()
@@ -321,6 +456,7 @@ end
 -- path=}. Errors name the checkpoint and what is missing or does not match.
 function M.load_model(path, o)
   o = o or {}
+  check_options("checkpoint.load_model", o, { device = true }, "{device =}")
   local ok, dir = pcall(M.resolve, path)
   if not ok then error(dir, 0) end -- resolve's message already names the caller's line
   local files = {}
@@ -335,6 +471,9 @@ function M.load_model(path, o)
     while exists(join(dir, string.format("model.stage%d.safetensors", #files + 1))) do
       files[#files + 1] = join(dir, string.format("model.stage%d.safetensors", #files + 1))
     end
+  end
+  if #files == 0 then
+    raise(string.format("%s: no model file (neither model.safetensors nor model.stage1.safetensors is there)", dir))
   end
   local opened = {}
   local function close_all() for _, f in ipairs(opened) do f:close() end end

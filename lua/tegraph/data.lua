@@ -14,18 +14,36 @@ data.HEADER_BYTES = 256 * 4
 local Loader = {}
 Loader.__index = Loader
 
--- data.open(path [, {vocab=V, device=}]) -> loader. Reads llm.c .bin files (the header above) and, when
--- vocab is given, nanoGPT's headerless files (little-endian uint16 tokens, nothing else). Fails (naming the
--- file) when it cannot be read, is shorter than its header, has a bad magic (without vocab) or version, is
--- truncated (fewer tokens than the header says, or an odd size), or has a token id >= vocab. loader.vocab is
--- vocab, or without it the largest id + 1 (at least 256: a byte-level file gets 256).
+-- data.open(path [, {vocab=V, device=, headerless=}]) -> loader. Reads llm.c .bin files (the header above)
+-- and, when vocab is given, nanoGPT's headerless files (little-endian uint16 tokens, nothing else). Fails
+-- (naming the file) when it cannot be read, is shorter than its header, has a bad magic (without vocab) or
+-- version, is truncated (fewer tokens than the header says, or an odd size), or has a token id >= vocab.
+-- headerless = false: the file must have the llm.c header even with vocab (a bad magic is reported as such,
+-- not read as tokens; e.g. a validation file next to a training file with a header). loader.vocab is vocab,
+-- or without it the largest id + 1 (at least 256: a byte-level file gets 256).
+local OPEN_KEYS = { vocab = true, device = true, headerless = true }
 function data.open(path, o)
+  if type(path) ~= "string" then raise("data.open: path must be a string, got " .. type(path)) end
+  if o ~= nil and type(o) ~= "table" then raise("data.open: options must be a table {vocab=, device=, headerless=}") end
   o = o or {}
+  for k in pairs(o) do
+    if not OPEN_KEYS[k] then
+      raise(string.format("data.open: unknown option '%s' (known: device, headerless, vocab)", tostring(k)))
+    end
+  end
+  if o.headerless ~= nil and type(o.headerless) ~= "boolean" then
+    raise("data.open: headerless must be a boolean, got " .. type(o.headerless))
+  end
   local f, err = io.open(path, "rb")
   if not f then raise(string.format("%s: cannot open token file: %s", path, err)) end
   local bytes, rerr = f:read("a")
   f:close()
   if not bytes then raise(string.format("%s: cannot read token file: %s", path, rerr or "read failed")) end
+  if o.headerless == false and #bytes >= 4 and string.unpack("<i4", bytes) ~= data.MAGIC then
+    raise(string.format("%s: bad magic %d in the header (expected %d: an llm.c .bin token file with its header)",
+      path, string.unpack("<i4", bytes), data.MAGIC))
+  end
+  if o.headerless == false and #bytes < 4 then o = { device = o.device } end -- the header check names the size
   local first, ntok, vocab = ops.token_file(bytes, path, o.vocab)
   return setmetatable({ path = path, bytes = bytes, first = first, ntok = ntok, vocab = vocab, pos = 0,
     device = o.device, headerless = first == 0 }, Loader)

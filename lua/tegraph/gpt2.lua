@@ -39,6 +39,26 @@ local function params_by_name(model)
   return by
 end
 
+-- Refuses a model that is not an nn.GPT with GPT-2's parameters, or a path that is not a string, naming
+-- the argument (who: the function).
+local function check_args(who, model, path)
+  if type(model) ~= "table" or type(model.cfg) ~= "table" or type(model.parameters) ~= "function" or
+      math.type(model.cfg.num_layers) ~= "integer" then
+    raise(string.format("%s: argument #1 (model) must be an nn.GPT, got %s", who,
+      type(model) == "table" and "a table that is not one" or type(model)))
+  end
+  if type(path) ~= "string" or path == "" then
+    raise(string.format("%s: argument #2 (path) must be a file name, got %s", who,
+      type(path) == "string" and "an empty string" or type(path)))
+  end
+  local by = params_by_name(model)
+  for _, e in ipairs(name_map(model.cfg.num_layers)) do
+    if not by[e[1]] then
+      raise(string.format("%s: the model has no parameter '%s' (GPT-2's layout: LayerNorm, biases)", who, e[1]))
+    end
+  end
+end
+
 -- Writes src (f32 or the parameter's dtype, shape of p, rows may be fewer: the rest zero) into p's
 -- master (when it has one) and data.
 local function assign(p, src)
@@ -58,6 +78,7 @@ local function shape_str(s) return "[" .. table.concat(s, ",") .. "]" end
 -- checked (present, shape) before any is copied; wte may have fewer rows than a padded token table
 -- (the extra rows are zeroed) and wpe more rows than the context (the first ones are used).
 function M.load_hf(model, path)
+  check_args("gpt2.load_hf", model, path)
   local cfg = model.cfg
   local ok, f = pcall(core.safetensors.open, path)
   if not ok then raise(f) end
@@ -109,7 +130,15 @@ end
 -- gpt2.export_hf(model, path [, {dtype = "f32"}]): writes the model as a GPT2LMHeadModel
 -- model.safetensors (the real vocabulary rows of wte, Conv1D layouts), loadable by transformers.
 function M.export_hf(model, path, o)
+  check_args("gpt2.export_hf", model, path)
+  if o ~= nil and type(o) ~= "table" then raise("gpt2.export_hf: argument #3 (options) must be a table {dtype =}") end
   o = o or {}
+  for k in pairs(o) do
+    if k ~= "dtype" then raise(string.format("gpt2.export_hf: unknown option '%s' (known: dtype)", tostring(k))) end
+  end
+  if o.dtype ~= nil and o.dtype ~= "f32" and o.dtype ~= "bf16" and o.dtype ~= "f16" then
+    raise(string.format("gpt2.export_hf: dtype must be f32, bf16 or f16, got %s", tostring(o.dtype)))
+  end
   local cfg = model.cfg
   local by = params_by_name(model)
   local out = {}
@@ -132,6 +161,7 @@ M.LLMC_MAGIC = 20240326
 -- gpt2.read_llmc_header(path) -> {version=, dtype=, max_seq_len=, vocab_size=, num_layers=, num_heads=,
 -- channels=, padded_vocab_size=}
 function M.read_llmc_header(path)
+  if type(path) ~= "string" then raise("gpt2.read_llmc_header: path must be a string, got " .. type(path)) end
   local f, err = io.open(path, "rb")
   if not f then raise(string.format("%s: cannot open: %s", path, err)) end
   local hdr = f:read(1024)
@@ -151,6 +181,7 @@ end
 -- gpt2.load_llmc(model, path): loads an llm.c gpt2_*.bin into an nn.GPT of the same size (context may
 -- be shorter, the token table may be padded differently: the real rows are loaded, the rest zeroed).
 function M.load_llmc(model, path)
+  check_args("gpt2.load_llmc", model, path)
   local h = M.read_llmc_header(path)
   local cfg = model.cfg
   local C, L, V, Vp, T = h.channels, h.num_layers, h.vocab_size, h.padded_vocab_size, h.max_seq_len

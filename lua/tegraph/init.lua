@@ -124,7 +124,15 @@ end
 -- (its hooks do not run again on the host: the engine counts the firings the capture recorded), step_end with
 -- the step check. opts: microbatches = (default 1), stream =, pool = (default: a new one). step.graph is the graph.
 function M.graph.capture_step(fn, opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    raise("capture_step: opts must be a table {microbatches=, stream=, pool=}, got " .. type(opts))
+  end
   opts = opts or {}
+  for k in pairs(opts) do -- a misspelt option would be ignored
+    if k ~= "microbatches" and k ~= "stream" and k ~= "pool" then
+      raise(string.format("capture_step: unknown option '%s' (known: microbatches, stream, pool)", tostring(k)))
+    end
+  end
   if type(fn) ~= "function" then raise("capture_step: fn must be a function that runs one whole training step") end
   local nmb = opts.microbatches or 1
   if math.type(nmb) ~= "integer" or nmb < 1 then

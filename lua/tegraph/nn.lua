@@ -269,6 +269,15 @@ end
 -- values join the cache, each attends over the cache up to its position (no recomputation of the prefix).
 -- Returns the logits (B, Tn, V) and advances cache.pos. Nothing is saved for a backward.
 function GPT:decode(cache, idx)
+  if type(cache) ~= "table" or math.type(cache.batch) ~= "integer" or math.type(cache.pos) ~= "integer" or
+      math.type(cache.size) ~= "integer" or type(cache.k) ~= "table" or type(cache.v) ~= "table" then
+    raise("decode: cache must be a key/value cache from gpt:kv_cache(B), got " ..
+      (type(cache) == "table" and "a table without its fields" or type(cache)))
+  end
+  if not core.is_tensor(idx) or idx:ndim() ~= 2 or idx.dtype ~= "i32" then
+    raise("decode: idx must be a (B, T) i32 tensor of token ids, got " ..
+      (core.is_tensor(idx) and string.format("a %s tensor of %d dimensions", idx.dtype, idx:ndim()) or type(idx)))
+  end
   local plan = decode_plan(self)
   local B, Tn = idx:dim(1), idx:dim(2)
   if B ~= cache.batch then raise(string.format("decode: idx has %d rows, the cache %d", B, cache.batch)) end
@@ -300,11 +309,37 @@ end
 -- With the cache (the default) the prompt is run once and each new token costs one position. When the
 -- sequence outgrows the context, the window slides: the last `keep` tokens are run again from position 0 and
 -- decoding continues, so each token sees between keep and max_position_embeddings tokens.
+local GENERATE_KEYS = { temperature = true, top_k = true, top_p = true, seed = true, on_token = true, keep = true,
+  cache = true, device = true }
+
 function GPT:generate(prompts, n, opts)
+  if opts ~= nil and type(opts) ~= "table" then raise("generate: options must be a table, got " .. type(opts)) end
   opts = opts or {}
+  check_keys("generate", opts, GENERATE_KEYS, { temprature = "temperature", topk = "top_k", topp = "top_p",
+    ["top-k"] = "top_k", ["top-p"] = "top_p", max_tokens = "the second argument (n)" })
   local T = self.cfg.max_position_embeddings
+  if type(prompts) ~= "table" then
+    raise("generate: prompts must be a list of token lists ({{id, id, ...}, ...}), got " .. type(prompts))
+  end
+  if math.type(n) ~= "integer" or n < 0 then
+    raise("generate: n (the tokens to generate) must be an integer >= 0, got " ..
+      (type(n) == "number" and tostring(n) or type(n) == "string" and "the string '" .. n .. "'" or type(n)))
+  end
   local B = #prompts
   if B < 1 then raise("generate: no prompts") end
+  local V = self.cfg.vocab_size
+  for b = 1, B do
+    if type(prompts[b]) ~= "table" then
+      raise(string.format("generate: prompt %d is a %s, not a list of token ids (encode text with a tokenizer first)",
+        b, type(prompts[b])))
+    end
+    for i, t in ipairs(prompts[b]) do
+      if math.type(t) ~= "integer" or t < 0 or t >= V then
+        raise(string.format("generate: prompt %d token %d is %s, not a token id in 0..%d", b, i,
+          type(t) == "string" and "'" .. t .. "'" or tostring(t), V - 1))
+      end
+    end
+  end
   local L0 = #prompts[1]
   for b = 1, B do
     if #prompts[b] ~= L0 then raise(string.format("generate: prompt %d has %d tokens, prompt 1 has %d", b, #prompts[b], L0)) end
@@ -314,9 +349,34 @@ function GPT:generate(prompts, n, opts)
   if math.type(keep) ~= "integer" or keep < 1 or keep >= T and T > 1 then
     raise(string.format("generate: keep %s must be an integer in 1..%d", tostring(keep), math.max(1, T - 1)))
   end
+  for _, k in ipairs { "temperature", "top_p" } do
+    local v = opts[k]
+    if v ~= nil and (type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge) then
+      raise(string.format("generate: %s must be a finite number, got %s", k, tostring(v)))
+    end
+  end
+  for _, k in ipairs { "top_k", "seed" } do
+    if opts[k] ~= nil and math.type(opts[k]) ~= "integer" then
+      raise(string.format("generate: %s must be an integer, got %s", k, tostring(opts[k])))
+    end
+  end
+  if opts.temperature ~= nil and opts.temperature < 0 then
+    raise(string.format("generate: temperature must be >= 0 (0: greedy), got %s", tostring(opts.temperature)))
+  end
+  if opts.top_p ~= nil and not (opts.top_p > 0 and opts.top_p <= 1) then
+    raise(string.format("generate: top_p must be in (0, 1] (1: all), got %s", tostring(opts.top_p)))
+  end
+  if opts.top_k ~= nil and opts.top_k < 0 then
+    raise(string.format("generate: top_k must be >= 0 (0: all), got %s", tostring(opts.top_k)))
+  end
+  if opts.on_token ~= nil and type(opts.on_token) ~= "function" then
+    raise("generate: on_token must be a function(step, tokens), got " .. type(opts.on_token))
+  end
+  if opts.cache ~= nil and type(opts.cache) ~= "boolean" then
+    raise("generate: cache must be a boolean, got " .. type(opts.cache))
+  end
   local sampler = core.sampler { temperature = opts.temperature or 0, top_k = opts.top_k or 0, top_p = opts.top_p or 1,
     seed = opts.seed or 0 }
-  local V = self.cfg.vocab_size
   local seqs, outs = {}, {}
   for b = 1, B do
     seqs[b] = { table.unpack(prompts[b]) }

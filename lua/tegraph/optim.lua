@@ -10,6 +10,30 @@ local function grad_of(p)
   return p.wgrad
 end
 
+-- Refuses params that are not a non-empty list of parameters (who: the function, for the message).
+local function check_params(params, who)
+  if type(params) ~= "table" or #params == 0 then
+    raise(string.format("%s: needs a non-empty list of parameters (module:parameters()), got %s", who,
+      type(params) == "table" and "an empty table" or type(params)))
+  end
+  for i, p in ipairs(params) do
+    if not core.nn.is_parameter(p) then
+      raise(string.format("%s: params[%d] is a %s, not a parameter (module:parameters() gives them)", who, i,
+        type(p) == "userdata" and tostring(p) or type(p)))
+    end
+  end
+end
+
+local function finite(x) return x == x and x ~= math.huge and x ~= -math.huge end
+
+-- Refuses a max_norm that is not nil or a finite number > 0.
+local function check_max_norm(v, who)
+  if v ~= nil and (type(v) ~= "number" or not finite(v) or v <= 0) then
+    raise(string.format("%s: max_norm must be a finite number > 0, got %s", who,
+      type(v) == "number" and tostring(v) or type(v)))
+  end
+end
+
 -- The parameters' gradients grouped by device: { {device=, grads={...}}, ... }
 -- in the order devices first appear.
 local function grads_by_device(params)
@@ -31,6 +55,7 @@ end
 -- Global L2 norm of the parameters' gradients (a host number; synchronises
 -- once per device: the sum of squares is one multi-tensor reduction there).
 function optim.grad_norm(params)
+  check_params(params, "optim.grad_norm")
   local sq = 0.0
   for _, grp in ipairs(grads_by_device(params)) do sq = sq + ops.sumsq_multi(grp.grads):totable()[1] end
   return math.sqrt(sq)
@@ -39,6 +64,8 @@ end
 -- The factor that brings a gradient of norm `norm` down to max_norm (1 when
 -- it is already within; 0 for a non-finite norm, so a bad step changes nothing).
 function optim.clip_factor(norm, max_norm)
+  if type(norm) ~= "number" then raise("optim.clip_factor: norm must be a number, got " .. type(norm)) end
+  check_max_norm(max_norm, "optim.clip_factor")
   if norm ~= norm or norm == math.huge then return 0.0 end
   if not max_norm or norm <= max_norm then return 1.0 end
   return max_norm / (norm + 1e-6)
@@ -47,6 +74,9 @@ end
 -- Scales the gradients in place so their global norm is at most max_norm;
 -- returns the norm before clipping.
 function optim.clip_grad_norm(params, max_norm)
+  check_params(params, "optim.clip_grad_norm")
+  if max_norm == nil then raise("optim.clip_grad_norm: max_norm (a finite number > 0) is required") end
+  check_max_norm(max_norm, "optim.clip_grad_norm")
   local norm = optim.grad_norm(params)
   local f = optim.clip_factor(norm, max_norm)
   if f ~= 1.0 then
@@ -64,8 +94,6 @@ local function default_no_decay(p)
   return #p.shape < 2
 end
 
-local function finite(x) return x == x and x ~= math.huge and x ~= -math.huge end
-
 -- Checks AdamW's numeric options (o.lr, beta1/beta2 or betas, eps, weight_decay, max_norm) and returns
 -- lr, beta1, beta2, eps, weight_decay with their defaults; errors name `who` and point at `level` as raise()
 -- counts from check_options (2: its caller, 3: the caller's caller).
@@ -75,6 +103,16 @@ function optim.check_options(o, who, level)
     if type(v) ~= "number" or not finite(v) or not ok(v) then
       raise(string.format("%s: %s must be %s (got %s)", who, name, want,
         type(v) == "number" and tostring(v) or type(v)), level + 1)
+    end
+  end
+  if o.betas ~= nil then
+    if type(o.betas) ~= "table" or #o.betas ~= 2 then
+      raise(string.format("%s: betas must be a list of two numbers {beta1, beta2}, got %s", who,
+        type(o.betas) == "table" and #o.betas .. " entries" or type(o.betas) == "string" and "the string '" ..
+        o.betas .. "'" or type(o.betas)), level + 1)
+    end
+    if o.beta1 ~= nil or o.beta2 ~= nil then
+      raise(string.format("%s: give betas or beta1/beta2, not both", who), level + 1)
     end
   end
   local lr = o.lr or 1e-3
@@ -120,13 +158,17 @@ end
 -- results equal capturable=false bit for bit; on CUDA the device's pow may
 -- differ from the host's in the last bit of a bias correction.
 function optim.AdamW(params, o)
+  if o ~= nil and type(o) ~= "table" then raise("AdamW: options must be a table, got " .. type(o)) end
   o = o or {}
   if type(params) ~= "table" or #params == 0 then raise("AdamW: needs a non-empty list of parameters") end
-  for i, p in ipairs(params) do
-    if not core.nn.is_parameter(p) then
-      raise(string.format("AdamW: params[%d] is a %s, not a parameter (module:parameters() gives them)", i,
-        type(p) == "userdata" and tostring(p) or type(p)))
+  check_params(params, "AdamW")
+  local at = {}
+  for i, p in ipairs(params) do -- the same parameter twice would be updated twice a step
+    if at[p] then
+      raise(string.format("AdamW: params[%d] and params[%d] are the same parameter ('%s'): list each once", at[p], i,
+        tostring(p.name)))
     end
+    at[p] = i
   end
   local known = { lr = 1, betas = 1, beta1 = 1, beta2 = 1, eps = 1, weight_decay = 1, max_norm = 1, foreach = 1,
     sync_norm = 1, capturable = 1, no_decay = 1 }
@@ -137,6 +179,15 @@ function optim.AdamW(params, o)
     end
   end
   local lr, beta1, beta2, eps, weight_decay = optim.check_options(o, "AdamW", 3)
+  for _, k in ipairs { "foreach", "sync_norm", "capturable" } do
+    if o[k] ~= nil and type(o[k]) ~= "boolean" then
+      raise(string.format("AdamW: %s must be a boolean, got %s", k,
+        type(o[k]) == "string" and "the string '" .. o[k] .. "'" or type(o[k]) .. " " .. tostring(o[k])))
+    end
+  end
+  if o.no_decay ~= nil and type(o.no_decay) ~= "function" then
+    raise("AdamW: no_decay must be a function(p) -> true for parameters without weight decay, got " .. type(o.no_decay))
+  end
   local self = setmetatable({
     params = params,
     lr = lr,
@@ -152,9 +203,6 @@ function optim.AdamW(params, o)
     state = {},
     groups = {}, -- foreach: { {device=, entries={...}, params={...}, sumsq=(1) f32}, ... } by device
   }, AdamW)
-  if o.capturable ~= nil and type(o.capturable) ~= "boolean" then
-    raise(string.format("AdamW: capturable must be a boolean (got %s)", type(o.capturable)))
-  end
   local no_decay = o.no_decay or default_no_decay
   local of = {}
   for i, p in ipairs(params) do
@@ -211,11 +259,22 @@ local function set_lr(self, lr, who)
   self.lr = lr
 end
 
-function AdamW:set_lr(lr) set_lr(self, lr, "AdamW:set_lr") end
+-- Refuses a call without the optimizer as self (opt.step() instead of opt:step()).
+local function check_self(self, who)
+  if getmetatable(self) ~= AdamW then
+    raise(string.format("AdamW:%s: call it as a method, opt:%s(...) (got %s as self)", who, who, type(self)))
+  end
+end
+
+function AdamW:set_lr(lr)
+  check_self(self, "set_lr")
+  set_lr(self, lr, "AdamW:set_lr")
+end
 
 -- The number of steps taken: capturable, the device count (a host read: replays
 -- of a captured step count too); else the host count.
 function AdamW:step_count()
+  check_self(self, "step_count")
   if not self.capturable then return self.t end
   return math.tointeger(self.groups[1].step_t:totable()[1])
 end
@@ -229,8 +288,23 @@ end
 -- clipping, or with sync_norm=false on the device path: see AdamW:grad_norm).
 -- norm= (a number) clips by this norm instead of computing it: the norm over
 -- more parameters than this optimizer's (pipeline stages sum theirs first).
+local STEP_KEYS = { lr = true, max_norm = true, sync_norm = true, norm = true }
+
 function AdamW:step(o)
+  check_self(self, "step")
+  if o ~= nil and type(o) ~= "table" then
+    raise("AdamW:step: options must be a table {lr=, max_norm=, sync_norm=, norm=}, got " .. type(o))
+  end
   o = o or {}
+  for k in pairs(o) do -- a misspelt option would be ignored
+    if not STEP_KEYS[k] then
+      raise(string.format("AdamW:step: unknown option %s (known: lr, max_norm, sync_norm, norm)",
+        type(k) == "string" and "'" .. k .. "'" or tostring(k)))
+    end
+  end
+  if o.sync_norm ~= nil and type(o.sync_norm) ~= "boolean" then
+    raise("AdamW:step: sync_norm must be a boolean, got " .. type(o.sync_norm))
+  end
   if o.lr ~= nil and not self.capturable then -- capturable: set_lr below checks it
     if type(o.lr) ~= "number" or not finite(o.lr) then
       raise(string.format("AdamW:step: lr must be a finite number (got %s)", tostring(o.lr)))
@@ -323,6 +397,7 @@ end
 -- it from the device when the step left it there (a sync), at every call: a
 -- replay of a captured step rewrites it there without the host knowing.
 function AdamW:grad_norm()
+  check_self(self, "grad_norm")
   if self.last_sumsq then return math.sqrt(self.last_sumsq:totable()[1]) end
   return self.last_norm
 end
@@ -330,6 +405,7 @@ end
 -- Zeroes grad and main_grad of every parameter (inside steps the first wgrad
 -- of a step overwrites anyway; this is for code that accumulates by hand).
 function AdamW:zero_grad()
+  check_self(self, "zero_grad")
   for _, p in ipairs(self.params) do p:zero_grad() end
 end
 
@@ -374,11 +450,29 @@ end
 -- min_lr at step `total` (constant after). Steps count from 1.
 --   optim.cosine_schedule{lr=, warmup=0, total=, min_lr=0} -> fn(step) -> lr
 function optim.cosine_schedule(o)
+  if type(o) ~= "table" then
+    raise("cosine_schedule: expects a table {lr=, total=, warmup=, min_lr=}, got " .. type(o))
+  end
+  for k in pairs(o) do
+    if k ~= "lr" and k ~= "warmup" and k ~= "total" and k ~= "min_lr" then
+      raise(string.format("cosine_schedule: unknown option '%s' (known: lr, total, warmup, min_lr)", tostring(k)))
+    end
+  end
   local lr, warmup, total, min_lr = o.lr, o.warmup or 0, o.total, o.min_lr or 0.0
   if type(lr) ~= "number" or type(total) ~= "number" then
     raise("cosine_schedule: lr and total (numbers) are required")
   end
+  local function check(name, v, ok, want)
+    if type(v) ~= "number" or not finite(v) or not ok then
+      raise(string.format("cosine_schedule: %s must be %s, got %s", name, want, tostring(v)))
+    end
+  end
+  check("lr", lr, lr >= 0, "a finite number >= 0")
+  check("total", total, math.type(total) == "integer" and total >= 1, "an integer >= 1 (the last step)")
+  check("warmup", warmup, math.type(warmup) == "integer" and warmup >= 0, "an integer >= 0")
+  check("min_lr", min_lr, type(min_lr) == "number" and min_lr >= 0 and min_lr <= lr, "a finite number in [0, lr]")
   return function(step)
+    if type(step) ~= "number" then raise("cosine_schedule: the step must be a number, got " .. type(step)) end
     if warmup > 0 and step <= warmup then return lr * step / warmup end
     local span = math.max(1, total - warmup)
     local progress = math.min(1.0, math.max(0.0, (step - warmup) / span))

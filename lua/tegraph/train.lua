@@ -36,6 +36,7 @@ local tg = require "tegraph"
 local S = require "tegraph.schedule"
 local plan_ = require "tegraph.schedule.plan"
 local optim = require "tegraph.optim"
+local raise = require "tegraph.raise"
 
 local M = {}
 
@@ -321,12 +322,48 @@ end
 -- The parameters this rank trains.
 function Trainer:parameters() return self.params end
 
+-- Refuses step's arguments up front (before any microbatch runs): xs and ys lists of at least M tensors
+-- where this rank reads them, lr nil or a finite number >= 0, o nil or {skip_nonfinite =}.
+function Trainer:check_step_args(xs, ys, lr, o)
+  local Mb = self.M
+  for _, a in ipairs { { xs, "inputs (xs)", self.P == 1 or self.first_stage },
+    { ys, "targets (ys)", self.P == 1 or self.last_stage } } do
+    local list, what, needed = a[1], a[2], a[3]
+    if needed or list ~= nil then
+      if type(list) ~= "table" then
+        raise(string.format("train:step: %s must be a list of %d tensors (one per microbatch), got %s", what, Mb,
+          type(list)))
+      end
+      if #list < Mb then
+        raise(string.format("train:step: %d %s for %d microbatches (give one per microbatch)", #list, what, Mb))
+      end
+      for mb = 1, Mb do
+        if not tg.is_tensor(list[mb]) then
+          raise(string.format("train:step: %s[%d] is a %s, not a tensor", what, mb, type(list[mb])))
+        end
+      end
+    end
+  end
+  if lr ~= nil and (type(lr) ~= "number" or lr ~= lr or lr == math.huge or lr < 0) then
+    raise(string.format("train:step: lr must be a finite number >= 0, got %s", tostring(lr)))
+  end
+  if o ~= nil then
+    if type(o) ~= "table" then raise("train:step: options must be a table {skip_nonfinite =}, got " .. type(o)) end
+    for k in pairs(o) do
+      if k ~= "skip_nonfinite" then
+        raise(string.format("train:step: unknown option '%s' (known: skip_nonfinite)", tostring(k)))
+      end
+    end
+  end
+end
+
 -- One optimizer step over this replica's microbatches xs, ys (lists of M tensors; on a pipeline
 -- only the first stage reads xs and only the last reads ys). Returns {loss = {loss tensor per
 -- microbatch} (last stage), host_s = seconds to issue the step}. o.skip_nonfinite: the losses and
 -- the gradient norm are read before the update (a sync), and a non-finite one leaves the update
 -- out on every rank: the result then has skipped = true, and losses (as Trainer:losses) and norm.
 function Trainer:step(xs, ys, lr, o)
+  self:check_step_args(xs, ys, lr, o)
   if self.full and self.full_warm then return self:full_step(xs, ys, lr, o) end
   if self.full and o and o.skip_nonfinite then
     fail("skip_nonfinite (--on-nan skip) reads the losses and the norm before the update, which a captured step " ..
@@ -502,7 +539,9 @@ end
 -- rank's parameters and optimizer state; refused, with nothing loaded, for another layout.
 -- Returns tegraph.checkpoint.load's {step=, state=, config=, path=}.
 function Trainer:load(path)
-  local ok, info = pcall(require("tegraph.checkpoint").load, path, self:checkpoint_options())
+  local c = self:checkpoint_options()
+  c.writes_model = nil -- a save's option
+  local ok, info = pcall(require("tegraph.checkpoint").load, path, c)
   if not ok then error(info, 0) end
   return info
 end

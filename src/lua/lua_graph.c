@@ -284,7 +284,7 @@ static int l_make_graphed(lua_State *L)
         single = lua_isfunction(L, -1);
         lua_pop(L, 1);
     }
-    if (single && !luaL_testudata(L, 1, TGL_MODULE))
+    if (single && !lua_istable(L, 1) && !luaL_testudata(L, 1, TGL_MODULE))
         return luaL_error(L, "make_graphed: the first argument must be a module or a list of modules (got a %s)",
                           luaL_typename(L, 1));
     if (!lua_istable(L, 2))

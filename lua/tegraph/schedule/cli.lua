@@ -15,8 +15,10 @@ Bounds: P <= 1024, M <= 65536, V <= 64, P x max(V, 2) x M <= 65536.
 ]]
 
 -- Bounds on the command line's sizes: the table and the simulation stay within seconds and memory.
-local MAX = { stages = 1024, microbatches = 65536, chunks = 64 }
-local MAX_COMPUTES = 65536 -- stages x chunks x microbatches (each has an F, a B and a W): about 10 s
+-- (the generators' own bounds, tegraph.schedule.plan's MAX and MAX_COMPUTES)
+local plan_ = require "tegraph.schedule.plan"
+local MAX = plan_.MAX
+local MAX_COMPUTES = plan_.MAX_COMPUTES
 
 local function parse_costs(s)
   local costs = {}
@@ -92,7 +94,9 @@ return function(S)
   end
 
   local function build(g, o)
-    return pcall(g.fn, { stages = o.stages, microbatches = o.microbatches, chunks_per_stage = o.chunks })
+    -- -v is the count of a generator that takes one (with "all": of those only)
+    return pcall(g.fn, { stages = o.stages, microbatches = o.microbatches,
+      chunks_per_stage = g.chunks and o.chunks or nil })
   end
 
   -- cli(...) -> status: 0 done, 1 the schedule failed, 2 usage error; the arguments are the

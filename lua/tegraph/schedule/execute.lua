@@ -33,6 +33,7 @@ end
 -- The compute actions in the order execute runs them (stages interleaved until each blocks on a
 -- recv), fused B followed by W: the replay order of one graphed set holding every chunk.
 function M.order(plan)
+  plan_.check_plan(plan, "schedule.exec_order")
   plan.owner = plan_.owners(plan)
   return core().sched.order(plan)
 end
@@ -57,9 +58,33 @@ end
 -- passes its own stage, and chunks and samples need entries only for that stage's chunks.
 -- chain = true (one set only): the chunks are consecutive parts of one model, so each hands its
 -- output (and takes its output gradient) through a static buffer shared with its neighbour.
+local MAKE_GRAPHED_KEYS = { samples = true, sample = true, per_stage = true, warmup = true, pool = true, stages = true,
+  chain = true }
+local EXECUTE_KEYS = { chunks = true, graphed = true, inputs = true, input = true, loss_grad = true, pid = true,
+  sync = true, stages = true, comm = true, step = true, validate = true, trace = true }
+
+-- Raises unless opts is nil or a table of known keys.
+local function check_opts(who, opts, known)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then raise(string.format("%s: opts must be a table, got %s", who, type(opts))) end
+  for k in pairs(opts) do
+    if not known[k] then
+      local names = {}
+      for n in pairs(known) do if n ~= "trace" then names[#names + 1] = n end end
+      table.sort(names)
+      raise(string.format("%s: unknown option '%s' (known: %s)", who, tostring(k), table.concat(names, ", ")))
+    end
+  end
+  return opts
+end
+
 function M.make_graphed(plan, chunks, opts)
   local tg = core()
-  opts = opts or {}
+  plan_.check_plan(plan, "schedule.make_graphed")
+  if type(chunks) ~= "table" then
+    raise("schedule.make_graphed: chunks must be a list of modules, one per chunk (got " .. type(chunks) .. ")")
+  end
+  opts = check_opts("schedule.make_graphed", opts, MAKE_GRAPHED_KEYS)
   local C = chunk_count(plan)
   local samples = opts.samples or opts.sample
   local only
@@ -142,7 +167,8 @@ end
 --   validate  = true: validate(plan) first (the executor checks structure, order and deadlock itself)
 function M.execute(plan, opts)
   local tg = core()
-  opts = opts or {}
+  plan_.check_plan(plan, "schedule.execute")
+  opts = check_opts("schedule.execute", opts, EXECUTE_KEYS)
   if opts.trace ~= nil then
     raise("schedule.execute: there is no opts.trace: a run records its actions into the running trace " ..
       "(tg.trace.start() ... tg.trace.stop(path))")
@@ -179,10 +205,15 @@ end
 -- On one device the stages take turns, so wall-clock gaps in the trace are not pipeline bubbles;
 -- replaying measured costs through the simulator is how "measured" idle time is obtained.
 function M.measure(plan, events, opts)
+  plan_.check_plan(plan, "schedule.measure")
+  opts = check_opts("schedule.measure", opts, { pid = true })
+  if opts.pid ~= nil and math.type(opts.pid) ~= "integer" then
+    raise("schedule.measure: opts.pid must be an integer, got " .. tostring(opts.pid))
+  end
   if type(events) ~= "table" then
     raise("schedule.measure: events must be the list tg.trace.events() returns (got " .. type(events) .. ")")
   end
-  local pid = opts and opts.pid or 0
+  local pid = opts.pid or 0
   local sum, count = {}, {}
   for _, e in ipairs(events) do
     if e.cat == "action" and e.ph == "X" and e.pid == pid then

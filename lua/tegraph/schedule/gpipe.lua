@@ -5,7 +5,7 @@ local plan_ = require "tegraph.schedule.plan"
 -- carries w = true (dgrad and wgrad in one action, costed B + W), so the bubble is
 -- (P-1)/(M+P-1) and every stage holds M activations at the peak.
 return function(t)
-  local P, Mb = plan_.args(t, "gpipe")
+  local P, Mb = plan_.args(t, "gpipe", 1)
   local owner = {}
   for s = 1, P do owner[s] = s end
   local plan = plan_.new("gpipe", P, 1, Mb, owner)

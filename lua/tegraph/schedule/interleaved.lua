@@ -9,8 +9,7 @@ local plan_ = require "tegraph.schedule.plan"
 -- microbatch (k div PV)*P + k mod P + 1. Warmup per Megatron: 2(P-s) + (V-1)P forwards (all of
 -- them when M == P). With per-chunk costs 1/V of a stage's, the bubble is (P-1)/(V*M+P-1).
 return function(t)
-  local P, Mb = plan_.args(t, "interleaved")
-  local V = plan_.check_int(t.chunks_per_stage or t.chunks or 2, "chunks_per_stage", 2)
+  local P, Mb, V = plan_.args(t, "interleaved")
   if Mb % P ~= 0 then
     raise(string.format("schedule.interleaved: microbatches (%d) must be a multiple of stages (%d)", Mb, P))
   end

@@ -6,7 +6,7 @@ local plan_ = require "tegraph.schedule.plan"
 -- warms up with min(P-s, M) forwards, so at most P-s+1 activations are alive on it (P on
 -- stage 1). Each B carries w = true (costed B + W), which gives the bubble (P-1)/(M+P-1).
 return function(t)
-  local P, Mb = plan_.args(t, "one_f_one_b")
+  local P, Mb = plan_.args(t, "one_f_one_b", 1)
   local owner = {}
   for s = 1, P do owner[s] = s end
   local plan = plan_.new("1f1b", P, 1, Mb, owner)

@@ -17,6 +17,7 @@ M.COMM = { send_fwd = true, recv_fwd = true, send_bwd = true, recv_bwd = true }
 
 -- "F chunk 2 mb 1", "B+W chunk 1 mb 3", "send_fwd chunk 1 mb 1 to stage 2".
 function M.describe(a)
+  if type(a) ~= "table" then raise("schedule.describe: an action must be a table, got " .. type(a)) end
   if M.COMM[a.op] then
     local dir = a.op:sub(1, 4) == "send" and "to" or "from"
     return string.format("%s chunk %s mb %s %s stage %s", a.op, tostring(a.chunk), tostring(a.mb),
@@ -38,22 +39,83 @@ function M.new(kind, P, V, Mb, owner)
   return plan
 end
 
--- Raises a misuse error unless v is an integer >= lo.
+-- Bounds on a generated plan's sizes (the `tegraph schedule` command line has the same): a plan
+-- past them would take minutes and gigabytes to build, simulate or validate.
+M.MAX = { stages = 1024, microbatches = 65536, chunks = 64 }
+M.MAX_COMPUTES = 65536 -- stages x max(chunks, 2) x microbatches (each has an F, a B and a W): about 10 s
+
+-- Raises a misuse error unless v is an integer >= lo (and <= M.MAX[name] when there is one).
 function M.check_int(v, name, lo)
-  if math.type(v) ~= "integer" and not (type(v) == "number" and v == math.floor(v)) then
-    raise(string.format("schedule: %s must be an integer, got %s", name, tostring(v)))
+  if type(v) ~= "number" or not math.tointeger(v) then
+    raise(string.format("schedule: %s must be an integer, got %s", name,
+      type(v) == "number" and tostring(v) or v == nil and "nothing" or type(v) .. " " .. tostring(v)))
   end
   v = math.tointeger(v)
   if v < lo then raise(string.format("schedule: %s must be >= %d, got %d", name, lo, v)) end
+  local max = M.MAX[name == "chunks_per_stage" and "chunks" or name]
+  if max and v > max then raise(string.format("schedule: %s %d is too large (at most %d)", name, v, max)) end
   return v
 end
 
--- Reads {stages, microbatches} from a generator's argument table.
-function M.args(t, kind)
+-- Raises unless P stages x max(V, 2) chunks x Mb microbatches is within M.MAX_COMPUTES.
+function M.check_size(P, V, Mb, kind)
+  local n = P * math.max(V, 2) * Mb
+  if n > M.MAX_COMPUTES then
+    raise(string.format("schedule.%s: %d stages x %d chunks x %d microbatches is too large (at most %d " ..
+      "microbatch-chunks)", kind, P, math.max(V, 2), Mb, M.MAX_COMPUTES))
+  end
+end
+
+-- Reads {stages, microbatches} from a generator's argument table, refusing keys the generator does not
+-- know. fixed: the generator's chunks per stage (chunks_per_stage / chunks may be given only as that), or
+-- nil for a generator whose count is chunks_per_stage (or chunks, default 2, at least 2). Returns P, Mb, V;
+-- the sizes are bounded (M.MAX, M.MAX_COMPUTES).
+function M.args(t, kind, fixed)
   if type(t) ~= "table" then raise("schedule." .. kind .. ": expects a table {stages=, microbatches=}") end
+  for k in pairs(t) do
+    if k ~= "stages" and k ~= "microbatches" and k ~= "costs" and k ~= "chunks_per_stage" and k ~= "chunks" then
+      raise(string.format("schedule.%s: unknown option '%s' (known: stages, microbatches, chunks_per_stage, chunks, " ..
+        "costs)", kind, tostring(k)))
+    end
+  end
+  if t.chunks_per_stage ~= nil and t.chunks ~= nil then
+    raise("schedule." .. kind .. ": give chunks_per_stage or chunks, not both")
+  end
   local P = M.check_int(t.stages, "stages", 1)
   local Mb = M.check_int(t.microbatches, "microbatches", 1)
-  return P, Mb
+  local V
+  if fixed then
+    local v = t.chunks_per_stage or t.chunks
+    if v ~= nil and v ~= fixed then
+      raise(string.format("schedule.%s: has %d chunk%s per stage; chunks_per_stage = %s does not apply", kind, fixed,
+        fixed == 1 and "" or "s", tostring(v)))
+    end
+    V = fixed
+  else
+    V = M.check_int(t.chunks_per_stage or t.chunks or 2, "chunks_per_stage", 2)
+  end
+  M.check_size(P, V, Mb, kind)
+  return P, Mb, V
+end
+
+-- Raises unless plan looks like a plan (a table with integer stages, chunks and microbatches and a list of
+-- actions per stage): the public functions taking a plan check it before reading it.
+function M.check_plan(plan, who)
+  if type(plan) ~= "table" then
+    raise(string.format("%s: plan must be a table (a schedule generator's result), got %s", who, type(plan)))
+  end
+  for _, k in ipairs { "stages", "chunks", "microbatches" } do
+    local v = plan[k]
+    if k == "chunks" and v == nil then v = 1 end
+    if math.type(v) ~= "integer" or v < 1 then
+      raise(string.format("%s: plan.%s must be a positive integer, got %s", who, k, tostring(plan[k])))
+    end
+  end
+  for s = 1, plan.stages do
+    if type(plan[s]) ~= "table" then
+      raise(string.format("%s: plan[%d] (stage %d's actions) must be a table", who, s, s))
+    end
+  end
 end
 
 -- The cost of one action under costs = {F=, B=, W=, comm=} (numbers, default 1,1,1,0) or a
@@ -145,6 +207,7 @@ end
 -- before computes, id) order. Executing all stages in that global order never waits, so the
 -- result is deadlock-free even when sends block until the matching receive (rendezvous).
 function M.add_comm(plan, costs)
+  M.check_plan(plan, "schedule.add_comm")
   plan.chunks = plan.chunks or 1
   plan.owner = M.owners(plan)
   local cost = M.cost_fn(costs)

@@ -28,6 +28,10 @@ local COMM_TAG = { send_fwd = ">f", recv_fwd = "<f", send_bwd = ">b", recv_bwd =
 -- opts.comm = true also lists transfers, as ">f1c2@3" (send_fwd of mb 1, chunk 2, to stage 3) and
 -- "<b1c2@3" (recv_bwd from stage 3).
 function M.table(plan, opts)
+  plan_.check_plan(plan, "schedule.table")
+  if opts ~= nil and type(opts) ~= "table" then
+    raise("schedule.table: opts must be a table {comm =}, got " .. type(opts))
+  end
   local comm = opts and opts.comm
   local many = (plan.chunks or 1) > 1
   local fused = false

@@ -8,7 +8,7 @@ local plan_ = require "tegraph.schedule.plan"
 -- are alive on any stage (1F1B's peak). With F = B = W the idle time is a third of 1F1B's:
 -- (P-1)(F+B-W) instead of (P-1)(F+B+W).
 return function(t)
-  local P, Mb = plan_.args(t, "zb_h1")
+  local P, Mb = plan_.args(t, "zb_h1", 1)
   local owner = {}
   for s = 1, P do owner[s] = s end
   local plan = plan_.new("zb_h1", P, 1, Mb, owner)

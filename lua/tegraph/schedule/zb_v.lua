@@ -11,7 +11,7 @@ local plan_ = require "tegraph.schedule.plan"
 -- With F = B = W it keeps every stage busy from its first F to the end, except the P-1 steps
 -- the first microbatch needs to reach the last stage.
 return function(t)
-  local P, Mb = plan_.args(t, "zb_v")
+  local P, Mb = plan_.args(t, "zb_v", 2)
   local owner = {}
   for s = 1, P do owner[s], owner[2 * P + 1 - s] = s, s end
   local plan = plan_.new("zb_v", P, 2, Mb, owner)

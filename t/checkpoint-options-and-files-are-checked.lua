@@ -1,0 +1,92 @@
+-- checkpoint-options-and-files-are-checked.lua — checkpoint.save and load check their options (a table, known
+-- keys, types and ranges) before anything is written or read, at the caller's line; a checkpoint missing its
+-- model file, a `latest` naming a step that is not there, a missing rank file and a truncated one are each
+-- reported as what they are, naming the file.
+local tap = require "tap"
+local caller = require "caller"
+local here, at, exists = caller.here, caller.at, caller.exists
+local tg = require "tegraph"
+local ck = require "tegraph.checkpoint"
+local ex = require "run_example"
+
+
+local base = ex.tmpdir()
+local m = tg.nn.Linear(4, 2)
+local line
+
+-- options refused before anything is written
+for _, c in ipairs {
+  { nil, "checkpoint%.save: an options table {model= or params=, step=, %.%.%.} is required, got nil", "no options" },
+  { { model = m, step = 1, kep = 2 }, "checkpoint%.save: unknown option 'kep' %(known: comm, config, fp8_modules, " ..
+    "keep, layout, model, model_file, optimizer, params, state, step, writes_model%)", "a misspelt keep" },
+  { { model = m, step = 1, optimiser = 1 }, "unknown option 'optimiser'", "optimiser for optimizer" },
+  { { model = m, step = 1, keep = "2" }, "checkpoint%.save: keep must be an integer >= 0 %(0: keep all%), got the " ..
+    "string '2'", "keep = \"2\"" },
+  { { model = m, step = 1, keep = -1 }, "keep must be an integer >= 0 %(0: keep all%), got %-1", "keep = -1" },
+  { { model = m, step = 1, config = { f = print } }, "checkpoint%.save: config%.f is a function %(values are strings, " ..
+    "numbers or booleans%)", "a config value that is a function" },
+  { { model = m, step = 1, state = { t = { 1, 2 } } }, "checkpoint%.save: state%.t is a table", "a state value that is a table" },
+  { { model = m, step = 1, layout = 3 }, "checkpoint%.save: layout must be a non%-empty string, got number", "layout = 3" },
+  { { model = m, step = 1, writes_model = 1 }, "writes_model must be a boolean", "writes_model = 1" },
+  { { model = 42, step = 1 }, "checkpoint%.save: model must be a module or model", "model = 42" },
+  { { params = { 1, 2 }, step = 1 }, "checkpoint%.save: params%[1%] is a number, not a parameter", "params = {1, 2}" },
+} do
+  local dir = base .. "/s" .. _
+  local err = tap.error_like(function() line = here(); ck.save(dir, c[1]) end, c[2], "save, " .. c[3] .. ": refused")
+  tap.like(err, at(line), "... at the caller's line")
+  tap.ok(not exists(dir .. "/latest") and not exists(dir .. "/step_00000001/rank0.safetensors"), "... before writing")
+end
+
+-- a good checkpoint, then load's options
+local good = base .. "/good"
+ck.save(good, { model = m, step = 3 })
+tap.ok(exists(good .. "/step_00000003/model.safetensors"), "a checkpoint with good options is written")
+for _, c in ipairs {
+  { nil, "checkpoint%.load: an options table {model= or params=, %.%.%.} is required, got nil", "no options" },
+  { { model = m, optimiser = 1 }, "checkpoint%.load: unknown option 'optimiser' %(known: comm, fp8_modules, layout, " ..
+    "model, model_file, optimizer, params%)", "optimiser for optimizer" },
+  { { model = m, model_file = "" }, "model_file must be a non%-empty string", "model_file = ''" },
+} do
+  local err = tap.error_like(function() line = here(); ck.load(good, c[1]) end, c[2], "load, " .. c[3] .. ": refused")
+  tap.like(err, at(line), "... at the caller's line")
+end
+tap.error_like(function() ck.load_model(good, { devise = "cpu" }) end,
+  "checkpoint%.load_model: unknown option 'devise' %(known: device%)", "load_model refuses a misspelt option")
+
+-- files missing or broken
+local function copy(name)
+  local d = base .. "/" .. name
+  os.execute("cp -r " .. ex.q(good) .. " " .. ex.q(d))
+  return d
+end
+local d = copy("nomodel")
+os.remove(d .. "/step_00000003/model.safetensors")
+tap.error_like(function() ck.load(d, { model = m }) end, "step_00000003: model%.safetensors is missing %(the model's " ..
+  "weights%)", "load: a missing model file is named")
+tap.error_like(function() ck.load_model(d) end, "step_00000003: no model file %(neither model%.safetensors nor " ..
+  "model%.stage1%.safetensors is there%)", "load_model: a missing model file is named")
+
+d = copy("nostep")
+ex.write(d .. "/latest", "step_00000099\n")
+tap.error_like(function() ck.load(d, { model = m }) end, "nostep/latest: names step_00000099, which is not there",
+  "load: latest naming a missing step is reported as such")
+tap.error_like(function() ck.load_model(d) end, "nostep/latest: names step_00000099, which is not there",
+  "load_model: the same")
+
+d = copy("norank")
+os.remove(d .. "/step_00000003/rank0.safetensors")
+tap.error_like(function() ck.load(d, { model = m }) end, "step_00000003: rank0%.safetensors is missing",
+  "load: a missing rank file is named (not 'written by fewer ranks')")
+
+d = copy("truncrank")
+local rf = d .. "/step_00000003/rank0.safetensors"
+local f = assert(io.open(rf, "rb"))
+local bytes = f:read("a")
+f:close()
+ex.write(rf, bytes:sub(1, 100))
+local err = tap.error_like(function() ck.load(d, { model = m }) end, "truncrank/step_00000003/rank0%.safetensors: ",
+  "load: a truncated rank file is reported with its path")
+tap.ok(err and not err:find("fewer ranks"), "... as unreadable, not as written by fewer ranks")
+
+os.execute("rm -rf " .. ex.q(base))
+tap.done_testing()

@@ -1,0 +1,96 @@
+-- lua-library-errors-name-the-argument.lua — bad arguments to GPT:generate / decode, train:step, tegraph.gpt2,
+-- tg.graph.capture_step and data.open are refused at the caller's line with a message naming the argument or the
+-- option (they used to end in raw errors inside nn.lua, gpt2.lua, or be ignored when misspelt); a validation token
+-- file with a bad header, opened as the training file's format, is reported as a bad header, not as a token id.
+local tap = require "tap"
+local caller = require "caller"
+local at, refused = caller.at, caller.refused
+local tg = require "tegraph"
+local ex = require "run_example"
+
+
+
+local gpt = tg.nn.GPT { vocab_size = 12, max_position_embeddings = 8, hidden_size = 16, num_attention_heads = 2,
+  num_layers = 1 }
+
+-- GPT:generate
+refused(function() gpt:generate({ { 1, 2, 3 } }, "x") end,
+  "generate: n %(the tokens to generate%) must be an integer >= 0, got the string 'x'", "generate(p, \"x\")")
+refused(function() gpt:generate({ { 1, 2, 3 } }, -3) end, "generate: n .* must be an integer >= 0, got %-3", "n = -3")
+refused(function() gpt:generate({ "hello" }, 3) end,
+  "generate: prompt 1 is a string, not a list of token ids", "a prompt that is a string")
+refused(function() gpt:generate("hello", 3) end, "generate: prompts must be a list of token lists", "prompts = \"hello\"")
+refused(function() gpt:generate({ { 1, 99 } }, 3) end, "generate: prompt 1 token 2 is 99, not a token id in 0%.%.11",
+  "a token id past the vocabulary")
+refused(function() gpt:generate({ { 1, 2, 3 } }, 3, { temprature = 0.5 }) end,
+  "generate: unknown option 'temprature' %(use temperature%)", "a misspelt temperature")
+refused(function() gpt:generate({ { 1, 2, 3 } }, 3, { top_q = 0.5 }) end,
+  "generate: unknown option 'top_q' %(known: cache, device, keep, on_token, seed, temperature, top_k, top_p%)",
+  "an unknown option")
+refused(function() gpt:generate({ { 1, 2, 3 } }, 3, { temperature = -1 }) end,
+  "generate: temperature must be >= 0 %(0: greedy%), got %-1", "temperature = -1")
+refused(function() gpt:generate({ { 1, 2, 3 } }, 3, { top_p = 2 }) end, "generate: top_p must be in %(0, 1%] %(1: all%), got 2",
+  "top_p = 2")
+refused(function() gpt:generate({ { 1, 2, 3 } }, 3, { top_k = 1.5 }) end, "generate: top_k must be an integer, got 1%.5",
+  "top_k = 1.5")
+refused(function() gpt:generate({ { 1, 2, 3 } }, 3, { on_token = 1 }) end, "generate: on_token must be a function",
+  "on_token = 1")
+tap.is(#gpt:generate({ { 1, 2, 3 } }, 3, { temperature = 0 })[1], 3, "good options still generate")
+
+-- GPT:decode
+local ids = tg.zeros({ 1, 1 }, { dtype = "i32" })
+refused(function() gpt:decode({}, ids) end, "decode: cache must be a key/value cache from gpt:kv_cache%(B%)",
+  "decode with a table that is not a cache")
+refused(function() gpt:decode(gpt:kv_cache(1), { 1 }) end, "decode: idx must be a %(B, T%) i32 tensor of token ids, got table",
+  "decode of a table of ids")
+refused(function() gpt:decode(gpt:kv_cache(1), tg.zeros { 1, 1 }) end, "decode: idx must be .*got a f32 tensor",
+  "decode of f32 ids")
+
+-- train:step with fewer inputs than microbatches
+local tr = require("tegraph.train").new { model = gpt, microbatches = 2 }
+local x = tg.zeros({ 1, 4 }, { dtype = "i32" })
+refused(function() tr:step({ x }, { x, x }, 1e-3) end,
+  "train:step: 1 inputs %(xs%) for 2 microbatches %(give one per microbatch%)", "train:step with 1 input for 2 microbatches")
+refused(function() tr:step({ x, x }, { x }, 1e-3) end, "train:step: 1 targets %(ys%) for 2 microbatches",
+  "train:step with 1 target for 2 microbatches")
+refused(function() tr:step({ x, 5 }, { x, x }, 1e-3) end, "train:step: inputs %(xs%)%[2%] is a number, not a tensor",
+  "train:step with a number for a tensor")
+refused(function() tr:step({ x, x }, { x, x }, "fast") end, "train:step: lr must be a finite number >= 0, got fast",
+  "train:step with lr = \"fast\"")
+refused(function() tr:step({ x, x }, { x, x }, 1e-3, { skip_nan = true }) end,
+  "train:step: unknown option 'skip_nan' %(known: skip_nonfinite%)", "train:step with a misspelt option")
+
+-- tegraph.gpt2
+local gpt2 = require "tegraph.gpt2"
+refused(function() gpt2.load_llmc(nil, "x.bin") end, "gpt2%.load_llmc: argument #1 %(model%) must be an nn%.GPT, got nil",
+  "load_llmc(nil, f)")
+refused(function() gpt2.export_hf(42, "x.safetensors") end,
+  "gpt2%.export_hf: argument #1 %(model%) must be an nn%.GPT, got number", "export_hf(42, f)")
+refused(function() gpt2.export_hf(gpt, nil) end, "gpt2%.export_hf: argument #2 %(path%) must be a file name, got nil",
+  "export_hf(model, nil)")
+refused(function() gpt2.export_hf(gpt, "x.safetensors", { dtyp = "f32" }) end,
+  "gpt2%.export_hf: unknown option 'dtyp' %(known: dtype%)", "export_hf with a misspelt option")
+refused(function() gpt2.load_hf(gpt, 3) end, "gpt2%.load_hf: argument #2 %(path%) must be a file name, got number",
+  "load_hf(model, 3)")
+
+-- tg.graph.capture_step
+refused(function() tg.graph.capture_step(function() end, { microbatchez = 3 }) end,
+  "capture_step: unknown option 'microbatchez' %(known: microbatches, stream, pool%)", "capture_step with a misspelt option")
+refused(function() tg.graph.capture_step(function() end, 3) end, "capture_step: opts must be a table", "capture_step opts = 3")
+
+-- tegraph.data: options, and a file whose header is required
+local dir = ex.tmpdir()
+local good, bad = dir .. "/good.bin", dir .. "/badmagic.bin"
+tg.data.write(good, { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 })
+local f = assert(io.open(good, "rb"))
+local bytes = f:read("a")
+f:close()
+ex.write(bad, string.pack("<i4", 12345) .. bytes:sub(5))
+refused(function() tg.data.open(good, { vocb = 12 }) end,
+  "data%.open: unknown option 'vocb' %(known: device, headerless, vocab%)", "data.open with a misspelt option")
+refused(function() tg.data.open(bad, { vocab = 256, headerless = false }) end,
+  "badmagic%.bin: bad magic 12345 in the header %(expected 20240520", "headerless = false: a bad header is named as such")
+tap.is(tg.data.open(good, { vocab = 256, headerless = false }):size(), 10, "headerless = false reads a good file")
+os.execute("rm -rf " .. ex.q(dir))
+
+tap.done_testing()
