@@ -9,7 +9,6 @@ local tg = require "tegraph"
 local ck = require "tegraph.checkpoint"
 local ex = require "run_example"
 
-
 local base = ex.tmpdir()
 local m = tg.nn.Linear(4, 2)
 local line

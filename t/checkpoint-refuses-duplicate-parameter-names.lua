@@ -10,7 +10,6 @@ local tg = require "tegraph"
 local ck = require "tegraph.checkpoint"
 local ex = require "run_example"
 
-
 local base = ex.tmpdir()
 
 -- two unnamed Linears: the names repeat

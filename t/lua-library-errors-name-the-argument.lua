@@ -8,8 +8,6 @@ local at, refused = caller.at, caller.refused
 local tg = require "tegraph"
 local ex = require "run_example"
 
-
-
 local gpt = tg.nn.GPT { vocab_size = 12, max_position_embeddings = 8, hidden_size = 16, num_attention_heads = 2,
   num_layers = 1 }
 

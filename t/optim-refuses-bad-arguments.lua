@@ -9,7 +9,6 @@ local at, refused = caller.at, caller.refused
 local tg = require "tegraph"
 local optim = tg.optim
 
-
 local m = tg.nn.Linear(4, 2)
 local ps = m:parameters()
 

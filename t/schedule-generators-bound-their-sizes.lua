@@ -7,8 +7,6 @@ local caller = require "caller"
 local at, refused = caller.at, caller.refused
 local S = require "tegraph.schedule"
 
-
-
 local gens = {
   { "gpipe", S.gpipe }, { "one_f_one_b", S.one_f_one_b }, { "interleaved", S.interleaved }, { "zb_h1", S.zb_h1 },
   { "zb_v", S.zb_v },
