@@ -246,7 +246,7 @@ do -- the options of ops, steps and graphs: a misspelt key is refused, not ignor
     "make_graphed: the first argument must be a module or a list of modules %(got a number%)",
     "make_graphed names a first argument that is not a module")
   tap.error_like(function() return tg.graph.make_graphed(m, { sample = a, microbatches = 0 }) end,
-    "make_graphed: opts%.microbatches must be an integer from 1 to 1048576 %(got 0%)", "make_graphed names a bad microbatches")
+    "make_graphed: opts%.microbatches = 0 is out of range %(an integer from 1 to 1048576%)", "make_graphed names a bad microbatches")
   tap.ok(a:matmul(b, { trans_b = true }):max_abs_diff(a:matmul(b)) > 0, "matmul takes its known option trans_b (a @ b^T is not a @ b)")
 end
 do -- module options out of range are refused, not replaced by a default; messages name the option or the value

@@ -37,7 +37,7 @@ local lin = tg.nn.Linear(4, 4)
 tap.error_like(function() return lin:forward(tg.zeros { 2, 4 }, 2 ^ 32 + 1) end, "microbatch",
   "a microbatch beyond the int range is refused")
 tap.error_like(function() return tg.graph.make_graphed(lin, { sample = tg.zeros { 2, 4 }, microbatches = 2 ^ 32 + 2 }) end,
-  "integer 4294967298 is out of range", "make_graphed microbatches = 2^32 + 2 is refused, not truncated to 2")
+  "opts%.microbatches = 4294967298 is out of range", "make_graphed microbatches = 2^32 + 2 is refused, not truncated to 2")
 
 -- token files: spans and windows whose byte counts wrap
 local bytes = string.rep("\1\0", 16)

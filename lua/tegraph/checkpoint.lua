@@ -377,9 +377,6 @@ function M.load(path, o)
     end
     raise(string.format("%s: rank%d.safetensors is missing (the optimizer and RNG state of rank %d)", dir, rank, rank))
   end
-  if not exists(mpath) then
-    raise(string.format("%s: %s is missing (the model's weights)", dir, o.model_file or "model.safetensors"))
-  end
   local okr, rf = pcall(core.safetensors.open, rpath)
   if not okr then raise(rf) end -- present but unreadable: the file's error (it names the path)
   local rmeta = rf:metadata()
@@ -392,6 +389,9 @@ function M.load(path, o)
     if o.layout and rmeta.layout and rmeta.layout ~= o.layout then
       error(string.format("%s: written with the layout '%s'; this run has '%s' (resume on the same layout)", dir,
         rmeta.layout, o.layout), 0)
+    end
+    if not exists(mpath) then -- (after the layout: a pipeline's checkpoint has model.stage<k> files instead)
+      error(string.format("%s: %s is missing (the model's weights)", dir, o.model_file or "model.safetensors"), 0)
     end
     mf = core.safetensors.open(mpath)
     check(mf, mpath, targets, "model")

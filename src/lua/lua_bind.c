@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #define TGL_ANCHOR "tegraph.nn.anchor"   /* registry: the anchor box of this state */
@@ -156,6 +157,15 @@ int tgl_checkint(lua_State *L, int idx)
         luaL_error(L, "%s", msg);
     }
     return (int)v;
+}
+
+const char *tgl_value_str(lua_State *L, int idx)
+{
+    if (lua_type(L, idx) == LUA_TNUMBER && !lua_isinteger(L, idx)) {
+        const lua_Number v = lua_tonumber(L, idx);
+        if (v == floor(v) && fabs(v) < 1e18) return lua_pushfstring(L, "%I", (LUAI_UACINT)(lua_Integer)v);
+    }
+    return luaL_tolstring(L, idx, NULL);
 }
 
 void tgl_check_keys(lua_State *L, int idx, const char *what, const char *known)

@@ -262,8 +262,8 @@ static int opt_count(lua_State *L, const char *name, int def, int lo)
     if (lua_getfield(L, 2, name) != LUA_TNIL) {
         v = lua_tointegerx(L, -1, &isint);
         if (!isint || v < lo || v > 1 << 20)
-            return luaL_error(L, "make_graphed: opts.%s must be an integer from %d to 1048576 (got %s)", name, lo,
-                              luaL_tolstring(L, -1, NULL));
+            return luaL_error(L, "make_graphed: opts.%s = %s is out of range (an integer from %d to 1048576)", name,
+                              tgl_value_str(L, -1), lo);
     }
     lua_pop(L, 1);
     return (int)v;
@@ -380,7 +380,7 @@ static int l_make_graphed(lua_State *L)
         int isint = 0;
         lua_Integer w = lua_tointegerx(L, -1, &isint);
         if (!isint || w < INT_MIN || w > INT_MAX)
-            return luaL_error(L, "make_graphed: opts.warmup must be an integer (got %s)", luaL_tolstring(L, -1, NULL));
+            return luaL_error(L, "make_graphed: opts.warmup must be an integer (got %s)", tgl_value_str(L, -1));
         o.warmup = (int)w;
     }
     lua_pop(L, 1);

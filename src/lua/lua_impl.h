@@ -87,5 +87,8 @@ int tgl_optint(lua_State *L, int idx, int def);
 /* Refuses a key of the options table at idx outside known (", "-separated names): a misspelt
  * option would otherwise be ignored. "what: unknown option 'k' (known: ...)". */
 void tgl_check_keys(lua_State *L, int idx, const char *what, const char *known);
+/* The value at idx as an error message shows it (pushed): a float with an integer value as that integer
+ * (2^32 + 1 as 4294967297, not 4294967297.0), a string as itself, else luaL_tolstring's form. */
+const char *tgl_value_str(lua_State *L, int idx);
 
 #endif

@@ -135,7 +135,7 @@ static double num_common(lua_State *L, const char *who, const char *k, int posit
     if (!isnum || !isfinite(v) || (positive ? v <= 0 : v < 0)) {
         const char *ty = luaL_typename(L, -1);
         luaL_error(L, "%s: option '%s' must be a finite number %s (got %s %s)", who, k, positive ? "> 0" : ">= 0", ty,
-                   luaL_tolstring(L, -1, NULL));
+                   tgl_value_str(L, -1));
     }
     return v;
 }
@@ -153,7 +153,7 @@ static void read_common(lua_State *L, const char *who, tg_module_opts *o)
         int isint = 0;
         lua_Integer chunk = lua_tointegerx(L, -1, &isint);
         if (!isint || chunk < 1 || chunk > INT_MAX)
-            luaL_error(L, "%s: option 'chunk' must be an integer from 1 to %d (got %s)", who, INT_MAX, luaL_tolstring(L, -1, NULL));
+            luaL_error(L, "%s: option 'chunk' = %s is out of range (an integer from 1 to %d)", who, tgl_value_str(L, -1), INT_MAX);
         o->chunk = (int)chunk;
     }
     if (lua_getfield(L, 1, "name") != LUA_TNIL) {

@@ -14,7 +14,7 @@ static int l_step_begin(lua_State *L)
             m = lua_tointegerx(L, -1, &isint);
             if (!isint) {
                 const char *ty = luaL_typename(L, -1);
-                return luaL_error(L, "step_begin: microbatches must be an integer (got %s %s)", ty, luaL_tolstring(L, -1, NULL));
+                return luaL_error(L, "step_begin: microbatches must be an integer (got %s %s)", ty, tgl_value_str(L, -1));
             }
         }
         lua_settop(L, 1);
