@@ -19,7 +19,11 @@ struct lua_State;
 
 /* ------------------------------------------------------------------ status
  * Every fallible call returns a tg_status. TG_OK is 0; on failure a message
- * naming the problem is kept per thread and read with tg_last_error(). */
+ * naming the problem is kept per thread and read with tg_last_error(). A NULL
+ * handle or output pointer is refused with TG_EINVAL naming it; accessors
+ * given NULL answer as for an empty object (0, NULL or ""). Freeing a handle
+ * twice, or using one after it was freed, is the caller's error and is not
+ * detected. */
 typedef enum tg_status {
     TG_OK = 0,
     TG_EINVAL,   /* bad argument (wrong shape, dtype, option) */
@@ -501,7 +505,8 @@ TG_API void tg_pool_release(tg_pool *p);
 /* Bytes handed out now / at most / reserved from the device. */
 TG_API void tg_pool_stats(const tg_pool *p, size_t *used, size_t *peak, size_t *reserved);
 /* While pushed, tg_tensor_new on the pool's device allocates from it (a
- * per-thread stack). */
+ * per-thread stack). tg_pool_pop pops p, which must be on top; otherwise it
+ * pops nothing and tg_last_error says so. */
 TG_API tg_status tg_pool_push(tg_pool *p);
 TG_API void tg_pool_pop(tg_pool *p);
 
@@ -735,7 +740,7 @@ TG_API int tg_lua_open_core(struct lua_State *L);
  * tegraph tensor or the tensor was closed. The handle stays owned by Lua:
  * do not free it, and do not keep it after the value may be collected. */
 TG_API tg_tensor *tg_lua_checktensor(struct lua_State *L, int idx);
-/* Like tg_lua_checktensor, but returns NULL when the value is not a tensor. */
+/* Like tg_lua_checktensor, but returns NULL when the value is not a tensor or is a closed one. */
 TG_API tg_tensor *tg_lua_totensor(struct lua_State *L, int idx);
 /* The parameter at stack index idx (a tegraph.Parameter: an element of
  * module:parameters()). Raises a Lua error when it is not one. The parameter

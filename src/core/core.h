@@ -31,6 +31,12 @@ tg_status tg_error_prefix(tg_status st, const char *fmt, ...) __attribute__((for
         if (tg_try_st_ != TG_OK) return tg_try_st_;                                                    \
     } while (0)
 
+/* A public entry point refuses a NULL pointer argument p (named what) with TG_EINVAL naming the function. */
+#define TG_NONNULL(p, what)                                                                            \
+    do {                                                                                               \
+        if (!(p)) return tg_error(TG_EINVAL, "%s: %s is NULL", __func__, what);                       \
+    } while (0)
+
 /* ------------------------------------------------------------------ memory */
 struct tg_storage {
     void *data;         /* device (or host, for the CPU) address */

@@ -61,6 +61,8 @@ int tg_device_valid(tg_device d)
 
 tg_status tg_device_parse(const char *s, tg_device *out)
 {
+    TG_NONNULL(s, "s");
+    TG_NONNULL(out, "out");
     if (strcmp(s, "cpu") == 0) {
         *out = (tg_device){TG_CPU, 0};
         return TG_OK;
@@ -90,14 +92,18 @@ tg_status tg_device_parse(const char *s, tg_device *out)
 
 const char *tg_device_str(tg_device d, char *buf, size_t n)
 {
-    if (d.type == TG_CPU) snprintf(buf, n, "cpu");
-    else snprintf(buf, n, "cuda:%d", d.index);
+    if (!buf) return "";
+    if (d.type == TG_CPU && d.index == 0) snprintf(buf, n, "cpu");
+    else if (d.type == TG_CPU) snprintf(buf, n, "cpu:%d", d.index);
+    else if (d.type == TG_CUDA) snprintf(buf, n, "cuda:%d", d.index);
+    else snprintf(buf, n, "device type %d index %d", (int)d.type, d.index);
     return buf;
 }
 
 tg_status tg_device_describe(tg_device d, char *name, size_t n, size_t *total)
 {
-    if (!tg_device_valid(d)) return tg_error(TG_EINVAL, "no such device");
+    char ds[48];
+    if (!tg_device_valid(d)) return tg_error(TG_EINVAL, "device_describe: no such device %s", tg_device_str(d, ds, sizeof ds));
     return tg_backend_for(d)->device_describe(d.index, name, n, total);
 }
 
@@ -153,6 +159,10 @@ tg_stream *tg_stream_current(tg_device dev)
 
 tg_stream *tg_stream_set_current(tg_stream *s)
 {
+    if (!s) {
+        tg_error(TG_EINVAL, "stream_set_current: the stream is NULL");
+        return NULL;
+    }
     struct tg_device_state *st = state_of(s->dev);
     tg_stream *prev = tg_stream_current(s->dev);
     st->current = s;
@@ -265,6 +275,7 @@ void tg_device_count_memory(tg_device dev, size_t bytes, int add)
 
 void tg_device_get_stats(tg_device dev, tg_device_stats *out)
 {
+    if (!out) return;
     memset(out, 0, sizeof *out);
     if (!tg_device_valid(dev)) return;
     struct tg_device_state *d = state_of(dev);

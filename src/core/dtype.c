@@ -23,6 +23,7 @@ const char *tg_dtype_name(tg_dtype dt) { return (unsigned)dt < TG_DTYPE_COUNT ? 
 
 int tg_dtype_parse(const char *s, tg_dtype *out)
 {
+    if (!s || !out) return -1;
     for (int i = 0; i < TG_DTYPE_COUNT; i++) {
         if (strcmp(s, dtypes[i].name) == 0 || strcmp(s, dtypes[i].alias) == 0) {
             *out = (tg_dtype)i;

@@ -4,6 +4,7 @@
 tg_status tg_event_new(tg_device dev, int timing, tg_event **out)
 {
     char d[32];
+    TG_NONNULL(out, "out");
     *out = NULL;
     if (!tg_device_valid(dev)) return tg_error(TG_EINVAL, "event: no such device %s", tg_device_str(dev, d, sizeof d));
     tg_event *e = calloc(1, sizeof *e);
@@ -34,6 +35,7 @@ static tg_status check_stream(const char *what, const tg_event *e, const tg_stre
 {
     char d1[32], d2[32];
     if (!s) return tg_error(TG_EINVAL, "%s: no stream", what);
+    if (!e) return tg_error(TG_EINVAL, "%s: no event", what);
     if (!same_device(e->dev, s->dev))
         return tg_error(TG_EINVAL, "%s: the event is on %s but stream '%s' is on %s", what,
                         tg_device_str(e->dev, d1, sizeof d1), s->name, tg_device_str(s->dev, d2, sizeof d2));
@@ -54,11 +56,17 @@ tg_status tg_stream_wait_event(tg_stream *s, tg_event *e)
     return tg_stream_note_error(s, e->be->stream_wait_event(s, e));
 }
 
-tg_status tg_event_query(tg_event *e, int *done) { return e->be->event_query(e, done); }
+tg_status tg_event_query(tg_event *e, int *done)
+{
+    TG_NONNULL(e, "the event");
+    TG_NONNULL(done, "done");
+    return e->be->event_query(e, done);
+}
 
 tg_status tg_event_sync(tg_event *e)
 {
     char d[32];
+    TG_NONNULL(e, "the event");
     if (tg_device_capturing(e->dev))
         return tg_error(TG_ECAPTURE, "event sync: not allowed while %s captures (stream '%s')",
                         tg_device_str(e->dev, d, sizeof d), tg_device_capturer_name(e->dev));
@@ -68,7 +76,10 @@ tg_status tg_event_sync(tg_event *e)
 tg_status tg_event_elapsed(tg_event *start, tg_event *end, double *ms)
 {
     char d1[32], d2[32];
+    TG_NONNULL(ms, "ms");
     *ms = 0;
+    TG_NONNULL(start, "start");
+    TG_NONNULL(end, "end");
     if (!same_device(start->dev, end->dev))
         return tg_error(TG_EINVAL, "event elapsed time: the start event is on %s, the end event on %s",
                         tg_device_str(start->dev, d1, sizeof d1), tg_device_str(end->dev, d2, sizeof d2));

@@ -15,7 +15,9 @@ static int same_device(tg_device a, tg_device b) { return a.type == b.type && a.
 
 tg_status tg_pool_new(tg_device dev, tg_pool **out)
 {
-    if (!tg_device_valid(dev)) return tg_error(TG_EINVAL, "tg_pool_new: no such device");
+    char ds[48];
+    TG_NONNULL(out, "out");
+    if (!tg_device_valid(dev)) return tg_error(TG_EINVAL, "tg_pool_new: no such device %s", tg_device_str(dev, ds, sizeof ds));
     tg_pool *p = calloc(1, sizeof *p);
     if (!p) return tg_error(TG_ENOMEM, "tg_pool_new: out of host memory");
     p->dev = dev;
@@ -54,9 +56,9 @@ void tg_pool_release(tg_pool *p)
 
 void tg_pool_stats(const tg_pool *p, size_t *used, size_t *peak, size_t *reserved)
 {
-    if (used) *used = p->used;
-    if (peak) *peak = p->peak;
-    if (reserved) *reserved = p->reserved;
+    if (used) *used = p ? p->used : 0;
+    if (peak) *peak = p ? p->peak : 0;
+    if (reserved) *reserved = p ? p->reserved : 0;
 }
 
 static size_t pool_round(size_t bytes)
@@ -177,6 +179,7 @@ void tg_pool_free_range(tg_pool *p, void *ptr, size_t bytes)
 
 tg_status tg_pool_push(tg_pool *p)
 {
+    TG_NONNULL(p, "the pool");
     if (pool_depth == TG_POOL_STACK) return tg_error(TG_ESTATE, "tg_pool_push: more than %d pools pushed", TG_POOL_STACK);
     pool_stack[pool_depth++] = p;
     return TG_OK;
@@ -184,8 +187,9 @@ tg_status tg_pool_push(tg_pool *p)
 
 void tg_pool_pop(tg_pool *p)
 {
-    TG_ASSERT(pool_depth > 0 && pool_stack[pool_depth - 1] == p);
-    pool_depth--;
+    /* not the pool on top (or none pushed): a caller's mistake, noted as the last error; the stack stays */
+    if (pool_depth > 0 && pool_stack[pool_depth - 1] == p) pool_depth--;
+    else tg_error(TG_ESTATE, "tg_pool_pop: %s", pool_depth ? "the pool is not the one pushed last" : "no pool is pushed");
 }
 
 int tg_pool_pushed(const tg_pool *p)

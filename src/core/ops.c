@@ -51,6 +51,7 @@ static tg_status check_pair(const char *op, const tg_tensor *a, const tg_tensor 
 
 tg_status tg_fill(tg_tensor *t, double value)
 {
+    TG_NONNULL(t, "t");
     tg_stream *s = stream_of(t);
     if (!s) return TG_ENOMEM;
     struct tg_fill_args a = {.dst = tg_tensor_data(t), .dt = t->dtype, .n = tg_tensor_numel(t), .value = value};
@@ -84,6 +85,8 @@ static tg_status copy_across_devices(tg_tensor *dst, const tg_tensor *src)
 tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
 {
     char x[96], y[96];
+    TG_NONNULL(dst, "dst");
+    TG_NONNULL(src, "src");
     tg_stream *s = stream_of(dst);
     if (!s) return TG_ENOMEM;
     tg_status st = TG_OK;
@@ -113,6 +116,9 @@ tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
 tg_status tg_binary(tg_binop op, tg_tensor *out, const tg_tensor *a, const tg_tensor *b)
 {
     static const char *names[] = {"add", "sub", "mul", "div"};
+    TG_NONNULL(out, "out");
+    TG_NONNULL(a, "a");
+    TG_NONNULL(b, "b");
     tg_stream *s = stream_of(out);
     if (!s) return TG_ENOMEM;
     const char *name = (unsigned)op < 4 ? names[op] : "binary";
@@ -134,6 +140,8 @@ tg_status tg_binary(tg_binop op, tg_tensor *out, const tg_tensor *a, const tg_te
 
 tg_status tg_axpby(tg_tensor *y, double alpha, const tg_tensor *x, double beta)
 {
+    TG_NONNULL(y, "y");
+    TG_NONNULL(x, "x");
     tg_stream *s = stream_of(y);
     if (!s) return TG_ENOMEM;
     tg_status st = check_pair("axpby", y, x, 1);
@@ -208,6 +216,7 @@ tg_status tg_gemm_in(tg_tensor *c, const tg_tensor *c_in, const tg_tensor *a, in
                      tg_tensor *bgrad, double bgrad_accumulate)
 {
     char x[96], y[96], z[96];
+    if (!c || !a || !b) return tg_error(TG_EINVAL, "gemm: %s is NULL", !c ? "c" : !a ? "a" : "b");
     tg_stream *s = stream_of(c);
     if (!s) return TG_ENOMEM;
     int64_t ar = 0, ac = 0, ab = 0, br = 0, bc = 0, bb = 0, cr = 0, cc = 0, cb = 0;
@@ -268,6 +277,7 @@ tg_status tg_gemm(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor
 tg_status tg_reduce_to_host(tg_reduce_op op, const tg_tensor *a, const tg_tensor *b, double *out, const char *name)
 {
     char d[32];
+    if (!a || !out) return tg_error(TG_EINVAL, "%s: %s is NULL", name, !a ? "the tensor" : "out");
     tg_device dev = tg_tensor_device(a);
     tg_stream *s = stream_of(a);
     if (!s) return TG_ENOMEM;
@@ -295,12 +305,15 @@ tg_status tg_max_abs(const tg_tensor *t, double *out) { return tg_reduce_to_host
 
 tg_status tg_max_abs_diff(const tg_tensor *a, const tg_tensor *b, double *out)
 {
+    TG_NONNULL(a, "a");
+    TG_NONNULL(b, "b");
     TG_TRY(check_pair("max_abs_diff", a, b, 1));
     return tg_reduce_to_host(TG_REDUCE_MAX_ABS_DIFF, a, b, out, "max_abs_diff");
 }
 
 static tg_status rand_fill(tg_tensor *t, tg_rand_dist dist, double a, double b, const char *name)
 {
+    if (!t) return tg_error(TG_EINVAL, "%s: the tensor is NULL", name);
     tg_stream *s = stream_of(t);
     if (!s) return TG_ENOMEM;
     char d[96];

@@ -6,6 +6,7 @@
 tg_status tg_stream_new(tg_device dev, const char *name, tg_stream **out)
 {
     char d[32];
+    TG_NONNULL(out, "out");
     if (!tg_device_valid(dev)) return tg_error(TG_EINVAL, "stream: no such device %s", tg_device_str(dev, d, sizeof d));
     tg_stream *s = calloc(1, sizeof *s);
     if (!s) return tg_error(TG_ENOMEM, "out of host memory");
@@ -37,12 +38,13 @@ void tg_stream_free(tg_stream *s)
 
 tg_status tg_stream_sync(tg_stream *s)
 {
+    TG_NONNULL(s, "the stream");
     if (s->capture) return tg_error(TG_ECAPTURE, "cannot synchronise stream '%s' while it is capturing", s->name);
     return s->be->stream_sync(s);
 }
 
-const char *tg_stream_name(const tg_stream *s) { return s->name; }
-int tg_stream_capturing(const tg_stream *s) { return s->capture != NULL; }
+const char *tg_stream_name(const tg_stream *s) { return s ? s->name : ""; }
+int tg_stream_capturing(const tg_stream *s) { return s && s->capture != NULL; }
 
 /* Records the first error of an op issued while s captures: the capture is
  * then broken and tg_stream_end_capture reports it. Returns st. */
@@ -57,6 +59,7 @@ tg_status tg_stream_note_error(tg_stream *s, tg_status st)
 
 tg_status tg_stream_begin_capture(tg_stream *s)
 {
+    TG_NONNULL(s, "the stream");
     if (s->capture) return tg_error(TG_ECAPTURE, "stream '%s' is already capturing", s->name);
     tg_graph *g = calloc(1, sizeof *g);
     if (!g) return tg_error(TG_ENOMEM, "out of host memory");
@@ -77,7 +80,9 @@ tg_status tg_stream_begin_capture(tg_stream *s)
 
 tg_status tg_stream_end_capture(tg_stream *s, tg_graph **out)
 {
+    TG_NONNULL(out, "out");
     *out = NULL;
+    TG_NONNULL(s, "the stream");
     if (!s->capture) return tg_error(TG_ESTATE, "stream '%s' is not capturing", s->name);
     tg_graph *g = s->capture;
     tg_status st = s->be->capture_end(s, g);
@@ -105,6 +110,7 @@ tg_status tg_stream_host_call(tg_stream *s, const struct tg_host_call *h)
 tg_status tg_graph_replay(tg_graph *g, tg_stream *s)
 {
     if (!g) return tg_error(TG_ESTATE, "replay of a graph that was never captured");
+    TG_NONNULL(s, "the stream");
     if (s->be != g->be || s->dev.index != g->dev.index)
         return tg_error(TG_EINVAL, "replay on stream '%s' of another device than the graph's", s->name);
     if (s->capture) return tg_error(TG_ECAPTURE, "replay on stream '%s' while it is capturing", s->name);

@@ -7,6 +7,7 @@
 static tg_status check_shape(int ndim, const int64_t *shape, const char *what)
 {
     if (ndim < 0 || ndim > TG_MAX_DIMS) return tg_error(TG_EINVAL, "%s: %d dimensions (at most %d)", what, ndim, TG_MAX_DIMS);
+    if (ndim > 0 && !shape) return tg_error(TG_EINVAL, "%s: shape is NULL (%d dimensions)", what, ndim);
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) return tg_error(TG_EINVAL, "%s: negative size %lld in dimension %d", what, (long long)shape[i], i + 1);
@@ -41,6 +42,8 @@ static tg_status handle_new(struct tg_storage *st, int64_t offset, tg_dtype dt, 
 
 tg_status tg_tensor_new_in(tg_pool *pool, tg_dtype dt, int ndim, const int64_t *shape, tg_device dev, tg_tensor **out)
 {
+    TG_NONNULL(out, "out");
+    *out = NULL;
     if ((unsigned)dt >= TG_DTYPE_COUNT) return tg_error(TG_EINVAL, "tensor: unknown dtype %d", (int)dt);
     TG_TRY(check_shape(ndim, shape, "tensor"));
     size_t bytes = (size_t)tg_numel_of(ndim, shape) * tg_dtype_size(dt);
@@ -77,6 +80,8 @@ void tg_tensor_free(tg_tensor *t)
 
 tg_status tg_tensor_ref(const tg_tensor *t, tg_tensor **out)
 {
+    TG_NONNULL(t, "t");
+    TG_NONNULL(out, "out");
     TG_TRY(handle_new(t->storage, t->offset, t->dtype, t->ndim, t->shape, out));
     if (t->name) tg_tensor_set_name(*out, t->name);
     return TG_OK;
@@ -85,6 +90,8 @@ tg_status tg_tensor_ref(const tg_tensor *t, tg_tensor **out)
 tg_status tg_tensor_view(const tg_tensor *t, int64_t offset, int ndim, const int64_t *shape, tg_tensor **out)
 {
     char a[64];
+    TG_NONNULL(t, "t");
+    TG_NONNULL(out, "out");
     TG_TRY(check_shape(ndim, shape, "view"));
     int64_t n = tg_numel_of(ndim, shape), have = tg_tensor_numel(t);
     if (offset < 0 || offset > have || n > have - offset)
@@ -96,6 +103,8 @@ tg_status tg_tensor_view(const tg_tensor *t, int64_t offset, int ndim, const int
 tg_status tg_tensor_narrow(const tg_tensor *t, int64_t start, int64_t len, tg_tensor **out)
 {
     char a[64];
+    TG_NONNULL(t, "t");
+    TG_NONNULL(out, "out");
     if (t->ndim < 1) return tg_error(TG_EINVAL, "narrow: tensor has no dimensions");
     if (start < 0 || len < 0 || start > t->shape[0] || len > t->shape[0] - start)
         return tg_error(TG_EINVAL, "narrow: %lld rows from row %lld (0-based) out of range for shape %s", (long long)len,
@@ -107,20 +116,24 @@ tg_status tg_tensor_narrow(const tg_tensor *t, int64_t start, int64_t len, tg_te
     return handle_new(t->storage, t->offset + start * row, t->dtype, t->ndim, shape, out);
 }
 
-tg_dtype tg_tensor_dtype(const tg_tensor *t) { return t->dtype; }
-int tg_tensor_ndim(const tg_tensor *t) { return t->ndim; }
-int64_t tg_tensor_dim(const tg_tensor *t, int i) { return i >= 0 && i < t->ndim ? t->shape[i] : 1; }
-int64_t tg_tensor_numel(const tg_tensor *t) { return tg_numel_of(t->ndim, t->shape); }
-tg_device tg_tensor_device(const tg_tensor *t) { return t->storage->dev; }
+/* The accessors answer a NULL tensor with an empty one's values (dtype f32, no dimensions, 0 elements, the
+ * CPU, no data, no name), as tg_tensor_free takes NULL. */
+tg_dtype tg_tensor_dtype(const tg_tensor *t) { return t ? t->dtype : TG_F32; }
+int tg_tensor_ndim(const tg_tensor *t) { return t ? t->ndim : 0; }
+int64_t tg_tensor_dim(const tg_tensor *t, int i) { return t && i >= 0 && i < t->ndim ? t->shape[i] : 1; }
+int64_t tg_tensor_numel(const tg_tensor *t) { return t ? tg_numel_of(t->ndim, t->shape) : 0; }
+tg_device tg_tensor_device(const tg_tensor *t) { return t ? t->storage->dev : (tg_device){TG_CPU, 0}; }
 void *tg_tensor_data(const tg_tensor *t)
 {
+    if (!t) return NULL;
     if (tg_device_capturing(t->storage->dev)) tg_capture_hold(t); /* the graph keeps what it uses */
     return (char *)t->storage->data + (size_t)t->offset * tg_dtype_size(t->dtype);
 }
-const char *tg_tensor_name(const tg_tensor *t) { return t->name; }
+const char *tg_tensor_name(const tg_tensor *t) { return t ? t->name : NULL; }
 
 tg_status tg_tensor_set_name(tg_tensor *t, const char *name)
 {
+    TG_NONNULL(t, "t");
     char *copy = NULL;
     if (name && !(copy = strdup(name))) return tg_error(TG_ENOMEM, "out of host memory");
     free(t->name);
@@ -130,6 +143,11 @@ tg_status tg_tensor_set_name(tg_tensor *t, const char *name)
 
 const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n)
 {
+    if (!buf) return "";
+    if (!t) {
+        snprintf(buf, n, "(null)");
+        return buf;
+    }
     size_t k = 0;
     k += snprintf(buf + k, n > k ? n - k : 0, "[");
     for (int i = 0; i < t->ndim; i++)
@@ -140,6 +158,7 @@ const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n)
 
 int tg_tensor_same_shape(const tg_tensor *a, const tg_tensor *b)
 {
+    if (!a || !b) return 0;
     if (a->ndim != b->ndim) return 0;
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i]) return 0;
@@ -148,14 +167,17 @@ int tg_tensor_same_shape(const tg_tensor *a, const tg_tensor *b)
 
 int tg_tensor_same_memory(const tg_tensor *a, const tg_tensor *b)
 {
+    if (!a || !b) return 0;
     return a->storage == b->storage && a->offset == b->offset && a->dtype == b->dtype &&
            tg_tensor_numel(a) == tg_tensor_numel(b);
 }
 
 /* ------------------------------------------------------------------ host transfers */
-static tg_status host_io_check(const tg_tensor *t, size_t bytes, const char *what)
+static tg_status host_io_check(const tg_tensor *t, const void *buf, size_t bytes, const char *what)
 {
     char a[64], d[32];
+    if (!t) return tg_error(TG_EINVAL, "%s: the tensor is NULL", what);
+    if (!buf && bytes > 0) return tg_error(TG_EINVAL, "%s: the host buffer is NULL (%zu bytes)", what, bytes);
     tg_stream *s = tg_stream_current(tg_tensor_device(t));
     if (!s) return TG_ENOMEM;
     if (tg_device_capturing(tg_tensor_device(t)))
@@ -170,14 +192,14 @@ static tg_status host_io_check(const tg_tensor *t, size_t bytes, const char *wha
 
 tg_status tg_tensor_write(tg_tensor *t, const void *src, size_t bytes)
 {
-    TG_TRY(host_io_check(t, bytes, "write"));
+    TG_TRY(host_io_check(t, src, bytes, "write"));
     tg_stream *s = tg_stream_current(tg_tensor_device(t));
     return s->be->memcpy(s, tg_tensor_data(t), src, bytes, TG_H2D);
 }
 
 tg_status tg_tensor_read(const tg_tensor *t, void *dst, size_t bytes)
 {
-    TG_TRY(host_io_check(t, bytes, "read"));
+    TG_TRY(host_io_check(t, dst, bytes, "read"));
     tg_stream *s = tg_stream_current(tg_tensor_device(t));
     TG_TRY(s->be->memcpy(s, dst, tg_tensor_data(t), bytes, TG_D2H));
     return tg_index_check_poll(s); /* ids outside their table in work that ran before this read */
@@ -213,6 +235,8 @@ static void f64_to_elem(void *p, tg_dtype dt, size_t i, double v)
 
 tg_status tg_tensor_read_f64(const tg_tensor *t, double *dst, size_t n)
 {
+    TG_NONNULL(t, "t");
+    if (!dst && n > 0) return tg_error(TG_EINVAL, "read: the host buffer is NULL (%zu values)", n);
     if (t->dtype == TG_F16) return tg_error(TG_ENOTSUP, "f16 tensors are not supported yet");
     if (n != (size_t)tg_tensor_numel(t)) return tg_error(TG_EINVAL, "read: %zu values asked of a tensor of %lld", n, (long long)tg_tensor_numel(t));
     size_t bytes = tg_tensor_bytes(t);
@@ -240,6 +264,8 @@ tg_status tg_value_fits(tg_dtype dt, double v, const char *what, long long index
 
 tg_status tg_tensor_write_f64(tg_tensor *t, const double *src, size_t n)
 {
+    TG_NONNULL(t, "t");
+    if (!src && n > 0) return tg_error(TG_EINVAL, "write: the host buffer is NULL (%zu values)", n);
     if (t->dtype == TG_F16) return tg_error(TG_ENOTSUP, "f16 tensors are not supported yet");
     if (n != (size_t)tg_tensor_numel(t)) return tg_error(TG_EINVAL, "write: %zu values given for a tensor of %lld", n, (long long)tg_tensor_numel(t));
     for (size_t i = 0; i < n && (t->dtype == TG_I32 || t->dtype == TG_U16); i++)

@@ -205,6 +205,9 @@ tg_status tg_safetensors_write(const char *path, int n, const char *const *names
 {
     if (!path || !*path) return tg_error(TG_EINVAL, "safetensors_write: no path");
     if (n < 0 || nmeta < 0) return tg_error(TG_EINVAL, "%s: negative tensor or metadata count", path);
+    if (n > 0 && (!names || !tensors)) return tg_error(TG_EINVAL, "%s: %s is NULL (%d tensors)", path, !names ? "names" : "tensors", n);
+    if (nmeta > 0 && (!meta_keys || !meta_values))
+        return tg_error(TG_EINVAL, "%s: %s is NULL (%d metadata entries)", path, !meta_keys ? "meta_keys" : "meta_values", nmeta);
     for (int i = 0; i < n; i++) {
         if (!names[i] || !*names[i]) return tg_error(TG_EINVAL, "%s: tensor %d has no name", path, i + 1);
         if (strcmp(names[i], "__metadata__") == 0)
@@ -428,6 +431,8 @@ static tg_status parse_file(tg_safetensors *f)
 
 tg_status tg_safetensors_open(const char *path, tg_safetensors **out)
 {
+    TG_NONNULL(out, "out");
+    *out = NULL;
     tg_safetensors *f;
     TG_TRY(reader_new(path, &f));
     tg_status st = TG_OK;
@@ -484,6 +489,7 @@ int tg_safetensors_find(const tg_safetensors *f, const char *name)
 
 static tg_status entry_of(const tg_safetensors *f, const char *name, const struct st_entry **e)
 {
+    if (!f) return tg_error(TG_EINVAL, "safetensors: the file handle is NULL");
     int i = tg_safetensors_find(f, name);
     if (i < 0) return tg_error(TG_EINVAL, "%s: no tensor '%s' in the file", f ? f->path : "?", name ? name : "(null)");
     *e = &f->e[i];
@@ -625,6 +631,7 @@ static tg_status convert_into(const tg_safetensors *f, const char *name, const s
 
 tg_status tg_safetensors_read_into(const tg_safetensors *f, const char *name, tg_tensor *dst)
 {
+    TG_NONNULL(dst, "dst");
     const struct st_entry *e;
     TG_TRY(entry_of(f, name, &e));
     char a[64], b[64];
@@ -646,6 +653,7 @@ tg_status tg_safetensors_read_into(const tg_safetensors *f, const char *name, tg
 
 tg_status tg_safetensors_read(const tg_safetensors *f, const char *name, tg_device dev, tg_tensor **out)
 {
+    TG_NONNULL(out, "out");
     *out = NULL;
     const struct st_entry *e;
     TG_TRY(entry_of(f, name, &e));

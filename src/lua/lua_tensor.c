@@ -77,7 +77,11 @@ tg_tensor *tgl_tensor_test(lua_State *L, int idx)
 
 /* The public face of the helpers (tegraph.h, C functions called from Lua). */
 tg_tensor *tg_lua_checktensor(lua_State *L, int idx) { return tgl_tensor_check(L, idx); }
-tg_tensor *tg_lua_totensor(lua_State *L, int idx) { return tgl_tensor_test(L, idx); }
+tg_tensor *tg_lua_totensor(lua_State *L, int idx) /* NULL for a closed tensor too: it raises nothing */
+{
+    struct tgl_tensor *u = luaL_testudata(L, idx, TGL_TENSOR);
+    return u ? u->t : NULL;
+}
 tg_tensor **tg_lua_newtensor(lua_State *L) { return tgl_tensor_push(L); }
 int tg_lua_check(lua_State *L, tg_status st)
 {

@@ -146,8 +146,11 @@ static int rt_setarg(lua_State *L)
 
 tg_status tg_runtime_dofile(tg_runtime *rt, const char *path, int argc, char **argv)
 {
+    if (rt == NULL) return tg_error(TG_EINVAL, "runtime: dofile on a NULL runtime");
     lua_State *L = rt->L;
     if (path == NULL) return tg_error(TG_EINVAL, "runtime: dofile needs a path");
+    if (argc < 0 || (argc > 0 && argv == NULL))
+        return tg_error(TG_EINVAL, "runtime: dofile with argc %d and %s argv", argc, argv ? "an" : "a NULL");
     lua_pushcfunction(L, rt_setarg);
     lua_pushlightuserdata(L, (void *)path);
     lua_pushinteger(L, argc);
@@ -169,6 +172,7 @@ tg_status tg_runtime_dofile(tg_runtime *rt, const char *path, int argc, char **a
 
 tg_status tg_runtime_dostring(tg_runtime *rt, const char *code, const char *chunkname)
 {
+    if (rt == NULL) return tg_error(TG_EINVAL, "runtime: dostring on a NULL runtime");
     lua_State *L = rt->L;
     if (code == NULL) return tg_error(TG_EINVAL, "runtime: dostring needs code");
     if (luaL_loadbuffer(L, code, strlen(code), chunkname ? chunkname : "=(string)") != LUA_OK) {
@@ -193,6 +197,7 @@ static int rt_getfunc(lua_State *L)
 
 tg_status tg_runtime_call(tg_runtime *rt, const char *module, const char *func, int argc, char **argv, int *result)
 {
+    if (rt == NULL) return tg_error(TG_EINVAL, "runtime: call on a NULL runtime");
     lua_State *L = rt->L;
     if (module == NULL || func == NULL || argc < 0 || (argc > 0 && argv == NULL))
         return tg_error(TG_EINVAL, "runtime: call needs a module, a function name and argc arguments");
@@ -211,7 +216,7 @@ tg_status tg_runtime_call(tg_runtime *rt, const char *module, const char *func, 
 
 const char *tg_runtime_error(const tg_runtime *rt) { return rt && rt->err ? rt->err : ""; }
 
-lua_State *tg_runtime_lua(tg_runtime *rt) { return rt->L; }
+lua_State *tg_runtime_lua(tg_runtime *rt) { return rt ? rt->L : NULL; }
 
 /* Protected part of register: global name = fn, tegraph.host[name] = fn. */
 static int rt_register(lua_State *L)
@@ -231,7 +236,8 @@ static int rt_register(lua_State *L)
 
 tg_status tg_runtime_register(tg_runtime *rt, const char *name, tg_lua_cfunction fn)
 {
-    if (name == NULL || fn == NULL) return tg_error(TG_EINVAL, "runtime: register needs a name and a function");
+    if (rt == NULL || name == NULL || !*name || fn == NULL)
+        return tg_error(TG_EINVAL, "runtime: register needs a runtime, a name and a function");
     lua_State *L = rt->L;
     lua_pushcfunction(L, rt_register);
     lua_pushlightuserdata(L, (void *)name);

@@ -8,6 +8,7 @@
 /* ------------------------------------------------------------------ recipes */
 void tg_fp8_recipe_delayed(tg_fp8_recipe *r)
 {
+    if (!r) return;
     memset(r, 0, sizeof *r);
     r->scaling = TG_FP8_DELAYED;
     r->format = TG_FP8_HYBRID;
@@ -18,6 +19,7 @@ void tg_fp8_recipe_delayed(tg_fp8_recipe *r)
 
 void tg_fp8_recipe_current(tg_fp8_recipe *r)
 {
+    if (!r) return;
     tg_fp8_recipe_delayed(r);
     r->scaling = TG_FP8_CURRENT;
     r->amax_history_len = 1;
@@ -225,6 +227,7 @@ static tg_status check_settable(const tg_module *m)
 tg_status tg_module_set_fp8(tg_module *m, const tg_fp8_recipe *r)
 {
     char a[160];
+    TG_NONNULL(m, "the module");
     tg_fp8_recipe off;
     memset(&off, 0, sizeof off);
     if (!r) r = &off;

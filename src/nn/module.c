@@ -588,7 +588,7 @@ tg_status tg_module_remove_forward_pre_hook(tg_module *m, int id)
 }
 
 int tg_module_forward_pre_hook_count(const tg_module *m) { return m ? m->npre : 0; }
-const char *tg_module_name(const tg_module *m) { return m->name ? m->name : ""; }
+const char *tg_module_name(const tg_module *m) { return m && m->name ? m->name : ""; }
 
 tg_status tg_module_run_forward_pre_hooks(tg_module *m, int mb)
 {

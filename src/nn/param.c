@@ -107,10 +107,10 @@ tg_status tg_param_remove_hook(tg_param *p, int id)
 }
 
 int tg_param_hook_count(const tg_param *p) { return p ? p->nhooks : 0; }
-const char *tg_param_name(const tg_param *p) { return p->name; }
-tg_tensor *tg_param_data(const tg_param *p) { return p->data; }
-tg_tensor *tg_param_grad(const tg_param *p) { return p->grad; }
-tg_tensor *tg_param_main_grad(const tg_param *p) { return p->main_grad; }
+const char *tg_param_name(const tg_param *p) { return p ? p->name : ""; }
+tg_tensor *tg_param_data(const tg_param *p) { return p ? p->data : NULL; }
+tg_tensor *tg_param_grad(const tg_param *p) { return p ? p->grad : NULL; }
+tg_tensor *tg_param_main_grad(const tg_param *p) { return p ? p->main_grad : NULL; }
 
 tg_tensor *tg_param_wgrad_target(tg_param *p) { return p->fuse_wgrad_accumulation ? p->main_grad : p->grad; }
 

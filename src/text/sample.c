@@ -46,7 +46,11 @@ static void sort_ids(const float *l, int32_t *ids, int64_t n)
 
 tg_status tg_sample_logits(const float *logits, int64_t n, const tg_sample_opts *o, uint64_t *state, int64_t *token)
 {
+    TG_NONNULL(token, "token");
     *token = -1;
+    TG_NONNULL(logits, "logits");
+    TG_NONNULL(o, "the options");
+    TG_NONNULL(state, "state");
     if (n < 1) return tg_error(TG_EINVAL, "sample: no logits");
     if (!(o->temperature >= 0) || !(o->top_p > 0 && o->top_p <= 1) || o->top_k < 0)
         return tg_error(TG_EINVAL, "sample: temperature %g must be >= 0, top_p %g in (0, 1], top_k %lld >= 0",

@@ -246,6 +246,7 @@ void tg_tokenizer_free(tg_tokenizer *t)
 
 tg_status tg_tokenizer_bytes(tg_tokenizer **out)
 {
+    TG_NONNULL(out, "out");
     *out = NULL;
     init_ascii_class();
     tg_tokenizer *t = tok_alloc(0, 256);
@@ -685,7 +686,9 @@ static int file_exists(const char *p)
 
 tg_status tg_tokenizer_gpt2(const char *dir, tg_tokenizer **out)
 {
+    TG_NONNULL(out, "out");
     *out = NULL;
+    TG_NONNULL(dir, "dir");
     init_ascii_class();
     char vpath[4096], mpath[4096];
     static const char *const names[2][2] = {{"vocab.json", "merges.txt"}, {"encoder.json", "vocab.bpe"}};
@@ -734,10 +737,10 @@ tg_status tg_tokenizer_gpt2_memory(const char *vocab, size_t vocab_len, const ch
     return TG_OK;
 }
 
-int64_t tg_tokenizer_vocab_size(const tg_tokenizer *t) { return t->vocab_size; }
-int64_t tg_tokenizer_eot(const tg_tokenizer *t) { return t->eot; }
-int64_t tg_tokenizer_num_merges(const tg_tokenizer *t) { return t->nmerges; }
-const char *tg_tokenizer_kind(const tg_tokenizer *t) { return t->kind ? "gpt2" : "bytes"; }
+int64_t tg_tokenizer_vocab_size(const tg_tokenizer *t) { return t ? t->vocab_size : 0; }
+int64_t tg_tokenizer_eot(const tg_tokenizer *t) { return t ? t->eot : -1; }
+int64_t tg_tokenizer_num_merges(const tg_tokenizer *t) { return t ? t->nmerges : 0; }
+const char *tg_tokenizer_kind(const tg_tokenizer *t) { return !t ? "" : t->kind ? "gpt2" : "bytes"; }
 
 /* ------------------------------------------------------------------ encoding */
 struct ids_out {
@@ -748,8 +751,9 @@ struct ids_out {
 static inline int ids_reserve(struct ids_out *o, size_t more)
 {
     if (o->n + more <= o->cap) return 0;
+    if (more > SIZE_MAX / sizeof *o->p - o->n) return -1; /* the byte count would wrap */
     size_t cap = o->cap ? o->cap : 4096;
-    while (cap < o->n + more) cap *= 2;
+    while (cap < o->n + more) cap = cap > SIZE_MAX / 2 / sizeof *o->p ? o->n + more : cap * 2;
     int32_t *np = realloc(o->p, cap * sizeof *np);
     if (!np) return -1;
     o->p = np;
@@ -847,8 +851,12 @@ static tg_status encode_bpe(tg_tokenizer *t, const unsigned char *s, size_t n, s
 tg_status tg_tokenizer_encode(tg_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *nids,
                               tg_tokenizer_progress progress, void *ud)
 {
+    TG_NONNULL(ids, "ids");
+    TG_NONNULL(nids, "nids");
     *ids = NULL;
     *nids = 0;
+    TG_NONNULL(t, "the tokenizer");
+    if (!text && len > 0) return tg_error(TG_EINVAL, "tg_tokenizer_encode: text is NULL (%zu bytes)", len);
     struct ids_out o = {0};
     const unsigned char *s = (const unsigned char *)text;
     if (t->kind == 0) {
@@ -874,8 +882,12 @@ tg_status tg_tokenizer_encode(tg_tokenizer *t, const char *text, size_t len, int
 
 tg_status tg_tokenizer_decode(const tg_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len)
 {
+    TG_NONNULL(text, "text");
+    TG_NONNULL(len, "len");
     *text = NULL;
     *len = 0;
+    TG_NONNULL(t, "the tokenizer");
+    if (!ids && n > 0) return tg_error(TG_EINVAL, "tg_tokenizer_decode: ids is NULL (%zu ids)", n);
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->vocab_size)
@@ -898,13 +910,15 @@ tg_status tg_tokenizer_decode(const tg_tokenizer *t, const int32_t *ids, size_t 
 
 const unsigned char *tg_tokenizer_token(const tg_tokenizer *t, int64_t id, size_t *len)
 {
-    if (id < 0 || id >= t->vocab_size) return NULL;
+    if (!t || !len || id < 0 || id >= t->vocab_size) return NULL;
     *len = t->tok_len[id];
     return t->tok[id];
 }
 
 size_t tg_tokenizer_pieces(const char *text, size_t len, size_t *ends, size_t max)
 {
+    if (!text) return 0;
+    if (!ends) max = 0;
     init_ascii_class();
     const unsigned char *s = (const unsigned char *)text;
     size_t k = 0;

@@ -192,6 +192,11 @@ tg_status tg_trace_summarize(const struct tg_trace_event *ev, int n, tg_trace_su
 
 const char *tg_trace_summary_line(const tg_trace_summary *s, char *buf, size_t n)
 {
+    if (!buf) return "";
+    if (!s) {
+        snprintf(buf, n, "trace: no summary");
+        return buf;
+    }
     snprintf(buf, n, "trace: %d spans; compute %.3f ms busy; comm %.3f ms busy, %.3f ms overlapped by compute, "
              "%.3f ms exposed (%.1f%%)", s->nspans, s->compute_ms, s->comm_busy_ms, s->overlapped_ms, s->exposed_ms,
              s->exposed_pct);
