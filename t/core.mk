@@ -7,6 +7,7 @@ check_PROGRAMS += \
 	t/rng-is-deterministic.t \
 	t/capture-replay-matches-eager.t \
 	t/tensor-views-share-storage.t \
+	t/capi-null-arguments-are-refused.t \
 	t/elementwise-ops.t
 TESTS += \
 	t/bf16-rounding-edge-cases.t \
@@ -14,6 +15,7 @@ TESTS += \
 	t/rng-is-deterministic.t \
 	t/capture-replay-matches-eager.t \
 	t/tensor-views-share-storage.t \
+	t/capi-null-arguments-are-refused.t \
 	t/elementwise-ops.t
 
 t_bf16_rounding_edge_cases_t_SOURCES = t/bf16-rounding-edge-cases.c
@@ -33,6 +35,9 @@ t_capture_replay_matches_eager_t_LDADD = $(TG_TEST_LIBS)
 
 t_tensor_views_share_storage_t_SOURCES = t/tensor-views-share-storage.c
 t_tensor_views_share_storage_t_LDADD = $(TG_TEST_LIBS)
+
+t_capi_null_arguments_are_refused_t_SOURCES = t/capi-null-arguments-are-refused.c
+t_capi_null_arguments_are_refused_t_LDADD = $(TG_TEST_LIBS)
 
 t_elementwise_ops_t_SOURCES = t/elementwise-ops.c
 t_elementwise_ops_t_LDADD = $(TG_TEST_LIBS)
