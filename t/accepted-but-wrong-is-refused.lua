@@ -270,6 +270,10 @@ do -- module options out of range are refused, not replaced by a default; messag
     "narrow: 9223372036854775807 rows from row 2", "... without overflow")
   tap.error_like(function() return tg.nn.Linear(4, 2, { device = CPU }):forward(tg.ones({ 3, 4 }, { device = CPU }), 2 ^ 40) end,
     "microbatch must be >= 1 and <= 1073741824", "a microbatch too large is called too large")
+  tg.step_begin(2)
+  tap.error_like(function() return tg.nn.Linear(4, 2, { device = CPU }):forward(tg.ones({ 3, 4 }, { device = CPU }), 3) end,
+    "microbatch 3, but the open step has 2 microbatches", "a forward of microbatch 3 in a step of 2 is refused (its backward was)")
+  tg.step_end()
   local closed = tg.ones({ 2 }, { device = CPU })
   closed:close()
   tap.error_like(function() tg.save(os.tmpname(), { a = closed }) end, "tensor 'a' was closed", "tg.save names a closed tensor")

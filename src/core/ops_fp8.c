@@ -134,7 +134,7 @@ static tg_status cast_issue(const char *op, tg_tensor *y, tg_tensor *yt, const t
 
 int64_t tg_fp8_dbias_chunks(int64_t rows)
 {
-    const int64_t tiles = (rows + 63) / 64;
+    const int64_t tiles = rows / 64 + (rows % 64 > 0); /* (rows + 63 would wrap near INT64_MAX) */
     return tiles < 1 ? 1 : tiles > 1024 ? 1024 : tiles;
 }
 

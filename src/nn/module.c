@@ -160,6 +160,8 @@ tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const 
     tg_status st = TG_OK;
     if (mb == 0) mb = tg_module_next_forward(m);
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
+    else if (tg_step_open() && mb > tg_step_microbatches())
+        st = tg_error(TG_EINVAL, "microbatch %d, but the open step has %d microbatches", mb, tg_step_microbatches());
     else if (!x) st = tg_error(TG_EINVAL, "no input tensor");
     else {
         /* a routed module's F replay runs its pre-hooks and its own trace span */
