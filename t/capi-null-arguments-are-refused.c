@@ -31,10 +31,12 @@ int main(void)
 
     /* tensors */
     refused(tg_tensor_new(TG_F32, 2, shape, cpu, NULL), "out is NULL", "tg_tensor_new with a NULL out");
-    refused(tg_tensor_new(TG_F32, 2, NULL, cpu, &u), "shape is NULL", "tg_tensor_new with a NULL shape");
-    refused(tg_tensor_ref(NULL, &u), "t is NULL", "tg_tensor_ref of NULL");
+    tg_tensor *none = NULL;
+    refused(tg_tensor_new(TG_F32, 2, NULL, cpu, &none), "shape is NULL", "tg_tensor_new with a NULL shape");
+    ok(none == NULL, "... and leaves *out NULL");
+    refused(tg_tensor_ref(NULL, &none), "t is NULL", "tg_tensor_ref of NULL");
     refused(tg_tensor_view(t, 0, 1, shape, NULL), "out is NULL", "tg_tensor_view with a NULL out");
-    refused(tg_tensor_narrow(NULL, 0, 1, &u), "t is NULL", "tg_tensor_narrow of NULL");
+    refused(tg_tensor_narrow(NULL, 0, 1, &none), "t is NULL", "tg_tensor_narrow of NULL");
     refused(tg_tensor_set_name(NULL, "x"), "t is NULL", "tg_tensor_set_name of NULL");
     refused(tg_tensor_write(NULL, buf, sizeof buf), "the tensor is NULL", "tg_tensor_write to NULL");
     refused(tg_tensor_read(t, NULL, sizeof buf), "the host buffer is NULL", "tg_tensor_read into a NULL buffer");
