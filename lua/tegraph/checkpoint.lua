@@ -23,6 +23,13 @@ local function join(a, b) return a .. "/" .. b end
 
 local function step_name(step) return string.format("step_%08d", step) end
 
+-- Whether a file can be opened for reading.
+local function exists(p)
+  local f = io.open(p, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
 -- A flat table of strings, numbers and booleans as JSON (keys sorted).
 local function json_quote(s)
   return '"' .. s:gsub('[%c"\\]', function(c)
@@ -294,11 +301,7 @@ function M.resolve(path)
     return join(path, name)
   end
   for _, n in ipairs { "model.safetensors", "model.stage1.safetensors" } do
-    local m = io.open(join(path, n), "rb")
-    if m then
-      m:close()
-      return path
-    end
+    if exists(join(path, n)) then return path end
   end
   raise(string.format("%s: no checkpoint there (neither a 'latest' file nor model.safetensors)", path))
 end
@@ -365,11 +368,6 @@ function M.load(path, o)
   for _, e in ipairs(fp8) do all[#all + 1] = e end
   check_distinct(all, who, "optimizer and FP8 state")
   local mpath, rpath = join(dir, o.model_file or "model.safetensors"), join(dir, "rank" .. rank .. ".safetensors")
-  local function exists(p)
-    local f = io.open(p, "rb")
-    if f then f:close() end
-    return f ~= nil
-  end
   if not exists(rpath) then
     if rank > 0 and exists(join(dir, "rank0.safetensors")) then
       raise(string.format("%s: no state for rank %d: the checkpoint was written by fewer ranks than this run's %d", dir,
@@ -460,11 +458,6 @@ function M.load_model(path, o)
   local ok, dir = pcall(M.resolve, path)
   if not ok then error(dir, 0) end -- resolve's message already names the caller's line
   local files = {}
-  local function exists(p)
-    local f = io.open(p, "rb")
-    if f then f:close() end
-    return f ~= nil
-  end
   if exists(join(dir, "model.safetensors")) then
     files[1] = join(dir, "model.safetensors")
   else
