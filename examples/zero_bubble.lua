@@ -35,12 +35,21 @@ local defaults = {
   { "svg", "schedule", "SVG prefix: writes PREFIX-NAME.svg (unit costs) and PREFIX-NAME-measured.svg" },
   { "trace", nil, "write the Chrome trace JSON of the measured steps to this file (open in Perfetto)" },
   { "seed", 1234, "seed" },
+  { "dtype", "f32", "compute dtype: f32 or bf16 (bf16: weight gradients accumulated into f32 main_grad)" },
+  { "sync", nil, "synchronise the device after each F, B and W, so the trace's action times are device times " ..
+    "(default: on when the device is a GPU, where a span would otherwise time only the launches)", "boolean" },
 }
 
 local opt = cli.parse("examples/zero_bubble.lua", defaults, arg)
 local world = tg.comm.size() > 1 and tg.comm.world() or nil
 if world then opt.stages = world:size() end -- one stage per rank
 local P, M, L = opt.stages, opt.microbatches, opt.layers
+if opt.dtype ~= "f32" and opt.dtype ~= "bf16" then
+  io.stderr:write(string.format("zero_bubble.lua: --dtype must be f32 or bf16 (got '%s')\n", tostring(opt.dtype)))
+  os.exit(2)
+end
+local sync = opt.sync
+if sync == nil then sync = not tg.default_device():find("^cpu") end
 if L % (2 * P) ~= 0 then error(string.format("zero_bubble: --layers (%d) must be a multiple of 2 * stages (%d)", L, 2 * P), 0) end
 if M % P ~= 0 then
   error(string.format("zero_bubble: --microbatches (%d) must be a multiple of stages (%d) (interleaved 1F1B)", M, P), 0)
@@ -58,7 +67,7 @@ local function build(C, delay)
     for k = 1, per do
       local l = (c - 1) * per + k
       layers[k] = tg.nn.TransformerLayer(opt.width, 4 * opt.width, opt.heads, { name = "layer" .. l, chunk = c,
-        delay_wgrad = delay })
+        delay_wgrad = delay, dtype = opt.dtype, fuse_wgrad_accumulation = opt.dtype == "bf16" })
     end
     layers.name, layers.chunk = "chunk" .. c, c
     chunks[c] = tg.nn.Sequential(layers)
@@ -69,8 +78,8 @@ end
 tg.manual_seed(opt.seed + 1)
 local xs, dys = {}, {}
 for m = 1, M do
-  xs[m] = tg.randn(shape)
-  dys[m] = tg.randn(shape) -- a fixed upstream gradient per microbatch stands in for the loss
+  xs[m] = tg.randn(shape, { dtype = opt.dtype })
+  dys[m] = tg.randn(shape, { dtype = opt.dtype }) -- a fixed upstream gradient per microbatch stands in for the loss
 end
 
 ------------------------------------------------------------------------ one stage per rank
@@ -85,7 +94,8 @@ if world then
     { "ZB-V", S.zb_v { stages = P, microbatches = M }, delay = true },
   }
   out:write(string.format("%d stages on %d ranks, %d microbatches, %d transformer layers (width %d, %d tokens x %d " ..
-    "sequences), %s\n\n", P, world:size(), M, L, opt.width, opt.tokens, opt.batch, opt.graphed and "graphed" or "eager"))
+    "sequences), %s, %s on %s\n\n", P, world:size(), M, L, opt.width, opt.tokens, opt.batch, opt.graphed and "graphed" or "eager",
+    opt.dtype, tg.default_device()))
   local sums = tg.zeros({ 3 }, { dtype = "f32" }) -- mean F, B, W (ms) of the ZB-H1 run, summed over the ranks
   -- each schedule's own per-chunk means (F, B or the fused B+W, W), summed over the ranks
   local own = tg.zeros({ 3 * #list }, { dtype = "f32" })
@@ -102,7 +112,7 @@ if world then
       for c = 1, C do samples[c] = xs[1] end
       graphed = S.make_graphed(plan, mine, { samples = samples, warmup = 1, stages = { stage } })
     end
-    local run = { chunks = mine, graphed = graphed, inputs = xs, loss_grad = dys, comm = world }
+    local run = { chunks = mine, graphed = graphed, inputs = xs, loss_grad = dys, comm = world, sync = sync }
     S.execute(plan, run) -- warm-up step
     world:barrier()
     tg.trace.start()
@@ -172,8 +182,10 @@ local schedules = {
 }
 
 local grads = {}
-io.write(string.format("%d stages, %d microbatches, %d transformer layers (width %d, %d tokens x %d sequences), %s\n\n",
+io.write(string.format("%d stages, %d microbatches, %d transformer layers (width %d, %d tokens x %d sequences), %s\n",
   P, M, L, opt.width, opt.tokens, opt.batch, opt.graphed and "graphed" or "eager"))
+io.write(string.format("device %s, dtype %s, action times %s\n\n", tg.default_device(), opt.dtype,
+  sync and "on the device (synchronised after each F, B and W)" or "on the host"))
 
 -- Every schedule's model, graphed callables and warm-up step first; then one trace holds the measured
 -- steps, each schedule's spans in its own process (pid 1, 2, 3).
@@ -189,7 +201,7 @@ for _, sch in ipairs(schedules) do
     for c = 1, C do samples[c] = xs[1] end
     graphed = S.make_graphed(plan, chunks, { samples = samples, warmup = 1 })
   end
-  sch.chunks, sch.run = chunks, { chunks = chunks, graphed = graphed, inputs = xs, loss_grad = dys }
+  sch.chunks, sch.run = chunks, { chunks = chunks, graphed = graphed, inputs = xs, loss_grad = dys, sync = sync }
   S.execute(plan, sch.run) -- warm-up step (untraced)
 end
 
@@ -208,7 +220,7 @@ for pid, sch in ipairs(schedules) do
   for _, c in ipairs(chunks) do
     for _, p in ipairs(c:parameters()) do
       nparams = nparams + 1
-      g[p.name] = p.grad:totable()
+      g[p.name] = p.grad -- compared on the device below (each schedule has its own model)
     end
   end
   grads[#grads + 1] = g
@@ -235,13 +247,16 @@ end
 
 -- Every schedule computes the same gradients (same weights, same data, wgrads retired in
 -- microbatch order everywhere), whatever the order of F, B and W.
+-- Compared where they are, parameter by parameter: bit-identical means a largest difference of 0.
 local function equal(a, b)
-  if type(a) ~= "table" then return a == b end
-  for k, v in pairs(a) do if not equal(v, b[k]) then return false end end
+  for name, t in pairs(a) do
+    if not b[name] or t:max_abs_diff(b[name]) ~= 0 then return false end
+  end
+  for name in pairs(b) do if not a[name] then return false end end
   return true
 end
 local same = true
-for i = 2, #grads do same = same and equal(grads[1], grads[i]) and equal(grads[i], grads[1]) end
+for i = 2, #grads do same = same and equal(grads[1], grads[i]) end
 io.write(string.format("gradients of %s bit-identical: %s\n", "1F1B, interleaved, ZB-H1 and ZB-V", same and "yes" or "NO"))
 
 local sum = tg.trace.stop(opt.trace, { quiet = true })

@@ -5,7 +5,7 @@ TEGRAPH="${TG_TOP_BUILDDIR:-.}/tegraph"
 EX="${TG_TOP_SRCDIR:-.}/examples/zero_bubble.lua"
 dir=$(mktemp -d "${TMPDIR:-/tmp}/tg-zb.XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
-echo "1..8"
+echo "1..11"
 n=0
 for mode in "" "--graphed"; do
     label=${mode:-eager}
@@ -58,4 +58,27 @@ if command -v python3 >/dev/null 2>&1; then
 else
     echo "ok $n # SKIP no python3"
 fi
+n=$((n + 1))
+out=$(cd "$dir" && "$TEGRAPH" --device cpu run "$EX" --layers 4 --stages 2 --microbatches 4 --width 16 --tokens 8 \
+    --batch 2 --steps 1 --svg "" --dtype bf16 --sync 2>&1)
+rc=$?
+case "$out" in
+    *"dtype bf16, action times on the device"*"bit-identical: yes"*) r=ok ;;
+    *) r="not ok" ;;
+esac
+[ $rc -eq 0 ] || r="not ok"
+echo "$r $n - --dtype bf16 --sync: bf16 layers, device-timed actions, and every schedule's gradients still bit-identical (rc $rc)"
+echo "$out" | sed 's/^/# /'
+n=$((n + 1))
+out=$(cd "$dir" && "$TEGRAPH" --device cpu run "$EX" --layers 4 --stages 2 --svg "" 2>&1)
+case "$out" in *"action times on the host"*) echo "ok $n - on the CPU the action times default to host times" ;;
+    *) echo "not ok $n - no host-times line: $out" ;; esac
+n=$((n + 1))
+out=$("$TEGRAPH" --device cpu run "$EX" --dtype f16 2>&1)
+rc=$?
+case "$out" in
+    *"--dtype must be f32 or bf16 (got 'f16')"*) [ $rc -eq 2 ] && r=ok || r="not ok" ;;
+    *) r="not ok" ;;
+esac
+echo "$r $n - --dtype f16 is a usage error (exit 2, got $rc) naming the value: $out"
 exit 0
