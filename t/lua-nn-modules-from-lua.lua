@@ -75,6 +75,17 @@ tap.is(buf:sum(), 4.0, "set_main_grad: the wgrad lands in the given buffer")
 local bl = nn.Linear(2, 2, { dtype = "bf16" })
 tap.ok(bl.dtype == "bf16" and bl:parameters()[1].master ~= nil, "bf16 modules have f32 master weights")
 tap.is(bl:forward(tg.ones({ 1, 2 }, { dtype = "bf16" })).dtype, "bf16", "and compute in bf16")
+local bm, mbuf = bl:parameters()[1], tg.zeros({ 10 })
+bm:set_master(mbuf:narrow(3, 4))
+mbuf:narrow(3, 4):fill_(0.5)
+tap.is_deeply(bm.master:totable(), { { 0.5, 0.5 }, { 0.5, 0.5 } },
+  "set_master: a bf16 parameter's master is then the buffer's stretch, in the parameter's shape")
+local ok_f32, err_f32 = pcall(fp.set_master, fp, buf:narrow(1, 4))
+tap.ok(not ok_f32 and tostring(err_f32):find("has no f32 master copy", 1, true),
+  "set_master refuses an f32 parameter (its data is the master): " .. tostring(err_f32))
+local ok_n, err_n = pcall(bm.set_master, bm, mbuf:narrow(1, 3))
+tap.ok(not ok_n and tostring(err_n):find("expected 4 f32 elements", 1, true),
+  "set_master refuses a view of the wrong size, naming the size: " .. tostring(err_n))
 
 -- In a step, omitting mb pairs each backward with the oldest forward waiting for one
 do

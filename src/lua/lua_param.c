@@ -205,6 +205,15 @@ static int p_set_main_grad(lua_State *L)
     return 0;
 }
 
+/* p:set_master(view): the f32 master copy of a bf16 parameter becomes a view into a larger buffer
+ * (its values are then the buffer's). */
+static int p_set_master(lua_State *L)
+{
+    tg_param *p = tgl_param_check(L, 1);
+    tgl_check(L, tg_param_set_master(p, tgl_tensor_check(L, 2)));
+    return 0;
+}
+
 static int p_numel(lua_State *L)
 {
     lua_pushinteger(L, (lua_Integer)tg_tensor_numel(tgl_param_check(L, 1)->data));
@@ -248,6 +257,7 @@ static const luaL_Reg p_methods[] = {
     {"zero_grad", p_zero_grad},
     {"accumulate", p_accumulate},
     {"set_main_grad", p_set_main_grad},
+    {"set_master", p_set_master},
     {"numel", p_numel},
     {NULL, NULL},
 };

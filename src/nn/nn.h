@@ -68,6 +68,8 @@ double tg_param_wgrad_accumulate(const tg_param *p);
 /* Replaces main_grad by a view, in p's shape, of `view`'s first numel(p)
  * elements (grad buffers, DDP): p takes its own handle, the caller keeps view. */
 tg_status tg_param_set_main_grad(tg_param *p, tg_tensor *view);
+/* The f32 master copy of a low-precision parameter becomes a view of view's storage (ZeRO's parameter buffer). */
+tg_status tg_param_set_master(tg_param *p, tg_tensor *view);
 /* Zeroes grad and main_grad. */
 tg_status tg_param_zero_grad(tg_param *p);
 

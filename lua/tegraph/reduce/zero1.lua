@@ -18,7 +18,8 @@
 --
 -- Layout: buckets are padded to a multiple of the group size; rank r owns
 -- elements [r*n, (r+1)*n) of each bucket (n = numel / size) of the grad
--- buffer and of a parameter buffer with the same layout (f32 master values).
+-- buffer and of a parameter buffer with the same layout (f32 master values;
+-- a bf16 parameter's p.master becomes its view of that buffer).
 -- Optimizer state (m, v) exists for the shard only. The update is elementwise
 -- AdamW exactly as optim.AdamW computes it, so the parameters equal those of
 -- ddp + optim.AdamW (bit for bit when the reduced gradients are equal).
@@ -74,11 +75,15 @@ function M.new(o)
     self.index[p] = i
     local v = self.pbuf:narrow(gb:offset(p), p:numel())
     v:copy_(p.master or p.data)
+    -- a bf16 parameter's f32 master is its stretch of the buffer: a gather writes it in place
+    if p.master then p:set_master(v) end
     self.views[i] = v
   end
-  -- this rank's shard of each bucket, and the AdamW segments (one per parameter piece in it)
+  -- this rank's shard of each bucket, and the AdamW segments (one per parameter piece in it), updated by one
+  -- multi-tensor AdamW, their squares summed by one multi-tensor reduction into sumsq
   local no_decay = o.no_decay or default_no_decay
-  self.shards, self.segments = {}, {}
+  self.shards, self.segments, self.entries, self.seg_grads = {}, {}, {}, {}
+  self.sumsq = core.zeros({ 1 }, { dtype = "f32", device = dev, name = "zero1.sumsq" })
   for bi, b in ipairs(self.buckets) do
     local n = b.numel // size
     local s0 = b.start + rank * n -- 1-based first element of the shard
@@ -100,6 +105,9 @@ function M.new(o)
           v = s.v:narrow(lo - s0 + 1, hi - lo),
           wd = no_decay(p) and 0.0 or self.weight_decay,
         }
+        local seg = self.segments[#self.segments]
+        self.entries[#self.entries + 1] = { p = seg.param, g = seg.grad, m = seg.m, v = seg.v, weight_decay = seg.wd }
+        self.seg_grads[#self.seg_grads + 1] = seg.grad
       end
     end
   end
@@ -173,13 +181,8 @@ function Zero1:gather_bucket(bi)
   self.ngathers = self.ngathers - 1
   r:wait()
   for _, p in ipairs(self.buckets[bi].params) do
-    local v = self.views[self.index[p]]
-    if p.master then
-      p.master:copy_(v)
-      p.data:copy_(v) -- rounded to bf16, as optim.AdamW does
-    else
-      p.data:copy_(v)
-    end
+    -- a bf16 parameter's master is this view already; its data is the value rounded to bf16, as optim.AdamW does
+    p.data:copy_(self.views[self.index[p]])
   end
 end
 
@@ -201,12 +204,15 @@ function Zero1:finish()
 end
 
 -- Global L2 norm of the reduced gradient (its shards summed over the group).
+-- One reduction over the shard's segments, one all-reduce, one read.
 function Zero1:grad_norm()
-  local sq = 0.0
-  for _, seg in ipairs(self.segments) do sq = sq + ops.sumsq(seg.grad) end
-  local t = core.tensor({ sq }, { dtype = "f32", device = self.pbuf.device })
-  self.comm:all_reduce(t, { op = "sum" })
-  return math.sqrt(t:totable()[1])
+  if #self.seg_grads > 0 then
+    ops.sumsq_multi(self.seg_grads, self.sumsq)
+  else
+    self.sumsq:fill_(0) -- a rank whose shards hold only padding
+  end
+  self.comm:all_reduce(self.sumsq, { op = "sum" })
+  return math.sqrt(self.sumsq:totable()[1])
 end
 
 -- AdamW on the local shard, then all-gather of the parameter buffer and copy
@@ -226,10 +232,7 @@ function Zero1:step(o)
   if norm and (norm ~= norm or norm == math.huge) then return norm end -- a bad step changes nothing, as optim.AdamW
   local args = { lr = o.lr or self.lr, step = self.t, beta1 = self.beta1, beta2 = self.beta2, eps = self.eps,
     grad_scale = scale or 1.0 }
-  for _, seg in ipairs(self.segments) do
-    args.weight_decay = seg.wd
-    ops.adamw_step(seg.param, nil, seg.grad, seg.m, seg.v, args)
-  end
+  if #self.entries > 0 then ops.adamw_multi(self.entries, args) end
   -- buckets are in backward order: the last holds the first layers, gathered first
   for bi = #self.shards, 1, -1 do
     local s = self.shards[bi]
@@ -265,10 +268,7 @@ function Zero1:load_state_values(v)
   local reqs = {}
   for bi, s in ipairs(self.shards) do reqs[bi] = self.comm:all_gather(s.bucket, s.param, { async = true }) end
   for _, r in ipairs(reqs) do r:wait() end
-  for i, p in ipairs(self.params) do
-    if p.master then p.master:copy_(self.views[i]) end
-    p.data:copy_(self.views[i])
-  end
+  for i, p in ipairs(self.params) do p.data:copy_(self.views[i]) end -- a bf16 parameter's master is the view
 end
 
 function Zero1:zero_grad() self.grad_buffer:zero() end
