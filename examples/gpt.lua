@@ -81,6 +81,7 @@ local defaults = {
   { "pipeline", 1, "pipeline stages P, one per rank (tegraph run -n N, N = P x D: D data-parallel replicas)", min = 1 },
   { "schedule", "1f1b", "pipeline schedule: " .. train.schedule_names },
   { "zero1", false, "ZeRO-1 reduce (reduce-scatter, AdamW on the shard, all-gather) instead of ddp" },
+  { "bucket-mb", 25.0, "gradient bucket size of the reduce (ddp or zero1) in MiB: a bucket is reduced as soon as its last wgrad is in", min = 0.001 },
   { "graph-modules", nil, "partial capture: graph these modules of every layer and run the rest eagerly (attn,mlp or one of them; Megatron's --cuda-graph-modules)" },
   { "hooks", "reduce", "wgrad hooks: reduce (ddp or zero1) or noop (hooks that do nothing: the step without the reduce, to measure what hooks and schedule cost)" },
 }
@@ -287,7 +288,7 @@ if opt["export-hf"] and pipelined then error("gpt.lua: --export-hf needs the who
 local trainer = train.new {
   model = model, microbatches = M, comm = world, graph = opt.graph, pipeline = opt.pipeline,
   schedule = opt.schedule, layers_per_chunk = opt["layers-per-chunk"], reduce = opt.zero1 and "zero1" or nil,
-  hooks = opt.hooks,
+  hooks = opt.hooks, bucket_bytes = math.max(4, math.floor(opt["bucket-mb"] * 1048576)),
   graph_modules = opt["graph-modules"] and train.split_names(opt["graph-modules"]) or nil,
   sample = (opt.graph == true or opt["graph-modules"]) and tg.zeros({ B, T }, { dtype = "i32" }) or nil,
   adamw = { lr = opt.lr, beta1 = opt.beta1, beta2 = opt.beta2 or (loader and 0.95 or 0.99), eps = opt.eps,
@@ -418,8 +419,11 @@ for step = start, opt.steps do
   if step == trace_b then
     local ov = train.overlap(tg.trace.events())
     local sum = tg.trace.stop(trace_path, { quiet = true })
-    print(string.format("%s%s (steps %d..%d) -> %s\n%s%s", world and world:size() > 1 and ("rank " .. world:rank() .. ": ") or "",
-      sum.line, trace_a, trace_b, trace_path, world and world:size() > 1 and ("rank " .. world:rank() .. ": ") or "", ov.line))
+    local who = world and world:size() > 1 and ("rank " .. world:rank() .. ": ") or ""
+    local n = trace_b - trace_a + 1
+    print(string.format("%s%s (steps %d..%d) -> %s\n%s%s\n%sper step (mean of %d traced): reduce %.3f ms, %.3f ms " ..
+      "exposed (not hidden by compute)", who, sum.line, trace_a, trace_b, trace_path, who, ov.line, who, n, ov.reduce_ms / n,
+      (ov.reduce_ms - ov.reduce_hidden_ms) / n))
   end
   first_loss = first_loss or loss
   last_loss = loss

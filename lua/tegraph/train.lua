@@ -5,7 +5,7 @@
 --   local train = require "tegraph.train"
 --   local tr = train.new{ model = gpt, microbatches = M, graph = true, pipeline = 2, schedule = "1f1b",
 --     comm = tg.comm.world(), reduce = "ddp", adamw = {lr =, weight_decay =, max_norm =, ...},
---     sample = idx, graph_modules = {"attn", "mlp"} }
+--     sample = idx, graph_modules = {"attn", "mlp"}, bucket_bytes = 25 << 20 }
 --   for step = 1, steps do
 --     local xs, ys = ...                      -- this replica's microbatches (lists of M tensors)
 --     local r = tr:step(xs, ys, lr)           -- r.host_s: host time to issue the step
@@ -103,13 +103,24 @@ end
 local Trainer = {}
 Trainer.__index = Trainer
 
+local NEW_KEYS = { "adamw", "bucket_bytes", "comm", "graph", "graph_modules", "hooks", "layers_per_chunk",
+  "microbatches", "model", "pipeline", "reduce", "sample", "schedule" }
+
 function M.new(o)
   if type(o) ~= "table" then fail("new expects a table of options") end
+  local known = {}
+  for _, k in ipairs(NEW_KEYS) do known[k] = true end
+  for k in pairs(o) do
+    if not known[k] then
+      fail(string.format("new: unknown option '%s' (known: %s)", tostring(k), table.concat(NEW_KEYS, ", ")))
+    end
+  end
   local model = o.model
   if type(model) ~= "table" or not model.layers or not model.embed or not model.head then
     fail("model must be an nn.GPT")
   end
   local Mb = int_opt(o, "microbatches", 1, 1)
+  local bucket_bytes = int_opt(o, "bucket_bytes", 1, nil) -- the reduce's bucket size (default: the policy's, 25 MiB)
   local P = int_opt(o, "pipeline", 1, 1)
   local world = o.comm
   local N = world and world:size() or 1
@@ -264,11 +275,12 @@ function M.new(o)
     for _, p in ipairs(params) do p:register_hook(function() end) end
     self.hooks = "noop"
   elseif use_hooks and reduce == "ddp" then
-    self.ddp = require("tegraph.reduce.ddp").new { params = params, comm = dp, op = "avg" }
+    self.ddp = require("tegraph.reduce.ddp").new { params = params, comm = dp, op = "avg", bucket_bytes = bucket_bytes }
     self.hooks = "ddp"
   elseif use_hooks and reduce == "zero1" then
     ao.params = params
     ao.comm = dp
+    ao.bucket_bytes = bucket_bytes
     self.zero1 = require("tegraph.reduce.zero1").new(ao)
     self.hooks = "zero1"
   end
