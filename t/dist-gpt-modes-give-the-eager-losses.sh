@@ -3,7 +3,8 @@
 # sequence of the single-process eager run with 4 microbatches in every mode: --graph bit for bit (the same sums in the
 # same order); on ranks within 1e-6 relative: --pipeline 2 with each schedule, eager and --graph (the two copies of the
 # tied token table add their gradients, and the clip norm adds the stages' sums, in another order), -n 2 data parallel
-# and -n 4 --pipeline 2 (2 stages x 2 replicas, 2 microbatches each: the ddp average sums the replicas' gradients).
+# and -n 4 --pipeline 2 (2 stages x 2 replicas, 2 microbatches each: the ddp average sums the replicas' gradients),
+# -n 4 --pipeline 4 (middle stages) and -n 8 --pipeline 4 --graph (4 stages x 2 replicas).
 . "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
 skip_unless_mpi
 # the CPU proof: every run on CPU ranks, the single-process reference too (a host with one GPU cannot give two
@@ -82,6 +83,13 @@ r=$?; show pp2dp2
 ok $r "-np 4 --pipeline 2 (2 stages x 2 replicas, reduce on the stage's dp communicator): within 1e-6 relative"
 gpt pp2dp2g 4 --microbatches 2 --pipeline 2 --schedule zb_h1 --graph && close pp2dp2g
 ok $? "-np 4 --pipeline 2 --schedule zb_h1 --graph: within 1e-6 relative"
+# stages between the first and the last (which hold neither copy of the tied token table)
+gpt pp4 4 --microbatches 4 --pipeline 4 --schedule 1f1b && close pp4
+r=$?; show pp4
+ok $r "-np 4 --pipeline 4 --schedule 1f1b (two middle stages): within 1e-6 relative"
+gpt pp4dp2g 8 --microbatches 2 --pipeline 4 --schedule zb_h1 --graph && close pp4dp2g
+r=$?; show pp4dp2g
+ok $r "-np 8 --pipeline 4 --schedule zb_h1 --graph (4 stages x 2 replicas, graphed, delayed wgrad): within 1e-6 relative"
 
 # a different seed gives other losses: the comparisons above are not vacuous
 gpt other 0 --microbatches 4 --seed 99

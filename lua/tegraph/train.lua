@@ -249,7 +249,8 @@ function M.new(o)
       -- the communicator of the two copies of the token table (first and last stage of a replica)
       local ends = self.stage == first or self.stage == last
       local color = ends and self.dp_rank or (D + world:rank())
-      self.tie = world:split(color, self.stage)
+      local tie = world:split(color, self.stage) -- collective: every rank splits, the middle stages each alone
+      if ends then self.tie = tie else tie:close() end
     end
   else
     self.first_stage, self.last_stage = true, true
