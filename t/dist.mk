@@ -21,7 +21,8 @@ DIST_SH_TESTS = \
 	t/dist-gpt-rank-killed-mid-step.sh \
 	t/dist-gpt-launchers-give-the-same-losses.sh \
 	t/dist-gpt-bucket-size-sets-the-reduces-per-step.sh \
-	t/dist-dp-scaling-bench-prints-the-table.sh
+	t/dist-dp-scaling-bench-prints-the-table.sh \
+	t/dist-dp-faults-bench-reports-the-lost-rank.sh
 TESTS += $(DIST_LUA_TESTS) $(DIST_SH_TESTS)
 
 check_PROGRAMS += t/dist-world-calls-outside-a-job.t

@@ -33,6 +33,15 @@
 #              rows and, as an overhead check, gpt.lua's tokens/s with and without the profiler
 #              (kprof-diff.sh BEFORE.txt AFTER.txt: two profiles side by side, per group and per kernel)
 #   dp         gpt.lua at GPT-2 124M size on 1 GPU, on 2 GPUs (ddp), and on 2 GPUs with a trace (2 GPUs)
+#   dpscale    examples/bench/dp_scaling.sh: GPT-2 124M on 1, 2, 4, ... GPUs (every power of two up to the GPUs
+#              visible), eager and --graph, ddp and zero1: tokens/s, scaling, reduce and exposed reduce per step
+#              (DP_BUCKETS: bucket sizes in MiB to sweep, default 25)
+#   faults     examples/bench/dp_faults.sh: rank 1 SIGKILLed mid-step on 2, 4, ... GPUs, through tegraph run -n and
+#              mpirun, ddp and zero1: time to stop, exit status, error naming rank 1, last checkpoint complete
+#   pipeline   examples/zero_bubble.lua with GPT-2-medium-like layers (24, width 1024, 16 heads, 4 x 1024 tokens,
+#              8 microbatches, bf16): on one GPU, each F/B/W timed on the device and the 4-stage step simulated;
+#              with 4 GPUs or more also one stage per GPU (measured step vs simulated); with 8 or more, gpt.lua as
+#              4 stages x 2 replicas (--graph, 1f1b and zb_h1: tokens/s and the trace's reduce/p2p overlap)
 #   replay     examples/bench/graph_replay.lua: host time per microbatch, eager vs graphed
 #   graphs     examples/bench/graph_memory.lua at GPT-2 124M size (graph pool memory and graph counts per order,
 #              1F1B and ZB-H1 included: before, with the default buffer reuse, with share = true), then
@@ -86,7 +95,7 @@ done
 [ ${#STAGES[@]} -gt 0 ] || { echo "run.sh: no stage given" >&2; usage 2 >&2; }
 for s in "${STAGES[@]}"; do
   case $s in
-    tests|launch|ops|fp8|layers|fp8train|gpt2|lmhead|profile|dp|graphs|replay|allreduce|optim|fork|sanit|suite) ;;
+    tests|launch|ops|fp8|layers|fp8train|gpt2|lmhead|profile|dp|dpscale|faults|pipeline|graphs|replay|allreduce|optim|fork|sanit|suite) ;;
     *) echo "run.sh: unknown stage '$s'" >&2; exit 2 ;;
   esac
 done
@@ -252,6 +261,44 @@ for s in "${STAGES[@]}"; do
       timeout "$(cap 150)" ./tegraph run "$SRC/examples/gpt.lua" --data "$OUT/gpt2-tokens.bin" $GPT2 --steps 30 $f 2>&1 |
         grep -E "steady|host time|trained|rror"
     done | tee "$OUT/gpt2-graph-full.txt"
+    ;;
+  dpscale)
+    stage "data-parallel scaling"
+    BUCKETS=${DP_BUCKETS:-25} TEGRAPH=$BUILD/tegraph timeout "$(cap 2400)" sh "$SRC/examples/bench/dp_scaling.sh" \
+      "$OUT/dp_scaling" 2>&1 | tee "$OUT/dp_scaling.txt"
+    ;;
+  faults)
+    stage "a rank killed mid-step"
+    TEGRAPH=$BUILD/tegraph timeout "$(cap 1200)" sh "$SRC/examples/bench/dp_faults.sh" "$OUT/dp_faults" 2>&1 |
+      tee "$OUT/dp_faults.txt"
+    ;;
+  pipeline)
+    stage "pipeline schedules, GPT-2-medium-like layers"
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    Z="--layers 24 --width 1024 --heads 16 --tokens 1024 --batch 4 --microbatches 8 --steps 3 --dtype bf16"
+    for g in "" --graphed; do
+      timeout "$(cap 300)" ./tegraph run "$SRC/examples/zero_bubble.lua" --stages 4 $Z $g --svg "$OUT/zb1$g" 2>&1 |
+        tee "$OUT/pipeline-1gpu$g.txt" | grep -E "^[A-Za-z0-9-]+: step|measured costs|device|bit-identical"
+    done
+    if [ "$ngpu" -ge 4 ]; then
+      for g in "" --graphed; do
+        timeout "$(cap 300)" ./tegraph run -n 4 "$SRC/examples/zero_bubble.lua" $Z $g --svg "$OUT/zb4$g" 2>&1 |
+          tee "$OUT/pipeline-4gpu$g.txt"
+      done
+    else
+      echo "run.sh: pipeline: $ngpu GPU(s): the 4-GPU schedules need 4"
+    fi
+    if [ "$ngpu" -ge 8 ]; then
+      data
+      P="--data $OUT/gpt2-tokens.bin --vocab 50257 --vocab-pad 64 --context 1024 --width 1024 --heads 16 --layers 24
+        --batch 4 --microbatches 8 --dtype bf16 --quiet --samples 0 --warmup 2 --steps 20 --pipeline 4 --graph"
+      for sch in 1f1b zb_h1; do
+        timeout "$(cap 600)" ./tegraph run -n 8 "$SRC/examples/gpt.lua" $P --schedule $sch --trace "$OUT/pp4x2-$sch.json" \
+          --trace-steps 10:12 2>&1 | tee "$OUT/pp4x2-$sch.txt" | grep -E "gpt:|pipeline|steady|rank 0|rror"
+      done
+    else
+      echo "run.sh: pipeline: $ngpu GPU(s): the 4 x 2 graphed run needs 8"
+    fi
     ;;
   replay)
     stage "graph replay"
