@@ -1,7 +1,7 @@
 # lua/tegraph: the Lua library, installed into Lua's module path.
 tegraphluadir = $(luadir)/tegraph
 dist_tegraphlua_DATA = \
-	%D%/tegraph/init.lua %D%/tegraph/raise.lua \
+	%D%/tegraph/init.lua %D%/tegraph/raise.lua %D%/tegraph/options.lua \
 	%D%/tegraph/nn.lua %D%/tegraph/optim.lua %D%/tegraph/data.lua %D%/tegraph/text.lua %D%/tegraph/progress.lua \
 	%D%/tegraph/cli.lua %D%/tegraph/checkpoint.lua %D%/tegraph/gpt2.lua %D%/tegraph/fp8.lua \
 	%D%/tegraph/train.lua

@@ -132,7 +132,7 @@ local bad = {
   { { eps = -1e-8 }, "AdamW: eps must be > 0", "a negative eps" },
   { { weight_decay = -0.1 }, "AdamW: weight_decay must be >= 0", "a negative weight_decay" },
   { { max_norm = 0 }, "AdamW: max_norm must be > 0", "max_norm = 0" },
-  { { lr = 1e-3, weight_decy = 0.1 }, "AdamW: unknown option 'weight_decy' %(known: lr, betas, .*no_decay%)",
+  { { lr = 1e-3, weight_decy = 0.1 }, "AdamW: unknown option 'weight_decy' %(known: beta1, beta2, betas, capturable, eps, foreach, lr, max_norm, no_decay, sync_norm, weight_decay%)",
     "a misspelt option (it would be ignored)" },
 }
 for _, b in ipairs(bad) do

@@ -48,7 +48,7 @@ for _, o in ipairs { { bucket_size = 1 }, { bucket_bytes = 0 }, { bucket_bytes =
 end
 LUA
 "$TEGRAPH" run "$tmp/new.lua" >"$tmp/new" 2>&1
-grep -q "train: new: unknown option 'bucket_size' (known: adamw, bucket_bytes," "$tmp/new" &&
+grep -q "train.new: unknown option 'bucket_size' (known: adamw, bucket_bytes," "$tmp/new" &&
     [ "$(grep -c 'bucket_bytes must be an integer >= 1' "$tmp/new")" -eq 2 ]
 ok $? "train.new refuses a misspelt option naming the known ones, and a bucket_bytes that is not a positive integer"
 sed 's/^/# /' "$tmp/new"

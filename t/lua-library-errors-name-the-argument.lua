@@ -73,7 +73,7 @@ refused(function() gpt2.load_hf(gpt, 3) end, "gpt2%.load_hf: argument #2 %(path%
 
 -- tg.graph.capture_step
 refused(function() tg.graph.capture_step(function() end, { microbatchez = 3 }) end,
-  "capture_step: unknown option 'microbatchez' %(known: microbatches, stream, pool%)", "capture_step with a misspelt option")
+  "capture_step: unknown option 'microbatchez' %(known: microbatches, pool, stream%)", "capture_step with a misspelt option")
 refused(function() tg.graph.capture_step(function() end, 3) end, "capture_step: opts must be a table", "capture_step opts = 3")
 
 -- tegraph.data: options, and a file whose header is required

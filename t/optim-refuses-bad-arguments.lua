@@ -43,7 +43,7 @@ m:forward(tg.ones { 3, 4 })
 m:backward(tg.ones { 3, 2 })
 local before = ps[1].data:totable()
 refused(function() o:step { lrr = 5 } end,
-  "AdamW:step: unknown option 'lrr' %(known: lr, max_norm, sync_norm, norm%)", "step{lrr=}")
+  "AdamW:step: unknown option 'lrr' %(known: lr, max_norm, norm, sync_norm%)", "step{lrr=}")
 refused(function() o:step { sync_norm = "yes" } end, "AdamW:step: sync_norm must be a boolean, got string",
   "step{sync_norm = \"yes\"}")
 refused(function() o.step() end, "AdamW:step: call it as a method, opt:step%(%.%.%.%) %(got nil as self%)",
@@ -54,7 +54,7 @@ tap.lives_ok(function() o:step { lr = 1e-3 } end, "a good step still runs")
 tap.is(o.t, 1, "... once")
 
 refused(function() optim.cosine_schedule { lr = 1, total = 10, warmupp = 5 } end,
-  "cosine_schedule: unknown option 'warmupp' %(known: lr, total, warmup, min_lr%)", "cosine_schedule{warmupp=}")
+  "cosine_schedule: unknown option 'warmupp' %(known: lr, min_lr, total, warmup%)", "cosine_schedule{warmupp=}")
 refused(function() optim.cosine_schedule { lr = 1, total = 0 } end, "cosine_schedule: total must be an integer >= 1",
   "cosine_schedule{total = 0}")
 refused(function() optim.cosine_schedule { lr = 1, total = 10, warmup = -5 } end,

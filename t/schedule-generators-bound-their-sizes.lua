@@ -31,7 +31,7 @@ for _, g in ipairs(gens) do
   refused(function() gen { stages = "2", microbatches = 4 } end, "schedule: stages must be an integer, got string 2",
     name .. " with stages = \"2\"")
   refused(function() gen { stages = 2, microbatches = 4, microbatchs = 8 } end,
-    "schedule%." .. name .. ": unknown option 'microbatchs' %(known: stages, microbatches, chunks_per_stage, chunks, costs%)",
+    "schedule%." .. name .. ": unknown option 'microbatchs' %(known: chunks, chunks_per_stage, costs, microbatches, stages%)",
     name .. " with a misspelt key")
 end
 refused(function() S.interleaved { stages = 2, microbatches = 4, chunks_per_stage = 100 } end,

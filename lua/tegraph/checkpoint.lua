@@ -15,6 +15,7 @@
 -- A checkpoint is written into step_N.tmp and renamed to step_N once every file in it is written and
 -- synced, then `latest` is replaced (temporary name, fsync, rename): a crash leaves the previous one.
 local raise = require "tegraph.raise"
+local options = require "tegraph.options"
 local core = require "tegraph.core"
 
 local M = {}
@@ -133,15 +134,7 @@ local function check_options(who, o, known, usage)
   if type(o) ~= "table" then
     raise(string.format("%s: an options table %s is required, got %s", who, usage, type(o)))
   end
-  for k in pairs(o) do
-    if not known[k] then
-      local names = {}
-      for n in pairs(known) do names[#names + 1] = n end
-      table.sort(names)
-      raise(string.format("%s: unknown option %s (known: %s)", who,
-        type(k) == "string" and "'" .. k .. "'" or tostring(k), table.concat(names, ", ")))
-    end
-  end
+  options.check(who, o, known)
 end
 
 -- Refuses a metadata table (config=, state=) whose keys are not strings or whose values are not strings,

@@ -1,5 +1,6 @@
 -- tegraph.data: llm.c / nanoGPT token files (.bin): reading into i32 batches, writing small ones.
 local raise = require "tegraph.raise"
+local options = require "tegraph.options"
 local core = require "tegraph.core"
 local ops = core.ops
 
@@ -26,11 +27,7 @@ function data.open(path, o)
   if type(path) ~= "string" then raise("data.open: path must be a string, got " .. type(path)) end
   if o ~= nil and type(o) ~= "table" then raise("data.open: options must be a table {vocab=, device=, headerless=}") end
   o = o or {}
-  for k in pairs(o) do
-    if not OPEN_KEYS[k] then
-      raise(string.format("data.open: unknown option '%s' (known: device, headerless, vocab)", tostring(k)))
-    end
-  end
+  options.check("data.open", o, OPEN_KEYS)
   if o.headerless ~= nil and type(o.headerless) ~= "boolean" then
     raise("data.open: headerless must be a boolean, got " .. type(o.headerless))
   end

@@ -13,6 +13,7 @@
 --   ... step_begin, forward / backward of every microbatch, step_end ...
 --   amax:reduce()                                                     -- every step, before the next forward
 local raise = require "tegraph.raise"
+local options = require "tegraph.options"
 local core = require "tegraph.core"
 
 local M = {}
@@ -30,11 +31,7 @@ function M.autocast(a, fn, ...)
   if core.fp8.is_recipe(a) then
     enabled, recipe = true, a
   elseif type(a) == "table" then
-    for k in pairs(a) do
-      if k ~= "enabled" and k ~= "fp8_recipe" then
-        raise(string.format("fp8_autocast: unknown option '%s' (known: enabled, fp8_recipe)", tostring(k)))
-      end
-    end
+    options.check("fp8_autocast", a, { "enabled", "fp8_recipe" })
     enabled = a.enabled
     if enabled == nil then enabled = true end
     if type(enabled) ~= "boolean" then raise("fp8_autocast: enabled must be a boolean, got a " .. type(enabled)) end

@@ -6,6 +6,7 @@
 -- tegraph's linear weights are [out, in], so those are transposed both ways. The q, k, v column order
 -- of c_attn is tegraph's (q | k | v, heads contiguous in each).
 local raise = require "tegraph.raise"
+local options = require "tegraph.options"
 local core = require "tegraph.core"
 
 local M = {}
@@ -133,9 +134,7 @@ function M.export_hf(model, path, o)
   check_args("gpt2.export_hf", model, path)
   if o ~= nil and type(o) ~= "table" then raise("gpt2.export_hf: argument #3 (options) must be a table {dtype =}") end
   o = o or {}
-  for k in pairs(o) do
-    if k ~= "dtype" then raise(string.format("gpt2.export_hf: unknown option '%s' (known: dtype)", tostring(k))) end
-  end
+  options.check("gpt2.export_hf", o, { "dtype" })
   if o.dtype ~= nil and o.dtype ~= "f32" and o.dtype ~= "bf16" and o.dtype ~= "f16" then
     raise(string.format("gpt2.export_hf: dtype must be f32, bf16 or f16, got %s", tostring(o.dtype)))
   end

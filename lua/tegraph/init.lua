@@ -1,5 +1,6 @@
 -- tegraph: the Lua library — the C core (tensors, streams, graphs) plus Lua-side helpers.
 local raise = require "tegraph.raise"
+local options = require "tegraph.options"
 local core = require "tegraph.core"
 
 local M = {}
@@ -128,11 +129,7 @@ function M.graph.capture_step(fn, opts)
     raise("capture_step: opts must be a table {microbatches=, stream=, pool=}, got " .. type(opts))
   end
   opts = opts or {}
-  for k in pairs(opts) do -- a misspelt option would be ignored
-    if k ~= "microbatches" and k ~= "stream" and k ~= "pool" then
-      raise(string.format("capture_step: unknown option '%s' (known: microbatches, stream, pool)", tostring(k)))
-    end
-  end
+  options.check("capture_step", opts, { "microbatches", "stream", "pool" })
   if type(fn) ~= "function" then raise("capture_step: fn must be a function that runs one whole training step") end
   local nmb = opts.microbatches or 1
   if math.type(nmb) ~= "integer" or nmb < 1 then

@@ -61,17 +61,7 @@ local GPT_RENAMED = {
 
 -- Refuses a key of options table o that is not in known (set of names), naming
 -- the new name of a renamed one (renamed: old -> new).
-local function check_keys(what, o, known, renamed)
-  for k in pairs(o) do
-    if not known[k] then
-      if renamed[k] then raise(string.format("%s: unknown option '%s' (use %s)", what, tostring(k), renamed[k])) end
-      local names = {}
-      for n in pairs(known) do names[#names + 1] = n end
-      table.sort(names)
-      raise(string.format("%s: unknown option '%s' (known: %s)", what, tostring(k), table.concat(names, ", ")))
-    end
-  end
-end
+local check_keys = require("tegraph.options").check
 
 function nn.GPT(cfg)
   if type(cfg) ~= "table" then raise("nn.GPT: expected a table of options, got " .. type(cfg)) end

@@ -1,5 +1,6 @@
 -- tegraph.optim: AdamW with f32 master weights, global-norm gradient clipping, LR schedules.
 local raise = require "tegraph.raise"
+local options = require "tegraph.options"
 local core = require "tegraph.core"
 local ops = core.ops
 
@@ -172,12 +173,7 @@ function optim.AdamW(params, o)
   end
   local known = { lr = 1, betas = 1, beta1 = 1, beta2 = 1, eps = 1, weight_decay = 1, max_norm = 1, foreach = 1,
     sync_norm = 1, capturable = 1, no_decay = 1 }
-  for k in pairs(o) do -- a misspelt option would be ignored
-    if not known[k] then
-      raise(string.format("AdamW: unknown option %s (known: lr, betas, beta1, beta2, eps, weight_decay, max_norm, " ..
-        "foreach, sync_norm, capturable, no_decay)", type(k) == "string" and "'" .. k .. "'" or tostring(k)))
-    end
-  end
+  options.check("AdamW", o, known)
   local lr, beta1, beta2, eps, weight_decay = optim.check_options(o, "AdamW", 3)
   for _, k in ipairs { "foreach", "sync_norm", "capturable" } do
     if o[k] ~= nil and type(o[k]) ~= "boolean" then
@@ -296,12 +292,7 @@ function AdamW:step(o)
     raise("AdamW:step: options must be a table {lr=, max_norm=, sync_norm=, norm=}, got " .. type(o))
   end
   o = o or {}
-  for k in pairs(o) do -- a misspelt option would be ignored
-    if not STEP_KEYS[k] then
-      raise(string.format("AdamW:step: unknown option %s (known: lr, max_norm, sync_norm, norm)",
-        type(k) == "string" and "'" .. k .. "'" or tostring(k)))
-    end
-  end
+  options.check("AdamW:step", o, STEP_KEYS)
   if o.sync_norm ~= nil and type(o.sync_norm) ~= "boolean" then
     raise("AdamW:step: sync_norm must be a boolean, got " .. type(o.sync_norm))
   end
@@ -453,11 +444,7 @@ function optim.cosine_schedule(o)
   if type(o) ~= "table" then
     raise("cosine_schedule: expects a table {lr=, total=, warmup=, min_lr=}, got " .. type(o))
   end
-  for k in pairs(o) do
-    if k ~= "lr" and k ~= "warmup" and k ~= "total" and k ~= "min_lr" then
-      raise(string.format("cosine_schedule: unknown option '%s' (known: lr, total, warmup, min_lr)", tostring(k)))
-    end
-  end
+  options.check("cosine_schedule", o, { "lr", "total", "warmup", "min_lr" })
   local lr, warmup, total, min_lr = o.lr, o.warmup or 0, o.total, o.min_lr or 0.0
   if type(lr) ~= "number" or type(total) ~= "number" then
     raise("cosine_schedule: lr and total (numbers) are required")

@@ -37,6 +37,7 @@ local S = require "tegraph.schedule"
 local plan_ = require "tegraph.schedule.plan"
 local optim = require "tegraph.optim"
 local raise = require "tegraph.raise"
+local options = require "tegraph.options"
 
 local M = {}
 
@@ -108,13 +109,7 @@ local NEW_KEYS = { "adamw", "bucket_bytes", "comm", "graph", "graph_modules", "h
 
 function M.new(o)
   if type(o) ~= "table" then fail("new expects a table of options") end
-  local known = {}
-  for _, k in ipairs(NEW_KEYS) do known[k] = true end
-  for k in pairs(o) do
-    if not known[k] then
-      fail(string.format("new: unknown option '%s' (known: %s)", tostring(k), table.concat(NEW_KEYS, ", ")))
-    end
-  end
+  options.check("train.new", o, NEW_KEYS)
   local model = o.model
   if type(model) ~= "table" or not model.layers or not model.embed or not model.head then
     fail("model must be an nn.GPT")
@@ -362,11 +357,7 @@ function Trainer:check_step_args(xs, ys, lr, o)
   end
   if o ~= nil then
     if type(o) ~= "table" then raise("train:step: options must be a table {skip_nonfinite =}, got " .. type(o)) end
-    for k in pairs(o) do
-      if k ~= "skip_nonfinite" then
-        raise(string.format("train:step: unknown option '%s' (known: skip_nonfinite)", tostring(k)))
-      end
-    end
+    options.check("train:step", o, { "skip_nonfinite" })
   end
 end
 

@@ -3,6 +3,7 @@
 -- sets captured in the executed order; measured idle from the trace.
 -- Needs the C core, loaded on first use (the rest of tegraph.schedule stays plain Lua).
 local raise = require "tegraph.raise"
+local options = require "tegraph.options"
 local plan_ = require "tegraph.schedule.plan"
 local simulate = require "tegraph.schedule.simulate"
 local validate = require "tegraph.schedule.validate"
@@ -61,21 +62,13 @@ end
 local MAKE_GRAPHED_KEYS = { samples = true, sample = true, per_stage = true, warmup = true, pool = true, stages = true,
   chain = true }
 local EXECUTE_KEYS = { chunks = true, graphed = true, inputs = true, input = true, loss_grad = true, pid = true,
-  sync = true, stages = true, comm = true, step = true, validate = true, trace = true }
+  sync = true, stages = true, comm = true, step = true, validate = true }
 
 -- Raises unless opts is nil or a table of known keys.
 local function check_opts(who, opts, known)
   if opts == nil then return {} end
   if type(opts) ~= "table" then raise(string.format("%s: opts must be a table, got %s", who, type(opts))) end
-  for k in pairs(opts) do
-    if not known[k] then
-      local names = {}
-      for n in pairs(known) do if n ~= "trace" then names[#names + 1] = n end end
-      table.sort(names)
-      raise(string.format("%s: unknown option '%s' (known: %s)", who, tostring(k), table.concat(names, ", ")))
-    end
-  end
-  return opts
+  return options.check(who, opts, known)
 end
 
 function M.make_graphed(plan, chunks, opts)
@@ -168,11 +161,11 @@ end
 function M.execute(plan, opts)
   local tg = core()
   plan_.check_plan(plan, "schedule.execute")
-  opts = check_opts("schedule.execute", opts, EXECUTE_KEYS)
-  if opts.trace ~= nil then
+  if type(opts) == "table" and opts.trace ~= nil then
     raise("schedule.execute: there is no opts.trace: a run records its actions into the running trace " ..
       "(tg.trace.start() ... tg.trace.stop(path))")
   end
+  opts = check_opts("schedule.execute", opts, EXECUTE_KEYS)
   plan.owner = plan_.owners(plan)
   if opts.validate then
     local ok, err = validate(plan, { sends = opts.comm and "blocking" or "buffered" })

@@ -10,6 +10,7 @@
 -- chunk c carry chunk c's output (chunk c+1's input); send_bwd/recv_bwd chunk c carry the
 -- gradient of chunk c's input (chunk c-1's output gradient).
 local raise = require "tegraph.raise"
+local options = require "tegraph.options"
 local M = {}
 
 M.COMPUTE = { F = true, B = true, W = true }
@@ -72,12 +73,7 @@ end
 -- the sizes are bounded (M.MAX, M.MAX_COMPUTES).
 function M.args(t, kind, fixed)
   if type(t) ~= "table" then raise("schedule." .. kind .. ": expects a table {stages=, microbatches=}") end
-  for k in pairs(t) do
-    if k ~= "stages" and k ~= "microbatches" and k ~= "costs" and k ~= "chunks_per_stage" and k ~= "chunks" then
-      raise(string.format("schedule.%s: unknown option '%s' (known: stages, microbatches, chunks_per_stage, chunks, " ..
-        "costs)", kind, tostring(k)))
-    end
-  end
+  options.check("schedule." .. kind, t, { "stages", "microbatches", "chunks_per_stage", "chunks", "costs" })
   if t.chunks_per_stage ~= nil and t.chunks ~= nil then
     raise("schedule." .. kind .. ": give chunks_per_stage or chunks, not both")
   end
