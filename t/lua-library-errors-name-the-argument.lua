@@ -1,5 +1,5 @@
 -- lua-library-errors-name-the-argument.lua — bad arguments to GPT:generate / decode, train:step, tegraph.gpt2,
--- tg.graph.capture_step and data.open are refused at the caller's line with a message naming the argument or the
+-- tg.graph.capture_step, data.open, the reduce policies and progress.new are refused at the caller's line with a message naming the argument or the
 -- option (they used to end in raw errors inside nn.lua, gpt2.lua, or be ignored when misspelt); a validation token
 -- file with a bad header, opened as the training file's format, is reported as a bad header, not as a token id.
 local tap = require "tap"
@@ -90,5 +90,21 @@ refused(function() tg.data.open(bad, { vocab = 256, headerless = false }) end,
   "badmagic%.bin: bad magic 12345 in the header %(expected 20240520", "headerless = false: a bad header is named as such")
 tap.is(tg.data.open(good, { vocab = 256, headerless = false }):size(), 10, "headerless = false reads a good file")
 os.execute("rm -rf " .. ex.q(dir))
+
+-- the reduce policies, their bucket tracker and the progress bar refuse misspelt options too
+local params = gpt:parameters()
+refused(function() tg.reduce.ddp { params = params, bucket_mb = 4 } end,
+  "ddp: unknown option 'bucket_mb' %(known: allow_missing, bucket_bytes, bucket_numel, comm, op, params%)",
+  "reduce.ddp with a misspelt option")
+refused(function() tg.reduce.tracker { params = params, on_ready = function() end, pad = 2 } end,
+  "reduce%.tracker: unknown option 'pad' %(known: align, bucket_bytes, bucket_numel, name, on_ready, pad_to, params%)",
+  "reduce.tracker with a misspelt option")
+refused(function() tg.reduce.broadcast_params(params, { rank = 0 }) end,
+  "reduce%.broadcast_params: unknown option 'rank' %(known: comm, root%)", "reduce.broadcast_params with a misspelt option")
+refused(function() require("tegraph.progress").new { totl = 3 } end,
+  "progress%.new: unknown option 'totl' %(known: every, log, max_skips, out, tokens_per_step, total, tty%)",
+  "progress.new with a misspelt option")
+refused(function() tg.optim.AdamW(params, { [1] = 0.1 }) end, "AdamW: unknown option 1 %(known: ",
+  "a list entry among the options is named by its key")
 
 tap.done_testing()

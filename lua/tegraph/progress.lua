@@ -1,5 +1,6 @@
 -- tegraph.progress: training progress (step, loss, tokens/s, elapsed, ETA) on a terminal or a log, plus JSONL metrics.
 local raise = require "tegraph.raise"
+local options = require "tegraph.options"
 local core = require "tegraph.core"
 
 local progress = {}
@@ -62,6 +63,8 @@ P.__index = P
 -- (skipped = true).
 function progress.new(o)
   o = o or {}
+  if type(o) ~= "table" then raise("progress.new: options must be a table, got " .. type(o)) end
+  options.check("progress.new", o, { "total", "tokens_per_step", "log", "tty", "out", "every", "max_skips" })
   if o.max_skips ~= nil and (math.type(o.max_skips) ~= "integer" or o.max_skips < 1) then
     raise(string.format("progress.new: max_skips must be an integer >= 1 (got %s)", tostring(o.max_skips)))
   end

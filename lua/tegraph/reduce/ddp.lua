@@ -11,6 +11,7 @@
 -- stream, ordered after the compute stream; finish() orders the compute stream
 -- after it (the optimizer then reads reduced gradients).
 local raise = require "tegraph.raise"
+local options = require "tegraph.options"
 local core = require "tegraph.core"
 local reduce = require "tegraph.reduce"
 
@@ -20,6 +21,7 @@ DDP.__index = DDP
 
 function M.new(o)
   if type(o) ~= "table" or type(o.params) ~= "table" then raise("ddp: params (a list) is required") end
+  options.check("ddp", o, { "params", "comm", "op", "bucket_bytes", "bucket_numel", "allow_missing" })
   local c = o.comm or core.comm.world()
   local self = setmetatable({
     comm = c,

@@ -14,6 +14,7 @@
 -- become views into one f32 buffer in backward order, split into buckets, so a
 -- bucket is reduced in one call as soon as its last wgrad is in.
 local raise = require "tegraph.raise"
+local options = require "tegraph.options"
 local core = require "tegraph.core"
 local comm = core.comm
 
@@ -34,6 +35,7 @@ Tracker.__index = Tracker
 function M.tracker(o)
   if type(o) ~= "table" or type(o.params) ~= "table" then raise("reduce.tracker: params (a list) is required") end
   if type(o.on_ready) ~= "function" then raise("reduce.tracker: on_ready (a function) is required") end
+  options.check("reduce.tracker", o, { "params", "on_ready", "name", "bucket_bytes", "bucket_numel", "pad_to", "align" })
   local gb = comm.grad_buffer(o.params, {
     bucket_bytes = o.bucket_bytes,
     bucket_numel = o.bucket_numel,
@@ -130,6 +132,8 @@ end
 -- root's: call once after building the model when initialisation differs.
 function M.broadcast_params(params, o)
   o = o or {}
+  if type(o) ~= "table" then raise("reduce.broadcast_params: options must be a table {comm =, root =}") end
+  options.check("reduce.broadcast_params", o, { "comm", "root" })
   local c = o.comm or comm.world()
   for _, p in ipairs(params) do
     c:broadcast(p.data, { root = o.root or 0 })
