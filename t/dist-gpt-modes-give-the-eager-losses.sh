@@ -83,6 +83,12 @@ r=$?; show pp2dp2
 ok $r "-np 4 --pipeline 2 (2 stages x 2 replicas, reduce on the stage's dp communicator): within 1e-6 relative"
 gpt pp2dp2g 4 --microbatches 2 --pipeline 2 --schedule zb_h1 --graph && close pp2dp2g
 ok $? "-np 4 --pipeline 2 --schedule zb_h1 --graph: within 1e-6 relative"
+# zero1 on a pipeline, clipping with the norm over every stage (zb_v keeps the token table whole on stage 1)
+gpt pp2dp2z 4 --microbatches 2 --pipeline 2 --schedule zb_v --zero1 && close pp2dp2z
+r=$?; show pp2dp2z
+ok $r "-np 4 --pipeline 2 --schedule zb_v --zero1 (clip 1: the shards' sums of squares added over the stages): within 1e-6 relative"
+gpt pp2dp2zg 4 --microbatches 2 --pipeline 2 --schedule zb_v --zero1 --graph && close pp2dp2zg
+ok $? "-np 4 --pipeline 2 --schedule zb_v --zero1 --graph: within 1e-6 relative"
 # stages between the first and the last (which hold neither copy of the tied token table)
 gpt pp4 4 --microbatches 4 --pipeline 4 --schedule 1f1b && close pp4
 r=$?; show pp4

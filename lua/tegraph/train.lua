@@ -260,9 +260,6 @@ function M.new(o)
     fail("--zero1 with the embedding and the LM head on different pipeline stages is not supported " ..
       "(use ddp, or a schedule that keeps both on stage 1: zb_v)")
   end
-  if reduce == "zero1" and P > 1 and (o.adamw or {}).max_norm then
-    fail("--zero1 with --pipeline needs --clip 0 (the norm of the zero1 shards is not summed over the stages)")
-  end
   local dp = self.dp or (use_hooks and tg.comm.world()) or nil
   local ao = {}
   for k, v in pairs(o.adamw or {}) do ao[k] = v end
@@ -424,7 +421,7 @@ function Trainer:step(xs, ys, lr, o)
     end
     if not bad then
       local n
-      if self.zero1 then n = self.zero1:grad_norm()
+      if self.zero1 then n = self.P > 1 and self:zero1_norm() or self.zero1:grad_norm()
       elseif self.P > 1 then n = self:global_norm()
       else n = optim.grad_norm(self.params) end
       r.norm = n
@@ -497,7 +494,7 @@ end
 function Trainer:update(lr)
   local norm
   if self.zero1 then
-    norm = self.zero1:step { lr = lr }
+    norm = self.zero1:step { lr = lr, norm = self.max_norm and self.P > 1 and self:zero1_norm() or nil }
   elseif self.P > 1 and self.max_norm then
     norm = self:global_norm()
     self.adamw:step { lr = lr, norm = norm }
@@ -560,6 +557,14 @@ function Trainer:global_norm()
   local s = self.sumsq or tg.zeros({ 1 }, { dtype = "f32", device = dev })
   self.sumsq = s
   tg.ops.sumsq_multi(grads, s)
+  self.pp:all_reduce(s, { op = "sum" })
+  return math.sqrt(s:totable()[1])
+end
+
+-- zero1 on a pipeline: the norm of the whole model's reduced gradient, each stage's sum of squares over its
+-- replicas' shards added over the stages (no token table is split with zero1, so nothing counts twice).
+function Trainer:zero1_norm()
+  local s = self.zero1:grad_sumsq()
   self.pp:all_reduce(s, { op = "sum" })
   return math.sqrt(s:totable()[1])
 end

@@ -24,6 +24,7 @@
 -- AdamW exactly as optim.AdamW computes it, so the parameters equal those of
 -- ddp + optim.AdamW (bit for bit when the reduced gradients are equal).
 local raise = require "tegraph.raise"
+local options = require "tegraph.options"
 local core = require "tegraph.core"
 local reduce = require "tegraph.reduce"
 local ops = core.ops
@@ -204,28 +205,37 @@ function Zero1:finish()
 end
 
 -- Global L2 norm of the reduced gradient (its shards summed over the group).
--- One reduction over the shard's segments, one all-reduce, one read.
-function Zero1:grad_norm()
+-- The sum of the squares of the reduced gradient over the group, as a (1) f32 tensor on the device: one
+-- reduction over the shard's segments and one all-reduce, no read (a pipeline adds the stages' sums).
+function Zero1:grad_sumsq()
   if #self.seg_grads > 0 then
     ops.sumsq_multi(self.seg_grads, self.sumsq)
   else
     self.sumsq:fill_(0) -- a rank whose shards hold only padding
   end
   self.comm:all_reduce(self.sumsq, { op = "sum" })
-  return math.sqrt(self.sumsq:totable()[1])
+  return self.sumsq
 end
 
+function Zero1:grad_norm() return math.sqrt(self:grad_sumsq():totable()[1]) end
+
 -- AdamW on the local shard, then all-gather of the parameter buffer and copy
--- into every parameter (master and data). o: {lr=, max_norm=}. Returns the
--- gradient norm when clipping.
+-- into every parameter (master and data). o: {lr=, max_norm=, norm=}; norm: the
+-- gradient norm to clip with when the caller computed it (a pipeline's, over every
+-- stage), else this group's. Returns the gradient norm when clipping.
 function Zero1:step(o)
   o = o or {}
+  if type(o) ~= "table" then raise("zero1:step: options must be a table {lr=, max_norm=, norm=}") end
+  options.check("zero1:step", o, { "lr", "max_norm", "norm" })
+  if o.norm ~= nil and (type(o.norm) ~= "number" or o.norm < 0) then
+    raise("zero1:step: norm must be a number >= 0 (got " .. tostring(o.norm) .. ")")
+  end
   self:gather() -- AdamW updates the shards the pending gathers send
   local max_norm = o.max_norm or self.max_norm
   local norm, scale
   if max_norm then
     local optim = require "tegraph.optim"
-    norm = self:grad_norm()
+    norm = o.norm or self:grad_norm()
     scale = optim.clip_factor(norm, max_norm)
   end
   self.t = self.t + 1
