@@ -104,6 +104,10 @@ refused(function() tg.reduce.broadcast_params(params, { rank = 0 }) end,
 refused(function() require("tegraph.progress").new { totl = 3 } end,
   "progress%.new: unknown option 'totl' %(known: every, log, max_skips, out, tokens_per_step, total, tty%)",
   "progress.new with a misspelt option")
+local z = tg.reduce.zero1 { params = params }
+refused(function() z:step { lrr = 1e-3 } end, "zero1:step: unknown option 'lrr' %(known: lr, max_norm, norm%)",
+  "zero1:step with a misspelt option")
+refused(function() z:step { norm = -1 } end, "zero1:step: norm must be a number >= 0 %(got %-1%)", "zero1:step{norm = -1}")
 refused(function() tg.optim.AdamW(params, { [1] = 0.1 }) end, "AdamW: unknown option 1 %(known: ",
   "a list entry among the options is named by its key")
 
