@@ -81,7 +81,7 @@ local defaults = {
   { "pipeline", 1, "pipeline stages P, one per rank (tegraph run -n N, N = P x D: D data-parallel replicas)", min = 1 },
   { "schedule", "1f1b", "pipeline schedule: " .. train.schedule_names },
   { "zero1", false, "ZeRO-1 reduce (reduce-scatter, AdamW on the shard, all-gather) instead of ddp" },
-  { "bucket-mb", 25.0, "gradient bucket size of the reduce (ddp or zero1) in MiB: a bucket is reduced as soon as its last wgrad is in", min = 0.001 },
+  { "bucket-mb", 25.0, "gradient bucket size of the reduce (ddp or zero1) in MiB: a bucket is reduced as soon as its last wgrad is in", min = 0.001, max = 1048576 },
   { "graph-modules", nil, "partial capture: graph these modules of every layer and run the rest eagerly (attn,mlp or one of them; Megatron's --cuda-graph-modules)" },
   { "hooks", "reduce", "wgrad hooks: reduce (ddp or zero1) or noop (hooks that do nothing: the step without the reduce, to measure what hooks and schedule cost)" },
 }
