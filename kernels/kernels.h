@@ -213,6 +213,16 @@ struct tgk_zero_buf {
 /* Zeroes every buffer of t (any alignment): one launch per group of buffers. */
 cudaError_t tg_cuda_zero_multi(const struct tgk_zero_buf *t, int n, cudaStream_t st);
 
+/* A pair of tg_cuda_copy_multi (layout of backend.h's tg_copy_multi_pair). */
+struct tgk_copy_pair {
+    void *dst;
+    const void *src;
+    int64_t n;
+    tg_dtype dst_dt, src_dt;
+};
+/* dst = src for every pair of t (f32 / bf16 either side): one launch per group of pairs. */
+cudaError_t tg_cuda_copy_multi(const struct tgk_copy_pair *t, int n, cudaStream_t st);
+
 /* tg_cuda_adamw on every tensor of t; clip_sumsq (device, may be NULL) as struct
  * tg_adamw_multi_args: the scale and the skip on a non-finite norm are decided
  * on the device; lr_dev / step_dev as tg_cuda_adamw. */

@@ -21,6 +21,7 @@ GPT_LUA_TESTS = \
 	t/gpt-max-skips-stops-a-run-of-skipped-steps.lua \
 	t/gpt-and-generate-refuse-bad-options.lua \
 	t/optim-refuses-bad-arguments.lua \
+	t/ops-copy-multi-copies-each-pair.lua \
 	t/checkpoint-refuses-duplicate-parameter-names.lua \
 	t/checkpoint-options-and-files-are-checked.lua \
 	t/bf16-study-pairs-inputs-and-emulates-autocast.lua

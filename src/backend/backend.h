@@ -431,6 +431,20 @@ struct tg_zero_multi_args {
 };
 #define tg_zero_multi_args_size(n) (sizeof(struct tg_zero_multi_args) + (size_t)(n) * sizeof(struct tg_zero_multi_buf))
 
+/* Many copies of one device in one call (tg_copy_multi): dst[i] = src[i] for n elements, f32 or bf16 each side
+ * (f32 -> bf16 rounds to nearest even; the same dtype copies the bits); table after the struct as above. */
+struct tg_copy_multi_pair {
+    void *dst;
+    const void *src;
+    int64_t n;
+    tg_dtype dst_dt, src_dt;
+};
+struct tg_copy_multi_args {
+    int n;
+    struct tg_copy_multi_pair t[];
+};
+#define tg_copy_multi_args_size(n) (sizeof(struct tg_copy_multi_args) + (size_t)(n) * sizeof(struct tg_copy_multi_pair))
+
 /* FP8 delayed scaling (TransformerEngine's update), for n tensor roles at once:
  * history (len, n) f32 row-major, row 0 the amax being recorded. Per role j:
  * amax = max over the rows (TG_FP8_AMAX_MAX, NaN rows ignored) or row 0
@@ -627,6 +641,7 @@ struct tg_backend {
     tg_status (*adamw_count)(tg_stream *s, int32_t *step); /* *step += 1 on the device */
     tg_status (*sumsq_multi)(tg_stream *s, const struct tg_sumsq_multi_args *a);
     tg_status (*zero_multi)(tg_stream *s, const struct tg_zero_multi_args *a);
+    tg_status (*copy_multi)(tg_stream *s, const struct tg_copy_multi_args *a);
     tg_status (*fp8_scale_update)(tg_stream *s, const struct tg_fp8_scale_update_args *a);
 
     /* FP8 */

@@ -311,6 +311,7 @@ const struct tg_backend tg_backend_cpu = {
     .adamw_count = cpu_adamw_count,
     .sumsq_multi = cpu_sumsq_multi,
     .zero_multi = cpu_zero_multi,
+    .copy_multi = cpu_copy_multi,
     .fp8_scale_update = cpu_fp8_scale_update,
     .fp8_cast = cpu_fp8_cast,
     .fp8_cast_gelu = cpu_fp8_cast_gelu,

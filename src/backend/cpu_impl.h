@@ -54,6 +54,7 @@ tg_status cpu_adamw_multi(tg_stream *s, const struct tg_adamw_multi_args *a);
 tg_status cpu_adamw_count(tg_stream *s, int32_t *step);
 tg_status cpu_sumsq_multi(tg_stream *s, const struct tg_sumsq_multi_args *a);
 tg_status cpu_zero_multi(tg_stream *s, const struct tg_zero_multi_args *a);
+tg_status cpu_copy_multi(tg_stream *s, const struct tg_copy_multi_args *a);
 tg_status cpu_fp8_scale_update(tg_stream *s, const struct tg_fp8_scale_update_args *a); /* cpu_fp8_scale.c */
 
 /* FP8 kernel entries (cpu_fp8.c). */

@@ -964,3 +964,23 @@ tg_status cpu_zero_multi(tg_stream *s, const struct tg_zero_multi_args *a)
 {
     return cpu_submit(s, zero_multi_run, a, tg_zero_multi_args_size(a->n));
 }
+
+static void copy_multi_run(const void *p)
+{
+    const struct tg_copy_multi_args *a = p;
+    for (int k = 0; k < a->n; k++) {
+        const struct tg_copy_multi_pair *c = &a->t[k];
+        if (c->dst_dt == c->src_dt) {
+            memmove(c->dst, c->src, (size_t)c->n * tg_dtype_size(c->src_dt)); /* the bits, NaN payloads too */
+        } else if (c->dst_dt == TG_BF16) {
+            for (int64_t i = 0; i < c->n; i++) ((uint16_t *)c->dst)[i] = tg_f32_to_bf16(((const float *)c->src)[i]);
+        } else {
+            for (int64_t i = 0; i < c->n; i++) ((float *)c->dst)[i] = tg_bf16_to_f32(((const uint16_t *)c->src)[i]);
+        }
+    }
+}
+
+tg_status cpu_copy_multi(tg_stream *s, const struct tg_copy_multi_args *a)
+{
+    return cpu_submit(s, copy_multi_run, a, tg_copy_multi_args_size(a->n));
+}

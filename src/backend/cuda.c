@@ -447,6 +447,17 @@ static tg_status cuda_zero_multi(tg_stream *s, const struct tg_zero_multi_args *
     return TG_OK;
 }
 
+_Static_assert(sizeof(struct tgk_copy_pair) == sizeof(struct tg_copy_multi_pair) &&
+                   offsetof(struct tgk_copy_pair, n) == offsetof(struct tg_copy_multi_pair, n) &&
+                   offsetof(struct tgk_copy_pair, src_dt) == offsetof(struct tg_copy_multi_pair, src_dt),
+               "kernels.h tgk_copy_pair follows backend.h");
+
+static tg_status cuda_copy_multi(tg_stream *s, const struct tg_copy_multi_args *a)
+{
+    LAUNCH(s, tg_cuda_copy_multi((const struct tgk_copy_pair *)a->t, a->n, tg_cuda_stream(s)));
+    return TG_OK;
+}
+
 const struct tg_backend tg_backend_cuda = {
     .name = "cuda",
     .type = TG_CUDA,
@@ -505,6 +516,7 @@ const struct tg_backend tg_backend_cuda = {
     .sumsq_multi = cuda_sumsq_multi,
     .fp8_scale_update = cuda_fp8_scale_update,
     .zero_multi = cuda_zero_multi,
+    .copy_multi = cuda_copy_multi,
     .fp8_cast = tg_cuda_fp8_cast_op,
     .fp8_cast_gelu = tg_cuda_fp8_cast_gelu_op,
     .layernorm_forward_fp8 = tg_cuda_layernorm_forward_fp8_op,

@@ -254,6 +254,45 @@ tg_status tg_zero_multi(tg_tensor *const *ts, int n)
     return tg_stream_note_error(s, st);
 }
 
+tg_status tg_copy_multi(tg_tensor *const *dst, const tg_tensor *const *src, int n)
+{
+    const char *op = "copy_multi";
+    char what[48], x[96], y[96];
+    tg_stream *s;
+    if (n == 0) return TG_OK;
+    if (n < 0 || !dst || !src) return tg_error(TG_EINVAL, "%s: bad pair count %d", op, n);
+    if (!dst[0]) return tg_error(TG_EINVAL, "%s: pair 1: dst is NULL", op);
+    TG_TRY(stream_for(op, "dst 1", dst[0], &s));
+    tg_status st = TG_OK;
+    for (int i = 0; st == TG_OK && i < n; i++) {
+        snprintf(what, sizeof what, "%s: pair %d", op, i + 1);
+        st = need(what, "dst", dst[i]);
+        if (st == TG_OK) st = need(what, "src", src[i]);
+        if (st == TG_OK) st = on_dev(what, "dst 1", dst[0], "dst", dst[i]);
+        if (st == TG_OK) st = on_dev(what, "dst 1", dst[0], "src", src[i]);
+        if (st == TG_OK && (!float_dtype(dst[i]->dtype) || !float_dtype(src[i]->dtype)))
+            st = tg_error(TG_EINVAL, "%s: dst %s and src %s must be f32 or bf16", what, desc(dst[i], x, sizeof x),
+                          desc(src[i], y, sizeof y));
+        if (st == TG_OK && tg_tensor_numel(dst[i]) != tg_tensor_numel(src[i]))
+            st = tg_error(TG_EINVAL, "%s: dst %s and src %s differ in size", what, desc(dst[i], x, sizeof x),
+                          desc(src[i], y, sizeof y));
+    }
+    if (st == TG_OK) st = kernel(op, s, (const void *)s->be->copy_multi);
+    struct tg_copy_multi_args *a = NULL;
+    if (st == TG_OK && !(a = malloc(tg_copy_multi_args_size(n))))
+        st = tg_error(TG_ENOMEM, "%s: no memory for the table of %d pairs", op, n);
+    if (st == TG_OK) {
+        a->n = n;
+        for (int i = 0; i < n; i++)
+            a->t[i] = (struct tg_copy_multi_pair){.dst = tg_tensor_data(dst[i]), .src = tg_tensor_data(src[i]),
+                                                  .n = tg_tensor_numel(dst[i]), .dst_dt = dst[i]->dtype,
+                                                  .src_dt = src[i]->dtype};
+        st = s->be->copy_multi(s, a);
+    }
+    free(a);
+    return tg_stream_note_error(s, st);
+}
+
 /* ------------------------------------------------------------------ sumsq (through the reduce kernel) */
 tg_status tg_sumsq(const tg_tensor *t, double *out)
 {

@@ -59,6 +59,9 @@ tg_status tg_sumsq_multi(tg_tensor *out, const tg_tensor *const *ts, int n);
 /* Zeroes every element of ts[0..n-1] (any dtypes, one device) in one call
  * (CUDA: one launch per 512 tensors, 96 before CUDA 12.1); capturable. */
 tg_status tg_zero_multi(tg_tensor *const *ts, int n);
+/* dst[i] = src[i] for every pair, in one call on dst[0]'s stream: same device, same element count, f32 or bf16
+ * either side (f32 -> bf16 rounds to nearest even as tg_copy; the same dtype copies the bits). */
+tg_status tg_copy_multi(tg_tensor *const *dst, const tg_tensor *const *src, int n);
 
 /* Sum of squares of t into *out (host, blocking), for global-norm clipping. */
 tg_status tg_sumsq(const tg_tensor *t, double *out);

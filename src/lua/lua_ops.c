@@ -398,6 +398,31 @@ static int o_sumsq_multi(lua_State *L)
     return 1;
 }
 
+/* copy_multi(dsts, srcs): dsts[i]:copy_(srcs[i]) for every i in one call (f32 / bf16 either side, one device). */
+static int o_copy_multi(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_Integer n = luaL_len(L, 1);
+    if (luaL_len(L, 2) != n)
+        return luaL_error(L, "copy_multi: %d destinations but %d sources", (int)n, (int)luaL_len(L, 2));
+    luaL_argcheck(L, n >= 0 && n <= INT32_MAX, 1, "too many tensors");
+    tg_tensor **d = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *d, 0);
+    const tg_tensor **s = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *s, 0);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, 1, i);
+        d[i - 1] = tgl_tensor_test(L, -1);
+        if (!d[i - 1]) return luaL_error(L, "copy_multi: destination %d is not a tensor", (int)i);
+        lua_pop(L, 1);
+        lua_geti(L, 2, i);
+        s[i - 1] = tgl_tensor_test(L, -1);
+        if (!s[i - 1]) return luaL_error(L, "copy_multi: source %d is not a tensor", (int)i);
+        lua_pop(L, 1);
+    }
+    tgl_check(L, tg_copy_multi(d, s, (int)n));
+    return 0;
+}
+
 /* sumsq(t) -> sum of squares (host number) */
 static int o_sumsq(lua_State *L)
 {
@@ -520,6 +545,7 @@ static const luaL_Reg ops_funcs[] = {
     {"sumsq", o_sumsq},
     {"adamw_multi", o_adamw_multi},
     {"sumsq_multi", o_sumsq_multi},
+    {"copy_multi", o_copy_multi},
     {"gemm", o_gemm},
     {"matmul", o_matmul},
     {"add", o_add},

@@ -112,6 +112,16 @@ function M.new(o)
       end
     end
   end
+  -- each bucket's gather copy: its parameters' weights from their views of the buffer
+  self.copies = {}
+  for bi, b in ipairs(self.buckets) do
+    local c = { dst = {}, src = {} }
+    for _, p in ipairs(b.params) do
+      c.dst[#c.dst + 1] = p.data
+      c.src[#c.src + 1] = self.views[self.index[p]]
+    end
+    self.copies[bi] = c
+  end
   if o.model ~= nil then self:hook_forward(o.model) end
   return self
 end
@@ -181,10 +191,10 @@ function Zero1:gather_bucket(bi)
   self.gathers[bi] = nil
   self.ngathers = self.ngathers - 1
   r:wait()
-  for _, p in ipairs(self.buckets[bi].params) do
-    -- a bf16 parameter's master is this view already; its data is the value rounded to bf16, as optim.AdamW does
-    p.data:copy_(self.views[self.index[p]])
-  end
+  -- a bf16 parameter's master is its view already; its data is the value rounded to bf16, as optim.AdamW does:
+  -- one copy for the whole bucket
+  local c = self.copies[bi]
+  ops.copy_multi(c.dst, c.src)
 end
 
 -- Completes every pending all-gather (in forward order).
@@ -278,7 +288,7 @@ function Zero1:load_state_values(v)
   local reqs = {}
   for bi, s in ipairs(self.shards) do reqs[bi] = self.comm:all_gather(s.bucket, s.param, { async = true }) end
   for _, r in ipairs(reqs) do r:wait() end
-  for i, p in ipairs(self.params) do p.data:copy_(self.views[i]) end -- a bf16 parameter's master is the view
+  for bi = 1, #self.buckets do ops.copy_multi(self.copies[bi].dst, self.copies[bi].src) end -- bf16: master is the view
 end
 
 function Zero1:zero_grad() self.grad_buffer:zero() end
