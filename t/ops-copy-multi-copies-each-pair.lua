@@ -7,6 +7,8 @@ local tap = require "tap"
 local ops = tg.ops
 
 local function bits_equal(a, b) return a:to("f32"):max_abs_diff(b:to("f32")) == 0 end
+local C = { device = "cpu" } -- the CPU part pins its tensors (a GPU machine's default device is the GPU)
+local function on_cpu(o) o = o or {}; o.device = "cpu"; return o end
 
 -- the pairs: n elements each, values that need rounding to bf16 (1 + 2^-8 is a tie: to even, 1), both directions
 local function make(dev, sizes, dts)
@@ -50,31 +52,31 @@ end
 local cpu = check("cpu")
 
 -- the elements around a destination are not written
-local buf = tg.full({ 10 }, 7)
-ops.copy_multi({ buf:narrow(3, 4) }, { tg.ones({ 4 }) })
+local buf = tg.full({ 10 }, 7, C)
+ops.copy_multi({ buf:narrow(3, 4) }, { tg.ones({ 4 }, C) })
 tap.is_deeply(buf:totable(), { 7, 7, 1, 1, 1, 1, 7, 7, 7, 7 }, "a destination view: only its 4 elements change")
 tap.lives_ok(function() ops.copy_multi({}, {}) end, "no pairs: nothing to do")
 
 -- refused, naming the pair
-tap.error_like(function() ops.copy_multi({ tg.zeros({ 3 }), tg.zeros({ 4 }) }, { tg.ones({ 3 }), tg.ones({ 5 }) }) end,
+tap.error_like(function() ops.copy_multi({ tg.zeros({ 3 }, C), tg.zeros({ 4 }, C) }, { tg.ones({ 3 }, C), tg.ones({ 5 }, C) }) end,
   "copy_multi: pair 2: dst .*%[4%].* and src .*%[5%].* differ in size", "pair 2 of different sizes is refused, naming both shapes")
-tap.error_like(function() ops.copy_multi({ tg.zeros({ 3 }, { dtype = "i32" }) }, { tg.ones({ 3 }) }) end,
+tap.error_like(function() ops.copy_multi({ tg.zeros({ 3 }, on_cpu { dtype = "i32" }) }, { tg.ones({ 3 }, C) }) end,
   "copy_multi: pair 1: dst .*i32.* must be f32 or bf16", "an i32 destination is refused")
-tap.error_like(function() ops.copy_multi({ tg.zeros({ 3 }) }, {}) end, "copy_multi: 1 destinations but 0 sources",
+tap.error_like(function() ops.copy_multi({ tg.zeros({ 3 }, C) }, {}) end, "copy_multi: 1 destinations but 0 sources",
   "lists of different lengths are refused")
-tap.error_like(function() ops.copy_multi({ tg.zeros({ 3 }) }, { "x" }) end, "copy_multi: source 1 is not a tensor",
+tap.error_like(function() ops.copy_multi({ tg.zeros({ 3 }, C) }, { "x" }) end, "copy_multi: source 1 is not a tensor",
   "a source that is not a tensor is refused")
 
 if tg.device_count("cuda") > 0 then
   local gpu = check("cuda:0")
   local all = true
   for i = 1, #cpu do
-    local g = tg.zeros({ sizes[i] }, { dtype = dts[i][2] })
+    local g = tg.zeros({ sizes[i] }, { dtype = dts[i][2], device = "cpu" })
     g:copy_(gpu[i])
     if not bits_equal(g, cpu[i]) then all = false end
   end
   tap.ok(all, "cuda:0: every pair equals the CPU's copy bit for bit")
-  tap.error_like(function() ops.copy_multi({ tg.zeros({ 3 }, { device = "cuda:0" }) }, { tg.ones({ 3 }) }) end,
+  tap.error_like(function() ops.copy_multi({ tg.zeros({ 3 }, { device = "cuda:0" }) }, { tg.ones({ 3 }, { device = "cpu" }) }) end,
     "copy_multi: pair 1: .*on", "a source on another device than the destinations is refused")
 else
   io.write("# no CUDA device: the GPU half does not run here\n")
