@@ -5,7 +5,7 @@ EXTRA_DIST += examples/hello.lua examples/gpt.lua examples/zero_bubble.lua examp
 	examples/bench/peers/common.py examples/bench/peers/layers.py examples/bench/peers/gpt2.py \
 	examples/bench/peers/allreduce.py examples/bench/peers/kernels.py examples/bench/peers/fp8_gemm.py examples/bench/peers/gpt2_hf_export.py \
 	examples/bench/gpt2_hf_check.lua \
-	examples/bench/bf16_study.lua examples/bench/bf16_study.sh examples/bench/dp_scaling.sh examples/bench/dp_faults.sh examples/bench/bf16_grad_error.lua examples/bench/peers/gpt_twin.py
+	examples/bench/bf16_study.lua examples/bench/bf16_study.sh examples/bench/dp_scaling.sh examples/bench/dp_faults.sh examples/bench/dp_common.sh examples/bench/bf16_grad_error.lua examples/bench/peers/gpt_twin.py
 
 # The embedding example: a C host using the public headers only (built by make check,
 # run by t/embed-host-example.sh).

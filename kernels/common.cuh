@@ -55,6 +55,20 @@ static inline unsigned tgk_blocks(int64_t n)
 #define TGK_GRID_STRIDE(i, n)                                                                          \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
+/* Host, multi-tensor tables: start[k] = the first work item of entry k of n (len(k) units, items of chunk units),
+ * start[n] = the items in all. Returns that total, or -1 past INT_MAX items. */
+template <typename Len> static inline int64_t tgk_item_starts(int *start, int n, int64_t chunk, Len len)
+{
+    int64_t items = 0;
+    for (int k = 0; k < n; k++) {
+        start[k] = (int)items;
+        items += (len(k) + chunk - 1) / chunk;
+        if (items > 0x7fffffff) return -1;
+    }
+    start[n] = (int)items;
+    return items;
+}
+
 /* Multi-tensor tables: work item c belongs to the last entry k (of n) with start[k] <= c (start ascending,
  * start[0] = 0): a binary search. */
 static __device__ __forceinline__ int tgk_item_owner(const int *start, int n, int c)

@@ -42,14 +42,9 @@ extern "C" cudaError_t tg_cuda_copy_multi(const struct tgk_copy_pair *t, int n, 
     for (int g0 = 0; g0 < n; g0 += COPY_GROUP) {
         struct copy_table tab;
         tab.n = n - g0 < COPY_GROUP ? n - g0 : COPY_GROUP;
-        int64_t items = 0;
-        for (int k = 0; k < tab.n; k++) {
-            tab.t[k] = t[g0 + k];
-            tab.item_start[k] = (int)items;
-            items += (t[g0 + k].n + COPY_CHUNK - 1) / COPY_CHUNK;
-            if (items > 0x7fffffff) return cudaErrorInvalidValue;
-        }
-        tab.item_start[tab.n] = (int)items;
+        for (int k = 0; k < tab.n; k++) tab.t[k] = t[g0 + k];
+        const int64_t items = tgk_item_starts(tab.item_start, tab.n, COPY_CHUNK, [&](int k) { return tab.t[k].n; });
+        if (items < 0) return cudaErrorInvalidValue;
         if (items == 0) continue;
         copy_multi_kernel<<<(unsigned)(items < 2048 ? items : 2048), TGK_THREADS, 0, st>>>(tab);
         cudaError_t e = cudaGetLastError();

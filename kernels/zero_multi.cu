@@ -40,14 +40,9 @@ extern "C" cudaError_t tg_cuda_zero_multi(const struct tgk_zero_buf *t, int n, c
     for (int g0 = 0; g0 < n; g0 += ZERO_GROUP) {
         struct zero_table tab;
         tab.n = n - g0 < ZERO_GROUP ? n - g0 : ZERO_GROUP;
-        int64_t items = 0;
-        for (int k = 0; k < tab.n; k++) {
-            tab.t[k] = t[g0 + k];
-            tab.item_start[k] = (int)items;
-            items += (t[g0 + k].bytes + ZERO_CHUNK - 1) / ZERO_CHUNK;
-            if (items > 0x7fffffff) return cudaErrorInvalidValue;
-        }
-        tab.item_start[tab.n] = (int)items;
+        for (int k = 0; k < tab.n; k++) tab.t[k] = t[g0 + k];
+        const int64_t items = tgk_item_starts(tab.item_start, tab.n, ZERO_CHUNK, [&](int k) { return tab.t[k].bytes; });
+        if (items < 0) return cudaErrorInvalidValue;
         if (items == 0) continue;
         zero_multi_kernel<<<(unsigned)(items < 1024 ? items : 1024), TGK_THREADS, 0, st>>>(tab);
         cudaError_t e = cudaGetLastError();

@@ -23,17 +23,9 @@ case ${1:-} in
   *) out=$1; shift ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-if [ -z "${TEGRAPH:-}" ]; then
-  if command -v tegraph >/dev/null 2>&1; then TEGRAPH=tegraph; else TEGRAPH=$top/tegraph; fi
-fi
+. "$here/dp_common.sh"
 MPIRUN=${MPIRUN:-mpirun}
-gpus=0
-if command -v nvidia-smi >/dev/null 2>&1; then gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
-if [ -z "${RANKS:-}" ]; then
-  RANKS=2
-  if [ "$gpus" -gt 2 ]; then n=4; while [ "$n" -le "$gpus" ]; do RANKS="$RANKS $n"; n=$((n * 2)); done; fi
-fi
+RANKS=${RANKS:-$(powers 2)}
 LAUNCHERS=${LAUNCHERS:-run mpirun}
 MODES=${MODES:-ddp zero1}
 KILL_AT=${KILL_AT:-8}
@@ -46,10 +38,7 @@ for r in $RANKS; do
 done
 mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
-[ -s "$out/tokens.bin" ] || "$TEGRAPH" run "$top/examples/gpt.lua" --make-data "$out/tokens.bin" --tokens 2000000 >/dev/null ||
-  exit 1
-G="--data $out/tokens.bin --vocab 50257 --vocab-pad 64 --context 1024 --width 768 --heads 12 --layers 12 --batch 8
-  --microbatches 2 --warmup 2 --dtype bf16 --quiet --samples 0"
+gpt2_tokens "$out" || exit 1
 
 # rank1 DIR: the pid of rank 1 of the job tagged DIR (the rank itself, not a child it started: that child carries the
 # same environment)

@@ -23,19 +23,9 @@ case ${1:-} in
   *) out=$1; shift ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-if [ -z "${TEGRAPH:-}" ]; then
-  if command -v tegraph >/dev/null 2>&1; then TEGRAPH=tegraph; else TEGRAPH=$top/tegraph; fi
-fi
-gpus=0
-if command -v nvidia-smi >/dev/null 2>&1; then gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
+. "$here/dp_common.sh"
 if [ -z "${RANKS:-}" ]; then
-  if [ "$gpus" -gt 0 ]; then
-    RANKS=1; n=2
-    while [ "$n" -le "$gpus" ]; do RANKS="$RANKS $n"; n=$((n * 2)); done
-  else
-    RANKS="1 2"
-  fi
+  if [ "$gpus" -gt 0 ]; then RANKS=$(powers 1); else RANKS="1 2"; fi
 fi
 MODES=${MODES:-ddp zero1}
 GRAPHS=${GRAPHS:-eager graph}
@@ -51,9 +41,8 @@ for r in $RANKS; do
   case $r in ''|*[!0-9]*|0) echo "$0: RANKS: positive integers, not '$r'" >&2; exit 2 ;; esac
 done
 mkdir -p "$out"
-[ -s "$out/tokens.bin" ] || "$TEGRAPH" run "$top/examples/gpt.lua" --make-data "$out/tokens.bin" --tokens 2000000 >/dev/null
-G="--data $out/tokens.bin --vocab 50257 --vocab-pad 64 --context 1024 --width 768 --heads 12 --layers 12 --batch 8
-  --microbatches 2 --warmup 2 --dtype bf16 --quiet --samples 0 --steps 40"
+gpt2_tokens "$out"
+G="$G --steps 40"
 
 results=$out/results.txt
 : >"$results"

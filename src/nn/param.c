@@ -114,43 +114,34 @@ tg_tensor *tg_param_main_grad(const tg_param *p) { return p ? p->main_grad : NUL
 
 tg_tensor *tg_param_wgrad_target(tg_param *p) { return p->fuse_wgrad_accumulation ? p->main_grad : p->grad; }
 
-tg_status tg_param_set_main_grad(tg_param *p, tg_tensor *view)
+/* *slot (main_grad or master) becomes p's own handle, in p's shape, on view's storage (f32, p's element count,
+ * p's device); the caller keeps view. */
+static tg_status rebind_f32(tg_param *p, tg_tensor *view, tg_tensor **slot, const char *what)
 {
     char a[64], b[64];
     if (!view || view->dtype != TG_F32 || tg_tensor_numel(view) != tg_tensor_numel(p->data))
-        return tg_error(TG_EINVAL, "set_main_grad of %s: expected %lld f32 elements (shape %s), got %s %s", p->name,
+        return tg_error(TG_EINVAL, "%s of %s: expected %lld f32 elements (shape %s), got %s %s", what, p->name,
                         (long long)tg_tensor_numel(p->data), tg_tensor_shape_str(p->data, a, sizeof a),
                         view ? tg_tensor_shape_str(view, b, sizeof b) : "nothing", view ? tg_dtype_name(view->dtype) : "");
     tg_device x = tg_tensor_device(view), y = tg_tensor_device(p->data);
     if (x.type != y.type || x.index != y.index)
-        return tg_error(TG_EINVAL, "set_main_grad of %s: the buffer is on another device than the parameter", p->name);
+        return tg_error(TG_EINVAL, "%s of %s: the buffer is on another device than the parameter", what, p->name);
     tg_tensor *ref;
-    /* p's own handle, in p's shape, on view's storage; the caller keeps view. */
     TG_TRY(tg_tensor_view(view, 0, p->data->ndim, p->data->shape, &ref));
-    tg_tensor_free(p->main_grad);
-    p->main_grad = ref;
+    tg_tensor_free(*slot);
+    *slot = ref;
     return TG_OK;
 }
 
+tg_status tg_param_set_main_grad(tg_param *p, tg_tensor *view) { return rebind_f32(p, view, &p->main_grad, "set_main_grad"); }
+
+/* The values are the caller's: the buffer's, not the old master's. */
 tg_status tg_param_set_master(tg_param *p, tg_tensor *view)
 {
-    char a[64], b[64];
     if (!p->master)
         return tg_error(TG_EINVAL, "set_master of %s: the parameter is %s and has no f32 master copy (its data is the master)",
                         p->name, tg_dtype_name(p->data->dtype));
-    if (!view || view->dtype != TG_F32 || tg_tensor_numel(view) != tg_tensor_numel(p->data))
-        return tg_error(TG_EINVAL, "set_master of %s: expected %lld f32 elements (shape %s), got %s %s", p->name,
-                        (long long)tg_tensor_numel(p->data), tg_tensor_shape_str(p->data, a, sizeof a),
-                        view ? tg_tensor_shape_str(view, b, sizeof b) : "nothing", view ? tg_dtype_name(view->dtype) : "");
-    tg_device x = tg_tensor_device(view), y = tg_tensor_device(p->data);
-    if (x.type != y.type || x.index != y.index)
-        return tg_error(TG_EINVAL, "set_master of %s: the buffer is on another device than the parameter", p->name);
-    tg_tensor *ref;
-    /* p's own handle, in p's shape, on view's storage; the caller keeps view. The values are the caller's. */
-    TG_TRY(tg_tensor_view(view, 0, p->data->ndim, p->data->shape, &ref));
-    tg_tensor_free(p->master);
-    p->master = ref;
-    return TG_OK;
+    return rebind_f32(p, view, &p->master, "set_master");
 }
 
 tg_status tg_param_zero_grad(tg_param *p)
