@@ -12,7 +12,7 @@ SMALL="--width 32 --layers 2 --heads 2 --batch 4 --microbatches 2 --quiet --samp
 # losses FILE [FROM]: "step loss" lines of a --log file, the loss with all its digits, from step FROM on
 losses() { sed -n 's/^{"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1" | awk -v f="${2:-1}" '$1 >= f'; }
 
-echo "1..19"
+echo "1..20"
 k=0
 "$TEGRAPH" run "$GPT" --make-data "$tmp/task.bin" --tokens 4000 >/dev/null 2>&1
 for mode in "f32" "bf16" "f32 --data $tmp/task.bin --vocab 12 --context 16" "bf16 --delay-wgrad --fuse-wgrad" "f32 --graph"; do
@@ -109,4 +109,15 @@ bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --resume "$tmp/p.ck" >"$tmp/out" 2
 rc=$?
 ok $([ $rc -ne 0 ] && grep -q "written with the layout 'pipeline 2 (1f1b, 2 chunks of 1 layers)'; this run has 'pipeline 1'" \
     "$tmp/out"; echo $?) "a --pipeline 2 checkpoint resumed without a pipeline is refused, naming both layouts"
+
+# --pipeline 2 --zero1: zero1's shards, and the split token table's own AdamW on both stages
+P="--pipeline 2 --schedule 1f1b --zero1"
+bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL $P --log "$tmp/pz.full" >/dev/null 2>"$tmp/err"
+bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL $P --out "$tmp/pz.ck" --save-every 3 >/dev/null 2>>"$tmp/err"
+bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL $P --resume "$tmp/pz.ck/step_00000003" --log "$tmp/pz.res" \
+    >/dev/null 2>>"$tmp/err"
+a=$(losses "$tmp/pz.full" 4)
+b=$(losses "$tmp/pz.res")
+ok $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) \
+    "--pipeline 2 --zero1: save at 3, resume, 5 more give the uninterrupted losses bit for bit ($(head -n 1 "$tmp/err"))"
 finish

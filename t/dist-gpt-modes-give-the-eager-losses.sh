@@ -89,6 +89,12 @@ r=$?; show pp2dp2z
 ok $r "-np 4 --pipeline 2 --schedule zb_v --zero1 (clip 1: the shards' sums of squares added over the stages): within 1e-6 relative"
 gpt pp2dp2zg 4 --microbatches 2 --pipeline 2 --schedule zb_v --zero1 --graph && close pp2dp2zg
 ok $? "-np 4 --pipeline 2 --schedule zb_v --zero1 --graph: within 1e-6 relative"
+# zero1 with the token table split over the first and last stage (its own all-reduce and AdamW)
+gpt pp2dp2z1 4 --microbatches 2 --pipeline 2 --schedule 1f1b --zero1 && close pp2dp2z1
+r=$?; show pp2dp2z1
+ok $r "-np 4 --pipeline 2 --schedule 1f1b --zero1 (the split token table outside the shards): within 1e-6 relative"
+gpt pp4dp2zg 8 --microbatches 2 --pipeline 4 --schedule zb_h1 --graph --zero1 && close pp4dp2zg
+ok $? "-np 8 --pipeline 4 --schedule zb_h1 --graph --zero1 (middle stages without the table): within 1e-6 relative"
 # stages between the first and the last (which hold neither copy of the tied token table)
 gpt pp4 4 --microbatches 4 --pipeline 4 --schedule 1f1b && close pp4
 r=$?; show pp4

@@ -256,10 +256,6 @@ function M.new(o)
   -- the reduce, driven by the wgrad hooks: on the dp communicator, or the world of one rank
   local reduce = o.reduce or "ddp"
   local use_hooks = N > 1 or self.graph or o.hooks == "noop" or o.reduce ~= nil
-  if reduce == "zero1" and self.tied_split then
-    fail("--zero1 with the embedding and the LM head on different pipeline stages is not supported " ..
-      "(use ddp, or a schedule that keeps both on stage 1: zb_v)")
-  end
   local dp = self.dp or (use_hooks and tg.comm.world()) or nil
   local ao = {}
   for k, v in pairs(o.adamw or {}) do ao[k] = v end
@@ -271,10 +267,25 @@ function M.new(o)
     self.ddp = require("tegraph.reduce.ddp").new { params = params, comm = dp, op = "avg", bucket_bytes = bucket_bytes }
     self.hooks = "ddp"
   elseif use_hooks and reduce == "zero1" then
-    ao.params = params
-    ao.comm = dp
-    ao.bucket_bytes = bucket_bytes
-    self.zero1 = require("tegraph.reduce.zero1").new(ao)
+    -- a token table split over the first and last stage (tied_split) stays out of zero1's shards: its two copies
+    -- sit in different buckets of different buffers, so their gradients could not be summed shard by shard.
+    -- It is all-reduced over dp as ddp does, summed over the tie, and updated by an AdamW of its own on both
+    -- stages (the same gradient and state: the copies stay equal).
+    self.table = self.tied_split and (self.first_stage and self.embed_table or self.last_stage and self.head_table) or nil
+    local zo = {}
+    for k, v in pairs(ao) do zo[k] = v end
+    zo.params, zo.comm, zo.bucket_bytes = params, dp, bucket_bytes
+    if self.table then
+      zo.params = {}
+      for _, p in ipairs(params) do if p ~= self.table then zo.params[#zo.params + 1] = p end end
+      self.table_ddp = require("tegraph.reduce.ddp").new { params = { self.table }, comm = dp, op = "avg",
+        bucket_bytes = bucket_bytes }
+      local to = {}
+      for k, v in pairs(ao) do to[k] = v end
+      to.sync_norm = false
+      self.table_adamw = optim.AdamW({ self.table }, to)
+    end
+    self.zero1 = require("tegraph.reduce.zero1").new(zo)
     self.hooks = "zero1"
   end
   -- FP8 with delayed scaling on several replicas: the step's amaxes reduced (max) over dp after each step
@@ -408,6 +419,7 @@ function Trainer:step(xs, ys, lr, o)
   if self.fp8_amax then self.fp8_amax:reduce() end
   if self.ddp then self.ddp:finish() end
   if self.zero1 then self.zero1:finish() end
+  if self.table_ddp then self.table_ddp:finish() end
   if self.tie then -- the two copies of the token table take the sum of their gradients
     local p = self.first_stage and self.embed_table or self.head_table
     self.tie:all_reduce(p.wgrad, { op = "sum" })
@@ -494,7 +506,9 @@ end
 function Trainer:update(lr)
   local norm
   if self.zero1 then
-    norm = self.zero1:step { lr = lr, norm = self.max_norm and self.P > 1 and self:zero1_norm() or nil }
+    norm = self.max_norm and self.P > 1 and self:zero1_norm() or nil
+    norm = self.zero1:step { lr = lr, norm = norm }
+    if self.table_adamw then self.table_adamw:step { lr = lr, norm = norm } end
   elseif self.P > 1 and self.max_norm then
     norm = self:global_norm()
     self.adamw:step { lr = lr, norm = norm }
@@ -506,7 +520,31 @@ end
 
 ------------------------------------------------------------------------ checkpoints
 -- The optimizer whose state a checkpoint holds: zero1 (this rank's shards) or AdamW.
-function Trainer:optimizer() return self.zero1 or self.adamw end
+-- zero1 with a split token table: zero1's shards and the table's AdamW, saved and restored as one.
+local ZeroAndTable = {}
+ZeroAndTable.__index = ZeroAndTable
+function ZeroAndTable:state_tensors()
+  local out = self.z:state_tensors()
+  for _, e in ipairs(self.a:state_tensors()) do out[#out + 1] = e end
+  return out
+end
+function ZeroAndTable:state_values()
+  local v = self.z:state_values()
+  v.kind, v.table_t, v.table_lr = "zero1 + token table AdamW", self.a:step_count(), self.a.lr
+  return v
+end
+function ZeroAndTable:load_state_values(v)
+  self.z:load_state_values(v)
+  self.a:load_state_values { t = v.table_t, lr = v.table_lr }
+end
+
+function Trainer:optimizer()
+  if self.table_adamw then
+    self.both = self.both or setmetatable({ z = self.zero1, a = self.table_adamw }, ZeroAndTable)
+    return self.both
+  end
+  return self.zero1 or self.adamw
+end
 
 -- The layout a checkpoint must be resumed on: the pipeline's stages and chunk placement (the data-
 -- parallel width is the world size, which tegraph.checkpoint checks itself).
@@ -562,9 +600,15 @@ function Trainer:global_norm()
 end
 
 -- zero1 on a pipeline: the norm of the whole model's reduced gradient, each stage's sum of squares over its
--- replicas' shards added over the stages (no token table is split with zero1, so nothing counts twice).
+-- replicas' shards added over the stages, and a split token table's (reduced, summed over the tie) counted once,
+-- on the first stage.
 function Trainer:zero1_norm()
   local s = self.zero1:grad_sumsq()
+  if self.table and self.first_stage then
+    self.table_sumsq = self.table_sumsq or tg.zeros({ 1 }, { dtype = "f32", device = s.device })
+    tg.ops.sumsq_multi({ self.table.wgrad }, self.table_sumsq)
+    s:add_(self.table_sumsq)
+  end
   self.pp:all_reduce(s, { op = "sum" })
   return math.sqrt(s:totable()[1])
 end
