@@ -15,7 +15,8 @@
 #               job may take to stop (default 60)
 #   TEGRAPH, MPIRUN  the programs (default: tegraph on PATH or the build tree's ./tegraph; mpirun, which may carry
 #               options: MPIRUN="mpirun --oversubscribe")
-# Exits 1 when a run breaks a rule: exit 0, no stop within LIMIT, no error naming rank 1, or an incomplete checkpoint.
+# Exits 1 when a run breaks a rule: exit 0, no stop within LIMIT, no error naming rank 1, or an incomplete checkpoint;
+# 2 on a host with one GPU (unless TG_DEVICE=cpu: CPU ranks) or for bad settings.
 set -u
 out=bench_dp_faults
 case ${1:-} in
@@ -25,6 +26,10 @@ esac
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/dp_common.sh"
 MPIRUN=${MPIRUN:-mpirun}
+if [ "$gpus" -eq 1 ] && [ "${TG_DEVICE:-}" != cpu ]; then
+  echo "$0: one GPU here: a rank kill needs 2 ranks with a GPU each (TG_DEVICE=cpu runs CPU ranks)" >&2
+  exit 2
+fi
 RANKS=${RANKS:-$(powers 2)}
 LAUNCHERS=${LAUNCHERS:-run mpirun}
 MODES=${MODES:-ddp zero1}
