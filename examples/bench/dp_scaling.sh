@@ -89,3 +89,13 @@ awk '
       printf "%5s %6s %6s %10s %12s %8s %16s %16s\n", f[1], f[2], f[3], f[4], f[5], sc, f[6], f[7]
     }
   }' "$results"
+# with several bucket sizes: the fastest for each rank count, policy and mode (the size to train with there)
+if [ "$(echo $BUCKETS | wc -w)" -gt 1 ]; then
+  awk '
+    $5 ~ /^[0-9]+$/ { key = $1 " " $2 " " $3; if (!(key in best) || $5 > best[key]) { best[key] = $5; at[key] = $4 }
+      if (!(key in seen)) { seen[key] = 1; order[++n] = key } }
+    END {
+      printf "\nfastest bucket size:\n"
+      for (i = 1; i <= n; i++) { split(order[i], f, " "); printf "  %s ranks, %s, %s: %s MiB (%s tokens/s)\n", f[1], f[2], f[3], at[order[i]], best[order[i]] }
+    }' "$results"
+fi
