@@ -277,13 +277,13 @@ for s in "${STAGES[@]}"; do
     ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     Z="--layers 24 --width 1024 --heads 16 --tokens 1024 --batch 4 --microbatches 8 --steps 3 --dtype bf16"
     for g in "" --graphed; do
-      timeout "$(cap 300)" ./tegraph run "$SRC/examples/zero_bubble.lua" --stages 4 $Z $g --svg "$OUT/zb1$g" 2>&1 |
-        tee "$OUT/pipeline-1gpu$g.txt" | grep -E "^[A-Za-z0-9-]+: step|measured costs|device|bit-identical"
+      timeout "$(cap 300)" ./tegraph run "$SRC/examples/zero_bubble.lua" --stages 4 $Z $g --svg "$OUT/zb1${g:+-graphed}" 2>&1 |
+        tee "$OUT/pipeline-1gpu${g:+-graphed}.txt" | grep -E "^[A-Za-z0-9-]+: step|measured costs|device|bit-identical"
     done
     if [ "$ngpu" -ge 4 ]; then
       for g in "" --graphed; do
-        timeout "$(cap 300)" ./tegraph run -n 4 "$SRC/examples/zero_bubble.lua" $Z $g --svg "$OUT/zb4$g" 2>&1 |
-          tee "$OUT/pipeline-4gpu$g.txt"
+        timeout "$(cap 300)" ./tegraph run -n 4 "$SRC/examples/zero_bubble.lua" $Z $g --svg "$OUT/zb4${g:+-graphed}" 2>&1 |
+          tee "$OUT/pipeline-4gpu${g:+-graphed}.txt"
       done
     else
       echo "run.sh: pipeline: $ngpu GPU(s): the 4-GPU schedules need 4"
