@@ -12,7 +12,8 @@ SMALL="--width 32 --layers 2 --heads 2 --batch 4 --microbatches 2 --quiet --samp
 # losses FILE [FROM]: "step loss" lines of a --log file, the loss with all its digits, from step FROM on
 losses() { sed -n 's/^{"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1" | awk -v f="${2:-1}" '$1 >= f'; }
 
-echo "1..20"
+PLAN=20
+echo "1..$PLAN"
 k=0
 "$TEGRAPH" run "$GPT" --make-data "$tmp/task.bin" --tokens 4000 >/dev/null 2>&1
 for mode in "f32" "bf16" "f32 --data $tmp/task.bin --vocab 12 --context 16" "bf16 --delay-wgrad --fuse-wgrad" "f32 --graph"; do
@@ -62,7 +63,7 @@ ok $(grep -q "model.safetensors: tensor 'embed.wte' has shape \[12,32\] in the f
 
 # two ranks (mpirun on CPU ranks)
 if [ -z "${TG_MPIRUN:-}" ] || { [ "$(id -u)" = 0 ] && [ -z "${OMPI_ALLOW_RUN_AS_ROOT:-}" ]; }; then
-    for i in 1 2 3 4 5 6 7; do echo "ok $((n + i)) # SKIP no usable mpirun"; done
+    while [ "$n" -lt "$PLAN" ]; do n=$((n + 1)); echo "ok $n # SKIP no usable mpirun"; done
     exit $((fails != 0))
 fi
 # CPU ranks whatever the machine has: a host with one GPU cannot give two ranks a GPU each
