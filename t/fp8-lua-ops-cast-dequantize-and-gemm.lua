@@ -121,7 +121,7 @@ os.remove(path)
 ------------------------------------------------------------------------ producers' casts
 do
   tg.manual_seed(4)
-  local h = (tg.randn({ 24, 40 }) * 3):to({ dtype = "bf16" })
+  local h = (tg.randn({ 24, 40 }, CPU) * 3):to({ dtype = "bf16" })
   local sc = f32 { 16 }
   local a1, a2, s1, s2 = f32 { 0 }, f32 { 0 }, f32 { 0 }, f32 { 0 }
   local g8, g8t = ops.fp8_cast_transpose(h, "e4m3", { gelu = true, scale = sc, amax = a1, scale_inv = s1 })
@@ -129,8 +129,8 @@ do
   tap.is_deeply({ g8:totable(), g8t:totable(), a1:totable(), s1:totable() },
     { r8:totable(), r8t:totable(), a2:totable(), s2:totable() },
     "fp8_cast_transpose{gelu = true} of h = fp8_cast_transpose of gelu_forward(h): codes, transpose, amax, scale_inv")
-  local x = (tg.randn({ 2, 12, 40 }) * 5 + 1):to({ dtype = "bf16" })
-  local gm, bt = tg.randn({ 40 }):to({ dtype = "bf16" }), tg.randn({ 40 }):to({ dtype = "bf16" })
+  local x = (tg.randn({ 2, 12, 40 }, CPU) * 5 + 1):to({ dtype = "bf16" })
+  local gm, bt = tg.randn({ 40 }, CPU):to({ dtype = "bf16" }), tg.randn({ 40 }, CPU):to({ dtype = "bf16" })
   local l8, lm, lr = ops.fp8_layernorm(x, gm, bt, "e4m3", { scale = sc, amax = a1, scale_inv = s1, eps = 1e-5 })
   local ly, rm, rr = ops.layernorm_forward(x, gm, bt, 1e-5)
   local c8 = ops.fp8_cast(ly, "e4m3", { scale = sc, amax = a2, scale_inv = s2 })
