@@ -70,55 +70,44 @@ fi
 TG_DEVICE=cpu
 export TG_DEVICE
 MPI="$TG_MPIRUN -np 2 --oversubscribe"
-bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --log "$tmp/r2.full" >/dev/null 2>"$tmp/err"
-bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --out "$tmp/r2.ck" --save-every 3 >/dev/null 2>>"$tmp/err"
-ok $([ -f "$tmp/r2.ck/step_00000003/rank0.safetensors" ] && [ -f "$tmp/r2.ck/step_00000003/rank1.safetensors" ]; echo $?) \
-    "two ranks: each rank saves its optimizer state ($(head -n 1 "$tmp/err"))"
-bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --resume "$tmp/r2.ck/step_00000003" --log "$tmp/r2.res" >/dev/null 2>>"$tmp/err"
-a=$(losses "$tmp/r2.full" 4)
-b=$(losses "$tmp/r2.res")
-ok $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) "two ranks: save at 3, resume, 5 more give the uninterrupted losses bit for bit"
+# save_resume_exact TAG WHAT FILES ARGS...: under $MPI, the run with ARGS uninterrupted, then saved every 3 steps
+# into $tmp/TAG.ck (whose step 3 must hold FILES, unless FILES is -), then resumed from step 3: the resumed run's
+# losses are the uninterrupted run's from step 4 on, bit for bit
+save_resume_exact() {
+    tag=$1 what=$2 files=$3
+    shift 3
+    bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL "$@" --log "$tmp/$tag.full" >/dev/null 2>"$tmp/err"
+    bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL "$@" --out "$tmp/$tag.ck" --save-every 3 >/dev/null 2>>"$tmp/err"
+    if [ "$files" != - ]; then
+        missing=
+        for f in $files; do [ -f "$tmp/$tag.ck/step_00000003/$f" ] || missing="$missing $f"; done
+        ok $([ -z "$missing" ]; echo $?) "$what: step 3 holds $files${missing:+ (missing:$missing)}"
+    fi
+    bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL "$@" --resume "$tmp/$tag.ck/step_00000003" --log "$tmp/$tag.res" \
+        >/dev/null 2>>"$tmp/err"
+    a=$(losses "$tmp/$tag.full" 4)
+    b=$(losses "$tmp/$tag.res")
+    e=$(head -n 1 "$tmp/err")
+    ok $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) \
+        "$what: save at 3, resume, 5 more give the uninterrupted losses bit for bit${e:+ ($e)}"
+}
+save_resume_exact r2 "two ranks (each rank saves its optimizer state)" "rank0.safetensors rank1.safetensors"
 "$TEGRAPH" run "$GPT" $SMALL --resume "$tmp/r2.ck" >"$tmp/out" 2>&1
 rc=$?
 ok $([ $rc -ne 0 ] && grep -q "written by 2 ranks; resume it on 2 ranks (this run has 1)" "$tmp/out"; echo $?) \
     "a 2-rank checkpoint resumed on 1 rank is refused, saying why ($(grep -m1 ranks "$tmp/out"))"
 
 # zero1: each rank saves and restores its own shards of the f32 parameters, m and v
-bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --zero1 --log "$tmp/z.full" >/dev/null 2>"$tmp/err"
-bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --zero1 --out "$tmp/z.ck" --save-every 3 >/dev/null 2>>"$tmp/err"
-bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --zero1 --resume "$tmp/z.ck/step_00000003" --log "$tmp/z.res" \
-    >/dev/null 2>>"$tmp/err"
-a=$(losses "$tmp/z.full" 4)
-b=$(losses "$tmp/z.res")
-ok $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) \
-    "two ranks --zero1: save at 3, resume, 5 more give the uninterrupted losses bit for bit ($(head -n 1 "$tmp/err"))"
+save_resume_exact z "two ranks --zero1" - --zero1
 
 # --pipeline 2 (1f1b): each stage's weights in its own model file, each rank's optimizer state
-P="--pipeline 2 --schedule 1f1b"
-bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL $P --log "$tmp/p.full" >/dev/null 2>"$tmp/err"
-bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL $P --out "$tmp/p.ck" --save-every 3 >/dev/null 2>>"$tmp/err"
-ok $([ -f "$tmp/p.ck/step_00000003/model.stage1.safetensors" ] && [ -f "$tmp/p.ck/step_00000003/model.stage2.safetensors" ] \
-    && [ -f "$tmp/p.ck/step_00000003/rank1.safetensors" ]; echo $?) \
-    "--pipeline 2: a model file per stage and an optimizer file per rank ($(ls "$tmp/p.ck/step_00000003" | tr '\n' ' '))"
-bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL $P --resume "$tmp/p.ck/step_00000003" --log "$tmp/p.res" \
-    >/dev/null 2>>"$tmp/err"
-a=$(losses "$tmp/p.full" 4)
-b=$(losses "$tmp/p.res")
-ok $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) \
-    "--pipeline 2: save at 3, resume, 5 more give the uninterrupted losses bit for bit ($(head -n 1 "$tmp/err"))"
+save_resume_exact p "--pipeline 2 (a model file per stage, an optimizer file per rank)" \
+    "model.stage1.safetensors model.stage2.safetensors rank1.safetensors" --pipeline 2 --schedule 1f1b
 bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL --resume "$tmp/p.ck" >"$tmp/out" 2>&1
 rc=$?
 ok $([ $rc -ne 0 ] && grep -q "written with the layout 'pipeline 2 (1f1b, 2 chunks of 1 layers)'; this run has 'pipeline 1'" \
     "$tmp/out"; echo $?) "a --pipeline 2 checkpoint resumed without a pipeline is refused, naming both layouts"
 
 # --pipeline 2 --zero1: zero1's shards, and the split token table's own AdamW on both stages
-P="--pipeline 2 --schedule 1f1b --zero1"
-bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL $P --log "$tmp/pz.full" >/dev/null 2>"$tmp/err"
-bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL $P --out "$tmp/pz.ck" --save-every 3 >/dev/null 2>>"$tmp/err"
-bounded 300 $MPI "$TEGRAPH" run "$GPT" $SMALL $P --resume "$tmp/pz.ck/step_00000003" --log "$tmp/pz.res" \
-    >/dev/null 2>>"$tmp/err"
-a=$(losses "$tmp/pz.full" 4)
-b=$(losses "$tmp/pz.res")
-ok $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) \
-    "--pipeline 2 --zero1: save at 3, resume, 5 more give the uninterrupted losses bit for bit ($(head -n 1 "$tmp/err"))"
+save_resume_exact pz "--pipeline 2 --zero1" - --pipeline 2 --schedule 1f1b --zero1
 finish
