@@ -582,7 +582,10 @@ typedef struct tg_hook_info {
 /* A wgrad hook: ud as given to tg_param_add_hook. It returns TG_OK, or an
  * error status with a message set (tg_error): the error aborts the backward
  * (or backward_dw, or replay) that fired it and is returned to its caller,
- * prefixed "wgrad hook N of NAME (microbatch M)" (from Lua: raised there). */
+ * prefixed "wgrad hook N of NAME (microbatch M)" (from Lua: raised there).
+ * An error returned without a message set is reported as "the hook failed
+ * (STATUS) without a message", a value that is not a tg_status as TG_EINVAL.
+ * Hooks must not begin or end steps (TG_ESTATE). */
 typedef tg_status (*tg_hook_fn)(void *ud, tg_param *p, const tg_hook_info *info);
 
 /* Adds fn as a wgrad hook of p; *id (when id is non-NULL) gets its handle
@@ -703,8 +706,15 @@ TG_API void tg_fp8_autocast_get(int *active, int *enabled, tg_fp8_recipe *r);
 typedef struct tg_runtime tg_runtime;
 typedef int (*tg_lua_cfunction)(struct lua_State *L);
 
-/* Creates a runtime; NULL on allocation failure (message in tg_last_error). */
+/* Creates a runtime; NULL on allocation failure (message in tg_last_error).
+ * Lua's standard libraries are open, except that os.exit raises an error
+ * ("os.exit(N) in an embedded tegraph runtime ...") instead of ending the
+ * host's process: a script's os.exit (or a command-line parser's exit on a
+ * bad option) comes back as TG_ELUA. */
 TG_API tg_runtime *tg_runtime_new(void);
+/* Gives rt's scripts Lua's own os.exit, which ends the process (what the
+ * tegraph program does: it is the host). */
+TG_API tg_status tg_runtime_allow_exit(tg_runtime *rt);
 TG_API void tg_runtime_free(tg_runtime *rt);
 /* Runs a script file with `arg` set like the lua interpreter (arg[0] =
  * path, arg[1..argc] = argv). On a Lua error returns TG_ELUA and the message

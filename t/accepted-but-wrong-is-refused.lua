@@ -80,14 +80,48 @@ local x, dy = tg.randn { 2, 4 }, tg.randn { 2, 4 }
 tg.step_begin { microbatches = 1 }
 lin:forward(x, 1)
 lin:backward(dy, 1)
+tap.error_like(function() tg.step_end() end,
+  "step_end: step %d+ has delayed wgrads that have not run: Linear %(microbatch 1%) %(run their backward_dw before step_end, or drop them with drop_saved%(%); the step stays open%)",
+  "step_end with a delayed wgrad of the step still queued is refused, naming the module and the microbatch")
+tap.ok(tg.step_open(), "... and the step stays open")
+lin:backward_dw(1)
+tap.lives_ok(function() tg.step_end() end, "once the wgrad ran, step_end closes the step")
+local lw = lin:parameters()[1]
+tap.ok(lw.has_grad and lw.grad:max_abs() > 0, "... with the gradient in the weight")
+
+lin:forward(x, 1) -- outside steps
+lin:backward(dy, 1)
+tap.error_like(function() tg.step_begin { microbatches = 1 } end,
+  "step_begin: delayed wgrads queued outside steps have not run: Linear %(microbatch 1%)",
+  "step_begin while a wgrad queued outside steps waits is refused, naming it")
+tap.ok(not tg.step_open(), "... and opens no step")
+lin:drop_saved()
+tap.ok(not lin:need_backward_dw(), "drop_saved() drops the queued wgrads too")
+tap.lives_ok(function() tg.step_begin { microbatches = 1 }; tg.step_end() end, "... and a step can begin again")
+
+tg.step_begin { microbatches = 2 }
+lin:forward(x, 1)
+tap.error_like(function() lin:forward(x, 1) end,
+  "forward of microbatch 1 again in step %d+ before its backward %(a module runs one forward per microbatch in a step: is it in the model twice%?%)",
+  "a second forward of a microbatch in one step before its backward is refused")
 tg.step_end()
+tg.step_begin { microbatches = 2 }
+tap.error_like(function() lin:backward(dy, 1) end,
+  "backward of microbatch 1 in step (%d+), but its forward ran in step (%d+) %(a microbatch's forward and backward belong to one step; run the forward again%)",
+  "a backward whose forward ran in an earlier step is refused, naming both steps")
+lin:forward(x, 1)
+tap.lives_ok(function() lin:backward(dy, 1); lin:backward_dw(1) end, "... and after the forward again it runs")
+tg.step_end()
+local seq = tg.nn.Sequential { lin, lin }
 tg.step_begin { microbatches = 1 }
-tap.error_like(function() lin:backward_dw(1) end,
-  "Linear backward_dw %(microbatch 1%): the wgrad of microbatch 1 on Linear was queued in step %d+, and step %d+ is open %(a step's delayed wgrads must be run before its step_end%)",
-  "a wgrad queued in one step and popped in the next is refused, naming both steps")
+tap.error_like(function() seq:forward(x, 1) end, "forward of microbatch 1 again in step %d+ before its backward",
+  "a module placed twice in a Sequential is refused at its second forward")
+lin:drop_saved()
 tg.step_end()
-tap.lives_ok(function() lin:backward_dw(1) end, "outside steps the store may be drained")
-tap.ok(not lin:need_backward_dw(), "... and is empty after")
+local seqd = tg.nn.Sequential { tg.nn.Linear(4, 4, { delay_wgrad = true }) }
+tap.error_like(function() seqd:backward_dw(1) end,
+  "backward_dw with nothing queued on Sequential or its children %(some delay their wgrad",
+  "backward_dw on a Sequential of delayed modules with nothing queued says its children delay")
 
 local lin2 = tg.nn.Linear(4, 4)
 local calls = 0
@@ -256,8 +290,19 @@ do -- module options out of range are refused, not replaced by a default; messag
     "nn%.Linear: option 'init_std' must be a finite number >= 0", "Linear refuses init_std = NaN (it gave zero weights)")
   tap.error_like(function() return tg.nn.Linear(4, 2, { init_std = -1, device = CPU }) end, "option 'init_std' must be",
     "... and a negative init_std")
-  tap.error_like(function() return tg.nn.Linear(4, 2, { eps = "x", device = CPU }) end,
-    "nn%.Linear: option 'eps' must be a finite number > 0 %(got string x%)", "a non-number option is named")
+  tap.error_like(function() return tg.nn.LayerNorm(4, { eps = "x", device = CPU }) end,
+    "nn%.LayerNorm: option 'eps' must be a finite number > 0 %(got string x%)", "a non-number option is named")
+  tap.error_like(function() return tg.nn.Linear(4, 2, { eps = 1e-5, device = CPU }) end,
+    "nn%.Linear: unknown option 'eps' %(known: in_features, out_features, bias, init_std, fp8, dtype",
+    "an option the module has no use for (a Linear has no norm) is refused, not ignored")
+  tap.error_like(function() return tg.nn.Embedding(8, 4, { bias = true, device = CPU }) end,
+    "nn%.Embedding: unknown option 'bias'", "... an Embedding's bias")
+  tap.error_like(function() return tg.nn.RMSNorm(4, { bias = true, device = CPU }) end,
+    "nn%.RMSNorm: unknown option 'bias'", "... an RMSNorm's bias")
+  tap.error_like(function() return tg.nn.LayerNorm(4, { init_std = 1, device = CPU }) end,
+    "nn%.LayerNorm: unknown option 'init_std'", "... a LayerNorm's init_std")
+  tap.error_like(function() return tg.nn.Sequential { tg.nn.Linear(4, 4), eps = 1 } end,
+    "nn%.Sequential: unknown option 'eps'", "... a Sequential's eps")
   tap.error_like(function() return tg.nn.Linear(4, 2, { name = {}, device = CPU }) end,
     "nn%.Linear: option 'name' must be a string %(got a table%)", "a non-string name is named")
   tap.is(tg.nn.Linear(4, 2, { init_std = 0, device = CPU }):parameters()[1].data:max_abs_diff(tg.zeros({ 2, 4 }, { device = CPU })), 0,
@@ -311,4 +356,59 @@ tap.is(#tg.nn.Linear(4, 4, { bias = false, device = CPU }):parameters(), 1, "bia
 local z = tg.randn({ 4 }, { dtype = "f32", device = CPU, name = "z", mean = 5, std = 0 })
 tap.is(z:totable()[4], 5, "known constructor options are taken (randn mean 5, std 0)")
 tap.is(tg.ones { 2 }:to({ dtype = "bf16", device = CPU }).dtype, "bf16", "tensor:to with its known options converts")
+------------------------------------------------------------------------ steps, gradients and options
+do -- hooks do not begin or end steps: a step_end from a hook would cut the step's bookkeeping in two
+  local lh = tg.nn.Linear(4, 4, { device = CPU })
+  local xh = tg.randn({ 2, 4 }, { device = CPU })
+  for _, call in ipairs { "step_end", "step_begin" } do
+    local _, id = lh:parameters()[1]:register_hook(function()
+      if call == "step_end" then tg.step_end() else tg.step_begin { microbatches = 1 } end
+    end)
+    tg.step_begin { microbatches = 1 }
+    lh:forward(xh, 1)
+    tap.error_like(function() lh:backward(xh, 1) end, call .. " called from a wgrad hook %(steps begin and end outside hooks%)",
+      call .. " from a wgrad hook is refused")
+    tap.ok(tg.step_open(), "... and the step is still open")
+    lh:parameters()[1]:remove_hook(id)
+    lh:drop_saved()
+    tg.step_end()
+  end
+  lh:register_forward_pre_hook(function() tg.step_end() end)
+  tg.step_begin { microbatches = 1 }
+  tap.error_like(function() lh:forward(xh, 1) end, "step_end called from a forward pre%-hook", "... and from a forward pre-hook")
+  tg.step_end()
+end
+
+do -- outside steps a microbatch number is a label: a large one costs no memory per number
+  local lm = tg.nn.Linear(4, 4, { device = CPU })
+  local seen
+  lm:parameters()[1]:register_hook(function(_, info) seen = info.microbatch end)
+  local xm = tg.randn({ 2, 4 }, { device = CPU })
+  lm:forward(xm, 1000000000)
+  tap.lives_ok(function() lm:backward(xm, 1000000000) end, "a backward of microbatch 1e9 outside steps runs")
+  tap.is(seen, 1000000000, "... and its hooks see that microbatch")
+end
+
+do -- reading a gradient is not having one; p.grad = t is
+  local lg = tg.nn.Linear(4, 4, { device = CPU })
+  local w, b = lg:parameters()[1], lg:parameters()[2]
+  local opt = tg.optim.AdamW({ w, b }, { lr = 0.1 })
+  local _ = tostring(w.grad), tostring(w.wgrad), tostring(w.main_grad)
+  tap.ok(not w.has_grad, "reading p.grad / p.wgrad does not give p a gradient")
+  tap.error_like(function() opt:step() end, "no parameter has a gradient yet", "... so a step before any backward is refused")
+  w.grad = tg.ones({ 4, 4 }, { device = CPU })
+  tap.ok(w.has_grad and w.grad:sum() == 16, "p.grad = t copies t in and gives p a gradient")
+  tap.lives_ok(function() opt:step() end, "... and the step runs")
+  tap.error_like(function() w.grad = tg.ones({ 2, 8 }, { device = CPU }) end,
+    "Parameter 'weight': grad is %[4,4%], the tensor given is %[2,8%]", "p.grad = t of another shape is refused")
+  tap.error_like(function() w.data = tg.ones({ 4, 4 }) end, "field 'data' cannot be set %(settable: grad, main_grad, wgrad%)",
+    "other fields are read-only")
+end
+
+for _, k in ipairs { "lr", "eps", "weight_decay", "beta1" } do
+  local lp = tg.nn.Linear(2, 2, { device = CPU })
+  tap.error_like(function() tg.optim.AdamW(lp:parameters(), { [k] = false }) end, "AdamW: " .. k .. " must be .* %(got boolean%)",
+    "AdamW{" .. k .. " = false} is refused, not taken as the default")
+end
+
 tap.done_testing()

@@ -103,7 +103,7 @@ end
 
 -- misspelt keys: refused, named, with the known ones listed
 tap.error_like(function() nn.LayerNormMLP(8, 16, { activaton = "swiglu" }) end,
-  "nn%.LayerNormMLP: unknown option 'activaton' %(known: hidden_size, ffn_hidden_size, normalization, activation, ",
+  "nn%.LayerNormMLP: unknown option 'activaton' %(known: hidden_size, ffn_hidden_size, bias, eps, init_std, normalization, activation, ",
   "a misspelt option in the positional form's options is refused, with the known names")
 tap.error_like(function() nn.Embedding { num_embeddings = 4, embedding_dim = 2, max_positions = 3 } end,
   "nn%.Embedding: unknown option 'max_positions'", "a misspelt option in the table form is refused")

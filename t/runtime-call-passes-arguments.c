@@ -45,6 +45,15 @@ int main(void)
     like(tg_runtime_error(rt), "stack traceback:", "and a traceback");
     ok(tg_runtime_call(rt, "probe", "count", 1, NULL, &result) == TG_EINVAL, "argc without argv is refused");
     ok(tg_runtime_dostring(rt, "assert(select('#', ...) == 0)", "=stack") == TG_OK, "the runtime still runs chunks");
+
+    /* the library never ends the host's process: a script's os.exit, or a command-line parser's exit on a bad
+     * option, comes back as TG_ELUA; tg_runtime_allow_exit gives scripts Lua's own os.exit (the tegraph program) */
+    ok(tg_runtime_dostring(rt, "os.exit(3)", "=exiting") == TG_ELUA, "os.exit(3) in an embedded runtime is TG_ELUA");
+    like(tg_runtime_error(rt), "exiting:1: os.exit(3) in an embedded tegraph runtime", "naming the call and the line");
+    ok(tg_runtime_dostring(rt, "require('tegraph.cli').parse('prog', {{'steps', 1, 'optimizer steps'}}, {'--stepz', '3'}, "
+                               "{stderr = io.open('/dev/null', 'w')})", "=cli") == TG_ELUA,
+       "a script's bad command-line option is TG_ELUA, not an exit");
+    ok(tg_runtime_dostring(rt, "return 1", "=after") == TG_OK, "... and the host goes on");
     tg_runtime_free(rt);
     return done_testing();
 }

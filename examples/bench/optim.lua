@@ -22,7 +22,7 @@ local function params()
   local ps, numel = {}, 0
   local function add(name, shape)
     local p = nn.Parameter(name, tg.randn(shape, { dtype = opt.dtype, device = device }), { fuse_wgrad_accumulation = true })
-    p.wgrad:copy_(tg.randn(shape, { dtype = "f32", device = device }))
+    p.wgrad = tg.randn(shape, { dtype = "f32", device = device })
     ps[#ps + 1] = p
     local n = 1
     for _, d in ipairs(shape) do n = n * d end

@@ -116,11 +116,15 @@ function optim.check_options(o, who, level)
       raise(string.format("%s: give betas or beta1/beta2, not both", who), level + 1)
     end
   end
-  local lr = o.lr or 1e-3
-  local beta1 = o.beta1 or (o.betas and o.betas[1]) or 0.9
-  local beta2 = o.beta2 or (o.betas and o.betas[2]) or 0.999
-  local eps = o.eps or 1e-8
-  local weight_decay = o.weight_decay or 0.0
+  local function given(v, default) -- nil takes the default; false (or any non-number) is refused below
+    if v == nil then return default end
+    return v
+  end
+  local lr = given(o.lr, 1e-3)
+  local beta1 = given(o.beta1, given(o.betas and o.betas[1], 0.9))
+  local beta2 = given(o.beta2, given(o.betas and o.betas[2], 0.999))
+  local eps = given(o.eps, 1e-8)
+  local weight_decay = given(o.weight_decay, 0.0)
   number_opt("lr", lr, function() return true end, "a finite number")
   number_opt("lr", lr, function(v) return v >= 0 end, ">= 0")
   number_opt("beta1", beta1, function(v) return v >= 0 and v < 1 end, "a number in [0, 1)")

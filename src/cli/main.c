@@ -2,6 +2,7 @@
 #include "config.h"
 #include "tegraph.h"
 #include "cli/launch.h"
+#include <lua.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,7 +107,16 @@ static int run(const char *path, const char *code, int argc, char **argv)
         fprintf(stderr, "tegraph: %s\n", tg_last_error());
         return EXIT_SCRIPT;
     }
-    tg_status st = code ? tg_runtime_dostring(rt, code, "=(command line)") : tg_runtime_dofile(rt, path, argc, argv);
+    tg_status st = tg_runtime_allow_exit(rt); /* the program is the host: its scripts may end it */
+    if (st == TG_OK && code) { /* arg as lua -e has it: a table, arg[0] the program */
+        lua_State *L = tg_runtime_lua(rt);
+        lua_createtable(L, 0, 1);
+        lua_pushstring(L, "tegraph");
+        lua_rawseti(L, -2, 0);
+        lua_setglobal(L, "arg");
+    }
+    if (st == TG_OK)
+        st = code ? tg_runtime_dostring(rt, code, "=(command line)") : tg_runtime_dofile(rt, path, argc, argv);
     if (st != TG_OK) {
         fflush(stdout);
         fprintf(stderr, "%s\n", tg_runtime_error(rt));
@@ -159,6 +169,7 @@ static int cmd_schedule(int argc, char **argv)
         return EXIT_SCRIPT;
     }
     int status = EXIT_SCRIPT;
+    tg_runtime_allow_exit(rt);
     if (tg_runtime_call(rt, "tegraph.schedule", "cli", argc, argv, &status) != TG_OK) {
         fflush(stdout);
         fprintf(stderr, "%s\n", tg_runtime_error(rt));

@@ -24,6 +24,9 @@ _Noreturn void tg_assert_fail(const char *file, int line, const char *expr);
 tg_status tg_verror(tg_status st, const char *fmt, va_list ap);
 /* Prefixes the current message with "what: " and returns st (for context). */
 tg_status tg_error_prefix(tg_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Empties this thread's message (before calling out to code that reports its failures through tg_error, so a
+ * failure without a message is told from one with a stale message). */
+void tg_error_clear(void);
 
 #define TG_TRY(expr)                                                                                   \
     do {                                                                                               \

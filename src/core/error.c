@@ -75,6 +75,8 @@ tg_status tg_verror(tg_status st, const char *fmt, va_list ap)
     return st;
 }
 
+void tg_error_clear(void) { set_message("", 0); }
+
 tg_status tg_error(tg_status st, const char *fmt, ...)
 {
     va_list ap;

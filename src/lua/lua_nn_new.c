@@ -13,8 +13,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const common_keys[] = {"dtype", "device", "bias", "delay_wgrad", "fuse_wgrad_accumulation",
-                                          "chunk", "name", "eps", "init_std", NULL};
+/* Every module's options; bias, eps and init_std only where the module has a bias, a norm or weights drawn at
+ * random (its ctor's keys), so an option a module has no use for is refused rather than ignored. */
+static const char *const common_keys[] = {"dtype", "device", "delay_wgrad", "fuse_wgrad_accumulation", "chunk",
+                                          "name", NULL};
 
 /* A constructor's argument spelling. */
 struct ctor {
@@ -232,7 +234,7 @@ static const char *str_opt(lua_State *L, const struct ctor *c, const char *k, co
 
 #define LIST(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-static const struct ctor linear_c = {"nn.Linear", LIST("in_features", "out_features"), LIST("fp8"),
+static const struct ctor linear_c = {"nn.Linear", LIST("in_features", "out_features"), LIST("bias", "init_std", "fp8"),
                                      LIST("in", "in_features", "out", "out_features")};
 
 static int nn_linear(lua_State *L)
@@ -245,8 +247,8 @@ static int nn_linear(lua_State *L)
     CTOR_END(L, slot, tg_linear_new(in, out, &o, slot));
 }
 
-static const struct ctor layernorm_c = {"nn.LayerNorm", LIST("hidden_size"), NULL, LIST("dim", "hidden_size")};
-static const struct ctor rmsnorm_c = {"nn.RMSNorm", LIST("hidden_size"), NULL, LIST("dim", "hidden_size")};
+static const struct ctor layernorm_c = {"nn.LayerNorm", LIST("hidden_size"), LIST("bias", "eps"), LIST("dim", "hidden_size")};
+static const struct ctor rmsnorm_c = {"nn.RMSNorm", LIST("hidden_size"), LIST("eps"), LIST("dim", "hidden_size")};
 
 static int nn_layernorm(lua_State *L)
 {
@@ -267,7 +269,7 @@ static int nn_rmsnorm(lua_State *L)
 }
 
 static const struct ctor layernorm_linear_c = {
-    "nn.LayerNormLinear", LIST("in_features", "out_features"), LIST("normalization", "fp8"),
+    "nn.LayerNormLinear", LIST("in_features", "out_features"), LIST("bias", "eps", "init_std", "normalization", "fp8"),
     LIST("in", "in_features", "out", "out_features", "norm", "normalization")};
 
 static int nn_layernorm_linear(lua_State *L)
@@ -283,7 +285,8 @@ static int nn_layernorm_linear(lua_State *L)
 }
 
 static const struct ctor layernorm_mlp_c = {
-    "nn.LayerNormMLP", LIST("hidden_size", "ffn_hidden_size"), LIST("normalization", "activation", "fp8"),
+    "nn.LayerNormMLP", LIST("hidden_size", "ffn_hidden_size"),
+    LIST("bias", "eps", "init_std", "normalization", "activation", "fp8"),
     LIST("dim", "hidden_size", "hidden", "ffn_hidden_size", "norm", "normalization")};
 
 /* The table form may leave ffn_hidden_size out: 4 * hidden_size. */
@@ -299,7 +302,8 @@ static int nn_layernorm_mlp(lua_State *L)
     CTOR_END(L, slot, tg_layernorm_mlp_new(h, f, norm, act, &o, slot));
 }
 
-static const struct ctor attention_c = {"nn.CausalSelfAttention", LIST("hidden_size", "num_attention_heads"), LIST("fp8"),
+static const struct ctor attention_c = {"nn.CausalSelfAttention", LIST("hidden_size", "num_attention_heads"),
+                                        LIST("bias", "init_std", "fp8"),
                                         LIST("dim", "hidden_size", "heads", "num_attention_heads")};
 
 static int nn_attention(lua_State *L)
@@ -315,7 +319,8 @@ static int nn_attention(lua_State *L)
 }
 
 static const struct ctor transformer_layer_c = {
-    "nn.TransformerLayer", LIST("hidden_size", "ffn_hidden_size", "num_attention_heads"), LIST("normalization", "activation", "fp8"),
+    "nn.TransformerLayer", LIST("hidden_size", "ffn_hidden_size", "num_attention_heads"),
+    LIST("bias", "eps", "init_std", "normalization", "activation", "fp8"),
     LIST("dim", "hidden_size", "hidden", "ffn_hidden_size", "heads", "num_attention_heads", "norm", "normalization")};
 
 /* The table form may leave ffn_hidden_size out: 4 * hidden_size. */
@@ -334,7 +339,7 @@ static int nn_transformer_layer(lua_State *L)
 }
 
 static const struct ctor embedding_c = {
-    "nn.Embedding", LIST("num_embeddings", "embedding_dim"), LIST("max_position_embeddings"),
+    "nn.Embedding", LIST("num_embeddings", "embedding_dim"), LIST("init_std", "max_position_embeddings"),
     LIST("vocab", "num_embeddings", "dim", "embedding_dim", "context", "max_position_embeddings")};
 
 /* Token table (num_embeddings, embedding_dim) plus a position table of max_position_embeddings rows. */
@@ -350,7 +355,8 @@ static int nn_embedding(lua_State *L)
 }
 
 static const struct ctor lm_head_c = {
-    "nn.LMHead", LIST("hidden_size", "vocab_size"), LIST("tied", "normalization", "fused_loss", "loss_chunk_rows"),
+    "nn.LMHead", LIST("hidden_size", "vocab_size"),
+    LIST("bias", "eps", "init_std", "tied", "normalization", "fused_loss", "loss_chunk_rows"),
     LIST("dim", "hidden_size", "vocab", "vocab_size", "norm", "normalization")};
 
 static int nn_lm_head(lua_State *L)

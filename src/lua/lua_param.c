@@ -65,14 +65,14 @@ static int p_index(lua_State *L)
         lua_pushstring(L, p->name);
     else if (strcmp(k, "data") == 0)
         tgl_push_tensor_ref(L, p->data);
-    else if (strcmp(k, "grad") == 0)
-        p->grad_written = 1, tgl_push_tensor_ref(L, p->grad); /* the script may write it */
+    else if (strcmp(k, "grad") == 0) /* reading hands out the tensor; only a backward or p.grad = t counts as a gradient */
+        tgl_push_tensor_ref(L, p->grad);
     else if (strcmp(k, "main_grad") == 0)
-        p->grad_written = 1, tgl_push_tensor_ref(L, p->main_grad);
+        tgl_push_tensor_ref(L, p->main_grad);
     else if (strcmp(k, "master") == 0)
         tgl_push_tensor_ref(L, p->master);
     else if (strcmp(k, "wgrad") == 0)
-        p->grad_written = 1, tgl_push_tensor_ref(L, tg_param_wgrad_target(p));
+        tgl_push_tensor_ref(L, tg_param_wgrad_target(p));
     else if (strcmp(k, "has_grad") == 0)
         lua_pushboolean(L, p->grad_written);
     else if (strcmp(k, "shape") == 0) {
@@ -90,6 +90,35 @@ static int p_index(lua_State *L)
     else
         lua_pushnil(L);
     return 1;
+}
+
+/* p.grad = t, p.main_grad = t, p.wgrad = t (the one the optimizer reads): t's values are copied in (same
+ * shape, converted to the gradient's dtype) and p has a gradient (p.has_grad) — a gradient computed outside the
+ * engine's modules. Other fields are read-only. */
+static int p_newindex(lua_State *L)
+{
+    tg_param *p = tgl_param_check(L, 1);
+    const char *k = lua_tostring(L, 2);
+    tg_tensor *dst = NULL;
+    if (k && strcmp(k, "grad") == 0) dst = p->grad;
+    else if (k && strcmp(k, "main_grad") == 0) dst = p->main_grad;
+    else if (k && strcmp(k, "wgrad") == 0) dst = tg_param_wgrad_target(p);
+    else
+        return luaL_error(L, "Parameter '%s': field %s cannot be set (settable: grad, main_grad, wgrad)", p->name,
+                          k ? lua_pushfstring(L, "'%s'", k) : luaL_typename(L, 2));
+    if (!dst) return luaL_error(L, "Parameter '%s' has no %s (it keeps its gradient in %s)", p->name, k,
+                                p->main_grad ? "main_grad" : "grad");
+    tg_tensor *src = tgl_tensor_check(L, 3);
+    int same = tg_tensor_ndim(src) == tg_tensor_ndim(dst);
+    for (int i = 0; same && i < tg_tensor_ndim(dst); i++) same = tg_tensor_dim(src, i) == tg_tensor_dim(dst, i);
+    if (!same) {
+        char a[64], b[64];
+        return luaL_error(L, "Parameter '%s': %s is %s, the tensor given is %s", p->name, k,
+                          tg_tensor_shape_str(dst, a, sizeof a), tg_tensor_shape_str(src, b, sizeof b));
+    }
+    tgl_check(L, tg_copy(dst, src));
+    p->grad_written = 1;
+    return 0;
 }
 
 static int p_tostring(lua_State *L)
@@ -264,5 +293,5 @@ static const luaL_Reg p_methods[] = {
 
 void tgl_open_param(lua_State *L)
 {
-    tgl_new_class(L, TGL_PARAM, p_methods, p_index, p_gc, p_tostring, NULL);
+    tgl_new_class(L, TGL_PARAM, p_methods, p_index, p_gc, p_tostring, p_newindex);
 }

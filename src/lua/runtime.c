@@ -32,10 +32,26 @@ static void add_dirs(luaL_Buffer *b, const char *dirs)
     }
 }
 
+/* os.exit in a runtime a host embeds: the library never ends the host's process, so a script's os.exit is an
+ * error the host gets back (TG_ELUA). The tegraph program puts Lua's own os.exit back (tg_runtime_allow_exit). */
+static int rt_no_exit(lua_State *L)
+{
+    int code = lua_isboolean(L, 1) ? (lua_toboolean(L, 1) ? 0 : 1) : (int)luaL_optinteger(L, 1, 0);
+    return luaL_error(L, "os.exit(%d) in an embedded tegraph runtime: the host ends its process, not the script", code);
+}
+
+#define RT_OS_EXIT "tegraph.os_exit" /* registry key: Lua's own os.exit */
+
 /* Runs in protected mode: libraries, preload, package.path, global tg. */
 static int rt_setup(lua_State *L)
 {
     luaL_openlibs(L);
+    lua_getglobal(L, "os"); /* +1 */
+    lua_getfield(L, -1, "exit");
+    lua_setfield(L, LUA_REGISTRYINDEX, RT_OS_EXIT);
+    lua_pushcfunction(L, rt_no_exit);
+    lua_setfield(L, -2, "exit");
+    lua_pop(L, 1);
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE); /* +1: package.preload */
     lua_pushcfunction(L, tg_lua_open_core);
     lua_setfield(L, -2, "tegraph.core");
@@ -243,4 +259,17 @@ tg_status tg_runtime_register(tg_runtime *rt, const char *name, tg_lua_cfunction
     lua_pushlightuserdata(L, (void *)name);
     lua_pushcfunction(L, fn);
     return rt_docall(rt, 2, 0);
+}
+
+tg_status tg_runtime_allow_exit(tg_runtime *rt)
+{
+    if (rt == NULL) return tg_error(TG_EINVAL, "runtime: allow_exit on a NULL runtime");
+    lua_State *L = rt->L;
+    lua_getglobal(L, "os");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, LUA_REGISTRYINDEX, RT_OS_EXIT);
+        lua_setfield(L, -2, "exit");
+    }
+    lua_pop(L, 1);
+    return TG_OK;
 }

@@ -41,7 +41,29 @@ void tg_engine_unlink(tg_param *p)
 }
 
 static int hook_depth; /* wgrad hooks running now (nested: a hook's own work fired more) */
+static int pre_depth;  /* forward pre-hooks running now */
 int tg_hooks_running(void) { return hook_depth > 0; }
+
+tg_status tg_engine_hook_status(tg_status st)
+{
+    if (st == TG_OK) return TG_OK;
+    if ((int)st < (int)TG_OK || (int)st > (int)TG_ELUA)
+        return tg_error(TG_EINVAL, "the hook returned %d, which is not a tg_status", (int)st);
+    if (!tg_last_error()[0])
+        return tg_error(st, "the hook failed (%s) without a message (hooks report failures with tg_error)",
+                        tg_status_name(st));
+    return st;
+}
+
+/* Steps are begun and ended by the code that drives the microbatches, never from a hook: a hook runs inside a
+ * backward or forward, whose step bookkeeping it would cut in two. */
+static tg_status not_in_hook(const char *what)
+{
+    if (hook_depth) return tg_error(TG_ESTATE, "%s called from a wgrad hook (steps begin and end outside hooks)", what);
+    if (pre_depth)
+        return tg_error(TG_ESTATE, "%s called from a forward pre-hook (steps begin and end outside hooks)", what);
+    return TG_OK;
+}
 
 int tg_step_open(void) { return eng.open; }
 int64_t tg_step_index(void) { return eng.open ? eng.count : 0; }
@@ -49,11 +71,46 @@ int tg_step_microbatches(void) { return eng.open ? eng.microbatches : 0; }
 void tg_hook_check_set(int on) { eng.check = on != 0; }
 int tg_hook_check_get(void) { return eng.check; }
 
+/* Lists (into msg) the leaf modules owning live parameters whose wgrad store holds work queued in step `step`
+ * (0: outside steps), with the microbatches; returns how many modules. */
+static int queued_in(int64_t step, char *msg, size_t cap)
+{
+    size_t len = 0;
+    int n = 0;
+    msg[0] = 0;
+    for (tg_param *p = eng.live; p; p = p->next_live) {
+        tg_module *m = p->owner;
+        if (!m || !m->wq_head) continue;
+        int seen = 0; /* one entry per module (its first parameter) */
+        for (tg_param *q = eng.live; q != p && !seen; q = q->next_live) seen = q->owner == m;
+        if (seen) continue;
+        char mbs[96] = "";
+        size_t ml = 0;
+        for (struct tg_saved *s = m->wq_head; s; s = s->next)
+            if (s->step == step && ml + 12 < sizeof mbs)
+                ml += (size_t)snprintf(mbs + ml, sizeof mbs - ml, "%s%d", ml ? ", " : "", s->mb);
+        if (!ml) continue;
+        char label[160];
+        if (len + 64 < cap)
+            len += (size_t)snprintf(msg + len, cap - len, "%s%s (microbatch %s)", n ? ", " : "",
+                                    tg_module_label(m, label, sizeof label), mbs);
+        n++;
+    }
+    return n;
+}
+
 tg_status tg_step_begin(int microbatches)
 {
+    char q[600];
+    TG_TRY(not_in_hook("step_begin"));
     if (eng.open)
         return tg_error(TG_ESTATE, "step_begin: step %lld is still open (call step_end first)", (long long)eng.count);
     if (microbatches < 1) return tg_error(TG_EINVAL, "step_begin: microbatches must be >= 1 (got %d)", microbatches);
+    if (queued_in(0, q, sizeof q))
+        return tg_error(TG_ESTATE,
+                        "step_begin: delayed wgrads queued outside steps have not run: %s (run their backward_dw, or "
+                        "drop them with drop_saved(), first)",
+                        q);
     eng.open = 1;
     eng.count++;
     eng.microbatches = microbatches;
@@ -78,6 +135,24 @@ static tg_status counters_reserve(tg_param *p, int n)
     return TG_OK;
 }
 
+/* Outside steps, microbatch numbers are labels rather than a range 1..M: p's counters keep one slot per distinct
+ * microbatch seen, so a large number costs no more memory than a small one. */
+static tg_status outside_slot(tg_param *p, int mb, int *slot)
+{
+    for (int i = 0; i < p->nslots; i++)
+        if (p->slot_mb[i] == mb) {
+            *slot = i;
+            return TG_OK;
+        }
+    TG_TRY(counters_reserve(p, p->nslots + 1));
+    int *a = realloc(p->slot_mb, (size_t)p->fired_cap * sizeof *a);
+    if (!a) return tg_error(TG_ENOMEM, "out of host memory");
+    p->slot_mb = a;
+    p->slot_mb[p->nslots] = mb;
+    *slot = p->nslots++;
+    return TG_OK;
+}
+
 /* The counters of p belong to the open step (key = its index) or to "outside
  * steps" (key 0); they start from zero whenever the key changes. */
 static void counters_sync(tg_param *p)
@@ -87,6 +162,7 @@ static void counters_sync(tg_param *p)
     p->step_seen = key;
     p->contributed = 0;
     p->fired = 0;
+    p->nslots = 0;
     if (p->fired_cap) {
         memset(p->contrib_mb, 0, (size_t)p->fired_cap * sizeof *p->contrib_mb);
         memset(p->fired_mb, 0, (size_t)p->fired_cap * sizeof *p->fired_mb);
@@ -122,12 +198,14 @@ static tg_status wgrad_count(tg_param *p, int mb, int hooks)
         return tg_error(TG_EINVAL, "wgrad of %s for microbatch %d, but step %lld has %d microbatches", p->name, mb,
                         (long long)eng.count, eng.microbatches);
     counters_sync(p);
-    TG_TRY(counters_reserve(p, eng.open ? eng.microbatches : mb));
+    int slot = mb - 1;
+    if (eng.open) TG_TRY(counters_reserve(p, eng.microbatches));
+    else TG_TRY(outside_slot(p, mb, &slot));
     p->contributed++;
     int per_mb = p->contributors > 0 ? p->contributors : 1;
-    if (++p->contrib_mb[mb - 1] % per_mb != 0) return TG_OK; /* more contributions of mb to come */
+    if (++p->contrib_mb[slot] % per_mb != 0) return TG_OK; /* more contributions of mb to come */
     p->fired++;
-    p->fired_mb[mb - 1]++;
+    p->fired_mb[slot]++;
     if (!hooks) return TG_OK;
     /* Outside steps the engine knows of no later microbatch: each firing is the last. */
     tg_hook_info info = {.microbatch = mb,
@@ -145,7 +223,8 @@ static tg_status wgrad_count(tg_param *p, int mb, int hooks)
     p->dispatching++;
     hook_depth++;
     for (int i = 0; i < p->nhooks && st == TG_OK; i++) {
-        st = p->hooks[i].fn(p->hooks[i].ud, p, &info);
+        tg_error_clear();
+        st = tg_engine_hook_status(p->hooks[i].fn(p->hooks[i].ud, p, &info));
         if (st != TG_OK) tg_error_prefix(st, "wgrad hook %d of %s (microbatch %d)", i + 1, p->name, mb);
     }
     p->dispatching--;
@@ -298,12 +377,15 @@ static tg_status pre_fire(tg_module *m, int mb)
                         tg_module_label(m, label, sizeof label), mb);
     }
     m->pre_dispatching++;
+    pre_depth++;
     for (int i = 0; i < m->npre && st == TG_OK; i++) {
-        st = m->pre_hooks[i].fn(m->pre_hooks[i].ud, m, &info);
+        tg_error_clear();
+        st = tg_engine_hook_status(m->pre_hooks[i].fn(m->pre_hooks[i].ud, m, &info));
         if (st != TG_OK)
             tg_error_prefix(st, "forward pre-hook %d of %s (microbatch %d)", i + 1, tg_module_label(m, label, sizeof label), mb);
     }
     m->pre_dispatching--;
+    pre_depth--;
     tg_trace_close(sp, NULL);
     return st;
 }
@@ -406,7 +488,14 @@ static void mode_of(const tg_module *m, char *buf, size_t n)
 
 tg_status tg_step_end(void)
 {
+    TG_TRY(not_in_hook("step_end"));
     if (!eng.open) return tg_error(TG_ESTATE, "step_end: no step is open (call step_begin first)");
+    char q[600];
+    if (queued_in(eng.count, q, sizeof q))
+        return tg_error(TG_ESTATE,
+                        "step_end: step %lld has delayed wgrads that have not run: %s (run their backward_dw before "
+                        "step_end, or drop them with drop_saved(); the step stays open)",
+                        (long long)eng.count, q);
     int m = eng.microbatches;
     char msg[900], one[512], mode[64], first_mode[64] = "", counts[160];
     size_t len = 0;

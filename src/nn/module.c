@@ -74,6 +74,7 @@ static void open_remove(tg_module *m, int mb)
 static tg_status note_forward(tg_module *m, int mb)
 {
     int64_t key = tg_step_index();
+    if (m->mb_step != key) m->nopen = 0; /* forwards of another step that no backward followed are abandoned */
     m->mb_step = key;
     m->fwd_last = mb;
     open_remove(m, mb);
@@ -86,6 +87,25 @@ static tg_status note_forward(tg_module *m, int mb)
     }
     m->open_mb[m->nopen++] = mb;
     return TG_OK;
+}
+
+static int open_has(const tg_module *m, int mb)
+{
+    for (int i = 0; i < m->nopen; i++)
+        if (m->open_mb[i] == mb) return 1;
+    return 0;
+}
+
+/* In a step, a module runs one forward per microbatch before its backward: a second one would replace the
+ * context the first saved (a module placed twice in a model, or a microbatch number given twice). */
+static tg_status forward_again(const tg_module *m, int mb)
+{
+    int64_t key = tg_step_index();
+    if (!key || m->mb_step != key || !open_has(m, mb)) return TG_OK;
+    return tg_error(TG_ESTATE,
+                    "forward of microbatch %d again in step %lld before its backward (a module runs one forward per "
+                    "microbatch in a step: is it in the model twice?)",
+                    mb, (long long)key);
 }
 
 int tg_module_next_forward(const tg_module *m)
@@ -163,7 +183,8 @@ tg_status tg_module_forward_res(tg_module *m, int mb, const tg_tensor *x, const 
     else if (tg_step_open() && mb > tg_step_microbatches())
         st = tg_error(TG_EINVAL, "microbatch %d, but the open step has %d microbatches", mb, tg_step_microbatches());
     else if (!x) st = tg_error(TG_EINVAL, "no input tensor");
-    else {
+    else if ((st = forward_again(m, mb)) != TG_OK) {
+    } else {
         /* a routed module's F replay runs its pre-hooks and its own trace span */
         int r = routed(m);
         if (m->npre && !r) st = tg_engine_forward_pre(m, mb);
@@ -207,6 +228,9 @@ tg_status tg_module_forward_n(tg_module *m, int mb, const tg_tensor *const *x, i
     tg_status st = TG_OK;
     if (mb == 0) mb = tg_module_next_forward(m);
     if (mb < 1) st = tg_error(TG_EINVAL, "microbatch %d (microbatches count from 1)", mb);
+    else if (tg_step_open() && mb > tg_step_microbatches())
+        st = tg_error(TG_EINVAL, "microbatch %d, but the open step has %d microbatches", mb, tg_step_microbatches());
+    else st = forward_again(m, mb);
     for (int i = 0; i < nx && st == TG_OK; i++)
         if (!x[i]) st = tg_error(TG_EINVAL, "input %d is missing", i + 1);
     if (st == TG_OK) {
@@ -359,6 +383,15 @@ static tg_status pop_wgrad(tg_module *m, int mb)
     return st;
 }
 
+/* Whether m or a module under it delays its wgrad. */
+static int any_delay(const tg_module *m)
+{
+    if (m->opts.delay_wgrad) return 1;
+    for (int i = 0; i < m->nchildren; i++)
+        if (any_delay(m->children[i])) return 1;
+    return 0;
+}
+
 tg_status tg_module_backward_dw(tg_module *m, int mb)
 {
     char label[160], other[160];
@@ -379,13 +412,16 @@ tg_status tg_module_backward_dw(tg_module *m, int mb)
         if (bad->wq_head->step) snprintf(when, sizeof when, "in step %lld", (long long)bad->wq_head->step);
         return tg_error(TG_ESTATE,
                         "%s backward_dw (microbatch %d): the wgrad of microbatch %d on %s was queued %s, and step %lld is "
-                        "open (a step's delayed wgrads must be run before its step_end)",
+                        "open (a step's delayed wgrads run before its step_end; drop_saved() drops them)",
                         tg_module_label(m, label, sizeof label), mb, bad->wq_head->mb,
                         tg_module_label(bad, other, sizeof other), when, (long long)tg_step_index());
     }
     call_enter();
     return call_leave(m, "backward_dw", mb, pop_wgrad(m, mb));
 empty:
+    if (is_composite(m) && !m->opts.delay_wgrad && any_delay(m))
+        return tg_error(TG_ESTATE, "backward_dw with nothing queued on %s or its children (some delay their wgrad: "
+                        "each of their backwards queues one)", tg_module_label(m, label, sizeof label));
     return tg_error(TG_ESTATE, "backward_dw with nothing queued on %s (delay_wgrad is %s: each backward %s)",
                     tg_module_label(m, label, sizeof label), m->opts.delay_wgrad ? "on" : "off",
                     m->opts.delay_wgrad ? "queues one wgrad" : "computes its wgrad itself");
@@ -530,6 +566,18 @@ void tg_module_drop_saved(tg_module *m, int mb)
     }
     if (mb == 0) m->nopen = 0, m->fwd_last = 0;
     else open_remove(m, mb);
+    for (struct tg_saved **pp = &m->wq_head; *pp;) { /* and the delayed wgrads of mb still queued */
+        struct tg_saved *s = *pp;
+        if (mb == 0 || s->mb == mb) {
+            *pp = s->next;
+            s->next = NULL;
+            tg_saved_free(s);
+        } else {
+            pp = &s->next;
+        }
+    }
+    m->wq_tail = m->wq_head;
+    while (m->wq_tail && m->wq_tail->next) m->wq_tail = m->wq_tail->next;
     for (int i = 0; i < m->nchildren; i++) tg_module_drop_saved(m->children[i], mb);
 }
 
@@ -694,6 +742,7 @@ tg_status tg_module_save(tg_module *m, int mb, tg_tensor **t, int n)
         return tg_error(TG_ENOMEM, "out of host memory");
     }
     s->mb = mb;
+    s->step = tg_step_index();
     s->n = n;
     for (int i = 0; i < n; i++) s->t[i] = t[i];
     for (struct tg_saved **pp = &m->saved; *pp; pp = &(*pp)->next)
@@ -719,10 +768,26 @@ static tg_status missing(tg_module *m, int mb)
                     mb, k ? have : "none");
 }
 
+/* A context saved in another step than the open one (or outside steps) is not this backward's forward. */
+static tg_status other_step(const struct tg_saved *s)
+{
+    int64_t now = tg_step_index();
+    if (s->step == now) return TG_OK;
+    char then[48] = "outside steps", cur[48] = "outside steps";
+    if (s->step) snprintf(then, sizeof then, "in step %lld", (long long)s->step);
+    if (now) snprintf(cur, sizeof cur, "in step %lld", (long long)now);
+    return tg_error(TG_ESTATE,
+                    "backward of microbatch %d %s, but its forward ran %s (a microbatch's forward and backward belong "
+                    "to one step; run the forward again)",
+                    s->mb, cur, then);
+}
+
 tg_status tg_module_peek(tg_module *m, int mb, struct tg_saved **out)
 {
     for (struct tg_saved *s = m->saved; s; s = s->next)
         if (s->mb == mb) {
+            *out = NULL;
+            TG_TRY(other_step(s));
             *out = s;
             return TG_OK;
         }
@@ -734,6 +799,8 @@ tg_status tg_module_take(tg_module *m, int mb, struct tg_saved **out)
 {
     for (struct tg_saved **pp = &m->saved; *pp; pp = &(*pp)->next)
         if ((*pp)->mb == mb) {
+            *out = NULL;
+            TG_TRY(other_step(*pp));
             *out = *pp;
             *pp = (*pp)->next;
             (*out)->next = NULL;

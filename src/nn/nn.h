@@ -48,6 +48,8 @@ struct tg_param {
     int fired;            /* hook dispatches this step */
     int *fired_mb;        /* (microbatches) wgrads finished per microbatch this step */
     int fired_cap;
+    int *slot_mb;         /* outside steps: the microbatch each counter slot counts (nslots of them) */
+    int nslots;
     struct tg_param *next_live; /* engine's list of live parameters */
     struct tg_param *prev_live;
 };
@@ -74,17 +76,24 @@ tg_status tg_param_set_master(tg_param *p, tg_tensor *view);
 tg_status tg_param_zero_grad(tg_param *p);
 
 /* ------------------------------------------------------------------ engine (steps and the hook check) */
-/* Opens a step of `microbatches` microbatches. Fails if one is open. */
+/* Opens a step of `microbatches` microbatches. Fails if one is open, when called
+ * from a hook, or while a delayed wgrad queued outside steps waits (naming it). */
 tg_status tg_step_begin(int microbatches);
-/* Closes the step. With the hook check on, fails (TG_ESTATE) when a parameter
- * that has hooks and whose module ran forward in this step did not fire exactly
- * once per microbatch; the message names every such parameter, what it got per
- * microbatch and the module's execution mode. */
+/* Closes the step. Fails (TG_ESTATE), leaving the step open, when called from a
+ * hook or while a delayed wgrad queued in this step has not run (naming the
+ * modules and microbatches). With the hook check on, fails (TG_ESTATE, the step
+ * closed) when a parameter that has hooks and whose module ran forward in this
+ * step did not fire exactly once per microbatch; the message names every such
+ * parameter, what it got per microbatch and the module's execution mode. */
 tg_status tg_step_end(void);
 int tg_step_open(void);
 int64_t tg_step_index(void);
 /* 1 while the engine runs wgrad hooks. */
 int tg_hooks_running(void);
+/* A hook's returned status as the engine reports it: st, with a message saying
+ * so when the hook set none, or TG_EINVAL for a value that is not a tg_status.
+ * (The engine empties the message before each hook.) */
+tg_status tg_engine_hook_status(tg_status st);
 int tg_step_microbatches(void);
 void tg_hook_check_set(int on); /* default on */
 int tg_hook_check_get(void);
@@ -320,8 +329,9 @@ tg_module *tg_module_retain(tg_module *m);
 /* Drops every saved forward context and queued wgrad item of m and its
  * children (after a failed capture: none of them may run later). */
 void tg_module_drop_state(tg_module *m);
-/* Drops the saved forward contexts of microbatch mb (0: all) of m and its
- * children: an evaluation forward that no backward follows. */
+/* Drops the saved forward contexts and the queued delayed wgrads of microbatch
+ * mb (0: all) of m and its children: an evaluation forward that no backward
+ * follows, or a step given up. */
 void tg_module_drop_saved(tg_module *m, int mb);
 void tg_module_release(tg_module *m);
 

@@ -69,6 +69,7 @@ void tg_param_release(tg_param *p)
     tg_tensor_free(p->main_grad);
     free(p->contrib_mb);
     free(p->fired_mb);
+    free(p->slot_mb);
     free(p->name);
     free(p);
 }

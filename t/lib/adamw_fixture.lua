@@ -33,7 +33,7 @@ function M.set_grads(ps, step, amp, nan)
       t[2][3] = 0 / 0
       g:copy_(t)
     end
-    p.wgrad:copy_(g)
+    p.wgrad = g
   end
 end
 
