@@ -411,4 +411,56 @@ for _, k in ipairs { "lr", "eps", "weight_decay", "beta1" } do
     "AdamW{" .. k .. " = false} is refused, not taken as the default")
 end
 
+do -- misspelt options of the reduce policies and the FP8 amax reduce are refused, not ignored
+  local lz = tg.nn.Linear(4, 4, { device = CPU })
+  tap.error_like(function() tg.reduce.zero1 { params = lz:parameters(), weight_decy = 0.1 } end,
+    "zero1: unknown option 'weight_decy' %(known: ", "zero1{weight_decy = } is refused naming the known options")
+  tap.error_like(function() tg.fp8.amax_reduce { model = lz, comn = 1 } end, "fp8.amax_reduce: unknown option 'comn'",
+    "fp8.amax_reduce{comn = } too")
+end
+
+do -- hooks: all or none, each function once, switches take booleans
+  local a = tg.nn.Linear(4, 4, { device = CPU })
+  local f = function() end
+  a:parameters()[2]:register_hook(f) -- the bias has f already: the module-wide registration must add nothing
+  tap.error_like(function() a:register_wgrad_hook(f) end, "this function is already one of its hooks",
+    "a module-wide hook that one parameter already has is refused")
+  tap.is(a:parameters()[1].nhooks, 0, "... and no parameter got it (all or none)")
+  local g = function() end
+  local m, ids = a:register_wgrad_hook(g)
+  tap.ok(m == a and #ids == 2 and a:parameters()[1].nhooks == 1, "register_wgrad_hook returns the module and the ids")
+  a:parameters()[1]:remove_hook(ids[1])
+  tap.is(a:parameters()[1].nhooks, 0, "... which remove_hook takes")
+  local pre = function() end
+  a:register_forward_pre_hook(pre)
+  tap.error_like(function() a:register_forward_pre_hook(pre) end, "this function is already one of its pre%-hooks",
+    "the same forward pre-hook twice is refused (it would run twice)")
+  tap.error_like(function() tg.hook_check("off") end, "boolean expected", "tg.hook_check('off') is refused (it read as on)")
+end
+
+do -- modules written as Lua tables: their options and their dx are checked
+  local w = tg.nn.Parameter("lw", tg.randn({ 4, 4 }, { device = CPU }))
+  local function lua_mod(extra)
+    local t = { params = { w } }
+    function t:forward(x) return x:clone() end
+    function t:backward(dy) return dy:clone() end
+    for k, v in pairs(extra) do t[k] = v end
+    return t
+  end
+  tap.error_like(function() tg.nn.Module(lua_mod { delay_wgrad = true }) end,
+    "a Lua module with delay_wgrad = true needs a backward_dw function", "delay_wgrad without backward_dw is refused")
+  tap.error_like(function() tg.nn.Module(lua_mod { name = 5 }) end, "a Lua module's name must be a string",
+    "a name that is not a string is refused")
+  tap.error_like(function() tg.nn.Module(lua_mod { chunk = 0 }) end,
+    "a Lua module's chunk must be an integer from 1 to", "chunk = 0 is refused")
+  local bad = lua_mod {}
+  function bad:backward() return tg.zeros({ 3, 3 }, { device = CPU }) end
+  local mb = tg.nn.Module(bad)
+  local x = tg.randn({ 2, 4 }, { device = CPU })
+  mb:forward(x, 1)
+  tap.error_like(function() mb:backward(x, 1) end,
+    "backward %(microbatch 1%) returned dx %[3,3%] f32, but its input was %[2,4%] f32",
+    "a Lua module's dx of another shape than its input is refused")
+end
+
 tap.done_testing()

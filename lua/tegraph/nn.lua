@@ -209,8 +209,18 @@ function GPT:backward_dw(mb)
   if self.body:need_backward_dw() then self.body:backward_dw(mb) end
 end
 
+-- fn on every parameter, all or none; returns self and the hooks' ids (ids[i] on self:parameters()[i]).
 function GPT:register_wgrad_hook(fn)
-  for _, p in ipairs(self:parameters()) do p:register_hook(fn) end
+  local ps, ids = self:parameters(), {}
+  for i, p in ipairs(ps) do
+    local ok, r1, r2 = pcall(p.register_hook, p, fn)
+    if not ok then
+      for j = 1, i - 1 do ps[j]:remove_hook(ids[j]) end
+      error(r1, 0)
+    end
+    ids[i] = r2
+  end
+  return self, ids
 end
 
 -- Logits (B, T, V) for idx (B, T) without a backward to follow: it runs as

@@ -148,6 +148,10 @@ static int cmd_run(int argc, char **argv)
         run_usage(stdout);
         return EXIT_OK;
     }
+    if (strcmp(a, "-n") == 0 && argc > 3 && (strcmp(argv[3], "--help") == 0 || strcmp(argv[3], "-h") == 0)) {
+        run_usage(stdout); /* run -n N --help */
+        return EXIT_OK;
+    }
     if (strcmp(a, "-n") == 0) return tg_cli_launch(argc - 1, argv + 1); /* launch.c: N ranks */
     if (strcmp(a, "-e") == 0) return run_code(argc - 1, argv + 1);
     if (a[0] == '-' && a[1] != '\0') {

@@ -2,6 +2,7 @@
 #include "lua/lua_nn.h"
 #include "nn/nn.h"
 
+#include <limits.h>
 #include <string.h>
 
 #define TGL_WRAPPED "tegraph.nn.wrapped" /* registry: weak, Lua table -> its Module */
@@ -311,7 +312,8 @@ static int m_parameters(lua_State *L)
     return 1;
 }
 
-/* m:register_wgrad_hook(fn): fn(param, info) on every parameter of m (TE:
+/* m:register_wgrad_hook(fn) -> m, ids: fn(param, info) on every parameter of m, all or none (ids[i] is the hook's
+ * id on m:parameters()[i], for p:remove_hook) (TE:
  * register_wgrad_accumulation_and_reduce_hooks). */
 static int m_register_wgrad_hook(lua_State *L)
 {
@@ -321,13 +323,22 @@ static int m_register_wgrad_hook(lua_State *L)
     lua_pushcfunction(L, m_parameters);
     lua_pushvalue(L, 1);
     lua_call(L, 1, 1); /* +1: the parameter list */
-    for (lua_Integer i = 1, n = luaL_len(L, 3); i <= n; i++) {
+    lua_Integer n = luaL_len(L, 3);
+    for (lua_Integer i = 1; i <= n; i++) { /* all or nothing: every parameter can take fn before one does */
         lua_rawgeti(L, 3, i); /* +1 */
-        tgl_hook_add(L, tgl_param_check(L, -1), 2);
+        tgl_hook_can_add(L, tgl_param_check(L, -1), 2);
         lua_pop(L, 1);
     }
-    lua_settop(L, 1);
-    return 1;
+    lua_createtable(L, (int)n, 0); /* +1 (4): the ids, in m:parameters() order */
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, 3, i); /* +1 */
+        lua_pushinteger(L, tgl_hook_add(L, tgl_param_check(L, -1), 2));
+        lua_rawseti(L, 4, i);
+        lua_pop(L, 1);
+    }
+    lua_pushvalue(L, 1);
+    lua_insert(L, 4);
+    return 2; /* m, ids */
 }
 
 /* The pre-hook trampoline: fn(module, {microbatch=, chunk=, step=}). */
@@ -367,6 +378,17 @@ static int m_register_forward_pre_hook(lua_State *L)
 {
     struct tgl_module *u = tgl_module_box(L, 1);
     luaL_checktype(L, 2, LUA_TFUNCTION);
+    for (int i = 0; i < u->m->npre; i++) { /* the same Lua function twice would run twice */
+        if (u->m->pre_hooks[i].fn != pre_trampoline) continue;
+        lua_rawgeti(L, LUA_REGISTRYINDEX, ((const struct tgl_ref *)u->m->pre_hooks[i].ud)->ref); /* +1 */
+        int same = lua_rawequal(L, -1, 2);
+        lua_pop(L, 1);
+        if (same) {
+            char label[160];
+            return luaL_error(L, "register_forward_pre_hook on %s: this function is already one of its pre-hooks (id %d); "
+                              "it would run twice", tg_module_label(u->m, label, sizeof label), u->m->pre_hooks[i].id);
+        }
+    }
     struct tgl_ref *r = tgl_ref_new(L, 2);
     int id = 0;
     tg_status st = tg_module_add_forward_pre_hook(u->m, pre_trampoline, r, tgl_ref_free, &id);
@@ -654,10 +676,20 @@ static tg_module *wrap_table(lua_State *L, int idx)
 
     tg_module_opts o;
     tg_module_opts_default(&o);
-    o.delay_wgrad = has_dw && tgl_field_bool(L, idx, "delay_wgrad");
-    if (lua_getfield(L, idx, "name") == LUA_TSTRING) o.name = lua_tostring(L, -1); /* stays in the table */
+    o.delay_wgrad = tgl_field_bool(L, idx, "delay_wgrad");
+    if (o.delay_wgrad && !has_dw) /* the wgrad would silently run in backward */
+        luaL_error(L, "a Lua module with delay_wgrad = true needs a backward_dw function (it runs the delayed wgrad)");
+    int nt = lua_getfield(L, idx, "name"); /* +1 */
+    if (nt == LUA_TSTRING) o.name = lua_tostring(L, -1); /* stays in the table */
+    else if (nt != LUA_TNIL) luaL_error(L, "a Lua module's name must be a string (got a %s)", luaL_typename(L, -1));
     lua_pop(L, 1);
-    if (lua_getfield(L, idx, "chunk") != LUA_TNIL) o.chunk = tgl_checkint(L, -1);
+    if (lua_getfield(L, idx, "chunk") != LUA_TNIL) {
+        int isint = 0;
+        lua_Integer c = lua_tointegerx(L, -1, &isint);
+        if (!isint || c < 1 || c > INT_MAX)
+            luaL_error(L, "a Lua module's chunk must be an integer from 1 to %d (got %s)", INT_MAX, tgl_value_str(L, -1));
+        o.chunk = (int)c;
+    }
     lua_pop(L, 1);
 
     struct tg_callback_module_fns fns = {.forward = cb_forward, .backward = cb_backward, .backward_dw = has_dw ? cb_backward_dw : NULL,

@@ -30,6 +30,8 @@ struct tg_param *tgl_param_check(lua_State *L, int idx);
 void tgl_param_push(lua_State *L, struct tg_param *p);
 /* Adds the Lua function at fnidx as a wgrad hook of p; returns its id (tg_param_remove_hook). */
 int tgl_hook_add(lua_State *L, struct tg_param *p, int fnidx);
+/* Raises the error tgl_hook_add would for fn on p (fn already one of p's hooks, p's hooks running); else returns. */
+void tgl_hook_can_add(lua_State *L, struct tg_param *p, int fnidx);
 /* Pushes a new tensor handle on t's storage (nil for NULL). */
 void tgl_push_tensor_ref(lua_State *L, const tg_tensor *t);
 int tgl_nn_parameter(lua_State *L); /* tg.nn.Parameter */

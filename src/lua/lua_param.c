@@ -166,9 +166,10 @@ static tg_status hook_trampoline(void *ud, tg_param *p, const tg_hook_info *info
     return tgl_protected_call(fn, hook_body, &c, "a Lua wgrad hook");
 }
 
-int tgl_hook_add(lua_State *L, tg_param *p, int fnidx)
+void tgl_hook_can_add(lua_State *L, tg_param *p, int fnidx)
 {
     fnidx = lua_absindex(L, fnidx);
+    if (p->dispatching) luaL_error(L, "register hook on %s: its hooks are running (add it after)", p->name);
     for (int i = 0; i < p->nhooks; i++) { /* the same Lua function twice would fire twice */
         if (p->hooks[i].fn != hook_trampoline) continue;
         const struct tgl_ref *h = p->hooks[i].ud;
@@ -179,6 +180,12 @@ int tgl_hook_add(lua_State *L, tg_param *p, int fnidx)
             luaL_error(L, "register hook on %s: this function is already one of its hooks (hook id %d); it would fire twice",
                        p->name, p->hooks[i].id);
     }
+}
+
+int tgl_hook_add(lua_State *L, tg_param *p, int fnidx)
+{
+    fnidx = lua_absindex(L, fnidx);
+    tgl_hook_can_add(L, p, fnidx);
     struct tgl_ref *r = tgl_ref_new(L, fnidx);
     int id = 0;
     tg_status st = tg_param_add_hook(p, hook_trampoline, r, tgl_ref_free, &id);

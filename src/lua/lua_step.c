@@ -48,6 +48,7 @@ static int l_step_open(lua_State *L)
 /* tg.hook_check([on]) -> the previous setting */
 static int l_hook_check(lua_State *L)
 {
+    if (!lua_isnone(L, 1)) luaL_checktype(L, 1, LUA_TBOOLEAN); /* "off" or 0 would read as true */
     lua_pushboolean(L, tg_hook_check_get());
     if (!lua_isnone(L, 1)) tg_hook_check_set(lua_toboolean(L, 1));
     return 1;

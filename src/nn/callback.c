@@ -1,10 +1,70 @@
 /* callback.c — a module whose forward / backward / backward_dw are callbacks (Lua tables); the engine fires its params' hooks. */
 #include "nn/nn.h"
 
+/* The shapes and dtypes of one forward's inputs: the backward's dx must have them. */
+struct cb_inputs {
+    int mb, n;
+    tg_dtype dt[TG_MAX_IO];
+    int ndim[TG_MAX_IO];
+    int64_t shape[TG_MAX_IO][TG_MAX_DIMS];
+};
+
 struct callback {
     struct tg_callback_module_fns fns;
     void *ud;
+    struct cb_inputs *in; /* one per microbatch whose forward ran and whose backward has not */
+    int nin, incap;
 };
+
+/* Notes the inputs of mb's forward (replacing an older note of mb). */
+static tg_status note_inputs(struct callback *C, int mb, const tg_tensor *const *x, int n)
+{
+    int i = 0;
+    while (i < C->nin && C->in[i].mb != mb) i++;
+    if (i == C->nin) {
+        if (C->nin == C->incap) {
+            int cap = C->incap ? 2 * C->incap : 4;
+            struct cb_inputs *a = realloc(C->in, (size_t)cap * sizeof *a);
+            if (!a) return tg_error(TG_ENOMEM, "out of host memory");
+            C->in = a, C->incap = cap;
+        }
+        C->nin++;
+    }
+    struct cb_inputs *r = &C->in[i];
+    r->mb = mb, r->n = n;
+    for (int k = 0; k < n && k < TG_MAX_IO; k++) {
+        r->dt[k] = x[k]->dtype, r->ndim[k] = x[k]->ndim;
+        for (int d = 0; d < x[k]->ndim && d < TG_MAX_DIMS; d++) r->shape[k][d] = x[k]->shape[d];
+    }
+    return TG_OK;
+}
+
+/* dx[k] (when given) has the shape and dtype of mb's input k; the note of mb goes. */
+static tg_status check_dx(tg_module *m, int mb, tg_tensor *const *dx, int n)
+{
+    struct callback *C = m->impl;
+    int i = 0;
+    while (i < C->nin && C->in[i].mb != mb) i++;
+    if (i == C->nin) return TG_OK; /* a forward the engine did not see (nothing to compare with) */
+    struct cb_inputs r = C->in[i];
+    C->in[i] = C->in[--C->nin];
+    for (int k = 0; k < n && k < r.n; k++) {
+        const tg_tensor *t = dx[k];
+        if (!t) continue;
+        int same = t->dtype == r.dt[k] && t->ndim == r.ndim[k];
+        for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == r.shape[k][d];
+        if (same) continue;
+        char label[160], got[64], want[64] = "[";
+        size_t len = 1;
+        for (int d = 0; d < r.ndim[k]; d++)
+            len += (size_t)snprintf(want + len, sizeof want - len, "%s%lld", d ? "," : "", (long long)r.shape[k][d]);
+        snprintf(want + len, sizeof want - len, "] %s", tg_dtype_name(r.dt[k]));
+        return tg_error(TG_EINVAL, "%s backward (microbatch %d) returned dx %s %s, but its input was %s",
+                        tg_module_label(m, label, sizeof label), mb, tg_tensor_shape_str(t, got, sizeof got),
+                        tg_dtype_name(t->dtype), want);
+    }
+    return TG_OK;
+}
 
 /* wgrad item: only the microbatch (the callbacks keep their own state) */
 
@@ -13,7 +73,7 @@ static tg_status cb_forward(tg_module *m, int mb, const tg_tensor *x, tg_tensor 
     struct callback *C = m->impl;
     TG_TRY(C->fns.forward(C->ud, mb, x, y));
     if (!*y) return tg_error(TG_EINVAL, "forward returned no tensor");
-    return TG_OK;
+    return note_inputs(C, mb, &x, 1);
 }
 
 /* Whether the wgrad about to run adds to (1) or overwrites (0) the targets of
@@ -39,6 +99,12 @@ static tg_status cb_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tenso
     int acc = -1; /* backward_dw computes the wgrad */
     if (!C->fns.backward_dw) TG_TRY(accumulate_of(m, &acc));
     TG_TRY(C->fns.backward(C->ud, mb, dy, dx, acc));
+    tg_status st = check_dx(m, mb, dx, 1);
+    if (st != TG_OK) {
+        tg_tensor_free(*dx);
+        *dx = NULL;
+        return st;
+    }
     if (!C->fns.backward_dw) return tg_module_wgrad_done_all(m, mb); /* wgrad ran inside backward */
     struct tg_saved *item = calloc(1, sizeof *item);
     if (!item) return tg_error(TG_ENOMEM, "out of host memory");
@@ -50,7 +116,8 @@ static tg_status cb_forward_n(tg_module *m, int mb, const tg_tensor *const *x, i
 {
     struct callback *C = m->impl;
     if (!C->fns.forward_n) return tg_error(TG_EINVAL, "the module takes one input, got %d", nx);
-    return C->fns.forward_n(C->ud, mb, x, nx, y, ny);
+    TG_TRY(C->fns.forward_n(C->ud, mb, x, nx, y, ny));
+    return note_inputs(C, mb, x, nx);
 }
 
 static tg_status cb_backward_n(tg_module *m, int mb, const tg_tensor *const *dy, int ny, tg_tensor **dx, int nx)
@@ -60,6 +127,7 @@ static tg_status cb_backward_n(tg_module *m, int mb, const tg_tensor *const *dy,
     int acc = -1;
     if (!C->fns.backward_dw) TG_TRY(accumulate_of(m, &acc));
     TG_TRY(C->fns.backward_n(C->ud, mb, dy, ny, dx, nx, acc));
+    TG_TRY(check_dx(m, mb, dx, nx)); /* the caller frees dx on failure */
     if (!C->fns.backward_dw) return tg_module_wgrad_done_all(m, mb);
     struct tg_saved *item = calloc(1, sizeof *item);
     if (!item) return tg_error(TG_ENOMEM, "out of host memory");
@@ -81,6 +149,7 @@ static void cb_destroy(tg_module *m)
     struct callback *C = m->impl;
     if (!C) return;
     if (C->fns.free_ud) C->fns.free_ud(C->ud);
+    free(C->in);
     free(C);
 }
 

@@ -37,16 +37,22 @@ local function default_no_decay(p) return #p.shape < 2 end
 
 function M.new(o)
   if type(o) ~= "table" or type(o.params) ~= "table" then raise("zero1: params (a list) is required") end
-  require("tegraph.optim").check_options(o, "zero1", 3) -- AdamW's options, refused as AdamW refuses them
+  options.check("zero1", o, { "params", "comm", "model", "lr", "betas", "beta1", "beta2", "eps", "weight_decay",
+    "max_norm", "no_decay", "bucket_bytes", "bucket_numel" })
+  -- AdamW's options, refused as AdamW refuses them, with its defaults
+  local lr, beta1, beta2, eps, weight_decay = require("tegraph.optim").check_options(o, "zero1", 3)
+  if o.no_decay ~= nil and type(o.no_decay) ~= "function" then
+    raise("zero1: no_decay must be a function(p) -> true for parameters without weight decay, got " .. type(o.no_decay))
+  end
   local c = o.comm or core.comm.world()
   local size, rank = c:size(), c:rank()
   local self = setmetatable({
     comm = c,
-    lr = o.lr or 1e-3,
-    beta1 = o.beta1 or 0.9,
-    beta2 = o.beta2 or 0.999,
-    eps = o.eps or 1e-8,
-    weight_decay = o.weight_decay or 0.0,
+    lr = lr,
+    beta1 = beta1,
+    beta2 = beta2,
+    eps = eps,
+    weight_decay = weight_decay,
     max_norm = o.max_norm,
     t = 0,
     pending = {},
