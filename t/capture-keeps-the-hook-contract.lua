@@ -2,7 +2,8 @@
 -- contract at every replay: hooks fire once per replayed wgrad with the step's info, the first contribution of a
 -- step overwrites (main_grad equals eager every step instead of growing), forwards count for the step check, and a
 -- replay the step does not expect fails loudly (twice in a step, a missing microbatch, a microbatch past the step's,
--- hooks skipped on purpose, a replaced wgrad target) instead of training wrong.
+-- hooks skipped on purpose, a replaced wgrad target) instead of training wrong; graphed callables refuse a replaced
+-- wgrad target too.
 local tg = require "tegraph"
 local t = require "tap"
 
@@ -172,6 +173,34 @@ do
   tg.step_begin { microbatches = 1 }
   t.error_like(function() g:replay() end, "wgrad target of fc%.weight .*was replaced after the graph was captured",
     "a replaced main_grad is refused at replay, naming the parameter")
+  tg.hook_check(false); tg.step_end(); tg.hook_check(true)
+end
+
+-- Graphed callables write the targets they were captured with too: make_graphed and graph_modules refuse a replay
+-- after set_main_grad (a data-parallel wrapper made after capture re-binds main_grad into its buckets), instead of
+-- leaving the new buffer at zero.
+for _, delay in ipairs { false, true } do
+  local mode = delay and "delayed wgrad" or "wgrad not delayed"
+  local m = linear(delay)
+  local g = tg.graph.make_graphed(m, { sample = X[1], microbatches = 1 })
+  W(m):set_main_grad(tg.zeros({ IN * OUT }))
+  tg.step_begin { microbatches = 1 }
+  g:forward(X[1], 1)
+  t.error_like(function() g:backward(DY[1], 1); if delay then g:backward_dw(1) end end,
+    "wgrad target of fc%.weight .*was replaced after the graph was captured %(capture again%)",
+    "make_graphed (" .. mode .. "): a main_grad replaced after capture is refused at replay, naming the parameter")
+  m:drop_saved()
+  tg.hook_check(false); tg.step_end(); tg.hook_check(true)
+  g:free()
+  local s = tg.nn.Sequential { linear(delay), name = "s" }
+  tg.graph.graph_modules(s, { "fc" }, { sample = X[1], microbatches = 1 })
+  s:parameters()[1]:set_main_grad(tg.zeros({ IN * OUT }))
+  tg.step_begin { microbatches = 1 }
+  s:forward(X[1], 1)
+  t.error_like(function() s:backward(DY[1], 1); if delay then s:backward_dw(1) end end,
+    "wgrad target of fc%.weight .*was replaced after the graph was captured",
+    "graph_modules (" .. mode .. "): a main_grad replaced after capture is refused at replay, naming the parameter")
+  s:drop_saved()
   tg.hook_check(false); tg.step_end(); tg.hook_check(true)
 end
 

@@ -10,6 +10,7 @@
 /* What a B or W graph computed wgrad for: each parameter once per contribution. */
 struct wgrad_set {
     tg_param **p; /* references */
+    tg_tensor **target; /* p's wgrad target at capture (handles): the graph writes that memory */
     int n, cap;
 };
 
@@ -86,18 +87,25 @@ static tg_status set_add(struct wgrad_set *s, tg_param *p)
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 16;
         tg_param **np = realloc(s->p, (size_t)cap * sizeof *np);
-        if (!np) return tg_error(TG_ENOMEM, "out of host memory");
-        s->p = np;
+        if (np) s->p = np;
+        tg_tensor **nt = np ? realloc(s->target, (size_t)cap * sizeof *nt) : NULL;
+        if (nt) s->target = nt;
+        if (!np || !nt) return tg_error(TG_ENOMEM, "out of host memory");
         s->cap = cap;
     }
+    TG_TRY(tg_tensor_ref(tg_param_wgrad_target(p), &s->target[s->n]));
     s->p[s->n++] = tg_param_retain(p);
     return TG_OK;
 }
 
 static void set_free(struct wgrad_set *s)
 {
-    for (int i = 0; i < s->n; i++) tg_param_release(s->p[i]);
+    for (int i = 0; i < s->n; i++) {
+        tg_param_release(s->p[i]);
+        tg_tensor_free(s->target[i]);
+    }
     free(s->p);
+    free(s->target);
     memset(s, 0, sizeof *s);
 }
 
@@ -116,6 +124,15 @@ static tg_status observe(void *ud, tg_param *p, int mb)
 static tg_status zero_first_targets(struct wgrad_set *s)
 {
     if (s->n == 0) return TG_OK;
+    /* the graph writes the memory the target had at capture: a target re-pointed since (set_main_grad, a
+       data-parallel wrapper's buckets) would get nothing while the old buffer took the gradients */
+    for (int i = 0; i < s->n; i++)
+        if (!tg_tensor_same_memory(tg_param_wgrad_target(s->p[i]), s->target[i])) {
+            char a[64];
+            return tg_error(TG_ESTATE, "replay: the wgrad target of %s (%s) was replaced after the graph was captured "
+                                       "(capture again)",
+                            s->p[i]->name, tg_tensor_shape_str(s->target[i], a, sizeof a));
+        }
     tg_tensor **z = malloc((size_t)s->n * sizeof *z);
     if (!z) return tg_error(TG_ENOMEM, "out of host memory");
     int nz = 0;
