@@ -35,6 +35,7 @@ struct tg_graphed {
     int *has_w;          /* per chunk */
     int *res;            /* per chunk: its F graph takes a residual input (forward_res) */
     int *dres;           /* per chunk: its B graph takes a residual gradient (backward_res; in place only) */
+    int *no_dy;          /* per chunk: its module's backward takes no dy (its output feeds a loss inside it) */
     tg_tensor **out_like; /* per chunk: a warm-up output (the residual input's layout), freed after capture */
     int *tn, *tm;        /* per chunk: tuple chunks' inputs and outputs; 0 for others */
     const tg_tensor *const *const *tsamples; /* tg_graphed_opts.tuples while warm-up and capture run */
@@ -376,6 +377,29 @@ static tg_status warm_tuple(tg_graphed *g, const struct tg_graph_action *a)
         tg_tensor_free(dx[j]);
     }
     return st;
+}
+
+/* Which chunks' backward takes no dy (eagerly, backward(nil) is refused with "dy is missing" unless the module's
+ * output feeds a loss inside it): one F of microbatch 1 and a backward without dy per one-tensor chunk, hooks
+ * silenced. A replay given no dy then runs only for those; for the others the static gradient buffer would hold
+ * whatever the last call left there. Modules check dy before they take their saved context; whatever a refused
+ * backward left is dropped. */
+static tg_status probe_no_dy(tg_graphed *g, const tg_tensor *const *samples, const tg_tensor *const *samples2)
+{
+    for (int c = 0; c < g->nchunks; c++) {
+        if (g->tn[c] || g->dres[c]) continue; /* tuples give a gradient per output; a residual gradient needs dy */
+        tg_module *m = g->chunks[c];
+        tg_tensor *y = NULL, *dx = NULL;
+        TG_TRY(tg_module_forward_res(m, 1, samples[c], samples2 ? samples2[c] : NULL, &y));
+        tg_status st = tg_module_backward(m, 1, NULL, &dx);
+        g->no_dy[c] = st == TG_OK;
+        if (st == TG_OK && tg_module_need_backward_dw(m)) st = tg_module_backward_dw(m, 1);
+        tg_tensor_free(y);
+        tg_tensor_free(dx);
+        tg_error_clear();
+        tg_module_drop_state(m);
+    }
+    return TG_OK;
 }
 
 /* Runs the order eagerly `iters` times with hooks silenced; records which
@@ -805,11 +829,12 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     g->has_w = calloc((size_t)nchunks, sizeof *g->has_w);
     g->res = calloc((size_t)nchunks, sizeof *g->res);
     g->dres = calloc((size_t)nchunks, sizeof *g->dres);
+    g->no_dy = calloc((size_t)nchunks, sizeof *g->no_dy);
     g->out_like = calloc((size_t)nchunks, sizeof *g->out_like);
     g->tn = calloc((size_t)nchunks, sizeof *g->tn);
     g->tm = calloc((size_t)nchunks, sizeof *g->tm);
     g->e = calloc((size_t)(nchunks * g->mbs), sizeof *g->e);
-    tg_status st = g->chunks && g->has_w && g->e && g->res && g->dres && g->out_like && g->tn && g->tm ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
+    tg_status st = g->chunks && g->has_w && g->e && g->res && g->dres && g->no_dy && g->out_like && g->tn && g->tm ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
     for (int c = 0; c < nchunks && st == TG_OK; c++) {
         g->chunks[c] = tg_module_retain(chunks[c]);
         /* two inputs: given a second sample, or graphed in place under a parent that hands it a residual */
@@ -867,7 +892,8 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     if (st == TG_OK) st = tg_stream_new(dev, "graph-warmup", &side);
     if (st == TG_OK) {
         prev = tg_stream_set_current(side);
-        st = warm_up(g, o->samples, o->samples2, warmup);
+        st = probe_no_dy(g, o->samples, o->samples2);
+        if (st == TG_OK) st = warm_up(g, o->samples, o->samples2, warmup);
         tg_engine_set_quiet(0);
         if (st != TG_OK) tg_error_prefix(st, "make_graphed warm-up");
         if (st == TG_OK) st = check_w_present(g);
@@ -953,6 +979,7 @@ void tg_graphed_free(tg_graphed *g)
     free(g->has_w);
     free(g->res);
     free(g->dres);
+    free(g->no_dy);
     free(g->tn);
     free(g->tm);
     for (int c = 0; g->out_like && c < g->nchunks; c++) tg_tensor_free(g->out_like[c]);
@@ -1033,6 +1060,12 @@ static tg_status replay_backward(tg_graphed *g, int chunk, int mb, const tg_tens
         if (!tg_tensor_same_memory(dres, e->dout2)) TG_TRY(tg_copy(e->dout2, dres));
     }
     snprintf(what, sizeof what, "graphed backward chunk %d mb %d gradient", chunk, mb);
+    if (!dy && !g->no_dy[chunk - 1]) {
+        char a[64], label[160];
+        return tg_error(TG_EINVAL, "%s backward (microbatch %d): dy is missing, expected %s %s (graphed chunk %d)",
+                        tg_module_label(g->chunks[chunk - 1], label, sizeof label), mb,
+                        tg_tensor_shape_str(e->dout, a, sizeof a), tg_dtype_name(e->dout->dtype), chunk);
+    }
     if (dy) {
         TG_TRY(check_like(what, dy, e->dout));
         if (!tg_tensor_same_memory(dy, e->dout)) TG_TRY(tg_copy(e->dout, dy));
