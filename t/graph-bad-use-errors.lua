@@ -142,6 +142,33 @@ do
   for i = 1, #pa do same = same and pa[i].grad:max_abs_diff(pb[i].grad) == 0 end
   t.ok(same, "sets sharing a pool: same gradients")
   t.is(select(1, ga:memory()), select(1, gb:memory()), "both sets report the one pool they share")
+  -- interleaved (A:F, B:F, B:B, A:B), B's graphs would overwrite memory A's F saved for A's B: refused, naming both
+  tg.step_begin{ microbatches = 1 }
+  ga:forward(x, 1)
+  t.error_like(function() gb:forward(x, 1) end,
+    "graphed replay of F chunk 1 mb 1 %(the set of Sequential 'pb'%) while the set of Sequential 'pa', which shares its " ..
+    "graph pool, is part%-way through its order %(next: B chunk 1 mb 1",
+    "sets sharing a pool: a replay while the other set is part-way through its order is refused, naming both")
+  ga:backward(dy, 1)
+  local ok = pcall(function() gb:forward(x, 1); gb:backward(dy, 1) end)
+  t.ok(ok, "sets sharing a pool: once the first set's order is whole, the second set replays")
+  tg.step_end()
+  ga:reset(); gb:reset()
+end
+
+-- A schedule's per-stage sets are captured whole one after another but replayed interleaved: one pool for them is
+-- refused at make_graphed (it gave gradients off by up to 4 for GPipe).
+do
+  local S = require "tegraph.schedule"
+  local plan = S.gpipe { stages = 2, microbatches = 2 }
+  t.error_like(function()
+    S.make_graphed(plan, { chunk(false, "s1"), chunk(false, "s2") }, { samples = { x, x }, per_stage = true, warmup = 1,
+      pool = tg.pool() })
+  end, "schedule%.make_graphed: 2 per%-stage sets cannot share one pool %(opts%.pool%)",
+    "per-stage sets with one pool are refused at make_graphed")
+  local ok, err = pcall(S.make_graphed, plan, { chunk(false, "t1"), chunk(false, "t2") },
+    { samples = { x, x }, warmup = 1, pool = tg.pool() })
+  t.ok(ok, "one set for the whole plan may take a pool: " .. tostring(ok or err))
 end
 
 -- One Lua-table module is one chunk (not a list of chunks), and the set keeps it alive.

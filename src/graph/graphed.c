@@ -56,7 +56,27 @@ struct tg_graphed {
     tg_stream *on;       /* the next replay call's stream (tg_graphed_replay_on), or NULL */
     tg_event *wait;      /* and the event it waits for first, or NULL */
     struct tg_module_route *routes; /* per chunk, when in place (partial capture); else NULL */
+    int start;           /* pos at the start of the order (after the W actions it skips) */
+    tg_graphed *next_set, *prev_set; /* every set not yet freed (sets sharing a pool check each other) */
 };
+
+static tg_graphed *sets; /* every set not yet freed, newest first */
+
+static void sets_link(tg_graphed *g)
+{
+    g->prev_set = NULL;
+    g->next_set = sets;
+    if (sets) sets->prev_set = g;
+    sets = g;
+}
+
+static void sets_unlink(tg_graphed *g)
+{
+    if (g->prev_set) g->prev_set->next_set = g->next_set;
+    else if (sets == g) sets = g->next_set;
+    if (g->next_set) g->next_set->prev_set = g->prev_set;
+    g->next_set = g->prev_set = NULL;
+}
 
 static int capturing_depth; /* warm-up or capture in progress */
 int tg_graph_capturing(void) { return capturing_depth > 0; }
@@ -172,6 +192,28 @@ static void set_mode(tg_module *m, const char *mode)
 
 static const char *op_name(char op) { return op == 'F' ? "F" : op == 'B' ? "B" : "W"; }
 
+/* Sets sharing a pool: a range one set's capture freed (saved activations after their backward, temporaries) was
+ * taken by the captures of sets made after it, which is safe only while each set's order replays whole before
+ * another set of the pool replays: interleaved (A:F, B:F, B:B, A:B), B's graphs overwrite what A's F saved for
+ * A's B. So a replay is refused while another set of the same pool is part-way through its order. */
+static tg_status check_pool_turn(tg_graphed *g, char op, int chunk, int mb)
+{
+    for (tg_graphed *h = sets; h; h = h->next_set) {
+        if (h == g || h->pool != g->pool || h->pos == h->start) continue;
+        char la[160], lb[160];
+        const struct tg_graph_action *a = &h->order[h->pos];
+        return tg_error(TG_ESTATE,
+                        "graphed replay of %s chunk %d mb %d (the set of %s) while the set of %s, which shares its graph "
+                        "pool, is part-way through its order (next: %s chunk %d mb %d, action %d of %d): sets sharing a "
+                        "pool replay each order whole, one set after another, since later captures reuse memory earlier "
+                        "ones freed (finish that set's order or reset it, or give each set its own pool)",
+                        op_name(op), chunk, mb, tg_module_label(g->chunks[0], la, sizeof la),
+                        tg_module_label(h->chunks[0], lb, sizeof lb), op_name(a->op), a->chunk, a->mb, h->pos + 1,
+                        h->norder);
+    }
+    return TG_OK;
+}
+
 /* *mb = 0 takes the microbatch of the next action when it is op of chunk. */
 static tg_status check_order(tg_graphed *g, char op, int chunk, int *mbp)
 {
@@ -188,7 +230,7 @@ static tg_status check_order(tg_graphed *g, char op, int chunk, int *mbp)
     if (a->op != op || a->chunk != chunk || a->mb != mb)
         return tg_error(TG_ESTATE, "graphed replay out of order: expected %s chunk %d mb %d (action %d of %d), got %s chunk %d mb %d",
                         op_name(a->op), a->chunk, a->mb, g->pos + 1, g->norder, op_name(op), chunk, mb);
-    return TG_OK;
+    return check_pool_turn(g, op, chunk, mb);
 }
 
 /* W actions of chunks without W graphs are not replayed: the order skips them. */
@@ -941,6 +983,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
         }
     }
     tg_graphed_reset(g);
+    sets_link(g);
     *out = g;
     return TG_OK;
 }
@@ -948,6 +991,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
 void tg_graphed_free(tg_graphed *g)
 {
     if (!g) return;
+    sets_unlink(g);
     for (int i = 0; g->e && i < g->nchunks * g->mbs; i++) {
         struct entry *e = &g->e[i];
         tg_graph_free(e->f);
@@ -1242,6 +1286,7 @@ void tg_graphed_reset(tg_graphed *g)
 {
     g->pos = 0;
     skip_empty_w(g);
+    g->start = g->pos;
 }
 int tg_graphed_has_w(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks && g->has_w[chunk - 1]; }
 int tg_graphed_nchunks(const tg_graphed *g) { return g->nchunks; }

@@ -55,7 +55,8 @@ end
 -- stages = {s...}}) -> list of graphed callables, one per chunk (pass as opts.graphed). By default
 -- one graphed set holds every chunk, captured in M.order(plan); per_stage = true captures one set
 -- per stage in that stage's own compute order (to_order), the way a process running one stage
--- would. stages = {s...} (implies per_stage) captures only those stages' sets: a pipeline rank
+-- would (a pool for several per-stage sets is refused: the plan interleaves their replays, which
+-- sets sharing a pool cannot do). stages = {s...} (implies per_stage) captures only those stages' sets: a pipeline rank
 -- passes its own stage, and chunks and samples need entries only for that stage's chunks.
 -- chain = true (one set only): the chunks are consecutive parts of one model, so each hands its
 -- output (and takes its output gradient) through a static buffer shared with its neighbour.
@@ -115,6 +116,20 @@ function M.make_graphed(plan, chunks, opts)
   end
   local owner = plan_.owners(plan)
   local out = {}
+  if opts.pool ~= nil then
+    -- each stage's set is captured whole, one after another, but the plan interleaves their replays: with one pool,
+    -- a later set's captures reuse memory an earlier set still needs between its F and B (silently wrong gradients)
+    local nsets, seen = 0, {}
+    for c = 1, C do
+      local s = owner[c]
+      if s and not seen[s] and (not only or only[s]) then seen[s], nsets = true, nsets + 1 end
+    end
+    if nsets > 1 then
+      raise(string.format("schedule.make_graphed: %d per-stage sets cannot share one pool (opts.pool): each is " ..
+        "captured whole, one after another, but the plan interleaves their replays, so a later set would reuse memory " ..
+        "an earlier one still holds; leave pool out (each set gets its own) or capture one set (per_stage = false)", nsets))
+    end
+  end
   for s = 1, plan.stages do
     local mine, index = {}, {}
     for c = 1, C do
