@@ -168,6 +168,11 @@ end
 if not train.schedules[opt.schedule] then -- checked with or without --pipeline
   usage_error(string.format("--schedule must be one of %s (got '%s')", train.schedule_names, tostring(opt.schedule)))
 end
+if opt.pipeline == 1 then -- a schedule given without a pipeline would be silently ignored
+  for _, a in ipairs(arg) do
+    if a == "--schedule" or a:match("^%-%-schedule=") then usage_error("--schedule needs --pipeline N (N > 1)") end
+  end
+end
 if opt["min-lr"] > opt.lr then
   local given = false
   for _, a in ipairs(arg) do given = given or a == "--min-lr" or a:match("^%-%-min%-lr=") ~= nil end

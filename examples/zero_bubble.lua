@@ -23,9 +23,9 @@ local S = require "tegraph.schedule"
 local cli = require "tegraph.cli"
 
 local defaults = {
-  { "stages", 4, "pipeline stages P" },
-  { "microbatches", 8, "microbatches per step M" },
-  { "layers", 8, "transformer layers (a multiple of 2P: ZB-V puts two chunks on each stage)" },
+  { "stages", 4, "pipeline stages P", min = 1 },
+  { "microbatches", 8, "microbatches per step M", min = 1 },
+  { "layers", 8, "transformer layers (a multiple of 2P: ZB-V puts two chunks on each stage)", min = 2 },
   { "width", 64, "model width" },
   { "heads", 4, "attention heads" },
   { "tokens", 32, "sequence length T" },

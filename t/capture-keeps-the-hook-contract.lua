@@ -2,7 +2,9 @@
 -- contract at every replay: hooks fire once per replayed wgrad with the step's info, the first contribution of a
 -- step overwrites (main_grad equals eager every step instead of growing), forwards count for the step check, and a
 -- replay the step does not expect fails loudly (twice in a step, a missing microbatch, a microbatch past the step's,
--- hooks skipped on purpose, a replaced wgrad target) instead of training wrong.
+-- hooks skipped on purpose, a replaced wgrad target) instead of training wrong; graphed callables refuse a replaced
+-- wgrad target too. A capture that would take wgrads queued before it is refused, and so is the replay of a
+-- backward captured without its forward; a captured step (capture_step) refuses a replay after its parameters' hooks changed.
 local tg = require "tegraph"
 local t = require "tap"
 
@@ -175,6 +177,34 @@ do
   tg.hook_check(false); tg.step_end(); tg.hook_check(true)
 end
 
+-- Graphed callables write the targets they were captured with too: make_graphed and graph_modules refuse a replay
+-- after set_main_grad (a data-parallel wrapper made after capture re-binds main_grad into its buckets), instead of
+-- leaving the new buffer at zero.
+for _, delay in ipairs { false, true } do
+  local mode = delay and "delayed wgrad" or "wgrad not delayed"
+  local m = linear(delay)
+  local g = tg.graph.make_graphed(m, { sample = X[1], microbatches = 1 })
+  W(m):set_main_grad(tg.zeros({ IN * OUT }))
+  tg.step_begin { microbatches = 1 }
+  g:forward(X[1], 1)
+  t.error_like(function() g:backward(DY[1], 1); if delay then g:backward_dw(1) end end,
+    "wgrad target of fc%.weight .*was replaced after the graph was captured %(capture again%)",
+    "make_graphed (" .. mode .. "): a main_grad replaced after capture is refused at replay, naming the parameter")
+  m:drop_saved()
+  tg.hook_check(false); tg.step_end(); tg.hook_check(true)
+  g:free()
+  local s = tg.nn.Sequential { linear(delay), name = "s" }
+  tg.graph.graph_modules(s, { "fc" }, { sample = X[1], microbatches = 1 })
+  s:parameters()[1]:set_main_grad(tg.zeros({ IN * OUT }))
+  tg.step_begin { microbatches = 1 }
+  s:forward(X[1], 1)
+  t.error_like(function() s:backward(DY[1], 1); if delay then s:backward_dw(1) end end,
+    "wgrad target of fc%.weight .*was replaced after the graph was captured",
+    "graph_modules (" .. mode .. "): a main_grad replaced after capture is refused at replay, naming the parameter")
+  s:drop_saved()
+  tg.hook_check(false); tg.step_end(); tg.hook_check(true)
+end
+
 -- A whole step with a hook-driven reduce in one plain capture: the hooks fire at replay, not while capturing, so
 -- the reduce's finish() inside the captured function finds its buckets unreduced and fails at capture time.
 do
@@ -190,6 +220,59 @@ do
     end, { pool = tg.pool() })
   end, "ddp: 1 bucket%(s%) not reduced this step", "ddp's finish() inside a plain capture of a step fails loudly at capture")
   t.ok(not tg.step_open(), "the step the capture opened was closed")
+end
+
+-- A plain capture that would take work queued before it: eager F and B of microbatch 1 left its delayed wgrad
+-- queued; a capture of F / B / W of microbatch 1 on new inputs would have its backward_dw compute the eager one
+-- (the store is FIFO), and the eager backward_dw the captured one. Refused at the capture's forward, naming the
+-- module and the queued microbatch; the eager W then computes its own gradient.
+do
+  local m = linear(true)
+  m:forward(X[1], 1); m:backward(DY[1], 1)
+  t.error_like(function()
+    tg.stream.capture(function() fwd_bwd(m, true, 1, X[2], DY[2]) end, { pool = tg.pool() })
+  end, "Linear 'fc' forward %(microbatch 1%): forward captured while the module's wgrad store holds delayed wgrads " ..
+    "queued before the capture %(microbatch 1%)", "a capture over a module with pre-capture queued wgrads is refused")
+  m:backward_dw(1)
+  t.ok(same(W(m).main_grad, eager_grad(true, { 1 })), "the eager backward_dw then computes the eager microbatch's gradient")
+end
+
+-- A backward captured without its forward would replay the gradient of the input the forward outside the graph
+-- saved, in steps where nothing was forwarded: its replay is refused, naming the parameter, module and microbatch
+-- (the capture itself is allowed: looking at a backward's graph is fine).
+do
+  local m = linear(false)
+  hooked(m)
+  m:forward(X[1], 1)
+  local g = tg.stream.capture(function() m:backward(DY[1], 1) end, { pool = tg.pool() })
+  local before = W(m).main_grad:clone()
+  tg.step_begin { microbatches = 1 }
+  t.error_like(function() g:replay() end,
+    "replay of a graph that captured the wgrad of fc%.weight %(Linear 'fc', microbatch 1%) without the module's forward",
+    "replaying a backward captured without its forward is refused")
+  t.ok(same(W(m).main_grad, before), "the refused replay ran nothing")
+  tg.step_end()
+end
+
+-- A captured step (capture_step) holds its hooks' device work: a hook added or removed after the capture would
+-- never run (or still run), so the replay is refused, naming the parameter; with the capture's hooks back it runs.
+do
+  local m = linear(true)
+  local st = tg.graph.capture_step(function() fwd_bwd(m, true, 1, X[1], DY[1]) end, { microbatches = 1 })
+  local n = 0
+  local _, id = W(m):register_hook(function() n = n + 1 end)
+  t.error_like(function() st:replay() end,
+    "full%-iteration capture: the hooks of fc%.weight changed since the capture %(0 then, 1 now%).*capture the step again",
+    "capture_step: a replay after a hook was added is refused, naming the parameter")
+  t.ok(n == 0 and not tg.step_open(), "the refused replay fired nothing and left no step open")
+  W(m):remove_hook(id)
+  t.ok(pcall(function() st:replay() end), "with the hook removed again the replay runs")
+  local m2 = linear(true)
+  local _, id2 = W(m2):register_hook(function() end)
+  local st2 = tg.graph.capture_step(function() fwd_bwd(m2, true, 1, X[1], DY[1]) end, { microbatches = 1 })
+  W(m2):remove_hook(id2)
+  t.error_like(function() st2:replay() end, "the hooks of fc%.weight changed since the capture %(1 then, 0 now%)",
+    "capture_step: a replay after a captured hook was removed is refused")
 end
 
 t.done_testing()

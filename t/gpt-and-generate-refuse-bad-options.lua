@@ -1,5 +1,6 @@
 -- gpt-and-generate-refuse-bad-options.lua — examples/gpt.lua and examples/generate.lua refuse options they used to
--- accept or fail on deep in the library: an unknown --schedule without --pipeline, a --min-lr given above --lr (a
+-- accept or fail on deep in the library: an unknown --schedule without --pipeline, a known one without --pipeline
+-- (it would be ignored), a --min-lr given above --lr (a
 -- default above --lr becomes --lr / 10), --digits
 -- past its bound (the context would be 2*digits+1), --dtype f64, generate.lua's --max-tokens < 1, --temperature < 0
 -- and --top-p outside (0, 1] — each a usage error (exit 2) naming the option, with the usage, before anything
@@ -11,6 +12,7 @@ local ex = require "run_example"
 local SMALL = "--steps 2 --layers 1 --width 16 --heads 2 --batch 2 --microbatches 1 --samples 0 --eval 0 --quiet "
 for _, case in ipairs {
   { "gpt.lua", "--schedule zz", "%-%-schedule must be one of gpipe, 1f1b, interleaved, zb_h1, zb_v %(got 'zz'%)" },
+  { "gpt.lua", "--schedule zb_v", "%-%-schedule needs %-%-pipeline N %(N > 1%)" },
   { "gpt.lua", "--lr 1e-3 --min-lr 1", "%-%-min%-lr 1 is above %-%-lr 0%.001" },
   { "gpt.lua", "--digits 100000", "%-%-digits must be at most 64 %(got '100000'%)" },
   { "gpt.lua", "--dtype f64", "%-%-dtype must be f32 or bf16 %(got 'f64'%)" },

@@ -142,6 +142,33 @@ do
   for i = 1, #pa do same = same and pa[i].grad:max_abs_diff(pb[i].grad) == 0 end
   t.ok(same, "sets sharing a pool: same gradients")
   t.is(select(1, ga:memory()), select(1, gb:memory()), "both sets report the one pool they share")
+  -- interleaved (A:F, B:F, B:B, A:B), B's graphs would overwrite memory A's F saved for A's B: refused, naming both
+  tg.step_begin{ microbatches = 1 }
+  ga:forward(x, 1)
+  t.error_like(function() gb:forward(x, 1) end,
+    "graphed replay of F chunk 1 mb 1 %(the set of Sequential 'pb'%) while the set of Sequential 'pa', which shares its " ..
+    "graph pool, is part%-way through its order %(next: B chunk 1 mb 1",
+    "sets sharing a pool: a replay while the other set is part-way through its order is refused, naming both")
+  ga:backward(dy, 1)
+  local ok = pcall(function() gb:forward(x, 1); gb:backward(dy, 1) end)
+  t.ok(ok, "sets sharing a pool: once the first set's order is whole, the second set replays")
+  tg.step_end()
+  ga:reset(); gb:reset()
+end
+
+-- A schedule's per-stage sets are captured whole one after another but replayed interleaved: one pool for them is
+-- refused at make_graphed (it gave gradients off by up to 4 for GPipe).
+do
+  local S = require "tegraph.schedule"
+  local plan = S.gpipe { stages = 2, microbatches = 2 }
+  t.error_like(function()
+    S.make_graphed(plan, { chunk(false, "s1"), chunk(false, "s2") }, { samples = { x, x }, per_stage = true, warmup = 1,
+      pool = tg.pool() })
+  end, "schedule%.make_graphed: 2 per%-stage sets cannot share one pool %(opts%.pool%)",
+    "per-stage sets with one pool are refused at make_graphed")
+  local ok, err = pcall(S.make_graphed, plan, { chunk(false, "t1"), chunk(false, "t2") },
+    { samples = { x, x }, warmup = 1, pool = tg.pool() })
+  t.ok(ok, "one set for the whole plan may take a pool: " .. tostring(ok or err))
 end
 
 -- One Lua-table module is one chunk (not a list of chunks), and the set keeps it alive.
@@ -158,7 +185,8 @@ do
 end
 
 -- Warm-up runs the order 3 times unless told otherwise (the engine's default, for C and Lua
--- alike), then each F is captured once; a negative count is refused.
+-- alike), after one forward per chunk that probes whether its backward takes no dy; then each F is
+-- captured once; a negative count is refused.
 do
   local calls = 0
   local counter = {
@@ -166,10 +194,10 @@ do
     backward = function(self, d, mb) return d:clone() end,
   }
   tg.graph.make_graphed(counter, { sample = x, microbatches = 2 })
-  t.is(calls, 3 * 2 + 2, "by default warm-up runs 3 iterations of 2 microbatches, then 2 captured forwards")
+  t.is(calls, 1 + 3 * 2 + 2, "by default the dy probe, warm-up's 3 iterations of 2 microbatches, then 2 captured forwards")
   calls = 0
   tg.graph.make_graphed(counter, { sample = x, microbatches = 2, warmup = 1 })
-  t.is(calls, 1 * 2 + 2, "warmup = 1: one iteration")
+  t.is(calls, 1 + 1 * 2 + 2, "warmup = 1: one iteration")
   t.error_like(function() tg.graph.make_graphed(counter, { sample = x, microbatches = 1, warmup = -1 }) end,
     "make_graphed: warmup must be >= 1 %(got %-1%)", "a negative warmup is refused")
 end
@@ -201,6 +229,45 @@ do
   t.is(inner.exec_mode, "eager", "after free the module runs eagerly again")
   t.error_like(function() tg.graph.make_graphed({ model, inner }, { sample = { x4, x4 }, in_place = true }) end,
     "chunks graphed in place must not contain each other", "in place, a chunk inside another chunk is refused")
+end
+
+-- backward(nil) replays only for chunks whose backward takes no dy (a chunk ending in its loss), as eagerly; on an
+-- ordinary chunk it is refused like eager's "dy is missing" instead of replaying the last call's gradient.
+do
+  local m = chunk(false, "nody")
+  local g = tg.graph.make_graphed(m, { sample = x, microbatches = 1 })
+  tg.step_begin{ microbatches = 1 }
+  g:forward(x, 1); g:backward(dy, 1)
+  tg.step_end()
+  local before = m:parameters()[1].grad:clone()
+  tg.step_begin{ microbatches = 1 }
+  g:forward(x, 1)
+  t.error_like(function() g:backward(nil, 1) end, "Sequential 'nody' backward %(microbatch 1%): dy is missing, expected %[4,8%] f32",
+    "a graphed backward without dy on a chunk that needs one is refused, naming the module and the expected gradient")
+  t.ok(m:parameters()[1].grad:max_abs_diff(before) == 0, "the refused backward replayed nothing")
+  tg.hook_check(false); m:drop_saved(); tg.step_end(); tg.hook_check(true)
+  -- a chunk whose last part is its loss (d loss / d y = 2 y, no dy): backward(nil) replays and matches eager
+  local function loss_chunk()
+    local c = chunk(false, "lossc")
+    local half = tg.full({ TOK, D }, 0.5)
+    return tg.nn.Sequential{ c, {
+      forward = function(self, xx, mb) return xx * 1.0 end,
+      backward = function(self, d, mb) return half * 1.0 end,
+    }, name = "withloss" }
+  end
+  local e = loss_chunk()
+  tg.step_begin{ microbatches = 1 }
+  e:forward(x, 1); local edx = e:backward(nil, 1)
+  tg.step_end()
+  local lc = loss_chunk()
+  local gl = tg.graph.make_graphed(lc, { sample = x, microbatches = 1 })
+  tg.step_begin{ microbatches = 1 }
+  gl:forward(x, 1)
+  local ok, gdx = pcall(function() return gl:backward(nil, 1) end)
+  tg.step_end()
+  t.ok(ok, "a graphed chunk whose backward takes no dy (its loss inside) replays backward(nil): " .. tostring(ok or gdx))
+  t.ok(ok and gdx:max_abs_diff(edx) == 0 and lc:parameters()[1].grad:max_abs_diff(e:parameters()[1].grad) == 0,
+    "and gives eager's input gradient and wgrads")
 end
 
 t.done_testing()

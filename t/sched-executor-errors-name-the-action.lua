@@ -2,6 +2,8 @@
 -- a cyclic wait or a missing send is a deadlock naming each stuck stage's action; W before B, W out of B order,
 -- a chunk on the wrong stage, a missing input, a failing hook or input function, and a graphed
 -- set captured for another plan all name the stage and action. A failed run leaves no step open.
+-- schedule.execute validates the whole plan first (so it refuses those plans before anything runs); the C
+-- executor's own checks are exercised by running it directly (tegraph.core's sched.run).
 local tg = require "tegraph"
 local S = require "tegraph.schedule"
 local t = require "tap"
@@ -37,6 +39,17 @@ local function run(plan, extra)
   return pcall(S.execute, plan, opts)
 end
 
+-- The C executor alone, on a plan execute's validation would refuse first.
+local function run_raw(plan)
+  local chunks = build(plan.stages * (plan.chunks or 1))
+  tg.step_begin { microbatches = plan.microbatches }
+  local ok, err = pcall(require("tegraph.core").sched.run, plan, { chunks = chunks,
+    input = function(mb) return xs[mb] end, loss_grad = function(mb) return dys[mb] end })
+  for _, m in ipairs(chunks) do m:drop_saved() end
+  tg.hook_check(false); pcall(tg.step_end); tg.hook_check(true)
+  return ok, err
+end
+
 do
   local ok, err = run(two_stage(good1, good2))
   t.ok(ok, "the hand-written plan runs")
@@ -47,6 +60,9 @@ do -- stage 1 waits for the gradient before sending the activation: a cycle
   local p = two_stage({ A("F", 1, 1), A("recv_bwd", 2, 1, 2), A("send_fwd", 1, 1, 2), A("B", 1, 1, nil, true) }, good2)
   local ok, err = run(p)
   t.ok(not ok, "a cyclic wait fails")
+  t.like(tostring(err), "schedule%.execute: stage 1 action 2 %(recv_bwd chunk 2 mb 1 from stage 2%): deadlock",
+    "execute refuses it before running, naming the stuck action")
+  ok, err = run_raw(p)
   t.like(tostring(err), "schedule deadlock", "it is called a deadlock")
   t.like(tostring(err), "stage 1 action 2 %(recv_bwd chunk 2 mb 1 from stage 2%)", "it names stage 1's stuck recv")
   t.like(tostring(err), "stage 2 action 1 %(recv_fwd chunk 1 mb 1 from stage 1%)", "it names stage 2's stuck recv")
@@ -56,6 +72,9 @@ do -- the activation is never sent
   local p = two_stage({ A("F", 1, 1) }, good2)
   local ok, err = run(p)
   t.ok(not ok, "a recv without a send fails")
+  t.like(tostring(err), "stage 2 action 1 %(recv_fwd chunk 1 mb 1 from stage 1%): no matching send_fwd on stage 1",
+    "execute refuses it before running, naming the recv")
+  ok, err = run_raw(p)
   t.like(tostring(err), "stage 2 action 1 %(recv_fwd chunk 1 mb 1 from stage 1%) waits for a send that has not happened "
     .. "%(stage 1 has finished without sending it%)", "it names the recv and says the sender finished")
 end
@@ -94,6 +113,9 @@ do
   local p = two_stage(good1, { A("F", 2, 1), A("B", 2, 1, nil, true), A("send_bwd", 2, 1, 1) })
   local ok, err = run(p)
   t.ok(not ok, "an F whose input never came fails")
+  t.like(tostring(err), "stage 1 action 2 %(send_fwd chunk 1 mb 1 to stage 2%): no matching recv_fwd on stage 2",
+    "execute refuses it before running, naming the unmatched send")
+  ok, err = run_raw(p)
   t.like(tostring(err), "stage 2 action 1 %(F chunk 2 mb 1%): its input has not arrived %(no recv_fwd chunk 1 mb 1",
     "the error names the F and the missing recv")
 end
@@ -102,6 +124,9 @@ do
   local p = two_stage({ A("F", 1, 1), A("send_fwd", 1, 1, 2), A("send_fwd", 1, 1, 2) }, good2)
   local ok, err = run(p)
   t.ok(not ok, "sending twice fails")
+  t.like(tostring(err), "stage 1 action 3 %(send_fwd chunk 1 mb 1 to stage 2%): duplicate send_fwd",
+    "execute refuses it before running, naming the second send")
+  ok, err = run_raw(p)
   t.like(tostring(err), "stage 1 action 3 %(send_fwd chunk 1 mb 1 to stage 2%): nothing to send", "the error names the second send")
 end
 
@@ -144,6 +169,45 @@ end
 do
   local ok, err = pcall(S.execute, S.gpipe { stages = 2, microbatches = 2 }, { inputs = xs, loss_grad = dys })
   t.ok(not ok and tostring(err):find("no module", 1, true) ~= nil, "running without modules names what is missing")
+end
+
+-- Incomplete plans are refused before anything runs (no validate flag needed), naming the missing action; a chunk
+-- that delays wgrad needs its W for every microbatch.
+do
+  local function one(list, delay)
+    local m = tg.nn.Linear(D, D, { name = "c1", chunk = 1, delay_wgrad = delay })
+    local ok, err = pcall(S.execute, { stages = 1, chunks = 1, microbatches = 2, kind = "hand", list },
+      { chunks = { m }, inputs = xs, loss_grad = dys })
+    return ok, err, m
+  end
+  local ok, err, m = one({ A("F", 1, 1), A("B", 1, 1, nil, true) }, false)
+  t.like(tostring(err), "schedule%.execute: stage 1: chunk 1 mb 2 has no F", "a plan without microbatch 2 is refused, naming it")
+  t.ok(m:parameters()[1].grad:max_abs() == 0 and not tg.step_open(), "nothing ran and no step is left open")
+  ok, err = one({ A("F", 1, 1), A("F", 1, 2), A("B", 1, 1, nil, true) }, false)
+  t.like(tostring(err), "chunk 1 mb 2 has no B", "a plan with an F and no B is refused, naming the B")
+  ok, err, m = one({ A("F", 1, 1), A("F", 1, 2), A("B", 1, 1), A("W", 1, 1), A("B", 1, 2) }, true)
+  t.like(tostring(err), "chunk 1 mb 2 has no W", "a delaying chunk's missing W is refused, naming it")
+  t.ok(not m:need_backward_dw() and not tg.step_open(), "nothing is queued and no step is left open")
+  ok, err = one({ A("F", 1, 1), A("F", 1, 2), A("B", 1, 1), A("B", 1, 2) }, true)
+  t.like(tostring(err), "chunk 1 mb 1 has no W", "a delaying chunk without any W is refused too")
+  ok, err = one({ A("F", 1, 1), A("F", 1, 2), A("B", 1, 1), A("B", 1, 2) }, false)
+  t.ok(ok, "a chunk that delays no wgrad may leave its W out")
+  if not ok then t.diag(err) end
+end
+
+-- A run that fails half way drops what it saved or queued and closes its step: the next execute starts clean.
+do
+  local p = { stages = 1, chunks = 1, microbatches = 2, kind = "hand",
+    { A("F", 1, 1), A("F", 1, 2), A("B", 1, 1), A("W", 1, 1), A("B", 1, 2), A("W", 1, 2) } }
+  local m = tg.nn.Linear(D, D, { name = "c1", chunk = 1, delay_wgrad = true })
+  local ok, err = pcall(S.execute, p, { chunks = { m }, inputs = xs,
+    loss_grad = function(mb) if mb == 2 then error("no gradient for 2") end return dys[mb] end })
+  t.like(tostring(err), "no gradient for 2", "a loss_grad failing at microbatch 2 fails the run")
+  t.ok(not tg.step_open(), "the failed run left no step open")
+  t.ok(not m:need_backward_dw(), "and nothing queued")
+  local ok2, err2 = pcall(S.execute, p, { chunks = { m }, inputs = xs, loss_grad = dys })
+  t.ok(ok2, "the next execute runs in a fresh step")
+  if not ok2 then t.diag(err2) end
 end
 
 t.done_testing()

@@ -5,7 +5,7 @@ TEGRAPH="${TG_TOP_BUILDDIR:-.}/tegraph"
 EX="${TG_TOP_SRCDIR:-.}/examples/zero_bubble.lua"
 dir=$(mktemp -d "${TMPDIR:-/tmp}/tg-zb.XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
-echo "1..11"
+echo "1..13"
 n=0
 for mode in "" "--graphed"; do
     label=${mode:-eager}
@@ -81,4 +81,14 @@ case "$out" in
     *) r="not ok" ;;
 esac
 echo "$r $n - --dtype f16 is a usage error (exit 2, got $rc) naming the value: $out"
+for bad in "--microbatches 0" "--stages 0"; do
+    n=$((n + 1))
+    out=$("$TEGRAPH" --device cpu run "$EX" $bad 2>&1)
+    rc=$?
+    case "$out" in
+        *"must be at least 1 (got '0')"*"usage: tegraph run examples/zero_bubble.lua"*) [ $rc -eq 2 ] && r=ok || r="not ok" ;;
+        *) r="not ok" ;;
+    esac
+    echo "$r $n - $bad is a usage error (exit 2, got $rc) naming the bound, with the usage"
+done
 exit 0

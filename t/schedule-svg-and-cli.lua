@@ -141,4 +141,14 @@ status, out = run_cli({ "--help" })
 tap.is(status, 0, "cli --help: status 0")
 tap.like(out, "^usage: tegraph schedule NAME", "cli --help: usage")
 
+status, out, err = run_cli({ "interleaved", "-p", "2", "-m", "4", "-v", "1" })
+tap.is(status, 2, "cli interleaved -v 1: a usage error")
+tap.like(err, "^tegraph schedule: %-v must be >= 2 %(interleaved runs at least 2 chunks per stage%), got 1\nusage:",
+  "cli interleaved -v 1: names -v, with the usage")
+tap.ok(not err:find(".lua:", 1, true), "cli: a generator's refusal shows no internal file path")
+status, out, err = run_cli({ "1f1b", "-p", "2", "-m", "4", "--svg", tmpdir .. "/no/such/dir/x.svg" })
+tap.is(status, 1, "cli --svg into a missing directory: status 1")
+tap.like(err, "^tegraph schedule: schedule%.svg: .*no/such/dir/x%.svg", "cli --svg: the error names the file, no internal path")
+tap.is(out, "", "cli --svg: it fails before printing the table")
+
 tap.done_testing()

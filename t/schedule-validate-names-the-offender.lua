@@ -158,4 +158,13 @@ rejects(p, "stage 1 action 1 (F chunk 1 mb 3): mb must be an integer in 1..2", "
 local okh, errh = S.validate({ stages = 0, microbatches = 1 })
 tap.ok(not okh and errh:find("stages", 1, true), "a plan without stages is rejected")
 
+-- A list past the last stage, and w that is not a boolean.
+p = copy(S.one_f_one_b { stages = 2, microbatches = 1 })
+p[3] = { { op = "F", chunk = 1, mb = 1 } }
+rejects(p, "plan[3] is not a stage: the plan has 2 stages", "an extra plan[3] on a 2-stage plan")
+p = copy(S.one_f_one_b { stages = 2, microbatches = 1 })
+local kb = find(p[1], "B", 1, 1)
+p[1][kb].w = "yes"
+rejects(p, string.format("stage 1 action %d (B+W chunk 1 mb 1): w must be true or false, got string yes", kb), "w = \"yes\"")
+
 tap.done_testing()

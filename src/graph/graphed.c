@@ -10,6 +10,7 @@
 /* What a B or W graph computed wgrad for: each parameter once per contribution. */
 struct wgrad_set {
     tg_param **p; /* references */
+    tg_tensor **target; /* p's wgrad target at capture (handles): the graph writes that memory */
     int n, cap;
 };
 
@@ -34,6 +35,7 @@ struct tg_graphed {
     int *has_w;          /* per chunk */
     int *res;            /* per chunk: its F graph takes a residual input (forward_res) */
     int *dres;           /* per chunk: its B graph takes a residual gradient (backward_res; in place only) */
+    int *no_dy;          /* per chunk: its module's backward takes no dy (its output feeds a loss inside it) */
     tg_tensor **out_like; /* per chunk: a warm-up output (the residual input's layout), freed after capture */
     int *tn, *tm;        /* per chunk: tuple chunks' inputs and outputs; 0 for others */
     const tg_tensor *const *const *tsamples; /* tg_graphed_opts.tuples while warm-up and capture run */
@@ -54,7 +56,27 @@ struct tg_graphed {
     tg_stream *on;       /* the next replay call's stream (tg_graphed_replay_on), or NULL */
     tg_event *wait;      /* and the event it waits for first, or NULL */
     struct tg_module_route *routes; /* per chunk, when in place (partial capture); else NULL */
+    int start;           /* pos at the start of the order (after the W actions it skips) */
+    tg_graphed *next_set, *prev_set; /* every set not yet freed (sets sharing a pool check each other) */
 };
+
+static tg_graphed *sets; /* every set not yet freed, newest first */
+
+static void sets_link(tg_graphed *g)
+{
+    g->prev_set = NULL;
+    g->next_set = sets;
+    if (sets) sets->prev_set = g;
+    sets = g;
+}
+
+static void sets_unlink(tg_graphed *g)
+{
+    if (g->prev_set) g->prev_set->next_set = g->next_set;
+    else if (sets == g) sets = g->next_set;
+    if (g->next_set) g->next_set->prev_set = g->prev_set;
+    g->next_set = g->prev_set = NULL;
+}
 
 static int capturing_depth; /* warm-up or capture in progress */
 int tg_graph_capturing(void) { return capturing_depth > 0; }
@@ -86,18 +108,25 @@ static tg_status set_add(struct wgrad_set *s, tg_param *p)
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 16;
         tg_param **np = realloc(s->p, (size_t)cap * sizeof *np);
-        if (!np) return tg_error(TG_ENOMEM, "out of host memory");
-        s->p = np;
+        if (np) s->p = np;
+        tg_tensor **nt = np ? realloc(s->target, (size_t)cap * sizeof *nt) : NULL;
+        if (nt) s->target = nt;
+        if (!np || !nt) return tg_error(TG_ENOMEM, "out of host memory");
         s->cap = cap;
     }
+    TG_TRY(tg_tensor_ref(tg_param_wgrad_target(p), &s->target[s->n]));
     s->p[s->n++] = tg_param_retain(p);
     return TG_OK;
 }
 
 static void set_free(struct wgrad_set *s)
 {
-    for (int i = 0; i < s->n; i++) tg_param_release(s->p[i]);
+    for (int i = 0; i < s->n; i++) {
+        tg_param_release(s->p[i]);
+        tg_tensor_free(s->target[i]);
+    }
     free(s->p);
+    free(s->target);
     memset(s, 0, sizeof *s);
 }
 
@@ -116,6 +145,15 @@ static tg_status observe(void *ud, tg_param *p, int mb)
 static tg_status zero_first_targets(struct wgrad_set *s)
 {
     if (s->n == 0) return TG_OK;
+    /* the graph writes the memory the target had at capture: a target re-pointed since (set_main_grad, a
+       data-parallel wrapper's buckets) would get nothing while the old buffer took the gradients */
+    for (int i = 0; i < s->n; i++)
+        if (!tg_tensor_same_memory(tg_param_wgrad_target(s->p[i]), s->target[i])) {
+            char a[64];
+            return tg_error(TG_ESTATE, "replay: the wgrad target of %s (%s) was replaced after the graph was captured "
+                                       "(capture again)",
+                            s->p[i]->name, tg_tensor_shape_str(s->target[i], a, sizeof a));
+        }
     tg_tensor **z = malloc((size_t)s->n * sizeof *z);
     if (!z) return tg_error(TG_ENOMEM, "out of host memory");
     int nz = 0;
@@ -154,6 +192,28 @@ static void set_mode(tg_module *m, const char *mode)
 
 static const char *op_name(char op) { return op == 'F' ? "F" : op == 'B' ? "B" : "W"; }
 
+/* Sets sharing a pool: a range one set's capture freed (saved activations after their backward, temporaries) was
+ * taken by the captures of sets made after it, which is safe only while each set's order replays whole before
+ * another set of the pool replays: interleaved (A:F, B:F, B:B, A:B), B's graphs overwrite what A's F saved for
+ * A's B. So a replay is refused while another set of the same pool is part-way through its order. */
+static tg_status check_pool_turn(tg_graphed *g, char op, int chunk, int mb)
+{
+    for (tg_graphed *h = sets; h; h = h->next_set) {
+        if (h == g || h->pool != g->pool || h->pos == h->start) continue;
+        char la[160], lb[160];
+        const struct tg_graph_action *a = &h->order[h->pos];
+        return tg_error(TG_ESTATE,
+                        "graphed replay of %s chunk %d mb %d (the set of %s) while the set of %s, which shares its graph "
+                        "pool, is part-way through its order (next: %s chunk %d mb %d, action %d of %d): sets sharing a "
+                        "pool replay each order whole, one set after another, since later captures reuse memory earlier "
+                        "ones freed (finish that set's order or reset it, or give each set its own pool)",
+                        op_name(op), chunk, mb, tg_module_label(g->chunks[0], la, sizeof la),
+                        tg_module_label(h->chunks[0], lb, sizeof lb), op_name(a->op), a->chunk, a->mb, h->pos + 1,
+                        h->norder);
+    }
+    return TG_OK;
+}
+
 /* *mb = 0 takes the microbatch of the next action when it is op of chunk. */
 static tg_status check_order(tg_graphed *g, char op, int chunk, int *mbp)
 {
@@ -170,7 +230,7 @@ static tg_status check_order(tg_graphed *g, char op, int chunk, int *mbp)
     if (a->op != op || a->chunk != chunk || a->mb != mb)
         return tg_error(TG_ESTATE, "graphed replay out of order: expected %s chunk %d mb %d (action %d of %d), got %s chunk %d mb %d",
                         op_name(a->op), a->chunk, a->mb, g->pos + 1, g->norder, op_name(op), chunk, mb);
-    return TG_OK;
+    return check_pool_turn(g, op, chunk, mb);
 }
 
 /* W actions of chunks without W graphs are not replayed: the order skips them. */
@@ -359,6 +419,29 @@ static tg_status warm_tuple(tg_graphed *g, const struct tg_graph_action *a)
         tg_tensor_free(dx[j]);
     }
     return st;
+}
+
+/* Which chunks' backward takes no dy (eagerly, backward(nil) is refused with "dy is missing" unless the module's
+ * output feeds a loss inside it): one F of microbatch 1 and a backward without dy per one-tensor chunk, hooks
+ * silenced. A replay given no dy then runs only for those; for the others the static gradient buffer would hold
+ * whatever the last call left there. Modules check dy before they take their saved context; whatever a refused
+ * backward left is dropped. */
+static tg_status probe_no_dy(tg_graphed *g, const tg_tensor *const *samples, const tg_tensor *const *samples2)
+{
+    for (int c = 0; c < g->nchunks; c++) {
+        if (g->tn[c] || g->dres[c]) continue; /* tuples give a gradient per output; a residual gradient needs dy */
+        tg_module *m = g->chunks[c];
+        tg_tensor *y = NULL, *dx = NULL;
+        TG_TRY(tg_module_forward_res(m, 1, samples[c], samples2 ? samples2[c] : NULL, &y));
+        tg_status st = tg_module_backward(m, 1, NULL, &dx);
+        g->no_dy[c] = st == TG_OK;
+        if (st == TG_OK && tg_module_need_backward_dw(m)) st = tg_module_backward_dw(m, 1);
+        tg_tensor_free(y);
+        tg_tensor_free(dx);
+        tg_error_clear();
+        tg_module_drop_state(m);
+    }
+    return TG_OK;
 }
 
 /* Runs the order eagerly `iters` times with hooks silenced; records which
@@ -788,11 +871,12 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     g->has_w = calloc((size_t)nchunks, sizeof *g->has_w);
     g->res = calloc((size_t)nchunks, sizeof *g->res);
     g->dres = calloc((size_t)nchunks, sizeof *g->dres);
+    g->no_dy = calloc((size_t)nchunks, sizeof *g->no_dy);
     g->out_like = calloc((size_t)nchunks, sizeof *g->out_like);
     g->tn = calloc((size_t)nchunks, sizeof *g->tn);
     g->tm = calloc((size_t)nchunks, sizeof *g->tm);
     g->e = calloc((size_t)(nchunks * g->mbs), sizeof *g->e);
-    tg_status st = g->chunks && g->has_w && g->e && g->res && g->dres && g->out_like && g->tn && g->tm ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
+    tg_status st = g->chunks && g->has_w && g->e && g->res && g->dres && g->no_dy && g->out_like && g->tn && g->tm ? TG_OK : tg_error(TG_ENOMEM, "out of host memory");
     for (int c = 0; c < nchunks && st == TG_OK; c++) {
         g->chunks[c] = tg_module_retain(chunks[c]);
         /* two inputs: given a second sample, or graphed in place under a parent that hands it a residual */
@@ -850,7 +934,8 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
     if (st == TG_OK) st = tg_stream_new(dev, "graph-warmup", &side);
     if (st == TG_OK) {
         prev = tg_stream_set_current(side);
-        st = warm_up(g, o->samples, o->samples2, warmup);
+        st = probe_no_dy(g, o->samples, o->samples2);
+        if (st == TG_OK) st = warm_up(g, o->samples, o->samples2, warmup);
         tg_engine_set_quiet(0);
         if (st != TG_OK) tg_error_prefix(st, "make_graphed warm-up");
         if (st == TG_OK) st = check_w_present(g);
@@ -898,6 +983,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
         }
     }
     tg_graphed_reset(g);
+    sets_link(g);
     *out = g;
     return TG_OK;
 }
@@ -905,6 +991,7 @@ tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts 
 void tg_graphed_free(tg_graphed *g)
 {
     if (!g) return;
+    sets_unlink(g);
     for (int i = 0; g->e && i < g->nchunks * g->mbs; i++) {
         struct entry *e = &g->e[i];
         tg_graph_free(e->f);
@@ -936,6 +1023,7 @@ void tg_graphed_free(tg_graphed *g)
     free(g->has_w);
     free(g->res);
     free(g->dres);
+    free(g->no_dy);
     free(g->tn);
     free(g->tm);
     for (int c = 0; g->out_like && c < g->nchunks; c++) tg_tensor_free(g->out_like[c]);
@@ -1016,6 +1104,12 @@ static tg_status replay_backward(tg_graphed *g, int chunk, int mb, const tg_tens
         if (!tg_tensor_same_memory(dres, e->dout2)) TG_TRY(tg_copy(e->dout2, dres));
     }
     snprintf(what, sizeof what, "graphed backward chunk %d mb %d gradient", chunk, mb);
+    if (!dy && !g->no_dy[chunk - 1]) {
+        char a[64], label[160];
+        return tg_error(TG_EINVAL, "%s backward (microbatch %d): dy is missing, expected %s %s (graphed chunk %d)",
+                        tg_module_label(g->chunks[chunk - 1], label, sizeof label), mb,
+                        tg_tensor_shape_str(e->dout, a, sizeof a), tg_dtype_name(e->dout->dtype), chunk);
+    }
     if (dy) {
         TG_TRY(check_like(what, dy, e->dout));
         if (!tg_tensor_same_memory(dy, e->dout)) TG_TRY(tg_copy(e->dout, dy));
@@ -1192,6 +1286,7 @@ void tg_graphed_reset(tg_graphed *g)
 {
     g->pos = 0;
     skip_empty_w(g);
+    g->start = g->pos;
 }
 int tg_graphed_has_w(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks && g->has_w[chunk - 1]; }
 int tg_graphed_nchunks(const tg_graphed *g) { return g->nchunks; }

@@ -248,6 +248,8 @@ struct captured {
     int nw, wcap;
     tg_param **tp;      /* distinct parameters written (references) */
     tg_tensor **target; /* their wgrad targets at capture (handles) */
+    int *nhooks;        /* full capture: their hook count at their last wgrad in the capture */
+    int *hook_id;       /* and their newest hook's id (ids only grow: a hook added or removed since changes one) */
     int nt, tcap;
     tg_tensor **zero;   /* scratch for the zeroing launch (nt entries) */
     tg_module **fwd;    /* modules whose forward was captured (references) */
@@ -255,6 +257,8 @@ struct captured {
     tg_module **pre;    /* modules with forward pre-hooks whose forward was captured (references) */
     int *pre_mb;        /* and its microbatch, capture order */
     int np, pcap;
+    tg_param *orphan;   /* the first parameter whose wgrad was captured without its module's forward (reference), */
+    int orphan_mb;      /* and its microbatch: the graph is refused at replay */
     int skip_hooks;     /* TG_DEBUG_SKIP_HOOKS_AFTER_REPLAY at capture (tests) */
     int full;           /* a full-iteration capture (its microbatches; 0: not one): hooks and pre-hooks ran while capturing, their device
                            work and the first-contribution overwrites are in the graph; a replay only counts */
@@ -270,12 +274,15 @@ static void captured_free(void *ud)
     }
     for (int i = 0; i < c->nf; i++) tg_module_release(c->fwd[i]);
     for (int i = 0; i < c->np; i++) tg_module_release(c->pre[i]);
+    if (c->orphan) tg_param_release(c->orphan);
     free(c->pre);
     free(c->pre_mb);
     free(c->wp);
     free(c->wmb);
     free(c->tp);
     free(c->target);
+    free(c->nhooks);
+    free(c->hook_id);
     free(c->zero);
     free(c->fwd);
     free(c);
@@ -321,12 +328,30 @@ static tg_status record_wgrad(tg_param *p, int mb)
     struct captured *c;
     TG_TRY(captured_of(tg_tensor_device(p->data), p->name, &c));
     if (mb < 1) return tg_error(TG_EINVAL, "wgrad of %s: microbatch %d (microbatches count from 1)", p->name, mb);
-    int known = 0;
-    for (int i = 0; i < c->nt && !known; i++) known = c->tp[i] == p;
-    if (!known) {
-        int tcap = c->tcap;
-        if (!grow((void **)&c->tp, &tcap, c->nt, sizeof *c->tp) || !grow((void **)&c->target, &c->tcap, c->nt, sizeof *c->target))
+    /* a backward captured without its forward reads the saved input of a forward outside the graph: each replay
+       would compute the gradient of that one input, whatever ran since (eagerly, backward before forward fails).
+       Noted here, refused at replay: capturing it to look at the graph (its size) is fine */
+    int fwd = !p->owner;
+    for (int i = 0; i < c->nf && !fwd; i++) fwd = c->fwd[i] == p->owner;
+    if (!fwd && !c->orphan) {
+        c->orphan = tg_param_retain(p);
+        c->orphan_mb = mb;
+    }
+    int known = -1;
+    for (int i = 0; i < c->nt && known < 0; i++)
+        if (c->tp[i] == p) known = i;
+    if (known >= 0) { /* the hooks that fired at its last wgrad are the ones whose device work is in the graph */
+        c->nhooks[known] = p->nhooks;
+        c->hook_id[known] = p->nhooks ? p->hooks[p->nhooks - 1].id : 0;
+    }
+    if (known < 0) {
+        int tcap = c->tcap, hcap = c->tcap, icap = c->tcap;
+        if (!grow((void **)&c->tp, &tcap, c->nt, sizeof *c->tp) || !grow((void **)&c->nhooks, &hcap, c->nt, sizeof *c->nhooks) ||
+            !grow((void **)&c->hook_id, &icap, c->nt, sizeof *c->hook_id) ||
+            !grow((void **)&c->target, &c->tcap, c->nt, sizeof *c->target))
             return tg_error(TG_ENOMEM, "out of host memory");
+        c->nhooks[c->nt] = p->nhooks;
+        c->hook_id[c->nt] = p->nhooks ? p->hooks[p->nhooks - 1].id : 0;
         TG_TRY(tg_tensor_ref(tg_param_wgrad_target(p), &c->target[c->nt]));
         c->tp[c->nt++] = tg_param_retain(p);
         tg_tensor **z = realloc(c->zero, (size_t)c->nt * sizeof *z);
@@ -351,6 +376,19 @@ tg_status tg_engine_note_forward(tg_module *m)
     TG_TRY(captured_of(m->opts.device, tg_module_label(m, label, sizeof label), &c));
     for (int i = 0; i < c->nf; i++)
         if (c->fwd[i] == m) return TG_OK;
+    /* m's first forward in this graph: anything in its wgrad store was queued before the capture, and the captured
+       backward_dw would take it (FIFO) instead of the captured microbatch's, swapping the two gradients */
+    if (m->wq_head) {
+        char mbs[96] = "";
+        size_t ml = 0;
+        for (struct tg_saved *q = m->wq_head; q && ml + 12 < sizeof mbs; q = q->next)
+            ml += (size_t)snprintf(mbs + ml, sizeof mbs - ml, "%s%d", ml ? ", " : "", q->mb);
+        return tg_error(TG_ESTATE,
+                        "forward captured while the module's wgrad store holds delayed wgrads queued before the "
+                        "capture (microbatch %s): the captured backward_dw would compute those instead of the "
+                        "captured microbatch's (run their backward_dw, or drop them with drop_saved(), before capturing)",
+                        mbs);
+    }
     if (!grow((void **)&c->fwd, &c->fcap, c->nf, sizeof *c->fwd)) return tg_error(TG_ENOMEM, "out of host memory");
     c->fwd[c->nf++] = tg_module_retain(m);
     return TG_OK;
@@ -418,6 +456,15 @@ static tg_status captured_before(void *ud, tg_stream *s)
     if (c->full && eng.microbatches != c->full)
         return tg_error(TG_EINVAL, "replay of a full-iteration capture of %d microbatches in a step of %d", c->full,
                         eng.microbatches);
+    if (c->orphan) {
+        char label[160] = "its module";
+        if (c->orphan->owner) tg_module_label(c->orphan->owner, label, sizeof label);
+        return tg_error(TG_ESTATE,
+                        "replay of a graph that captured the wgrad of %s (%s, microbatch %d) without the module's "
+                        "forward: it would replay the gradient of the input a forward outside the graph saved (capture "
+                        "the forward and the backward together)",
+                        c->orphan->name, label, c->orphan_mb);
+    }
     for (int i = 0; i < c->np; i++) TG_TRY(pre_fire(c->pre[i], c->pre_mb[i]));
     for (int i = 0; i < c->nw; i++)
         if (eng.open && c->wmb[i] > eng.microbatches)
@@ -426,6 +473,13 @@ static tg_status captured_before(void *ud, tg_stream *s)
     int nz = 0;
     for (int i = 0; i < c->nt; i++) {
         tg_param *p = c->tp[i];
+        int id = p->nhooks ? p->hooks[p->nhooks - 1].id : 0;
+        if (c->full && (p->nhooks != c->nhooks[i] || id != c->hook_id[i]))
+            return tg_error(TG_ESTATE,
+                            "replay of a full-iteration capture: the hooks of %s changed since the capture (%d then, %d "
+                            "now); the captured hooks' device work is baked into the graph and a new hook would never "
+                            "run (capture the step again)",
+                            p->name, c->nhooks[i], p->nhooks);
         if (!tg_tensor_same_memory(tg_param_wgrad_target(p), c->target[i]))
             return tg_error(TG_ESTATE, "replay: the wgrad target of %s (%s) was replaced after the graph was captured (capture again)",
                             p->name, tg_tensor_shape_str(c->target[i], a, sizeof a));

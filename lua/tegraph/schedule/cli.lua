@@ -145,9 +145,15 @@ return function(S)
         g.fixed_chunks or 1, (g.fixed_chunks or 1) == 1 and "" or "s", o.chunks))
       return 2
     end
+    if g.chunks and o.chunks and o.chunks < 2 then
+      errf:write(string.format("tegraph schedule: -v must be >= 2 (%s runs at least 2 chunks per stage), got %d\n",
+        g.name, o.chunks), USAGE)
+      return 2
+    end
     local ok, plan = build(g, o)
     if not ok then
-      errf:write("tegraph schedule: ", tostring(plan), "\n")
+      -- the generator's message, without the path of the file that raised it
+      errf:write("tegraph schedule: ", (tostring(plan):gsub("^.-schedule", "schedule")), "\n")
       return 2
     end
     local vok, verr = S.validate(plan)
@@ -155,19 +161,19 @@ return function(S)
       errf:write("tegraph schedule: ", verr, "\n")
       return 1
     end
+    if o.svg then -- before the table: a file that cannot be written fails the command before it prints anything
+      local sok, serr = pcall(S.svg, plan, o.svg, o.costs)
+      if not sok then
+        errf:write("tegraph schedule: ", (tostring(serr):gsub("^.-schedule%.svg", "schedule.svg")), "\n")
+        return 1
+      end
+    end
     out:write(S.table(plan, { comm = o.comm }))
     local r = S.simulate(plan, o.costs)
     out:write(string.format("makespan %s, bubble %.4f (%.2f%%)\n", fmt_list({ r.makespan }), r.bubble, 100 * r.bubble))
     out:write("idle per stage: ", fmt_list(r.idle), " (inside each stage's span: ", fmt_list(r.gaps), ")\n")
     out:write("peak activations per stage: ", fmt_list(r.peak), "\n")
-    if o.svg then
-      local sok, serr = pcall(S.svg, plan, o.svg, o.costs)
-      if not sok then
-        errf:write("tegraph schedule: ", tostring(serr), "\n")
-        return 1
-      end
-      out:write("wrote ", o.svg, "\n")
-    end
+    if o.svg then out:write("wrote ", o.svg, "\n") end
     return 0
   end
 end

@@ -55,7 +55,8 @@ end
 -- stages = {s...}}) -> list of graphed callables, one per chunk (pass as opts.graphed). By default
 -- one graphed set holds every chunk, captured in M.order(plan); per_stage = true captures one set
 -- per stage in that stage's own compute order (to_order), the way a process running one stage
--- would. stages = {s...} (implies per_stage) captures only those stages' sets: a pipeline rank
+-- would (a pool for several per-stage sets is refused: the plan interleaves their replays, which
+-- sets sharing a pool cannot do). stages = {s...} (implies per_stage) captures only those stages' sets: a pipeline rank
 -- passes its own stage, and chunks and samples need entries only for that stage's chunks.
 -- chain = true (one set only): the chunks are consecutive parts of one model, so each hands its
 -- output (and takes its output gradient) through a static buffer shared with its neighbour.
@@ -115,6 +116,20 @@ function M.make_graphed(plan, chunks, opts)
   end
   local owner = plan_.owners(plan)
   local out = {}
+  if opts.pool ~= nil then
+    -- each stage's set is captured whole, one after another, but the plan interleaves their replays: with one pool,
+    -- a later set's captures reuse memory an earlier set still needs between its F and B (silently wrong gradients)
+    local nsets, seen = 0, {}
+    for c = 1, C do
+      local s = owner[c]
+      if s and not seen[s] and (not only or only[s]) then seen[s], nsets = true, nsets + 1 end
+    end
+    if nsets > 1 then
+      raise(string.format("schedule.make_graphed: %d per-stage sets cannot share one pool (opts.pool): each is " ..
+        "captured whole, one after another, but the plan interleaves their replays, so a later set would reuse memory " ..
+        "an earlier one still holds; leave pool out (each set gets its own) or capture one set (per_stage = false)", nsets))
+    end
+  end
   for s = 1, plan.stages do
     local mine, index = {}, {}
     for c = 1, C do
@@ -157,7 +172,32 @@ end
 --               loss_grad only on the stage of the last chunk.
 --   step      = false: do not open a step (default: open and close one when none is open; closing
 --               it runs the hook check)
---   validate  = true: validate(plan) first (the executor checks structure, order and deadlock itself)
+--   validate  = accepted for compatibility: the whole plan is always validated first (structure, order,
+--               completeness, deadlock; on ranks with blocking sends, on every rank), naming the action.
+--               A failed run drops the chunks' saved state and closes the step it opened.
+-- Plans execute has validated, with what they were then (weak keys: a plan can change between runs).
+local validated = setmetatable({}, { __mode = "k" })
+local function v(x) return (math.type(x) or type(x)) .. ":" .. tostring(x) end
+local function signature(plan, sends, need)
+  local parts = { sends, need, v(plan.stages), v(plan.chunks), v(plan.microbatches) }
+  local keys = {}
+  for k in pairs(plan) do
+    if math.type(k) == "integer" then keys[#keys + 1] = k end
+  end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local list = plan[k]
+    parts[#parts + 1] = "|" .. k
+    if type(list) == "table" then
+      for _, a in ipairs(list) do
+        parts[#parts + 1] = type(a) == "table" and string.format("%s,%s,%s,%s,%s", v(a.op), v(a.chunk), v(a.mb),
+          v(a.peer), v(a.w)) or v(a)
+      end
+    end
+  end
+  return table.concat(parts, ";")
+end
+
 function M.execute(plan, opts)
   local tg = core()
   plan_.check_plan(plan, "schedule.execute")
@@ -166,11 +206,42 @@ function M.execute(plan, opts)
       "(tg.trace.start() ... tg.trace.stop(path))")
   end
   opts = check_opts("schedule.execute", opts, EXECUTE_KEYS)
-  plan.owner = plan_.owners(plan)
-  if opts.validate then
-    local ok, err = validate(plan, { sends = opts.comm and "blocking" or "buffered" })
-    if not ok then raise("schedule.execute: " .. err) end
+  -- Always the whole plan first (structure, order, completeness, deadlock), so a plan missing an action
+  -- never half runs. On ranks every rank holds the whole plan and checks it with blocking sends, so all
+  -- refuse the same plan at once, naming the action, instead of stalling until the communicator's timeout.
+  -- A chunk's W may be left out only when the plan has no W for it at all (it delays no wgrad); whether it
+  -- does is known from the plan alone, so every rank decides the same. In one process, a chunk known to
+  -- delay its wgrad needs its W too.
+  local has_w = {}
+  for s = 1, type(plan.stages) == "number" and plan.stages or 0 do
+    for _, a in ipairs(type(plan[s]) == "table" and plan[s] or {}) do
+      if type(a) == "table" and (a.op == "W" or (a.op == "B" and a.w == true)) then has_w[a.chunk] = true end
+    end
   end
+  local function delays(c)
+    if opts.comm then return false end
+    local g = opts.graphed and opts.graphed[c]
+    if g then
+      local ok, w = pcall(function() return g:has_w() end)
+      return ok and w
+    end
+    local m = opts.chunks and opts.chunks[c]
+    local ok, d = pcall(function() return m.delay_wgrad end)
+    return ok and d == true
+  end
+  local need = {}
+  for c = 1, math.type(plan.stages) == "integer" and chunk_count(plan) or 0 do
+    need[c] = (has_w[c] or delays(c)) and "w" or "-"
+  end
+  -- a plan run step after step is validated once: the cache holds what it was validated as
+  local key = signature(plan, opts.comm and "blocking" or "buffered", table.concat(need))
+  if validated[plan] ~= key then
+    local vok, verr = validate(plan, { sends = opts.comm and "blocking" or "buffered",
+      need_w = function(c) return need[c] == "w" end })
+    if not vok then raise("schedule.execute: " .. verr) end
+    validated[plan] = key
+  end
+  plan.owner = plan_.owners(plan)
   local run_opts = {
     chunks = opts.chunks, graphed = opts.graphed, sync = opts.sync, pid = opts.pid,
     stages = opts.stages, comm = opts.comm,
@@ -180,14 +251,18 @@ function M.execute(plan, opts)
   local own_step = opts.step ~= false and not tg.step_open()
   if own_step then tg.step_begin { microbatches = plan.microbatches } end
   local ok, err = pcall(tg.sched.run, plan, run_opts)
-  if own_step then
-    if not ok then
-      pcall(tg.step_end) -- the run's error is the one to report
-    else
-      ok, err = pcall(tg.step_end)
+  if ok and own_step then ok, err = pcall(tg.step_end) end
+  if not ok then
+    -- A failed run leaves no saved state and no step open: what the run saved or queued (contexts, delayed
+    -- wgrads) would make the next execute fail or run inside a stale step; graphed sets start their order again.
+    for c = 1, chunk_count(plan) do
+      local m, g = opts.chunks and opts.chunks[c], opts.graphed and opts.graphed[c]
+      if m ~= nil then pcall(function() m:drop_saved() end) end
+      if g ~= nil then pcall(function() g:reset() end) end
     end
+    if own_step and tg.step_open() then pcall(tg.step_end) end -- the run's error is the one to report
+    raise(err)
   end
-  if not ok then raise(err) end
 end
 
 -- measure(plan, events [, {pid = 0}]) -> {cost = function(action, stage), busy[s], simulated, unit,

@@ -20,6 +20,12 @@ local function check_header(plan)
   for s = 1, plan.stages do
     if type(plan[s]) ~= "table" then return fmt("plan[%d] (stage %d's actions) must be a table", s, s) end
   end
+  -- a list past the last stage would never run (an executor would skip it, or fail without naming it)
+  for k in pairs(plan) do
+    if math.type(k) == "integer" and (k < 1 or k > plan.stages) then
+      return fmt("plan[%d] is not a stage: the plan has %d stage%s", k, plan.stages, plan.stages == 1 and "" or "s")
+    end
+  end
 end
 
 -- Fields of one action; returns an error message or nil.
@@ -31,6 +37,8 @@ local function check_fields(a, s, P, C, Mb)
   if plan_.COMM[a.op] then
     if not is_int_in(a.peer, 1, P) then return fmt("peer must be a stage in 1..%d", P) end
     if a.peer == s then return "peer is the stage itself" end
+  elseif a.w ~= nil and type(a.w) ~= "boolean" then
+    return fmt("w must be true or false, got %s %s", type(a.w), tostring(a.w))
   elseif a.w and a.op ~= "B" then
     return "w = true is only for B"
   end
@@ -41,6 +49,8 @@ end
 -- "stage 1 action 7 (W chunk 1 mb 2): W of chunk 1 must follow its B order; the wgrad store's
 -- head is mb 1".
 -- Deadlock is checked with blocking sends (a send waits for its receive) unless sends = "buffered".
+-- need_w = function(c) -> boolean (the executor's): whether chunk c needs a W for every microbatch
+-- (default: every chunk does; an executor lets chunks that delay no wgrad leave their W out).
 return function(plan, opts)
   local herr = check_header(plan)
   if herr then return nil, herr, {} end
@@ -158,7 +168,7 @@ return function(plan, opts)
     if not s then return nil, fmt("chunk %d is never computed", c), {} end
     for m = 1, Mb do
       for _, op in ipairs({ "F", "B", "W" }) do
-        if not did(s, op, c, m) then
+        if not did(s, op, c, m) and (op ~= "W" or not (opts and opts.need_w) or opts.need_w(c)) then
           return nil, fmt("stage %d: chunk %d mb %d has no %s", s, c, m, op), { stage = s }
         end
       end
