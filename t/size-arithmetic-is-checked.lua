@@ -55,4 +55,18 @@ tap.error_like(function() return tg.ops.token_windows(bytes, 0, { 2 ^ 62 }, 4) e
   "token_windows with a start whose end wraps is refused, naming the window")
 local x, y = tg.ops.token_windows(bytes, 0, { 0, 3 }, 4)
 tap.is(x:shape()[2], 4, "token_windows within the bytes still works")
+
+-- attention_kv: the cache bound pos + T is computed with a check (a position near the top of the range wrapped past it)
+local qkv = tg.randn { 1, 4, 24 }
+local kc, vc = tg.zeros { 1, 8, 8 }, tg.zeros { 1, 8, 8 }
+tap.error_like(function() return tg.ops.attention_kv(kc, vc, qkv, math.maxinteger, 2) end,
+  "attention_kv: 4 positions from position 9223372036854775807 do not fit the cache of 8 positions",
+  "attention_kv with pos = math.maxinteger is refused, naming the position (pos + T wrapped)")
+tap.error_like(function() return tg.ops.attention_kv(kc, vc, qkv, math.maxinteger - 2, 2) end,
+  "4 positions from position 9223372036854775805 do not fit", "attention_kv with pos = maxinteger - 2 is refused")
+tap.error_like(function() return tg.ops.attention_kv(kc, vc, qkv, 2 ^ 62, 2) end,
+  "4 positions from position 4611686018427387904 do not fit", "attention_kv with pos = 2^62 is refused")
+tap.error_like(function() return tg.ops.attention_kv(kc, vc, qkv, 5, 2) end, "4 positions from position 5 do not fit",
+  "attention_kv one position past the cache is refused")
+tap.is(tg.ops.attention_kv(kc, vc, qkv, 4, 2):shape()[2], 4, "attention_kv filling the cache to its end still works")
 tap.done_testing()
