@@ -73,6 +73,33 @@ tap.error_like(function() return tg.zeros({ 2 }, { dtype = "i32" }):fill_(2 ^ 31
   "2^31 as an i32 fill is refused")
 tap.is(tg.tensor({ -2 ^ 31, 2 ^ 31 - 1 }, { dtype = "i32" }):totable()[1], -2147483648, "the i32 range itself is accepted")
 tap.is(tg.tensor({ 65535 }, { dtype = "u16" }):totable()[1], 65535, "the u16 range itself is accepted")
+-- tensor-to-tensor conversions (to, copy_) refuse such values too, naming the first and its index
+local F32 = { device = CPU }
+tap.error_like(function() return tg.tensor({ 1.5, 3e9, -1 / 0, 0 / 0 }, F32):to("i32") end,
+  "copy: value 1%.5 at index 0 of the f32 source does not fit i32 %(integers %-2147483648 to 2147483647%)",
+  "f32 1.5 to i32 is refused, naming the value and its index (not truncated to 1)")
+tap.error_like(function() return tg.tensor({ 1, 3e9 }, F32):to("i32") end, "value 3e%+09 at index 1 of the f32 source",
+  "f32 3e9 to i32 is refused (not clamped to 2147483647)")
+tap.error_like(function() return tg.tensor({ 0, -1 / 0 }, F32):to("i32") end, "value %-inf at index 1", "-inf to i32 is refused")
+tap.error_like(function() return tg.tensor({ 0, 1, 0 / 0 }, F32):to("i32") end, "value %-?nan at index 2", "NaN to i32 is refused (not 0)")
+tap.error_like(function() return tg.tensor({ 3, 70000, -1 }, { dtype = "i32", device = CPU }):to("u16") end,
+  "copy: value 70000 at index 1 of the i32 source does not fit u16 %(integers 0 to 65535%)",
+  "i32 70000 to u16 is refused (not clamped to 65535)")
+tap.error_like(function() return tg.tensor({ 3, -1 }, { dtype = "i32", device = CPU }):to("u16") end,
+  "value %-1 at index 1 of the i32 source does not fit u16", "i32 -1 to u16 is refused")
+tap.error_like(function() return tg.tensor({ 1, 2.5 }, F32):to("bf16"):to("u16") end, "value 2%.5 at index 1 of the bf16 source",
+  "bf16 2.5 to u16 is refused")
+do
+  local i = tg.tensor({ 7, 8 }, { dtype = "i32", device = CPU })
+  tap.error_like(function() i:copy_(tg.tensor({ 2.7, -3e10 }, F32)) end, "copy: value 2%.7 at index 0 of the f32 source does not fit i32",
+    "copy_ of f32 2.7 into i32 is refused")
+  tap.is_deeply(i:totable(), { 7, 8 }, "... and the destination keeps its values")
+end
+tap.is_deeply(tg.tensor({ -2 ^ 31, 2 ^ 31 - 128, 3 }, F32):to("i32"):totable(), { -2147483648, 2147483520, 3 },
+  "integral f32 values inside the i32 range convert")
+tap.is_deeply(tg.tensor({ 0, 65535 }, { dtype = "i32", device = CPU }):to("u16"):totable(), { 0, 65535 }, "i32 0 and 65535 convert to u16")
+tap.is_deeply(tg.tensor({ 0, 65535 }, { dtype = "u16", device = CPU }):to("i32"):totable(), { 0, 65535 }, "u16 to i32 converts")
+tap.is(tg.tensor({ 1.5, 3e9, 0 / 0 }, F32):to("bf16"):to("f32"):totable()[1], 1.5, "float-to-float conversions are unchanged")
 
 ------------------------------------------------------------------------ the wgrad store and hooks
 local lin = tg.nn.Linear(4, 4, { delay_wgrad = true })

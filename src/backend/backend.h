@@ -16,12 +16,15 @@ struct tg_fill_args {
     double value;
 };
 
+/* dst = src converted. With check (an integer dst_dt), a source value that is not an integer of dst_dt's range
+ * is noted in check (TG_INDEX_CAST; the CPU then leaves dst unchanged, a GPU stores it saturated). */
 struct tg_cast_args {
     const void *src; /* (n) */
     tg_dtype src_dt;
     void *dst;       /* (n) */
     tg_dtype dst_dt;
     int64_t n;
+    struct tg_index_check *check;
 };
 
 struct tg_binary_args {
@@ -268,9 +271,15 @@ struct tg_attention_kv_args {
 /* Ids outside their table, found by the kernels that take them: one record
  * per device, in its memory. first[k] is the smallest (position << 32 | id as
  * u32) seen by check k (TG_INDEX_*), ~0 when none; limit[k] the table size.
+ * TG_INDEX_CAST notes a value that does not fit an integer dtype: the id is
+ * the source value's bits (f32 bits for f32 and bf16 sources, the i32 as
+ * u32), limit src_dt << 8 | dst_dt (tg_index_cast_code), written by the
+ * writer that lowered first (so it stays the dtypes of that value).
+ * Positions past 2^32 - 2 are noted as 2^32 - 1.
  * The CPU op layer reads it right after the kernel; otherwise it is read
  * where the host next reads a tensor of the device (tg_tensor_read). */
-enum { TG_INDEX_EMBEDDING, TG_INDEX_TARGET, TG_INDEX_CHECKS };
+enum { TG_INDEX_EMBEDDING, TG_INDEX_TARGET, TG_INDEX_CAST, TG_INDEX_CHECKS };
+static inline long long tg_index_cast_code(tg_dtype src, tg_dtype dst) { return (long long)src << 8 | (long long)dst; }
 struct tg_index_check {
     unsigned long long first[TG_INDEX_CHECKS];
     long long limit[TG_INDEX_CHECKS];

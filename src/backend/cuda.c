@@ -129,6 +129,9 @@ static tg_status cuda_cast(tg_stream *s, const struct tg_cast_args *a)
     if (tg_dtype_is_fp8(a->src_dt) || tg_dtype_is_fp8(a->dst_dt))
         return tg_error(TG_ENOTSUP, "cuda cast: %s -> %s is not supported (FP8 casts from and to f32 or bf16)",
                         tg_dtype_name(a->src_dt), tg_dtype_name(a->dst_dt));
+    if (a->check) /* before the cast: src may be dst's memory */
+        LAUNCH(s, tg_cuda_cast_check(&a->check->first[TG_INDEX_CAST], &a->check->limit[TG_INDEX_CAST], a->src,
+                                     a->src_dt, a->dst_dt, a->n, tg_cuda_stream(s)));
     LAUNCH(s, tg_cuda_cast(a->src, a->src_dt, a->dst, a->dst_dt, a->n, tg_cuda_stream(s)));
     return TG_OK;
 }

@@ -105,10 +105,17 @@ tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
     else if (dst->dtype == src->dtype)
         st = s->be->memcpy(s, tg_tensor_data(dst), tg_tensor_data(src), tg_tensor_bytes(src), TG_D2D);
     else {
+        /* Into an integer dtype, a value that is not an integer of its range (1.5, 3e9, NaN into i32, 70000
+         * into u16) is refused, as tg_tensor_write refuses it: the kernel notes the first in the device's
+         * check record, read now on the CPU, else at the device's next host read (as bad token ids). */
+        const int check = (dst->dtype == TG_I32 || dst->dtype == TG_U16) && !(src->dtype == TG_U16 && dst->dtype == TG_I32);
         struct tg_cast_args a = {.src = tg_tensor_data(src), .src_dt = src->dtype, .dst = tg_tensor_data(dst),
-                                 .dst_dt = dst->dtype, .n = tg_tensor_numel(src)};
+                                 .dst_dt = dst->dtype, .n = tg_tensor_numel(src),
+                                 .check = check ? tg_index_check_of(s) : NULL};
         st = need_kernel((const void *)s->be->cast, s, "cast");
         if (st == TG_OK) st = s->be->cast(s, &a);
+        if (st == TG_OK && a.check) tg_index_check_arm(s);
+        if (st == TG_OK && a.check && s->be->type == TG_CPU && !s->capture) st = tg_index_check_poll(s);
     }
     return tg_stream_note_error(s, st);
 }
