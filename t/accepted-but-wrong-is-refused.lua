@@ -44,6 +44,20 @@ local loss = tg.ops.cross_entropy_forward(logits, tg.tensor({ 1, -1, 3, 7 }, { d
 tap.is(loss:totable()[2], 3, "the ignore_index (-1) is not a bad target: 3 rows counted")
 tap.error_like(function() return tg.ops.cross_entropy_forward(logits, tg.tensor({ 1, -1, 3, 7 }, { dtype = "i32", device = CPU }), 5) end,
   "target %-1 at row 1", "with another ignore_index, -1 is a bad target")
+do -- the backward and the fused pass check their targets too (a bad one gave a zero row or a NaN loss)
+  local bad = tg.tensor({ 1, 2, 3, 70 }, { dtype = "i32", device = CPU })
+  tap.error_like(function() return tg.ops.cross_entropy_backward(logits, bad, loss) end,
+    "accepted%-but%-wrong%-is%-refused%.lua:%d+: .*cross_entropy: target 70 at row 3 is outside the vocabulary of 8",
+    "cross_entropy_backward refuses a target past the vocabulary, naming it and its row")
+  tap.error_like(function() return tg.ops.cross_entropy_fused(logits, bad, loss, 1, -1, tg.zeros({ 4, 8 }, { device = CPU })) end,
+    "cross_entropy: target 70 at row 3 is outside the vocabulary of 8", "cross_entropy_fused refuses it too")
+  tap.error_like(function() return tg.ops.cross_entropy_fused(logits, bad, loss) end, "target 70 at row 3",
+    "... also without dlogits (losses only)")
+  local ign = tg.tensor({ 1, -1, 3, 7 }, { dtype = "i32", device = CPU })
+  local d = tg.ops.cross_entropy_backward(logits, ign, loss)
+  tap.is(d:narrow(2, 1):max_abs(), 0, "the ignore_index stays allowed in the backward (its row is zero)")
+  tap.is(tg.ops.cross_entropy_fused(logits, ign, loss):totable()[2], 0, "... and in the fused pass (its loss is 0)")
+end
 -- captured: the ids change before a replay; the next read of the device names the bad id
 local ids = tg.tensor({ { 1, 2, 3, 3 } }, { dtype = "i32", device = CPU })
 local wte = emb:parameters()[1].data

@@ -332,12 +332,13 @@ struct tg_cross_entropy_forward_args {
 };
 
 /* dlogits[r] = dloss / loss[1] * (softmax(logits[r]) - onehot(target[r])), 0 rows
- * for ignored or out-of-range targets. */
+ * for ignored or out-of-range targets (the latter noted in *check). */
 struct tg_cross_entropy_backward_args {
     void *dlogits;             /* (n, v) dt, may alias logits */
     const void *logits;        /* (n, v) dt */
     const int32_t *targets;    /* (n) */
     const float *loss;         /* (2): the count is read from loss[1] on the device */
+    struct tg_index_check *check; /* targets outside [0, v) other than ignore_index: TG_INDEX_TARGET */
     tg_dtype dt;
     int64_t n, v;
     float dloss;
@@ -353,6 +354,7 @@ struct tg_cross_entropy_fused_args {
     const void *logits;        /* (n, v) dt */
     const int32_t *targets;    /* (n) */
     const float *loss;         /* (2): the count is read from loss[1] on the device */
+    struct tg_index_check *check; /* targets outside [0, v) other than ignore_index: TG_INDEX_TARGET */
     tg_dtype dt;
     int64_t n, v;
     float dloss;

@@ -744,6 +744,7 @@ static void cross_entropy_forward_run(const void *p)
 static void cross_entropy_backward_run(const void *p)
 {
     const struct tg_cross_entropy_backward_args *a = p;
+    index_scan(a->check, TG_INDEX_TARGET, a->targets, a->n, a->v, 1, a->ignore_index);
     const int64_t N = a->n, V = a->v;
     const float count = a->loss[1];
     const double scale = count > 0 ? (double)a->dloss / count : 0.0;
@@ -767,6 +768,7 @@ static void cross_entropy_backward_run(const void *p)
 static void cross_entropy_fused_run(const void *p)
 {
     const struct tg_cross_entropy_fused_args *a = p;
+    index_scan(a->check, TG_INDEX_TARGET, a->targets, a->n, a->v, 1, a->ignore_index);
     const int64_t N = a->n, V = a->v;
     const float count = a->loss[1];
     const double scale = count > 0 ? (double)a->dloss / count : 0.0;

@@ -366,6 +366,9 @@ static tg_status cuda_cross_entropy_backward(tg_stream *s, const struct tg_cross
     TG_TRY(float_only("cross_entropy_backward", a->dt));
     LAUNCH(s, tg_cuda_cross_entropy_backward(a->dlogits, a->logits, a->targets, a->loss, a->dt, a->n, a->v, a->dloss,
                                              a->ignore_index, tg_cuda_stream(s)));
+    if (a->check)
+        LAUNCH(s, tg_cuda_index_check(&a->check->first[TG_INDEX_TARGET], &a->check->limit[TG_INDEX_TARGET], a->targets,
+                                      a->n, a->v, 1, a->ignore_index, tg_cuda_stream(s)));
     return TG_OK;
 }
 
@@ -374,6 +377,9 @@ static tg_status cuda_cross_entropy_fused(tg_stream *s, const struct tg_cross_en
     TG_TRY(float_only("cross_entropy_fused", a->dt));
     LAUNCH(s, tg_cuda_cross_entropy_fused(a->losses, a->dlogits, a->logits, a->targets, a->loss, a->dt, a->n, a->v,
                                           a->dloss, a->ignore_index, tg_cuda_stream(s)));
+    if (a->check)
+        LAUNCH(s, tg_cuda_index_check(&a->check->first[TG_INDEX_TARGET], &a->check->limit[TG_INDEX_TARGET], a->targets,
+                                      a->n, a->v, 1, a->ignore_index, tg_cuda_stream(s)));
     return TG_OK;
 }
 

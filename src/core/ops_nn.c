@@ -507,9 +507,10 @@ tg_status tg_cross_entropy_backward(tg_tensor *dlogits, const tg_tensor *logits,
     if (st == TG_OK)
         a = (struct tg_cross_entropy_backward_args){.dlogits = tg_tensor_data(dlogits), .logits = tg_tensor_data(logits),
                                                     .targets = tg_tensor_data(targets), .loss = tg_tensor_data(loss),
-                                                    .dt = logits->dtype, .n = rows(logits), .v = cols(logits),
-                                                    .dloss = (float)dloss, .ignore_index = ignore_index};
-    ISSUE(s, op, cross_entropy_backward, &a, st);
+                                                    .check = tg_index_check_of(s), .dt = logits->dtype,
+                                                    .n = rows(logits), .v = cols(logits), .dloss = (float)dloss,
+                                                    .ignore_index = ignore_index};
+    ISSUE_CHECKED(s, op, cross_entropy_backward, &a, st);
 }
 
 tg_status tg_cross_entropy_fused(tg_tensor *losses, tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,
@@ -527,9 +528,10 @@ tg_status tg_cross_entropy_fused(tg_tensor *losses, tg_tensor *dlogits, const tg
     if (st == TG_OK)
         a = (struct tg_cross_entropy_fused_args){.losses = tg_tensor_data(losses), .dlogits = dlogits ? tg_tensor_data(dlogits) : NULL,
                                                  .logits = tg_tensor_data(logits), .targets = tg_tensor_data(targets),
-                                                 .loss = tg_tensor_data(loss), .dt = logits->dtype, .n = rows(logits),
-                                                 .v = cols(logits), .dloss = (float)dloss, .ignore_index = ignore_index};
-    ISSUE(s, op, cross_entropy_fused, &a, st);
+                                                 .loss = tg_tensor_data(loss), .check = tg_index_check_of(s),
+                                                 .dt = logits->dtype, .n = rows(logits), .v = cols(logits),
+                                                 .dloss = (float)dloss, .ignore_index = ignore_index};
+    ISSUE_CHECKED(s, op, cross_entropy_fused, &a, st);
 }
 
 tg_status tg_cross_entropy_mean(tg_tensor *loss, const tg_tensor *losses, const tg_tensor *targets, int64_t vocab,
