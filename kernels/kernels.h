@@ -190,7 +190,7 @@ cudaError_t tg_cuda_adamw(float *p, float *m, float *v, uint16_t *p_lowp, const 
                           float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                           int64_t step, const float *lr_dev, const int32_t *step_dev, cudaStream_t st);
 /* *step += 1 on the device (one thread). */
-cudaError_t tg_cuda_adamw_count(int32_t *step, cudaStream_t st);
+cudaError_t tg_cuda_adamw_count(int32_t *step, unsigned long long *first, cudaStream_t st);
 
 /* ------------------------------------------------------------------ multi-tensor kernels
  * Table entries with the layout of backend.h's tg_adamw_multi_tensor and

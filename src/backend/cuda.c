@@ -408,9 +408,9 @@ static tg_status cuda_fp8_scale_update(tg_stream *s, const struct tg_fp8_scale_u
 }
 _Static_assert(TGK_FP8_MAX_ROLES == TG_FP8_MAX_ROLES, "kernels.h TGK_FP8_MAX_ROLES follows backend.h");
 
-static tg_status cuda_adamw_count(tg_stream *s, int32_t *step)
+static tg_status cuda_adamw_count(tg_stream *s, const struct tg_adamw_count_args *a)
 {
-    LAUNCH(s, tg_cuda_adamw_count(step, tg_cuda_stream(s)));
+    LAUNCH(s, tg_cuda_adamw_count(a->step, a->check ? &a->check->first[TG_INDEX_STEP] : NULL, tg_cuda_stream(s)));
     return TG_OK;
 }
 

@@ -204,8 +204,8 @@ const char *tg_device_capturer_name(tg_device d)
 int tg_device_capturing(tg_device dev) { return state_of(dev)->capturing > 0; }
 
 /* ------------------------------------------------------------------ index checks */
-static const struct tg_index_check index_clear = {.first = {~0ULL, ~0ULL, ~0ULL}, .limit = {0, 0, 0}};
-_Static_assert(TG_INDEX_CHECKS == 3, "index_clear clears every check");
+static const struct tg_index_check index_clear = {.first = {~0ULL, ~0ULL, ~0ULL, ~0ULL}, .limit = {0, 0, 0, 0}};
+_Static_assert(TG_INDEX_CHECKS == 4, "index_clear clears every check");
 
 /* The shortest decimal form that reads back as the f32 v (1.5, 3e+09, 2.7, nan). */
 static const char *f32_str(float v, char *buf, size_t n)
@@ -271,6 +271,9 @@ tg_status tg_index_check_poll(tg_stream *s)
     TG_TRY(s->be->memcpy(s, st->index_rec, &index_clear, sizeof index_clear, TG_H2D));
     TG_TRY(s->be->stream_sync(s));
     if (k == TG_INDEX_CAST) return cast_error(rec.first[k], rec.limit[k]);
+    if (k == TG_INDEX_STEP)
+        return tg_error(TG_EINVAL, "adamw_count: step = %d is the i32 maximum: the step count cannot advance (left unchanged)",
+                        (int)(int32_t)(uint32_t)rec.first[k]);
     long long pos = (long long)(rec.first[k] >> 32), lim = rec.limit[k];
     int32_t id = (int32_t)(uint32_t)(rec.first[k] & 0xffffffffULL);
     if (k == TG_INDEX_EMBEDDING)

@@ -17,6 +17,7 @@
 #include "lua/lua_nn.h"
 #include "dist/comm.h"
 #include "nn/nn.h"
+#include "core/checked.h"
 
 #include <string.h>
 
@@ -360,14 +361,27 @@ static int split_layout(lua_State *L, tg_comm *c, int idx)
 {
     int size = tg_comm_size(c), rank = tg_comm_rank(c);
     lua_Integer dp = 0, pp = 0;
-    if (lua_getfield(L, idx, "dp") != LUA_TNIL) dp = luaL_checkinteger(L, -1);
-    if (lua_getfield(L, idx, "pp") != LUA_TNIL) pp = luaL_checkinteger(L, -1);
-    lua_pop(L, 2);
+    int64_t prod = 0;
+    tgl_check_keys(L, idx, "split", "dp, pp");
+    const char *names[2] = {"dp", "pp"};
+    lua_Integer *vals[2] = {&dp, &pp};
+    for (int k = 0; k < 2; k++) { /* each given one: an integer >= 1 (a huge one is named, never truncated) */
+        if (lua_getfield(L, idx, names[k]) != LUA_TNIL) {
+            int isint = 0;
+            *vals[k] = lua_tointegerx(L, -1, &isint);
+            if (!isint || *vals[k] < 1)
+                return luaL_error(L, "split: %s = %s must be an integer >= 1", names[k], tgl_value_str(L, -1));
+        }
+        lua_pop(L, 1);
+    }
     if (dp == 0 && pp == 0) pp = 1;
-    if (dp == 0 && pp > 0 && size % pp == 0) dp = size / pp;
-    if (pp == 0 && dp > 0 && size % dp == 0) pp = size / dp;
-    if (dp <= 0 || pp <= 0 || dp * pp != size)
-        return luaL_error(L, "split: dp=%d x pp=%d does not match the %d ranks", (int)dp, (int)pp, size);
+    if (dp == 0 && size % pp != 0) return luaL_error(L, "split: pp=%I does not divide the %d ranks", pp, size);
+    if (pp == 0 && size % dp != 0) return luaL_error(L, "split: dp=%I does not divide the %d ranks", dp, size);
+    if (dp == 0) dp = size / pp;
+    if (pp == 0) pp = size / dp;
+    /* dp * pp is checked: a wrapping product could equal the rank count */
+    if (!tg_mul_i64(dp, pp, &prod) || prod != size)
+        return luaL_error(L, "split: dp=%I x pp=%I does not match the %d ranks", dp, pp, size);
     int dp_rank = rank % (int)dp, pp_rank = rank / (int)dp;
     lua_createtable(L, 0, 6); /* +1: the result */
     comm_push(L, NULL);       /* +1: box first, then the group into it */
@@ -458,7 +472,7 @@ static int64_t int_field(lua_State *L, int idx, const char *k, int64_t def)
     if (lua_getfield(L, idx, k) != LUA_TNIL) {
         int isint;
         v = (int64_t)lua_tointegerx(L, -1, &isint);
-        if (!isint || v < 0) luaL_error(L, "grad_buffer: option '%s' must be an integer >= 0", k);
+        if (!isint || v < 0) luaL_error(L, "grad_buffer: option '%s' = %s must be an integer >= 0", k, tgl_value_str(L, -1));
     }
     lua_pop(L, 1);
     return v;
@@ -473,6 +487,7 @@ static int l_grad_buffer(lua_State *L)
     tg_gradbuf_opts o = {(int64_t)25 << 18, 64, 1}; /* 25 MiB of f32 */
     if (!lua_isnoneornil(L, 2)) {
         luaL_checktype(L, 2, LUA_TTABLE);
+        tgl_check_keys(L, 2, "grad_buffer", "bucket_bytes, bucket_numel, align, pad_to");
         int64_t bytes = int_field(L, 2, "bucket_bytes", -1);
         if (bytes >= 0) o.bucket_numel = bytes / 4;
         o.bucket_numel = int_field(L, 2, "bucket_numel", o.bucket_numel);
@@ -626,7 +641,7 @@ static int gb_tostring(lua_State *L)
     struct tgl_gradbuf *u = luaL_checkudata(L, 1, TGL_GRADBUF);
     if (!u->g) lua_pushstring(L, "tegraph.GradBuffer (closed)");
     else
-        lua_pushfstring(L, "tegraph.GradBuffer %d params, %d f32 in %d buckets", u->g->nparams, (int)u->g->numel,
+        lua_pushfstring(L, "tegraph.GradBuffer %d params, %I f32 in %d buckets", u->g->nparams, (lua_Integer)u->g->numel,
                         u->g->nbuckets);
     return 1;
 }
