@@ -715,7 +715,8 @@ TG_API tg_status tg_runtime_dofile(tg_runtime *rt, const char *path, int argc, c
 TG_API tg_status tg_runtime_dostring(tg_runtime *rt, const char *code, const char *chunkname);
 /* Calls require(module)[func](argv[0], ..., argv[argc-1]), the arguments as
  * Lua strings. When result is not NULL and the function's first result is an
- * integer, *result is set to it (else it is left as it was). Errors as in
+ * integer, *result is set to it (else it is left as it was; an integer outside
+ * the int range is an error, never truncated). Errors as in
  * tg_runtime_dofile (a missing module or function too). */
 TG_API tg_status tg_runtime_call(tg_runtime *rt, const char *module, const char *func, int argc, char **argv,
                                  int *result);

@@ -117,4 +117,21 @@ tap.lives_ok(function() adamw(2 ^ 53) end, "adamw_step{step = 2^53} runs")
 tap.error_like(function()
   tg.ops.adamw_multi({ { p = tg.ones { 4 }, g = tg.ones { 4 }, m = tg.zeros { 4 }, v = tg.zeros { 4 } } }, { lr = 0.1, step = 1e30 })
 end, "adamw_multi: option 'step' = 1e%+30 must be an integer", "adamw_multi{step = 1e30} is refused too")
+
+-- C int arguments go through one range-checked read (tgl_checkint): never a C cast that truncates
+tap.error_like(function() return tg.ops.attention_kv(kc, vc, qkv, 0, 2 ^ 32 + 2) end,
+  "bad argument #5 to 'attention_kv' %(integer 4294967298 is out of range",
+  "attention_kv with n_head = 2^32 + 2 is refused, naming the argument (it ran as 2 heads)")
+tap.error_like(function() return tg.isatty((1 << 32) + 1) end, "bad argument #1 to 'isatty' %(integer 4294967297 is out of range",
+  "isatty(2^32 + 1) is refused (it read fd 1)")
+tap.error_like(function() return tg.ops.copy_multi(setmetatable({}, { __len = function() return 2 ^ 32 + 1 end }), {}) end,
+  "copy_multi: 4294967297 destinations but 0 sources", "list counts in messages are printed as they are")
+tap.error_like(function() return tg.ops.sumsq_multi(setmetatable({}, { __len = function() return 2 ^ 32 + 1 end })) end,
+  "too many tensors", "a list length past the int range is refused")
+tap.error_like(function() return tg.nn.Sequential(setmetatable({}, { __len = function() return 2 ^ 32 + 1 end })) end,
+  "a list of 4294967297 entries %(at most 2147483647%)", "a module list whose length is past the int range is refused (tgl_len)")
+tap.error_like(function() return tg.from_bytes("abcd", "f32", { 2 ^ 40, 2 ^ 40 }) end,
+  "from_bytes: the shape's size in bytes does not fit in 64 bits", "from_bytes with a shape whose byte size wraps is refused")
+tap.error_like(function() return tg.from_bytes("abcd", "f32", { 2 }) end, "from_bytes: 4 bytes for 2 f32 elements %(need 8%)",
+  "from_bytes with too few bytes names both counts")
 tap.done_testing()

@@ -494,7 +494,7 @@ static int l_grad_buffer(lua_State *L)
         o.align = int_field(L, 2, "align", o.align);
         o.pad_to = int_field(L, 2, "pad_to", o.pad_to);
     }
-    int n = (int)luaL_len(L, 1);
+    int n = tgl_len(L, 1);
     luaL_argcheck(L, n > 0, 1, "no parameters");
     tg_param **ps = lua_newuserdatauv(L, (size_t)n * sizeof *ps, 0); /* +1: scratch */
     for (int i = 0; i < n; i++) {

@@ -327,7 +327,7 @@ static int l_isatty(lua_State *L)
 {
     int fd = 1;
     if (lua_isinteger(L, 1)) {
-        fd = (int)lua_tointeger(L, 1);
+        fd = tgl_checkint(L, 1);
     } else if (!lua_isnoneornil(L, 1)) {
         luaL_Stream *s = luaL_checkudata(L, 1, LUA_FILEHANDLE);
         if (s->closef == NULL || s->f == NULL) return luaL_argerror(L, 1, "file is closed");

@@ -83,6 +83,9 @@ void tgl_open_text(lua_State *L);
  * the int range is refused (never truncated). */
 int tgl_checkint(lua_State *L, int idx);
 int tgl_optint(lua_State *L, int idx, int def);
+/* luaL_len of a list the C side counts in an int: a length outside 0..INT_MAX (a __len returning 2^32 + 1)
+ * is refused, never truncated. */
+int tgl_len(lua_State *L, int idx);
 
 /* Refuses a key of the options table at idx outside known (", "-separated names): a misspelt
  * option would otherwise be ignored. "what: unknown option 'k' (known: ...)". */

@@ -1,5 +1,6 @@
 /* lua_io.c — core.save / core.load and core.safetensors (src/io), atomic writes, small file-system calls, opt-in signals. */
 #include "lua/lua_impl.h"
+#include "core/checked.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -367,11 +368,14 @@ static int l_from_bytes(lua_State *L)
     int next;
     int ndim = tgl_shape_check(L, 3, shape, &next);
     tg_device dev = opt_device(L, next, "tg.from_bytes");
-    int64_t numel = 1;
-    for (int d = 0; d < ndim; d++) numel *= shape[d];
-    if ((uint64_t)numel * tg_dtype_size(dt) != n)
-        return luaL_error(L, "from_bytes: %d bytes for %I %s elements (need %I)", (int)n, (lua_Integer)numel,
-                          tg_dtype_name(dt), (lua_Integer)(numel * (int64_t)tg_dtype_size(dt)));
+    int64_t numel = 1, need = 0;
+    int fits = 1; /* the shape is the caller's: its element and byte counts are multiplied with checks */
+    for (int d = 0; d < ndim && fits; d++) fits = tg_mul_i64(numel, shape[d], &numel);
+    if (fits) fits = tg_mul_i64(numel, (int64_t)tg_dtype_size(dt), &need);
+    if (!fits) return luaL_error(L, "from_bytes: the shape's size in bytes does not fit in 64 bits (%I bytes given)", (lua_Integer)n);
+    if ((uint64_t)need != n)
+        return luaL_error(L, "from_bytes: %I bytes for %I %s elements (need %I)", (lua_Integer)n, (lua_Integer)numel,
+                          tg_dtype_name(dt), (lua_Integer)need);
     tg_tensor **slot = tgl_tensor_push(L);
     tgl_check(L, tg_tensor_new(dt, ndim, shape, dev, slot));
     tgl_check(L, tg_tensor_write(*slot, s, n));

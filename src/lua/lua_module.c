@@ -134,7 +134,7 @@ tg_tensor *tgl_protocol_tensor(lua_State *L, int idx, const char *call)
 /* Reads the list of tensors at idx into x (nil entries stay NULL); returns its length. */
 static int tensor_list(lua_State *L, int idx, const tg_tensor **x, const char *call)
 {
-    int n = (int)luaL_len(L, idx);
+    int n = tgl_len(L, idx);
     if (n < 1 || n > TG_MAX_IO) luaL_error(L, "%s: a list of %d tensors (1 to %d)", call, n, TG_MAX_IO);
     for (int i = 1; i <= n; i++) {
         lua_geti(L, idx, i);
@@ -585,7 +585,7 @@ static int cb_body_n(lua_State *L)
     if (!lua_istable(L, r))
         return luaL_error(L, "%s returned a %s, expected %s", c->method, luaL_typename(L, r),
                           fwd ? "a tensor or a list of tensors" : "a list of input gradients");
-    int n = fwd ? (int)luaL_len(L, r) : c->nout;
+    int n = fwd ? tgl_len(L, r) : c->nout;
     if (fwd && (n < 1 || n > TG_MAX_IO)) return luaL_error(L, "forward returned a list of %d outputs (1 to %d)", n, TG_MAX_IO);
     for (int i = 1; i <= n; i++) {
         lua_rawgeti(L, r, i);
@@ -642,7 +642,7 @@ static tg_module *wrap_table(lua_State *L, int idx)
     }
     if (!lua_istable(L, -1)) luaL_error(L, "a Lua module's params must be a list of tegraph.Parameter");
     int plist = lua_gettop(L);
-    int np = (int)luaL_len(L, plist);
+    int np = tgl_len(L, plist);
     tg_param **ps = lua_newuserdatauv(L, (size_t)(np > 0 ? np : 1) * sizeof *ps, 0); /* +1: scratch */
     for (int i = 0; i < np; i++) {
         lua_rawgeti(L, plist, i + 1);

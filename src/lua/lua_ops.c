@@ -159,7 +159,7 @@ static int o_attention_kv(lua_State *L)
 {
     tg_tensor *kc = tgl_tensor_check(L, 1), *vc = tgl_tensor_check(L, 2), *qkv = tgl_tensor_check(L, 3);
     lua_Integer pos = luaL_checkinteger(L, 4);
-    int nh = (int)luaL_checkinteger(L, 5);
+    int nh = tgl_checkint(L, 5); /* 2^32 + 2 is refused, not taken as 2 heads */
     luaL_argcheck(L, nh >= 1, 5, "n_head must be >= 1");
     luaL_argcheck(L, tg_tensor_ndim(qkv) == 3, 3, "qkv must be (B, Tn, 3C)");
     int64_t so[3] = {tg_tensor_dim(qkv, 0), tg_tensor_dim(qkv, 1), tg_tensor_dim(qkv, 2) / 3};
@@ -418,7 +418,7 @@ static int o_copy_multi(lua_State *L)
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_Integer n = luaL_len(L, 1);
     if (luaL_len(L, 2) != n)
-        return luaL_error(L, "copy_multi: %d destinations but %d sources", (int)n, (int)luaL_len(L, 2));
+        return luaL_error(L, "copy_multi: %I destinations but %I sources", n, luaL_len(L, 2));
     luaL_argcheck(L, n >= 0 && n <= INT32_MAX, 1, "too many tensors");
     tg_tensor **d = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *d, 0);
     const tg_tensor **s = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *s, 0);

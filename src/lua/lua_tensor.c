@@ -542,8 +542,8 @@ static int t_copy_(lua_State *L)
         if (n != tg_tensor_numel(t)) {
             shape_str(nd, shape, a, sizeof a);
             shape_str(tg_tensor_ndim(t), tshape, b, sizeof b);
-            luaL_argerror(L, 2, lua_pushfstring(L, "table of shape %s (%d elements) into a tensor of shape %s (%d elements)",
-                                                a, (int)n, b, (int)tg_tensor_numel(t)));
+            luaL_argerror(L, 2, lua_pushfstring(L, "table of shape %s (%I elements) into a tensor of shape %s (%I elements)",
+                                                a, (lua_Integer)n, b, (lua_Integer)tg_tensor_numel(t)));
         }
         double *vals = scratch(L, n);
         tgl_nested_read(L, 2, nd, shape, vals);
@@ -760,7 +760,7 @@ static int t_item(lua_State *L)
     tg_tensor *t = tgl_tensor_check(L, 1);
     double v;
     int64_t n = tg_tensor_numel(t);
-    if (n != 1) return luaL_error(L, "item: the tensor has %d elements, expected 1", (int)n);
+    if (n != 1) return luaL_error(L, "item: the tensor has %I elements, expected 1", (lua_Integer)n);
     tgl_check(L, tg_tensor_read_f64(t, &v, 1));
     push_elem(L, tg_tensor_dtype(t), v);
     return 1;
