@@ -115,6 +115,39 @@ tap.is_deeply(tg.tensor({ 0, 65535 }, { dtype = "i32", device = CPU }):to("u16")
 tap.is_deeply(tg.tensor({ 0, 65535 }, { dtype = "u16", device = CPU }):to("i32"):totable(), { 0, 65535 }, "u16 to i32 converts")
 tap.is(tg.tensor({ 1.5, 3e9, 0 / 0 }, F32):to("bf16"):to("f32"):totable()[1], 1.5, "float-to-float conversions are unchanged")
 
+------------------------------------------------------------------------ outputs that overlap their inputs
+do -- a GEMM writes C tile by tile while A and B are read: C must share no memory with them (a:matmul(b, {out = a}) was wrong)
+  local a, b = tg.randn({ 8, 8 }, F32), tg.randn({ 8, 8 }, F32)
+  tap.error_like(function() a:matmul(b, { out = a }) end, "gemm: C %[8,8%] f32 and A %[8,8%] f32 share memory",
+    "matmul with out = its own left operand is refused")
+  tap.error_like(function() a:matmul(b, { out = b }) end, "gemm: C %[8,8%] f32 and B %[8,8%] f32 share memory",
+    "... and out = its right operand")
+  tap.error_like(function() tg.ops.gemm(b, a, false, b, false) end, "C %[8,8%] f32 and B %[8,8%] f32 share memory",
+    "tg.ops.gemm(d, c, false, d, false) is refused")
+  local big = tg.randn({ 16, 8 }, F32)
+  tap.error_like(function() big:narrow(1, 8):matmul(b, { out = big:narrow(5, 8) }) end, "share memory",
+    "... and so is an output view that overlaps part of an operand")
+  local ref = a:matmul(b)
+  local out = tg.zeros({ 8, 8 }, F32)
+  a:matmul(b, { out = out })
+  tap.is(out:max_abs_diff(ref), 0, "an output apart from the operands is written as before")
+end
+do -- elementwise in place: the very same memory is fine, a partly overlapping view is not (c[i+1] += c[i] raced)
+  local c = tg.arange(9, F32)
+  tap.error_like(function() c:narrow(2, 8):add_(c:narrow(1, 8)) end,
+    "add: out %[8%] f32 partly overlaps b %[8%] f32 %(in place, an output must be its input itself%)",
+    "add_ of a view shifted by one over its own storage is refused")
+  tap.error_like(function() c:narrow(1, 8):mul_(c:narrow(2, 8)) end, "mul: out %[8%] f32 partly overlaps b", "... mul_ too")
+  tap.error_like(function() c:narrow(2, 8):axpby_(1, c:narrow(1, 8), 1) end, "axpby: y %[8%] f32 partly overlaps x", "... and axpby_")
+  tap.error_like(function() c:narrow(2, 8):copy_(c:narrow(1, 8)) end,
+    "copy: destination %[8%] f32 and source %[8%] f32 share memory", "... and a copy_ between overlapping views")
+  local v = c:narrow(2, 4)
+  v:add_(v)
+  tap.is_deeply(c:totable(), { 0, 2, 4, 6, 8, 5, 6, 7, 8 }, "x:add_(x) in place on the same view still works")
+  c:narrow(1, 4):add_(c:narrow(5, 4))
+  tap.is_deeply(c:totable(), { 8, 7, 10, 13, 8, 5, 6, 7, 8 }, "views of one storage that do not overlap still add")
+end
+
 ------------------------------------------------------------------------ the wgrad store and hooks
 local lin = tg.nn.Linear(4, 4, { delay_wgrad = true })
 local x, dy = tg.randn { 2, 4 }, tg.randn { 2, 4 }
