@@ -323,6 +323,26 @@ do -- the options of ops, steps and graphs: a misspelt key is refused, not ignor
     "make_graphed: opts%.microbatches = 0 is out of range %(an integer from 1 to 1048576%)", "make_graphed names a bad microbatches")
   tap.ok(a:matmul(b, { trans_b = true }):max_abs_diff(a:matmul(b)) > 0, "matmul takes its known option trans_b (a @ b^T is not a @ b)")
 end
+do -- the Lua library's option tables: graph_modules, zeros_like, data.tokenize, fp8.amax_reduce and order entries
+  local layer = tg.nn.TransformerLayer(16, 64, 2, { device = CPU })
+  local sample = tg.randn({ 1, 4, 16 }, { device = CPU })
+  tap.error_like(function() local set = tg.graph.graph_modules(layer, { "attn", "mlp" }, { sample = sample, microbatch = 4 }); return set end,
+    "accepted%-but%-wrong%-is%-refused%.lua:%d+: .*graph_modules: unknown option 'microbatch' %(known: microbatches, order, pool, sample, share, warmup%)",
+    "graph_modules refuses the misspelt option 'microbatch' (the set was made for 1 microbatch)")
+  tap.error_like(function()
+    return tg.graph.graph_modules(layer, { "attn" }, { sample = sample, order = { { op = "F", mb = 1, chunck = 1 } } })
+  end, "graph_modules: order%[1%]: unknown option 'chunck' %(known: chunk, mb, op%)", "... and a misspelt key of an order entry")
+  tap.error_like(function()
+    return tg.graph.make_graphed(m, { sample = tg.ones({ 2, 4 }, { device = CPU }), order = { { op = "F", mb = 1, chnk = 1 } } })
+  end, "make_graphed: order%[1%]: unknown option 'chnk' %(known: op, chunk, mb%)", "make_graphed refuses a misspelt key of an order entry")
+  tap.error_like(function() return tg.zeros_like(tg.ones({ 2 }, { device = CPU }), { dtyp = "bf16" }) end,
+    "zeros_like: unknown option 'dtyp' %(known: device, dtype, name%)", "zeros_like refuses the misspelt option 'dtyp' (it made f32)")
+  tap.is(tg.zeros_like(tg.ones({ 2 }, { device = CPU }), { dtype = "bf16" }).dtype, "bf16", "zeros_like takes its known option dtype")
+  tap.error_like(function() return tg.data.tokenize("no-such-file.txt", {}, { tokeniser_id = "x" }) end,
+    "data%.tokenize: unknown option 'tokeniser_id' %(known: progress, quiet, tokenizer_id%)", "data.tokenize refuses a misspelt option")
+  tap.error_like(function() return tg.fp8.amax_reduce { model = layer, comm = tg.comm.world(), op = "max" } end,
+    "fp8%.amax_reduce: unknown option 'op' %(known: comm, model%)", "fp8.amax_reduce refuses an unknown option")
+end
 do -- module options out of range are refused, not replaced by a default; messages name the option or the value
   tap.error_like(function() return tg.nn.LayerNorm(4, { eps = -1, device = CPU }) end,
     "nn%.LayerNorm: option 'eps' must be a finite number > 0 %(got number %-1%)", "LayerNorm refuses eps = -1 (it was taken as 1e-5)")

@@ -143,7 +143,7 @@ end
 -- cache file is used as it is; otherwise the text is tokenized and the file written. Returns path, ntokens,
 -- whether it was cached.
 function data.tokenize(path, tok, o)
-  o = o or {}
+  o = options.check("data.tokenize", o or {}, { "tokenizer_id", "progress", "quiet" })
   local f, err = io.open(path, "rb")
   if not f then raise(string.format("%s: cannot open text file: %s", path, err)) end
   local text, rerr = f:read("a")

@@ -59,6 +59,7 @@ end
 -- exist: modules made with fp8 = recipe, or run once in FP8. Current scaling keeps no history: nothing to reduce.
 function M.amax_reduce(o)
   if type(o) ~= "table" or o.model == nil then raise("fp8.amax_reduce: model (a module or a list of modules) is required") end
+  options.check("fp8.amax_reduce", o, { "model", "comm" })
   if o.comm == nil then raise("fp8.amax_reduce: comm (a communicator) is required") end
   local mods = (type(o.model) == "table" and o.model.forward == nil) and o.model or { o.model }
   local rows = {}

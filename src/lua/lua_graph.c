@@ -239,6 +239,9 @@ static struct tg_graph_action *read_order(lua_State *L, int idx, int *n)
     for (int i = 1; i <= *n; i++) {
         lua_geti(L, idx, i); /* +1 */
         if (!lua_istable(L, -1)) luaL_error(L, "make_graphed: order[%d] is not a table {op=, chunk=, mb=}", i);
+        char what[48];
+        snprintf(what, sizeof what, "make_graphed: order[%d]", i);
+        tgl_check_keys(L, -1, what, "op, chunk, mb"); /* a misspelt chunk would run chunk 1 */
         lua_getfield(L, -1, "op");
         const char *op = lua_tostring(L, -1);
         if (!op || strlen(op) != 1 || !strchr("FBW", op[0]))
