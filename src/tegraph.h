@@ -336,6 +336,7 @@ TG_API void tg_manual_seed(uint64_t seed);
 TG_API void tg_rng_state(uint64_t *seed, uint64_t *offset);
 /* Restores a state read with tg_rng_state: the next fills draw as they would have then. */
 TG_API void tg_rng_set_state(uint64_t seed, uint64_t offset);
+/* Normal(mean, std) and uniform [lo, hi) fills of an f32 or bf16 tensor; mean, std >= 0, lo <= hi finite. */
 TG_API tg_status tg_randn(tg_tensor *t, double mean, double std);
 TG_API tg_status tg_rand(tg_tensor *t, double lo, double hi);
 

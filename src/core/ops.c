@@ -324,6 +324,11 @@ static tg_status rand_fill(tg_tensor *t, tg_rand_dist dist, double a, double b, 
     tg_status st = float_dtype(t->dtype) ? TG_OK
                                          : tg_error(TG_EINVAL, "%s: dtype %s is not a float type (f32 or bf16; tensor %s)",
                                                     name, tg_dtype_name(t->dtype), describe(t, d, sizeof d));
+    /* randn: mean and std >= 0 finite (std = -1 drew from N(mean, 1), NaN filled NaN); rand: lo <= hi finite */
+    if (st == TG_OK && dist == TG_RAND_NORMAL && !(isfinite(a) && isfinite(b) && b >= 0))
+        st = tg_error(TG_EINVAL, "%s: mean = %g and std = %g must be finite, std >= 0", name, a, b);
+    if (st == TG_OK && dist == TG_RAND_UNIFORM && !(isfinite(a) && isfinite(b) && a <= b))
+        st = tg_error(TG_EINVAL, "%s: lo = %g and hi = %g must be finite, lo <= hi", name, a, b);
     if (st == TG_OK) st = need_kernel((const void *)s->be->rand, s, name);
     if (st == TG_OK) {
         int64_t n = tg_tensor_numel(t);

@@ -210,7 +210,9 @@ static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o
     o->root = 0;
     tg_comm_label_next(NULL);
     if (lua_isnoneornil(L, idx)) return;
-    luaL_checktype(L, idx, LUA_TTABLE);
+    if (!lua_istable(L, idx))
+        luaL_argerror(L, idx, lua_pushfstring(L, "%s: the options must be a table {%s} (got %s %s)", what, known_opts(what),
+                                              luaL_typename(L, idx), tgl_value_str(L, idx)));
     tgl_check_keys(L, idx, what, known_opts(what));
     if (lua_getfield(L, idx, "op") != LUA_TNIL) {
         const char *s = lua_tostring(L, -1);
@@ -229,7 +231,8 @@ static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o
     if (lua_getfield(L, idx, "root") != LUA_TNIL) {
         int isint;
         lua_Integer root = lua_tointegerx(L, -1, &isint);
-        if (!isint || root < INT_MIN || root > INT_MAX) luaL_error(L, "%s: root must be an integer rank", what);
+        if (!isint || root < INT_MIN || root > INT_MAX)
+            luaL_error(L, "%s: root = %s must be an integer rank", what, tgl_value_str(L, -1));
         o->root = (int)root;
     }
     if (name) tg_comm_label_next(name); /* copied: the string may go with the pops below */
@@ -302,6 +305,9 @@ static int l_broadcast(lua_State *L)
     tg_comm *c = comm_arg(L, &a);
     tg_tensor *t = tgl_tensor_check(L, a);
     if (lua_isinteger(L, a + 1)) o.root = tgl_checkint(L, a + 1);
+    else if (lua_type(L, a + 1) == LUA_TNUMBER) /* 1.5: a root that is not a rank, named as such */
+        return luaL_argerror(L, a + 1, lua_pushfstring(L, "broadcast: root = %s must be an integer rank (or the options "
+                                                          "{root=, async=, name=})", tgl_value_str(L, a + 1)));
     else opts_read(L, a + 1, "broadcast", &o);
     tg_comm_req **slot = req_slot(L, o.async, a);
     return op_return(L, tg_comm_broadcast(c, t, o.root, slot), o.async, a);

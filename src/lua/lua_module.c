@@ -170,6 +170,10 @@ static int m_forward_n(lua_State *L, struct tgl_module *u)
 {
     const tg_tensor *x[TG_MAX_IO];
     tg_tensor *y[TG_MAX_IO] = {0};
+    char label[160];
+    if (!u->m->vt->forward_n) /* named here: the core's "takes one input, got 1" reads as a contradiction */
+        return luaL_error(L, "%s takes one tensor, not a list: forward(x, mb), not forward({x}, mb) (got a list of %I)",
+                          tg_module_label(u->m, label, sizeof label), luaL_len(L, 2));
     int nx = tensor_list(L, 2, x, "forward({x1, ..., xN}, mb)"), ny = 0;
     for (int i = 0; i < nx; i++)
         if (!x[i]) return luaL_error(L, "forward({x1, ..., xN}, mb): input %d is nil", i + 1);
@@ -188,6 +192,10 @@ static int m_backward_n(lua_State *L, struct tgl_module *u)
     const tg_tensor *dy[TG_MAX_IO];
     tg_tensor *dx[TG_MAX_IO] = {0};
     int ny = 1;
+    char label[160];
+    if (lua_istable(L, 2) && !tgl_tensor_test(L, 2) && !u->m->vt->backward_n)
+        return luaL_error(L, "%s takes one output gradient tensor, not a list: backward(dy, mb), not backward({dy}, mb) "
+                          "(got a list of %I)", tg_module_label(u->m, label, sizeof label), luaL_len(L, 2));
     if (lua_istable(L, 2) && !tgl_tensor_test(L, 2)) ny = tensor_list(L, 2, dy, "backward({dy1, ..., dyM}, mb)");
     else dy[0] = lua_isnoneornil(L, 2) ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)");
     int mb = tgl_mb_arg(L, 3);

@@ -36,7 +36,7 @@ static int push_tokenizer(lua_State *L, tg_status (*make)(const char *, tg_token
 static int l_bytes(lua_State *L) { return push_tokenizer(L, NULL, NULL); }
 
 /* tokenizer.gpt2(dir) */
-static int l_gpt2(lua_State *L) { return push_tokenizer(L, tg_tokenizer_gpt2, luaL_checkstring(L, 1)); }
+static int l_gpt2(lua_State *L) { return push_tokenizer(L, tg_tokenizer_gpt2, tgl_checkcstr(L, 1, "the path")); }
 
 struct progress_ud {
     lua_State *L;
