@@ -70,14 +70,15 @@ extern "C" cudaError_t tg_cuda_adamw(float *p, float *m, float *v, uint16_t *p_l
 
 /* The capturable optimizer's step count, advanced on the device once per step
  * (a separate launch: every block of the updates after it reads the new value). */
-static __global__ void adamw_count_kernel(int32_t *step)
+static __global__ void adamw_count_kernel(int32_t *step, unsigned long long *first)
 {
-    *step += 1;
+    if (*step < INT32_MAX) *step += 1;
+    else if (first) atomicMin(first, (unsigned long long)(uint32_t)*step); /* stays: noted, never wraps */
 }
 
-extern "C" cudaError_t tg_cuda_adamw_count(int32_t *step, cudaStream_t st)
+extern "C" cudaError_t tg_cuda_adamw_count(int32_t *step, unsigned long long *first, cudaStream_t st)
 {
-    adamw_count_kernel<<<1, 1, 0, st>>>(step);
+    adamw_count_kernel<<<1, 1, 0, st>>>(step, first);
     return cudaGetLastError();
 }
 

@@ -164,6 +164,12 @@ cudaError_t tg_cuda_embedding_backward_dw(void *dwte, void *dwpe, const void *do
 
 /* Notes the first of the n ids outside [0, v) (other than ignore_index when has_ignore) in *first / *limit
  * (struct tg_index_check, src/backend/backend.h): atomicMin of position << 32 | id. */
+/* Notes the first of the n values of src (f32, bf16 or i32) that is not an integer of the integer dtype dst_dt's
+ * range in *first / *limit (TG_INDEX_CAST of struct tg_index_check): atomicMin of position << 32 | the value's
+ * f32 or i32 bits; *limit = src_dt << 8 | dst_dt by the writer that lowered *first. */
+cudaError_t tg_cuda_cast_check(unsigned long long *first, long long *limit, const void *src, tg_dtype src_dt,
+                               tg_dtype dst_dt, int64_t n, cudaStream_t st);
+
 cudaError_t tg_cuda_index_check(unsigned long long *first, long long *limit, const int32_t *ids, int64_t n, int64_t v,
                                 int has_ignore, int ignore_index, cudaStream_t st);
 
@@ -184,7 +190,7 @@ cudaError_t tg_cuda_adamw(float *p, float *m, float *v, uint16_t *p_lowp, const 
                           float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                           int64_t step, const float *lr_dev, const int32_t *step_dev, cudaStream_t st);
 /* *step += 1 on the device (one thread). */
-cudaError_t tg_cuda_adamw_count(int32_t *step, cudaStream_t st);
+cudaError_t tg_cuda_adamw_count(int32_t *step, unsigned long long *first, cudaStream_t st);
 
 /* ------------------------------------------------------------------ multi-tensor kernels
  * Table entries with the layout of backend.h's tg_adamw_multi_tensor and

@@ -18,6 +18,7 @@ libtegraph_la_SOURCES += \
 	%D%/embedding.cu \
 	%D%/cross_entropy.cu \
 	%D%/index_check.cu \
+	%D%/cast_check.cu \
 	%D%/adamw.cu \
 	%D%/sumsq_multi.cu \
 	%D%/zero_multi.cu \
@@ -34,7 +35,7 @@ libtegraph_la_SOURCES += \
 %D%/layernorm.lo %D%/rmsnorm.lo %D%/fp8_layernorm.lo: %D%/norm.cuh %D%/fp8.cuh
 %D%/layernorm.lo %D%/rmsnorm.lo %D%/fp8_layernorm.lo %D%/bias.lo %D%/attention.lo %D%/embedding.lo %D%/fp8_dbias.lo: %D%/colsum.cuh
 %D%/fill.lo %D%/cast.lo %D%/binary.lo %D%/axpby.lo %D%/reduce.lo %D%/rand.lo %D%/layernorm.lo %D%/rmsnorm.lo \
-%D%/gelu.lo %D%/swiglu.lo %D%/bias.lo %D%/attention.lo %D%/embedding.lo %D%/cross_entropy.lo %D%/index_check.lo %D%/adamw.lo \
+%D%/gelu.lo %D%/swiglu.lo %D%/bias.lo %D%/attention.lo %D%/embedding.lo %D%/cross_entropy.lo %D%/index_check.lo %D%/cast_check.lo %D%/adamw.lo \
 %D%/sumsq_multi.lo %D%/zero_multi.lo %D%/copy_multi.lo %D%/attention_kv.lo %D%/fp8_cast.lo %D%/fp8_transpose.lo %D%/fp8_dequantize.lo \
 %D%/fp8_amax.lo %D%/fp8_scale_update.lo %D%/fp8_dbias.lo %D%/fp8_cast_gelu.lo %D%/fp8_layernorm.lo: %D%/common.cuh %D%/kernels.h
 %D%/fp8_cast.lo %D%/fp8_cast_gelu.lo %D%/fp8_dequantize.lo %D%/fp8_amax.lo: %D%/fp8.cuh

@@ -336,6 +336,7 @@ TG_API void tg_manual_seed(uint64_t seed);
 TG_API void tg_rng_state(uint64_t *seed, uint64_t *offset);
 /* Restores a state read with tg_rng_state: the next fills draw as they would have then. */
 TG_API void tg_rng_set_state(uint64_t seed, uint64_t offset);
+/* Normal(mean, std) and uniform [lo, hi) fills of an f32 or bf16 tensor; mean, std >= 0, lo <= hi finite. */
 TG_API tg_status tg_randn(tg_tensor *t, double mean, double std);
 TG_API tg_status tg_rand(tg_tensor *t, double lo, double hi);
 
@@ -725,7 +726,8 @@ TG_API tg_status tg_runtime_dofile(tg_runtime *rt, const char *path, int argc, c
 TG_API tg_status tg_runtime_dostring(tg_runtime *rt, const char *code, const char *chunkname);
 /* Calls require(module)[func](argv[0], ..., argv[argc-1]), the arguments as
  * Lua strings. When result is not NULL and the function's first result is an
- * integer, *result is set to it (else it is left as it was). Errors as in
+ * integer, *result is set to it (else it is left as it was; an integer outside
+ * the int range is an error, never truncated). Errors as in
  * tg_runtime_dofile (a missing module or function too). */
 TG_API tg_status tg_runtime_call(tg_runtime *rt, const char *module, const char *func, int argc, char **argv,
                                  int *result);

@@ -44,6 +44,20 @@ local loss = tg.ops.cross_entropy_forward(logits, tg.tensor({ 1, -1, 3, 7 }, { d
 tap.is(loss:totable()[2], 3, "the ignore_index (-1) is not a bad target: 3 rows counted")
 tap.error_like(function() return tg.ops.cross_entropy_forward(logits, tg.tensor({ 1, -1, 3, 7 }, { dtype = "i32", device = CPU }), 5) end,
   "target %-1 at row 1", "with another ignore_index, -1 is a bad target")
+do -- the backward and the fused pass check their targets too (a bad one gave a zero row or a NaN loss)
+  local bad = tg.tensor({ 1, 2, 3, 70 }, { dtype = "i32", device = CPU })
+  tap.error_like(function() return tg.ops.cross_entropy_backward(logits, bad, loss) end,
+    "accepted%-but%-wrong%-is%-refused%.lua:%d+: .*cross_entropy: target 70 at row 3 is outside the vocabulary of 8",
+    "cross_entropy_backward refuses a target past the vocabulary, naming it and its row")
+  tap.error_like(function() return tg.ops.cross_entropy_fused(logits, bad, loss, 1, -1, tg.zeros({ 4, 8 }, { device = CPU })) end,
+    "cross_entropy: target 70 at row 3 is outside the vocabulary of 8", "cross_entropy_fused refuses it too")
+  tap.error_like(function() return tg.ops.cross_entropy_fused(logits, bad, loss) end, "target 70 at row 3",
+    "... also without dlogits (losses only)")
+  local ign = tg.tensor({ 1, -1, 3, 7 }, { dtype = "i32", device = CPU })
+  local d = tg.ops.cross_entropy_backward(logits, ign, loss)
+  tap.is(d:narrow(2, 1):max_abs(), 0, "the ignore_index stays allowed in the backward (its row is zero)")
+  tap.is(tg.ops.cross_entropy_fused(logits, ign, loss):totable()[2], 0, "... and in the fused pass (its loss is 0)")
+end
 -- captured: the ids change before a replay; the next read of the device names the bad id
 local ids = tg.tensor({ { 1, 2, 3, 3 } }, { dtype = "i32", device = CPU })
 local wte = emb:parameters()[1].data
@@ -73,6 +87,66 @@ tap.error_like(function() return tg.zeros({ 2 }, { dtype = "i32" }):fill_(2 ^ 31
   "2^31 as an i32 fill is refused")
 tap.is(tg.tensor({ -2 ^ 31, 2 ^ 31 - 1 }, { dtype = "i32" }):totable()[1], -2147483648, "the i32 range itself is accepted")
 tap.is(tg.tensor({ 65535 }, { dtype = "u16" }):totable()[1], 65535, "the u16 range itself is accepted")
+-- tensor-to-tensor conversions (to, copy_) refuse such values too, naming the first and its index
+local F32 = { device = CPU }
+tap.error_like(function() return tg.tensor({ 1.5, 3e9, -1 / 0, 0 / 0 }, F32):to("i32") end,
+  "copy: value 1%.5 at index 0 of the f32 source does not fit i32 %(integers %-2147483648 to 2147483647%)",
+  "f32 1.5 to i32 is refused, naming the value and its index (not truncated to 1)")
+tap.error_like(function() return tg.tensor({ 1, 3e9 }, F32):to("i32") end, "value 3e%+09 at index 1 of the f32 source",
+  "f32 3e9 to i32 is refused (not clamped to 2147483647)")
+tap.error_like(function() return tg.tensor({ 0, -1 / 0 }, F32):to("i32") end, "value %-inf at index 1", "-inf to i32 is refused")
+tap.error_like(function() return tg.tensor({ 0, 1, 0 / 0 }, F32):to("i32") end, "value %-?nan at index 2", "NaN to i32 is refused (not 0)")
+tap.error_like(function() return tg.tensor({ 3, 70000, -1 }, { dtype = "i32", device = CPU }):to("u16") end,
+  "copy: value 70000 at index 1 of the i32 source does not fit u16 %(integers 0 to 65535%)",
+  "i32 70000 to u16 is refused (not clamped to 65535)")
+tap.error_like(function() return tg.tensor({ 3, -1 }, { dtype = "i32", device = CPU }):to("u16") end,
+  "value %-1 at index 1 of the i32 source does not fit u16", "i32 -1 to u16 is refused")
+tap.error_like(function() return tg.tensor({ 1, 2.5 }, F32):to("bf16"):to("u16") end, "value 2%.5 at index 1 of the bf16 source",
+  "bf16 2.5 to u16 is refused")
+do
+  local i = tg.tensor({ 7, 8 }, { dtype = "i32", device = CPU })
+  tap.error_like(function() i:copy_(tg.tensor({ 2.7, -3e10 }, F32)) end, "copy: value 2%.7 at index 0 of the f32 source does not fit i32",
+    "copy_ of f32 2.7 into i32 is refused")
+  tap.is_deeply(i:totable(), { 7, 8 }, "... and the destination keeps its values")
+end
+tap.is_deeply(tg.tensor({ -2 ^ 31, 2 ^ 31 - 128, 3 }, F32):to("i32"):totable(), { -2147483648, 2147483520, 3 },
+  "integral f32 values inside the i32 range convert")
+tap.is_deeply(tg.tensor({ 0, 65535 }, { dtype = "i32", device = CPU }):to("u16"):totable(), { 0, 65535 }, "i32 0 and 65535 convert to u16")
+tap.is_deeply(tg.tensor({ 0, 65535 }, { dtype = "u16", device = CPU }):to("i32"):totable(), { 0, 65535 }, "u16 to i32 converts")
+tap.is(tg.tensor({ 1.5, 3e9, 0 / 0 }, F32):to("bf16"):to("f32"):totable()[1], 1.5, "float-to-float conversions are unchanged")
+
+------------------------------------------------------------------------ outputs that overlap their inputs
+do -- a GEMM writes C tile by tile while A and B are read: C must share no memory with them (a:matmul(b, {out = a}) was wrong)
+  local a, b = tg.randn({ 8, 8 }, F32), tg.randn({ 8, 8 }, F32)
+  tap.error_like(function() a:matmul(b, { out = a }) end, "gemm: C %[8,8%] f32 and A %[8,8%] f32 share memory",
+    "matmul with out = its own left operand is refused")
+  tap.error_like(function() a:matmul(b, { out = b }) end, "gemm: C %[8,8%] f32 and B %[8,8%] f32 share memory",
+    "... and out = its right operand")
+  tap.error_like(function() tg.ops.gemm(b, a, false, b, false) end, "C %[8,8%] f32 and B %[8,8%] f32 share memory",
+    "tg.ops.gemm(d, c, false, d, false) is refused")
+  local big = tg.randn({ 16, 8 }, F32)
+  tap.error_like(function() big:narrow(1, 8):matmul(b, { out = big:narrow(5, 8) }) end, "share memory",
+    "... and so is an output view that overlaps part of an operand")
+  local ref = a:matmul(b)
+  local out = tg.zeros({ 8, 8 }, F32)
+  a:matmul(b, { out = out })
+  tap.is(out:max_abs_diff(ref), 0, "an output apart from the operands is written as before")
+end
+do -- elementwise in place: the very same memory is fine, a partly overlapping view is not (c[i+1] += c[i] raced)
+  local c = tg.arange(9, F32)
+  tap.error_like(function() c:narrow(2, 8):add_(c:narrow(1, 8)) end,
+    "add: out %[8%] f32 partly overlaps b %[8%] f32 %(in place, an output must be its input itself%)",
+    "add_ of a view shifted by one over its own storage is refused")
+  tap.error_like(function() c:narrow(1, 8):mul_(c:narrow(2, 8)) end, "mul: out %[8%] f32 partly overlaps b", "... mul_ too")
+  tap.error_like(function() c:narrow(2, 8):axpby_(1, c:narrow(1, 8), 1) end, "axpby: y %[8%] f32 partly overlaps x", "... and axpby_")
+  tap.error_like(function() c:narrow(2, 8):copy_(c:narrow(1, 8)) end,
+    "copy: destination %[8%] f32 and source %[8%] f32 share memory", "... and a copy_ between overlapping views")
+  local v = c:narrow(2, 4)
+  v:add_(v)
+  tap.is_deeply(c:totable(), { 0, 2, 4, 6, 8, 5, 6, 7, 8 }, "x:add_(x) in place on the same view still works")
+  c:narrow(1, 4):add_(c:narrow(5, 4))
+  tap.is_deeply(c:totable(), { 8, 7, 10, 13, 8, 5, 6, 7, 8 }, "views of one storage that do not overlap still add")
+end
 
 ------------------------------------------------------------------------ the wgrad store and hooks
 local lin = tg.nn.Linear(4, 4, { delay_wgrad = true })
@@ -282,6 +356,26 @@ do -- the options of ops, steps and graphs: a misspelt key is refused, not ignor
   tap.error_like(function() return tg.graph.make_graphed(m, { sample = a, microbatches = 0 }) end,
     "make_graphed: opts%.microbatches = 0 is out of range %(an integer from 1 to 1048576%)", "make_graphed names a bad microbatches")
   tap.ok(a:matmul(b, { trans_b = true }):max_abs_diff(a:matmul(b)) > 0, "matmul takes its known option trans_b (a @ b^T is not a @ b)")
+end
+do -- the Lua library's option tables: graph_modules, zeros_like, data.tokenize, fp8.amax_reduce and order entries
+  local layer = tg.nn.TransformerLayer(16, 64, 2, { device = CPU })
+  local sample = tg.randn({ 1, 4, 16 }, { device = CPU })
+  tap.error_like(function() local set = tg.graph.graph_modules(layer, { "attn", "mlp" }, { sample = sample, microbatch = 4 }); return set end,
+    "accepted%-but%-wrong%-is%-refused%.lua:%d+: .*graph_modules: unknown option 'microbatch' %(known: microbatches, order, pool, sample, share, warmup%)",
+    "graph_modules refuses the misspelt option 'microbatch' (the set was made for 1 microbatch)")
+  tap.error_like(function()
+    return tg.graph.graph_modules(layer, { "attn" }, { sample = sample, order = { { op = "F", mb = 1, chunck = 1 } } })
+  end, "graph_modules: order%[1%]: unknown option 'chunck' %(known: chunk, mb, op%)", "... and a misspelt key of an order entry")
+  tap.error_like(function()
+    return tg.graph.make_graphed(m, { sample = tg.ones({ 2, 4 }, { device = CPU }), order = { { op = "F", mb = 1, chnk = 1 } } })
+  end, "make_graphed: order%[1%]: unknown option 'chnk' %(known: op, chunk, mb%)", "make_graphed refuses a misspelt key of an order entry")
+  tap.error_like(function() return tg.zeros_like(tg.ones({ 2 }, { device = CPU }), { dtyp = "bf16" }) end,
+    "zeros_like: unknown option 'dtyp' %(known: device, dtype, name%)", "zeros_like refuses the misspelt option 'dtyp' (it made f32)")
+  tap.is(tg.zeros_like(tg.ones({ 2 }, { device = CPU }), { dtype = "bf16" }).dtype, "bf16", "zeros_like takes its known option dtype")
+  tap.error_like(function() return tg.data.tokenize("no-such-file.txt", {}, { tokeniser_id = "x" }) end,
+    "data%.tokenize: unknown option 'tokeniser_id' %(known: progress, quiet, tokenizer_id%)", "data.tokenize refuses a misspelt option")
+  tap.error_like(function() return tg.fp8.amax_reduce { model = layer, comm = tg.comm.world(), op = "max" } end,
+    "fp8%.amax_reduce: unknown option 'op' %(known: comm, model%)", "fp8.amax_reduce refuses an unknown option")
 end
 do -- module options out of range are refused, not replaced by a default; messages name the option or the value
   tap.error_like(function() return tg.nn.LayerNorm(4, { eps = -1, device = CPU }) end,

@@ -1,5 +1,6 @@
--- cuda-bad-ids-fail-at-the-next-read.lua — on a GPU an embedding id outside the table or a cross-entropy target
--- outside the vocabulary does not fail the launch (no synchronisation is added): the device records the first bad
+-- cuda-bad-ids-fail-at-the-next-read.lua — on a GPU an embedding id outside the table, a cross-entropy target
+-- outside the vocabulary (forward, backward and fused) or a value that does not fit an integer dtype in a conversion
+-- (to, copy_) does not fail the launch (no synchronisation is added): the device records the first bad
 -- one, and the next host read of the device (the loss) fails naming it and its position; the record is then
 -- cleared, and good ids read fine. Without a CUDA device it skips.
 local tg = require "tegraph"
@@ -29,4 +30,25 @@ tap.error_like(function() return loss:totable() end, "cross_entropy: target 30 a
   "reading the loss names the target and its row")
 loss = tg.ops.cross_entropy_forward(logits, tg.tensor({ 1, -1, 3, 7 }, { dtype = "i32", device = dev }))
 tap.is(loss:totable()[2], 3, "good targets (and the ignore_index) read fine: 3 rows counted")
+local bad = tg.tensor({ 1, -1, 30, 7 }, { dtype = "i32", device = dev })
+local dlogits
+tap.lives_ok(function() dlogits = tg.ops.cross_entropy_backward(logits, bad, loss) end,
+  "a cross-entropy backward with a bad target launches")
+tap.error_like(function() return dlogits:totable() end, "cross_entropy: target 30 at row 2 is outside the vocabulary of 8",
+  "... and the next read names the target and its row")
+local losses
+tap.lives_ok(function() losses = tg.ops.cross_entropy_fused(logits, bad, loss, 1, -1, tg.zeros({ 4, 8 }, { device = dev })) end,
+  "the fused cross-entropy with a bad target launches")
+tap.error_like(function() return losses:totable() end, "cross_entropy: target 30 at row 2 is outside the vocabulary of 8",
+  "... and the next read names it")
+
+local i32
+tap.lives_ok(function() i32 = tg.tensor({ 1, 2, 2.5, 3e9 }, { device = dev }):to("i32") end,
+  "a conversion to i32 with a value that does not fit launches")
+tap.error_like(function() return i32:totable() end, "copy: value 2%.5 at index 2 of the f32 source does not fit i32",
+  "the next read names the first value that does not fit and its index")
+tap.is_deeply(tg.tensor({ 1, -2, 3e4 }, { device = dev }):to("bf16"):to("i32"):totable(), { 1, -2, 29952 },
+  "values that fit convert (bf16 to i32) and read fine")
+tap.error_like(function() return tg.tensor({ 0, 70000 }, { dtype = "i32", device = dev }):to("u16"):totable() end,
+  "value 70000 at index 1 of the i32 source does not fit u16", "i32 70000 to u16 fails the next read")
 tap.done_testing()

@@ -631,7 +631,8 @@ static void test_adamw_multi(void)
         /* the step count advances on the device, once per call */
         step = 41;
         pair_set(&stp, &step);
-        tg_status sc = tg_backend_cpu.adamw_count(cs, stp.c), sg = tg_backend_cuda.adamw_count(gs, stp.g);
+        struct tg_adamw_count_args cc = {.step = stp.c}, gc = {.step = stp.g};
+        tg_status sc = tg_backend_cpu.adamw_count(cs, &cc), sg = tg_backend_cuda.adamw_count(gs, &gc);
         sync_both();
         int32_t *gv = pair_gpu(&stp);
         ok(sc == TG_OK && sg == TG_OK && *gv == 42 && *(int32_t *)stp.c == 42,

@@ -166,22 +166,47 @@ int main(void)
     ok(tg_copy(tf, ti) == TG_OK && tg_tensor_read(tf, fv, sizeof fv) == TG_OK, "cast i32 -> f32");
     ok(fv[0] == 1 && fv[1] == -7 && fv[2] == 123456792.0f && fv[3] == 0 && fv[4] == 2147483648.0f,
        "i32 -> f32 rounds to nearest (123456789 -> 123456792)");
-    float fs[5] = {2.7f, -2.7f, 1e10f, NAN, -1e10f};
+    /* Into an integer dtype a value that is not an integer of its range is refused, naming it and its index
+     * (it was truncated, saturated, NaN made 0); the destination keeps its values. */
+    const float bad_i32[] = {2.7f, -2.7f, 1e10f, NAN, -1e10f, INFINITY};
+    const char *bad_i32_str[] = {"2.7 at index 2", "-2.7 at index 2", "1e+10 at index 2", "nan at index 2",
+                                 "-1e+10 at index 2", "inf at index 2"};
+    for (int k = 0; k < 6; k++) {
+        float fb[5] = {1, 2, bad_i32[k], 4, 5};
+        int32_t keep[5] = {9, 9, 9, 9, 9};
+        tg_tensor_write(tf, fb, sizeof fb), tg_tensor_write(ti, keep, sizeof keep);
+        ok(tg_copy(ti, tf) == TG_EINVAL, "cast f32 -> i32 of %g is refused", (double)bad_i32[k]);
+        like(tg_last_error(), bad_i32_str[k], "... naming the value and its index");
+        ok(tg_tensor_read(ti, iv, sizeof iv) == TG_OK && iv[0] == 9 && iv[4] == 9, "... and i32 keeps its values");
+    }
+    like(tg_last_error(), "copy: value inf at index 2 of the f32 source does not fit i32 (integers -2147483648 to 2147483647)",
+         "the message names both dtypes and the range");
+    float fs[5] = {2, -2, 2147483520.0f, 0, -2147483648.0f};
     tg_tensor_write(tf, fs, sizeof fs);
-    ok(tg_copy(ti, tf) == TG_OK && tg_tensor_read(ti, iv, sizeof iv) == TG_OK, "cast f32 -> i32");
-    ok(iv[0] == 2 && iv[1] == -2 && iv[2] == 2147483647 && iv[3] == 0 && iv[4] == (int32_t)-2147483647 - 1,
-       "f32 -> i32 truncates, saturates, NaN -> 0 (%d %d %d %d %d)", iv[0], iv[1], iv[2], iv[3], iv[4]);
+    ok(tg_copy(ti, tf) == TG_OK && tg_tensor_read(ti, iv, sizeof iv) == TG_OK, "cast f32 -> i32 of integers of the range");
+    ok(iv[0] == 2 && iv[1] == -2 && iv[2] == 2147483520 && iv[3] == 0 && iv[4] == (int32_t)-2147483647 - 1,
+       "f32 -> i32 converts them exactly (%d %d %d %d %d)", iv[0], iv[1], iv[2], iv[3], iv[4]);
     uint16_t uv[5] = {0, 1, 50257, 65535, 7};
     tg_tensor_write(tu, uv, sizeof uv);
     ok(tg_copy(tf, tu) == TG_OK && tg_tensor_read(tf, fv, sizeof fv) == TG_OK, "cast u16 -> f32");
     ok(fv[0] == 0 && fv[1] == 1 && fv[2] == 50257 && fv[3] == 65535 && fv[4] == 7, "u16 token ids widen exactly");
     ok(tg_copy(ti, tu) == TG_OK && tg_tensor_read(ti, iv, sizeof iv) == TG_OK && iv[2] == 50257 && iv[3] == 65535,
        "cast u16 -> i32 keeps token ids");
-    float fneg[5] = {-3, 70000, 12.9f, 0, 65535};
+    float fneg[5] = {0, 70000, 12, 0, 65535};
     tg_tensor_write(tf, fneg, sizeof fneg);
-    ok(tg_copy(tu, tf) == TG_OK && tg_tensor_read(tu, uv, sizeof uv) == TG_OK && uv[0] == 0 && uv[1] == 65535 &&
-           uv[2] == 12 && uv[4] == 65535,
-       "f32 -> u16 clamps to [0, 65535] and truncates");
+    ok(tg_copy(tu, tf) == TG_EINVAL, "cast f32 -> u16 of 70000 is refused (it was clamped to 65535)");
+    like(tg_last_error(), "value 70000 at index 1 of the f32 source does not fit u16 (integers 0 to 65535)", "... naming it");
+    fneg[1] = -3;
+    tg_tensor_write(tf, fneg, sizeof fneg);
+    ok(tg_copy(tu, tf) == TG_EINVAL, "cast f32 -> u16 of -3 is refused");
+    fneg[1] = 7;
+    tg_tensor_write(tf, fneg, sizeof fneg);
+    ok(tg_copy(tu, tf) == TG_OK && tg_tensor_read(tu, uv, sizeof uv) == TG_OK && uv[1] == 7 && uv[2] == 12 && uv[4] == 65535,
+       "f32 -> u16 converts integers of [0, 65535] exactly");
+    int32_t iw[5] = {0, 65535, 65536, -1, 3};
+    tg_tensor_write(ti, iw, sizeof iw);
+    ok(tg_copy(tu, ti) == TG_EINVAL, "cast i32 -> u16 of 65536 is refused");
+    like(tg_last_error(), "value 65536 at index 2 of the i32 source does not fit u16", "... naming the first one, not -1 after it");
 
     /* Reductions do not depend on the thread count. */
     tg_tensor *big = vec(TG_F32, 1 << 20);

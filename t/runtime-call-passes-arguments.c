@@ -1,5 +1,5 @@
 /* tg_runtime_call: a Lua module function gets the host's strings as its parameters, its integer result comes
- * back, and a missing module or function or a raised error is TG_ELUA with the message. */
+ * back (one outside the int range is refused), and a missing module or function or a raised error is TG_ELUA with the message. */
 #include "tegraph.h"
 #include "tap.h"
 
@@ -14,6 +14,7 @@ int main(void)
                            "  count = function(...) seen = {...}; return select('#', ...) end,\n"
                            "  word = function() return 'not a number' end,\n"
                            "  fail = function(what) error('probe failed on ' .. what) end,\n"
+                           "  huge = function() return (1 << 32) + 7 end,\n"
                            "}",
                            "=setup") == TG_OK,
        "a module of the host's own");
@@ -33,6 +34,10 @@ int main(void)
     result = 42;
     ok(tg_runtime_call(rt, "probe", "word", 0, NULL, &result) == TG_OK && result == 42,
        "a result that is not an integer leaves *result as it was");
+    result = 42;
+    ok(tg_runtime_call(rt, "probe", "huge", 0, NULL, &result) == TG_EINVAL && result == 42,
+       "an integer result outside the int range is an error, not truncated (2^32 + 7 read as 7)");
+    like(tg_last_error(), "probe.huge returned 4294967303, outside the int range", "naming the function and the value");
     ok(tg_runtime_call(rt, "probe", "count", 0, NULL, NULL) == TG_OK, "result may be NULL");
 
     ok(tg_runtime_call(rt, "probe", "nope", 0, NULL, &result) == TG_ELUA, "a missing function is TG_ELUA");

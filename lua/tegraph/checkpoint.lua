@@ -212,6 +212,7 @@ local SAVE_KEYS = { model = true, params = true, optimizer = true, step = true, 
 function M.save(dir, o)
   local who = "checkpoint.save"
   if type(dir) ~= "string" or dir == "" then raise("checkpoint.save: a directory is required") end
+  options.path("checkpoint.save", "the directory", dir)
   check_options(who, o, SAVE_KEYS, "{model= or params=, step=, ...}")
   if math.type(o.step) ~= "integer" or o.step < 0 then raise("checkpoint.save: step (an integer >= 0) is required") end
   -- everything is checked before anything is written
@@ -283,6 +284,7 @@ end
 -- The checkpoint a path names: a checkpoint directory itself, or a run directory (its `latest`).
 function M.resolve(path)
   if type(path) ~= "string" then raise("checkpoint: a path is required") end
+  options.path("checkpoint", "the path", path)
   local f = io.open(join(path, "latest"), "r")
   if f then
     local name = (f:read("l") or ""):match("^%s*(.-)%s*$")

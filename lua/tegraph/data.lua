@@ -25,6 +25,7 @@ Loader.__index = Loader
 local OPEN_KEYS = { vocab = true, device = true, headerless = true }
 function data.open(path, o)
   if type(path) ~= "string" then raise("data.open: path must be a string, got " .. type(path)) end
+  options.path("data.open", "the path", path)
   if o ~= nil and type(o) ~= "table" then raise("data.open: options must be a table {vocab=, device=, headerless=}") end
   o = o or {}
   options.check("data.open", o, OPEN_KEYS)
@@ -143,7 +144,8 @@ end
 -- cache file is used as it is; otherwise the text is tokenized and the file written. Returns path, ntokens,
 -- whether it was cached.
 function data.tokenize(path, tok, o)
-  o = o or {}
+  o = options.check("data.tokenize", o or {}, { "tokenizer_id", "progress", "quiet" })
+  options.path("data.tokenize", "the path", path)
   local f, err = io.open(path, "rb")
   if not f then raise(string.format("%s: cannot open text file: %s", path, err)) end
   local text, rerr = f:read("a")

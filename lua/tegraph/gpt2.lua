@@ -52,6 +52,7 @@ local function check_args(who, model, path)
     raise(string.format("%s: argument #2 (path) must be a file name, got %s", who,
       type(path) == "string" and "an empty string" or type(path)))
   end
+  options.path(who, "the path", path)
   local by = params_by_name(model)
   for _, e in ipairs(name_map(model.cfg.num_layers)) do
     if not by[e[1]] then

@@ -11,7 +11,7 @@ M.host = M.host or {} -- C functions a host registered (tg_runtime_register)
 
 -- A new tensor like t (same shape, dtype, device), zero-filled.
 function M.zeros_like(t, opts)
-  opts = opts or {}
+  opts = options.check("zeros_like", opts or {}, { "dtype", "device", "name" })
   return core.zeros(t:shape(), { dtype = opts.dtype or t.dtype, device = opts.device or t.device, name = opts.name })
 end
 
@@ -48,7 +48,7 @@ setmetatable(M, {
 -- order (a chunk's F: its graphed modules' F in forward order; B and W: in reverse); warmup =, pool =, share =.
 -- The set's modules are in `set.modules`; g:free() makes them run eagerly again.
 function M.graph.graph_modules(model, names, opts)
-  opts = opts or {}
+  opts = options.check("graph_modules", opts or {}, { "sample", "microbatches", "order", "warmup", "pool", "share" })
   if type(names) ~= "table" or #names == 0 then raise("graph_modules: names must be a list of module names, e.g. {\"attn\", \"mlp\"}") end
   local chunks = (type(model) == "table" and model.forward == nil) and model or { model }
   local mods, of_chunk = {}, {}
@@ -94,6 +94,7 @@ function M.graph.graph_modules(model, names, opts)
     if not c or (a.op ~= "F" and a.op ~= "B" and a.op ~= "W") or math.type(a.mb) ~= "integer" or not of_chunk[c] then
       raise(string.format("graph_modules: order[%d] must be {op = \"F\"|\"B\"|\"W\", mb = integer, chunk = 1..%d}", i, #chunks))
     end
+    options.check(string.format("graph_modules: order[%d]", i), a, { "op", "mb", "chunk" })
     local list = of_chunk[c]
     local first, last, step = 1, #list, 1
     if a.op ~= "F" then first, last, step = #list, 1, -1 end

@@ -31,4 +31,15 @@ function M.check(who, o, known, renamed)
   return o
 end
 
+-- options.path(who, what, p): refuses a path holding a NUL byte (the C library, io.open included, would end it
+-- there: "a\0.txt" opens "a"): "who: what "a\0..." holds a NUL byte at byte N". Returns p.
+function M.path(who, what, p)
+  local at = type(p) == "string" and p:find("\0", 1, true)
+  if at then
+    raise(string.format("%s: %s \"%s\\0...\" holds a NUL byte at byte %d (C would end it there)", who, what,
+      p:sub(1, at - 1), at - 1))
+  end
+  return p
+end
+
 return M

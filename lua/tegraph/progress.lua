@@ -88,6 +88,7 @@ function progress.new(o)
     self.tty = o.tty
   end
   if o.log then
+    options.path("progress.new", "the log", o.log)
     local f, err = io.open(o.log, "w")
     if not f then raise(string.format("%s: cannot open the metrics log: %s", o.log, err)) end
     self.log = f

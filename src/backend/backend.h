@@ -16,12 +16,15 @@ struct tg_fill_args {
     double value;
 };
 
+/* dst = src converted. With check (an integer dst_dt), a source value that is not an integer of dst_dt's range
+ * is noted in check (TG_INDEX_CAST; the CPU then leaves dst unchanged, a GPU stores it saturated). */
 struct tg_cast_args {
     const void *src; /* (n) */
     tg_dtype src_dt;
     void *dst;       /* (n) */
     tg_dtype dst_dt;
     int64_t n;
+    struct tg_index_check *check;
 };
 
 struct tg_binary_args {
@@ -268,9 +271,16 @@ struct tg_attention_kv_args {
 /* Ids outside their table, found by the kernels that take them: one record
  * per device, in its memory. first[k] is the smallest (position << 32 | id as
  * u32) seen by check k (TG_INDEX_*), ~0 when none; limit[k] the table size.
+ * TG_INDEX_CAST notes a value that does not fit an integer dtype: the id is
+ * the source value's bits (f32 bits for f32 and bf16 sources, the i32 as
+ * u32), limit src_dt << 8 | dst_dt (tg_index_cast_code), written by the
+ * writer that lowered first (so it stays the dtypes of that value).
+ * Positions past 2^32 - 2 are noted as 2^32 - 1. TG_INDEX_STEP notes a
+ * capturable step count at the i32 maximum (id: the count; not advanced).
  * The CPU op layer reads it right after the kernel; otherwise it is read
  * where the host next reads a tensor of the device (tg_tensor_read). */
-enum { TG_INDEX_EMBEDDING, TG_INDEX_TARGET, TG_INDEX_CHECKS };
+enum { TG_INDEX_EMBEDDING, TG_INDEX_TARGET, TG_INDEX_CAST, TG_INDEX_STEP, TG_INDEX_CHECKS };
+static inline long long tg_index_cast_code(tg_dtype src, tg_dtype dst) { return (long long)src << 8 | (long long)dst; }
 struct tg_index_check {
     unsigned long long first[TG_INDEX_CHECKS];
     long long limit[TG_INDEX_CHECKS];
@@ -323,12 +333,13 @@ struct tg_cross_entropy_forward_args {
 };
 
 /* dlogits[r] = dloss / loss[1] * (softmax(logits[r]) - onehot(target[r])), 0 rows
- * for ignored or out-of-range targets. */
+ * for ignored or out-of-range targets (the latter noted in *check). */
 struct tg_cross_entropy_backward_args {
     void *dlogits;             /* (n, v) dt, may alias logits */
     const void *logits;        /* (n, v) dt */
     const int32_t *targets;    /* (n) */
     const float *loss;         /* (2): the count is read from loss[1] on the device */
+    struct tg_index_check *check; /* targets outside [0, v) other than ignore_index: TG_INDEX_TARGET */
     tg_dtype dt;
     int64_t n, v;
     float dloss;
@@ -344,6 +355,7 @@ struct tg_cross_entropy_fused_args {
     const void *logits;        /* (n, v) dt */
     const int32_t *targets;    /* (n) */
     const float *loss;         /* (2): the count is read from loss[1] on the device */
+    struct tg_index_check *check; /* targets outside [0, v) other than ignore_index: TG_INDEX_TARGET */
     tg_dtype dt;
     int64_t n, v;
     float dloss;
@@ -359,6 +371,13 @@ struct tg_cross_entropy_mean_args {
     struct tg_index_check *check; /* targets outside [0, v) other than ignore_index: TG_INDEX_TARGET */
     int64_t n, v;
     int ignore_index;
+};
+
+/* The capturable step count: *step += 1 on the device; at INT32_MAX it stays and is noted in *check
+ * (TG_INDEX_STEP), never wraps. */
+struct tg_adamw_count_args {
+    int32_t *step;             /* (1) */
+    struct tg_index_check *check;
 };
 
 /* One AdamW step (see tg_adamw_step in ops_nn.h); bias corrections from step. */
@@ -638,7 +657,7 @@ struct tg_backend {
     tg_status (*cross_entropy_mean)(tg_stream *s, const struct tg_cross_entropy_mean_args *a);
     tg_status (*adamw)(tg_stream *s, const struct tg_adamw_args *a);
     tg_status (*adamw_multi)(tg_stream *s, const struct tg_adamw_multi_args *a);
-    tg_status (*adamw_count)(tg_stream *s, int32_t *step); /* *step += 1 on the device */
+    tg_status (*adamw_count)(tg_stream *s, const struct tg_adamw_count_args *a);
     tg_status (*sumsq_multi)(tg_stream *s, const struct tg_sumsq_multi_args *a);
     tg_status (*zero_multi)(tg_stream *s, const struct tg_zero_multi_args *a);
     tg_status (*copy_multi)(tg_stream *s, const struct tg_copy_multi_args *a);

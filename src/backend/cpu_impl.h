@@ -51,7 +51,7 @@ tg_status cpu_cross_entropy_fused(tg_stream *s, const struct tg_cross_entropy_fu
 tg_status cpu_cross_entropy_mean(tg_stream *s, const struct tg_cross_entropy_mean_args *a);
 tg_status cpu_adamw(tg_stream *s, const struct tg_adamw_args *a);
 tg_status cpu_adamw_multi(tg_stream *s, const struct tg_adamw_multi_args *a);
-tg_status cpu_adamw_count(tg_stream *s, int32_t *step);
+tg_status cpu_adamw_count(tg_stream *s, const struct tg_adamw_count_args *a);
 tg_status cpu_sumsq_multi(tg_stream *s, const struct tg_sumsq_multi_args *a);
 tg_status cpu_zero_multi(tg_stream *s, const struct tg_zero_multi_args *a);
 tg_status cpu_copy_multi(tg_stream *s, const struct tg_copy_multi_args *a);

@@ -31,7 +31,8 @@ static inline double ld_any(const void *p, tg_dtype dt, int64_t i)
 }
 
 /* Floats go through f32 (as the GPU stores them); integers truncate toward
- * zero and saturate, NaN becomes 0. */
+ * zero and saturate, NaN becomes 0 (a last guard: the op layer refuses such
+ * values, tg_value_fits and the casts' check). */
 static inline void st_any(void *p, tg_dtype dt, int64_t i, double v)
 {
     switch (dt) {
@@ -82,10 +83,34 @@ tg_status cpu_fill(tg_stream *s, const struct tg_fill_args *a)
 }
 
 /* ------------------------------------------------------------------ cast */
+/* Notes the first source value that is not an integer of the integer dtype a->dst_dt's range in a->check
+ * (TG_INDEX_CAST); returns 1 when there is one. */
+static int cast_scan(const struct tg_cast_args *a)
+{
+    const double lo = a->dst_dt == TG_U16 ? 0.0 : -2147483648.0, hi = a->dst_dt == TG_U16 ? 65535.0 : 2147483647.0;
+    for (int64_t i = 0; i < a->n; i++) {
+        const double v = ld_any(a->src, a->src_dt, i);
+        if (v >= lo && v <= hi && v == trunc(v)) continue;
+        uint32_t bits;
+        if (a->src_dt == TG_I32) {
+            bits = (uint32_t)((const int32_t *)a->src)[i];
+        } else {
+            const float f = (float)v; /* f32 and bf16 sources: exact */
+            memcpy(&bits, &f, sizeof bits);
+        }
+        const unsigned long long key = (unsigned long long)(i < 0xffffffffLL ? i : 0xffffffffLL) << 32 | bits;
+        if (key < a->check->first[TG_INDEX_CAST])
+            a->check->first[TG_INDEX_CAST] = key, a->check->limit[TG_INDEX_CAST] = tg_index_cast_code(a->src_dt, a->dst_dt);
+        return 1;
+    }
+    return 0;
+}
+
 static void cast_run(const void *p)
 {
     const struct tg_cast_args *a = p;
     int64_t n = a->n;
+    if (a->check && cast_scan(a)) return; /* refused: dst stays as it was */
     if (a->src_dt == a->dst_dt) {
         memmove(a->dst, a->src, (size_t)n * tg_dtype_size(a->dst_dt));
     } else if (a->src_dt == TG_F32 && a->dst_dt == TG_BF16) {

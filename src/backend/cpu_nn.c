@@ -744,6 +744,7 @@ static void cross_entropy_forward_run(const void *p)
 static void cross_entropy_backward_run(const void *p)
 {
     const struct tg_cross_entropy_backward_args *a = p;
+    index_scan(a->check, TG_INDEX_TARGET, a->targets, a->n, a->v, 1, a->ignore_index);
     const int64_t N = a->n, V = a->v;
     const float count = a->loss[1];
     const double scale = count > 0 ? (double)a->dloss / count : 0.0;
@@ -767,6 +768,7 @@ static void cross_entropy_backward_run(const void *p)
 static void cross_entropy_fused_run(const void *p)
 {
     const struct tg_cross_entropy_fused_args *a = p;
+    index_scan(a->check, TG_INDEX_TARGET, a->targets, a->n, a->v, 1, a->ignore_index);
     const int64_t N = a->n, V = a->v;
     const float count = a->loss[1];
     const double scale = count > 0 ? (double)a->dloss / count : 0.0;
@@ -911,13 +913,18 @@ tg_status cpu_adamw_multi(tg_stream *s, const struct tg_adamw_multi_args *a)
 
 static void adamw_count_run(const void *p)
 {
-    int32_t *step = *(int32_t *const *)p;
-    *step += 1;
+    const struct tg_adamw_count_args *a = p;
+    if (*a->step < INT32_MAX) {
+        *a->step += 1;
+    } else if (a->check) {
+        const unsigned long long key = (uint32_t)*a->step;
+        if (key < a->check->first[TG_INDEX_STEP]) a->check->first[TG_INDEX_STEP] = key;
+    }
 }
 
-tg_status cpu_adamw_count(tg_stream *s, int32_t *step)
+tg_status cpu_adamw_count(tg_stream *s, const struct tg_adamw_count_args *a)
 {
-    return cpu_submit(s, adamw_count_run, &step, sizeof step);
+    return cpu_submit(s, adamw_count_run, a, sizeof *a);
 }
 
 /* ------------------------------------------------------------------ sum of squares of many tensors */

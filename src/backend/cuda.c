@@ -129,6 +129,9 @@ static tg_status cuda_cast(tg_stream *s, const struct tg_cast_args *a)
     if (tg_dtype_is_fp8(a->src_dt) || tg_dtype_is_fp8(a->dst_dt))
         return tg_error(TG_ENOTSUP, "cuda cast: %s -> %s is not supported (FP8 casts from and to f32 or bf16)",
                         tg_dtype_name(a->src_dt), tg_dtype_name(a->dst_dt));
+    if (a->check) /* before the cast: src may be dst's memory */
+        LAUNCH(s, tg_cuda_cast_check(&a->check->first[TG_INDEX_CAST], &a->check->limit[TG_INDEX_CAST], a->src,
+                                     a->src_dt, a->dst_dt, a->n, tg_cuda_stream(s)));
     LAUNCH(s, tg_cuda_cast(a->src, a->src_dt, a->dst, a->dst_dt, a->n, tg_cuda_stream(s)));
     return TG_OK;
 }
@@ -363,6 +366,9 @@ static tg_status cuda_cross_entropy_backward(tg_stream *s, const struct tg_cross
     TG_TRY(float_only("cross_entropy_backward", a->dt));
     LAUNCH(s, tg_cuda_cross_entropy_backward(a->dlogits, a->logits, a->targets, a->loss, a->dt, a->n, a->v, a->dloss,
                                              a->ignore_index, tg_cuda_stream(s)));
+    if (a->check)
+        LAUNCH(s, tg_cuda_index_check(&a->check->first[TG_INDEX_TARGET], &a->check->limit[TG_INDEX_TARGET], a->targets,
+                                      a->n, a->v, 1, a->ignore_index, tg_cuda_stream(s)));
     return TG_OK;
 }
 
@@ -371,6 +377,9 @@ static tg_status cuda_cross_entropy_fused(tg_stream *s, const struct tg_cross_en
     TG_TRY(float_only("cross_entropy_fused", a->dt));
     LAUNCH(s, tg_cuda_cross_entropy_fused(a->losses, a->dlogits, a->logits, a->targets, a->loss, a->dt, a->n, a->v,
                                           a->dloss, a->ignore_index, tg_cuda_stream(s)));
+    if (a->check)
+        LAUNCH(s, tg_cuda_index_check(&a->check->first[TG_INDEX_TARGET], &a->check->limit[TG_INDEX_TARGET], a->targets,
+                                      a->n, a->v, 1, a->ignore_index, tg_cuda_stream(s)));
     return TG_OK;
 }
 
@@ -399,9 +408,9 @@ static tg_status cuda_fp8_scale_update(tg_stream *s, const struct tg_fp8_scale_u
 }
 _Static_assert(TGK_FP8_MAX_ROLES == TG_FP8_MAX_ROLES, "kernels.h TGK_FP8_MAX_ROLES follows backend.h");
 
-static tg_status cuda_adamw_count(tg_stream *s, int32_t *step)
+static tg_status cuda_adamw_count(tg_stream *s, const struct tg_adamw_count_args *a)
 {
-    LAUNCH(s, tg_cuda_adamw_count(step, tg_cuda_stream(s)));
+    LAUNCH(s, tg_cuda_adamw_count(a->step, a->check ? &a->check->first[TG_INDEX_STEP] : NULL, tg_cuda_stream(s)));
     return TG_OK;
 }
 

@@ -204,7 +204,39 @@ const char *tg_device_capturer_name(tg_device d)
 int tg_device_capturing(tg_device dev) { return state_of(dev)->capturing > 0; }
 
 /* ------------------------------------------------------------------ index checks */
-static const struct tg_index_check index_clear = {.first = {~0ULL, ~0ULL}, .limit = {0, 0}};
+static const struct tg_index_check index_clear = {.first = {~0ULL, ~0ULL, ~0ULL, ~0ULL}, .limit = {0, 0, 0, 0}};
+_Static_assert(TG_INDEX_CHECKS == 4, "index_clear clears every check");
+
+/* The shortest decimal form that reads back as the f32 v (1.5, 3e+09, 2.7, nan). */
+static const char *f32_str(float v, char *buf, size_t n)
+{
+    for (int p = 6; p <= 9; p++) {
+        snprintf(buf, n, "%.*g", p, (double)v);
+        if ((float)strtod(buf, NULL) == v) break;
+    }
+    return buf;
+}
+
+/* The message of a TG_INDEX_CAST record: the value, its index and both dtypes. */
+static tg_status cast_error(unsigned long long key, long long code)
+{
+    tg_dtype src = (tg_dtype)(code >> 8 & 0xff), dst = (tg_dtype)(code & 0xff);
+    uint32_t bits = (uint32_t)(key & 0xffffffffULL);
+    long long pos = (long long)(key >> 32);
+    char v[48], at[64];
+    if (src == TG_I32) {
+        snprintf(v, sizeof v, "%d", (int)(int32_t)bits);
+    } else {
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        f32_str(f, v, sizeof v);
+    }
+    if (pos == 0xffffffffLL) snprintf(at, sizeof at, "at index %lld or later", pos);
+    else snprintf(at, sizeof at, "at index %lld", pos);
+    return tg_error(TG_EINVAL, "copy: value %s %s of the %s source does not fit %s (integers %s)", v, at,
+                    (unsigned)src < TG_DTYPE_COUNT ? tg_dtype_name(src) : "?", (unsigned)dst < TG_DTYPE_COUNT ? tg_dtype_name(dst) : "?",
+                    dst == TG_U16 ? "0 to 65535" : "-2147483648 to 2147483647");
+}
 
 void tg_device_index_init(tg_stream *s)
 {
@@ -233,10 +265,15 @@ tg_status tg_index_check_poll(tg_stream *s)
     struct tg_index_check rec;
     if (!st->index_armed || s->capture) return TG_OK;
     TG_TRY(s->be->memcpy(s, &rec, st->index_rec, sizeof rec, TG_D2H)); /* armed stays: replays run the kernels again */
-    if (rec.first[TG_INDEX_EMBEDDING] == ~0ULL && rec.first[TG_INDEX_TARGET] == ~0ULL) return TG_OK;
+    int k = 0;
+    while (k < TG_INDEX_CHECKS && rec.first[k] == ~0ULL) k++;
+    if (k == TG_INDEX_CHECKS) return TG_OK;
     TG_TRY(s->be->memcpy(s, st->index_rec, &index_clear, sizeof index_clear, TG_H2D));
     TG_TRY(s->be->stream_sync(s));
-    int k = rec.first[TG_INDEX_EMBEDDING] != ~0ULL ? TG_INDEX_EMBEDDING : TG_INDEX_TARGET;
+    if (k == TG_INDEX_CAST) return cast_error(rec.first[k], rec.limit[k]);
+    if (k == TG_INDEX_STEP)
+        return tg_error(TG_EINVAL, "adamw_count: step = %d is the i32 maximum: the step count cannot advance (left unchanged)",
+                        (int)(int32_t)(uint32_t)rec.first[k]);
     long long pos = (long long)(rec.first[k] >> 32), lim = rec.limit[k];
     int32_t id = (int32_t)(uint32_t)(rec.first[k] & 0xffffffffULL);
     if (k == TG_INDEX_EMBEDDING)

@@ -1,34 +1,17 @@
 /* ops.c — the op layer: checks shapes, dtypes and devices, then issues kernels on the current stream. */
 #include "backend/backend.h"
+#include "core/ops_check.h"
 #include "core/ops_nn.h"
 
 #include <string.h>
 
 static tg_stream *stream_of(const tg_tensor *t) { return tg_stream_current(tg_tensor_device(t)); }
 
-static int same_dev(const tg_tensor *a, const tg_tensor *b)
-{
-    tg_device x = tg_tensor_device(a), y = tg_tensor_device(b);
-    return x.type == y.type && x.index == y.index;
-}
-
 static tg_status need_kernel(const void *fn, tg_stream *s, const char *op)
 {
     if (!fn) return tg_error(TG_ENOTSUP, "%s is not implemented by the %s backend", op, s->be->name);
     tg_device_count_op(s, fn == (const void *)s->be->gemm);
     return TG_OK;
-}
-
-static int float_dtype(tg_dtype dt) { return dt == TG_F32 || dt == TG_BF16; }
-
-/* 1 when a and b share bytes of one storage (exactly the same memory included). */
-static int overlaps(const tg_tensor *a, const tg_tensor *b)
-{
-    if (a->storage != b->storage) return 0;
-    size_t ea = tg_dtype_size(a->dtype), eb = tg_dtype_size(b->dtype);
-    size_t a0 = (size_t)a->offset * ea, a1 = a0 + (size_t)tg_tensor_numel(a) * ea;
-    size_t b0 = (size_t)b->offset * eb, b1 = b0 + (size_t)tg_tensor_numel(b) * eb;
-    return a0 < b1 && b0 < a1;
 }
 
 /* "[2,3] bf16 on cpu" for messages */
@@ -102,13 +85,22 @@ tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
         st = copy_across_devices(dst, src);
     else if (tg_tensor_same_memory(dst, src))
         st = TG_OK;
+    else if (overlaps(dst, src)) /* a view shifted over its source: the copy would read what it wrote */
+        st = no_overlap("copy", "destination", dst, "source", src);
     else if (dst->dtype == src->dtype)
         st = s->be->memcpy(s, tg_tensor_data(dst), tg_tensor_data(src), tg_tensor_bytes(src), TG_D2D);
     else {
+        /* Into an integer dtype, a value that is not an integer of its range (1.5, 3e9, NaN into i32, 70000
+         * into u16) is refused, as tg_tensor_write refuses it: the kernel notes the first in the device's
+         * check record, read now on the CPU, else at the device's next host read (as bad token ids). */
+        const int check = (dst->dtype == TG_I32 || dst->dtype == TG_U16) && !(src->dtype == TG_U16 && dst->dtype == TG_I32);
         struct tg_cast_args a = {.src = tg_tensor_data(src), .src_dt = src->dtype, .dst = tg_tensor_data(dst),
-                                 .dst_dt = dst->dtype, .n = tg_tensor_numel(src)};
+                                 .dst_dt = dst->dtype, .n = tg_tensor_numel(src),
+                                 .check = check ? tg_index_check_of(s) : NULL};
         st = need_kernel((const void *)s->be->cast, s, "cast");
         if (st == TG_OK) st = s->be->cast(s, &a);
+        if (st == TG_OK && a.check) tg_index_check_arm(s);
+        if (st == TG_OK && a.check && s->be->type == TG_CPU && !s->capture) st = tg_index_check_poll(s);
     }
     return tg_stream_note_error(s, st);
 }
@@ -125,6 +117,8 @@ tg_status tg_binary(tg_binop op, tg_tensor *out, const tg_tensor *a, const tg_te
     tg_status st = (unsigned)op < 4 ? TG_OK : tg_error(TG_EINVAL, "binary: unknown op %d", (int)op);
     if (st == TG_OK) st = check_pair(name, a, b, 1);
     if (st == TG_OK) st = check_pair(name, out, a, 1);
+    if (st == TG_OK) st = no_partial_overlap(name, "out", out, "a", a);
+    if (st == TG_OK) st = no_partial_overlap(name, "out", out, "b", b);
     char d[96];
     if (st == TG_OK && !float_dtype(a->dtype))
         st = tg_error(TG_EINVAL, "%s: dtype %s is not a float type (f32 or bf16; tensor %s)", name, tg_dtype_name(a->dtype),
@@ -145,6 +139,7 @@ tg_status tg_axpby(tg_tensor *y, double alpha, const tg_tensor *x, double beta)
     tg_stream *s = stream_of(y);
     if (!s) return TG_ENOMEM;
     tg_status st = check_pair("axpby", y, x, 1);
+    if (st == TG_OK) st = no_partial_overlap("axpby", "y", y, "x", x);
     char d[96];
     if (st == TG_OK && !float_dtype(x->dtype))
         st = tg_error(TG_EINVAL, "axpby: dtype %s is not a float type (f32 or bf16; tensor %s)", tg_dtype_name(x->dtype),
@@ -241,6 +236,15 @@ tg_status tg_gemm_in(tg_tensor *c, const tg_tensor *c_in, const tg_tensor *a, in
         st = tg_error(TG_EINVAL, "gemm: shapes do not match: C %s = op(A) %s%s @ op(B) %s%s", describe(c, z, sizeof z),
                       describe(a, x, sizeof x), trans_a ? "^T" : "", describe(b, y, sizeof y), trans_b ? "^T" : "");
     if (st == TG_OK) st = check_epilogue(c, m, n, cb, epi, bias, aux, bgrad);
+    /* the outputs are written while A and B (and the epilogue's inputs) are read, tile by tile */
+    if (st == TG_OK) st = no_overlap("gemm", "C", c, "A", a);
+    if (st == TG_OK) st = no_overlap("gemm", "C", c, "B", b);
+    if (st == TG_OK) st = no_overlap("gemm", "C", c, "bias", bias);
+    if (st == TG_OK && epi == TG_EPI_BIAS_GELU) st = no_overlap("gemm", "aux", aux, "A", a);
+    if (st == TG_OK && epi == TG_EPI_BIAS_GELU) st = no_overlap("gemm", "aux", aux, "B", b);
+    if (st == TG_OK) st = no_overlap("gemm", "bgrad", bgrad, "A", a);
+    if (st == TG_OK) st = no_overlap("gemm", "bgrad", bgrad, "B", b);
+    if (st == TG_OK) st = no_overlap("gemm", "bgrad", bgrad, "C", c);
     if (st == TG_OK) st = need_kernel((const void *)s->be->gemm, s, "gemm");
     if (st == TG_OK) {
         struct tg_gemm_args g = {
@@ -320,6 +324,11 @@ static tg_status rand_fill(tg_tensor *t, tg_rand_dist dist, double a, double b, 
     tg_status st = float_dtype(t->dtype) ? TG_OK
                                          : tg_error(TG_EINVAL, "%s: dtype %s is not a float type (f32 or bf16; tensor %s)",
                                                     name, tg_dtype_name(t->dtype), describe(t, d, sizeof d));
+    /* randn: mean and std >= 0 finite (std = -1 drew from N(mean, 1), NaN filled NaN); rand: lo <= hi finite */
+    if (st == TG_OK && dist == TG_RAND_NORMAL && !(isfinite(a) && isfinite(b) && b >= 0))
+        st = tg_error(TG_EINVAL, "%s: mean = %g and std = %g must be finite, std >= 0", name, a, b);
+    if (st == TG_OK && dist == TG_RAND_UNIFORM && !(isfinite(a) && isfinite(b) && a <= b))
+        st = tg_error(TG_EINVAL, "%s: lo = %g and hi = %g must be finite, lo <= hi", name, a, b);
     if (st == TG_OK) st = need_kernel((const void *)s->be->rand, s, name);
     if (st == TG_OK) {
         int64_t n = tg_tensor_numel(t);

@@ -27,6 +27,36 @@ static inline int same_dev(const tg_tensor *a, const tg_tensor *b)
 
 static inline int float_dtype(tg_dtype dt) { return dt == TG_F32 || dt == TG_BF16; }
 
+/* 1 when a and b share bytes of one storage (exactly the same memory included: tg_tensor_same_memory tells);
+ * 0 when either is NULL. The one overlap test of the op layers. */
+static inline int overlaps(const tg_tensor *a, const tg_tensor *b)
+{
+    if (!a || !b || a->storage != b->storage) return 0;
+    size_t ea = tg_dtype_size(a->dtype), eb = tg_dtype_size(b->dtype);
+    size_t a0 = (size_t)a->offset * ea, a1 = a0 + (size_t)tg_tensor_numel(a) * ea;
+    size_t b0 = (size_t)b->offset * eb, b1 = b0 + (size_t)tg_tensor_numel(b) * eb;
+    return a0 < b1 && b0 < a1;
+}
+
+/* a and b share no memory (an output written while the other is read, as a GEMM's D and its A). */
+static inline tg_status no_overlap(const char *op, const char *an, const tg_tensor *a, const char *bn, const tg_tensor *b)
+{
+    char x[96], y[96];
+    if (!overlaps(a, b)) return TG_OK;
+    return tg_error(TG_EINVAL, "%s: %s %s and %s %s share memory", op, an, desc(a, x, sizeof x), bn, desc(b, y, sizeof y));
+}
+
+/* An elementwise output and an input: the very same memory is fine (each element is read before it is
+ * written), a partial overlap is not (elements would be read after another was written over them). */
+static inline tg_status no_partial_overlap(const char *op, const char *an, const tg_tensor *a, const char *bn,
+                                           const tg_tensor *b)
+{
+    char x[96], y[96];
+    if (!overlaps(a, b) || tg_tensor_same_memory(a, b)) return TG_OK;
+    return tg_error(TG_EINVAL, "%s: %s %s partly overlaps %s %s (in place, an output must be its input itself)", op, an,
+                    desc(a, x, sizeof x), bn, desc(b, y, sizeof y));
+}
+
 static inline tg_status need(const char *op, const char *name, const tg_tensor *t)
 {
     if (!t) return tg_error(TG_EINVAL, "%s: %s is NULL", op, name);

@@ -2,23 +2,6 @@
 #include "core/ops_check.h"
 #include "core/ops_nn.h"
 
-/* 1 when a and b share bytes of one storage. */
-static int overlap(const tg_tensor *a, const tg_tensor *b)
-{
-    if (!a || !b || a->storage != b->storage) return 0;
-    size_t ea = tg_dtype_size(a->dtype), eb = tg_dtype_size(b->dtype);
-    size_t a0 = (size_t)a->offset * ea, a1 = a0 + (size_t)tg_tensor_numel(a) * ea;
-    size_t b0 = (size_t)b->offset * eb, b1 = b0 + (size_t)tg_tensor_numel(b) * eb;
-    return a0 < b1 && b0 < a1;
-}
-
-static tg_status no_overlap(const char *op, const char *an, const tg_tensor *a, const char *bn, const tg_tensor *b)
-{
-    char x[96], y[96];
-    if (!overlap(a, b)) return TG_OK;
-    return tg_error(TG_EINVAL, "%s: %s %s and %s %s share memory", op, an, desc(a, x, sizeof x), bn, desc(b, y, sizeof y));
-}
-
 /* A high-precision input: f32 or bf16, at least 1-D. */
 static tg_status hp_input(const char *op, const char *name, const tg_tensor *t)
 {

@@ -1,6 +1,7 @@
 /* ops_nn.c — the transformer op layer: checks shapes, dtypes and devices, then issues one backend kernel on the current stream. */
 #include "core/ops_nn.h"
 #include "core/ops_check.h"
+#include "core/checked.h"
 
 #include <math.h>
 
@@ -200,7 +201,7 @@ static tg_status swiglu_check(const char *op, const char *yn, const tg_tensor *y
     TG_TRY(activation(op, "x", x));
     TG_TRY(need(op, yn, y));
     TG_TRY(on_dev(op, "x", x, yn, y));
-    int ok = y->dtype == x->dtype && y->ndim == x->ndim && cols(x) % 2 == 0 && cols(y) * 2 == cols(x);
+    int ok = y->dtype == x->dtype && y->ndim == x->ndim && cols(x) % 2 == 0 && cols(y) == cols(x) / 2;
     for (int i = 0; ok && i < x->ndim - 1; i++) ok = x->shape[i] == y->shape[i];
     if (!ok)
         return tg_error(TG_EINVAL, "%s: x %s vs %s %s (x (..., 2H) and %s (..., H) of one dtype expected)", op,
@@ -359,9 +360,11 @@ tg_status tg_attention_kv(tg_tensor *out, tg_tensor *kcache, tg_tensor *vcache, 
         st = tg_error(TG_EINVAL, "%s: qkv %s vs kcache %s (kcache [%lld,Tmax,%lld] %s expected)", op,
                       desc(qkv, x, sizeof x), desc(kcache, y, sizeof y), (long long)b, (long long)c,
                       tg_dtype_name(qkv->dtype));
-    if (st == TG_OK && (pos < 0 || pos + t > kcache->shape[1]))
-        st = tg_error(TG_EINVAL, "%s: positions %lld..%lld do not fit the cache of %lld positions (kcache %s)", op,
-                      (long long)pos, (long long)(pos + t - 1), (long long)kcache->shape[1], desc(kcache, y, sizeof y));
+    /* pos comes from the caller unchecked: pos + t is computed with a check (a huge pos would wrap past the cache). */
+    int64_t end = 0;
+    if (st == TG_OK && (pos < 0 || !tg_add_i64(pos, t, &end) || end > kcache->shape[1]))
+        st = tg_error(TG_EINVAL, "%s: %lld positions from position %lld do not fit the cache of %lld positions (kcache %s)",
+                      op, (long long)t, (long long)pos, (long long)kcache->shape[1], desc(kcache, y, sizeof y));
     struct tg_attention_kv_args a = {0};
     if (st == TG_OK)
         a = (struct tg_attention_kv_args){.out = tg_tensor_data(out), .kcache = tg_tensor_data(kcache),
@@ -504,9 +507,10 @@ tg_status tg_cross_entropy_backward(tg_tensor *dlogits, const tg_tensor *logits,
     if (st == TG_OK)
         a = (struct tg_cross_entropy_backward_args){.dlogits = tg_tensor_data(dlogits), .logits = tg_tensor_data(logits),
                                                     .targets = tg_tensor_data(targets), .loss = tg_tensor_data(loss),
-                                                    .dt = logits->dtype, .n = rows(logits), .v = cols(logits),
-                                                    .dloss = (float)dloss, .ignore_index = ignore_index};
-    ISSUE(s, op, cross_entropy_backward, &a, st);
+                                                    .check = tg_index_check_of(s), .dt = logits->dtype,
+                                                    .n = rows(logits), .v = cols(logits), .dloss = (float)dloss,
+                                                    .ignore_index = ignore_index};
+    ISSUE_CHECKED(s, op, cross_entropy_backward, &a, st);
 }
 
 tg_status tg_cross_entropy_fused(tg_tensor *losses, tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,
@@ -524,9 +528,10 @@ tg_status tg_cross_entropy_fused(tg_tensor *losses, tg_tensor *dlogits, const tg
     if (st == TG_OK)
         a = (struct tg_cross_entropy_fused_args){.losses = tg_tensor_data(losses), .dlogits = dlogits ? tg_tensor_data(dlogits) : NULL,
                                                  .logits = tg_tensor_data(logits), .targets = tg_tensor_data(targets),
-                                                 .loss = tg_tensor_data(loss), .dt = logits->dtype, .n = rows(logits),
-                                                 .v = cols(logits), .dloss = (float)dloss, .ignore_index = ignore_index};
-    ISSUE(s, op, cross_entropy_fused, &a, st);
+                                                 .loss = tg_tensor_data(loss), .check = tg_index_check_of(s),
+                                                 .dt = logits->dtype, .n = rows(logits), .v = cols(logits),
+                                                 .dloss = (float)dloss, .ignore_index = ignore_index};
+    ISSUE_CHECKED(s, op, cross_entropy_fused, &a, st);
 }
 
 tg_status tg_cross_entropy_mean(tg_tensor *loss, const tg_tensor *losses, const tg_tensor *targets, int64_t vocab,

@@ -97,13 +97,15 @@ tg_status tg_embedding_backward_dw(tg_tensor *dwte, tg_tensor *dwpe, const tg_te
 tg_status tg_cross_entropy_forward(tg_tensor *loss, tg_tensor *losses, const tg_tensor *logits, const tg_tensor *targets,
                                    int ignore_index);
 /* dlogits (N, V) = dloss / count * (softmax(logits) - onehot(target)), 0 rows for ignored;
- * count read on the device from loss[1]. dlogits may alias logits. */
+ * count read on the device from loss[1]. dlogits may alias logits. Targets outside [0, V) other
+ * than ignore_index fail as in tg_cross_entropy_forward. */
 tg_status tg_cross_entropy_backward(tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,
                                     const tg_tensor *loss, double dloss, int ignore_index);
 /* Forward and backward of rows at once (a chunk of a larger batch): losses (N) f32 as
  * tg_cross_entropy_forward's and, when dlogits is not NULL, dlogits as tg_cross_entropy_backward's
  * with the count read from loss[1] (the whole batch's, from tg_cross_entropy_mean). dlogits may
- * alias logits. Each row is read once. Targets are not checked here (tg_cross_entropy_mean does). */
+ * alias logits. Each row is read once. Targets outside [0, V) other than ignore_index fail as in
+ * tg_cross_entropy_forward. */
 tg_status tg_cross_entropy_fused(tg_tensor *losses, tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,
                                  const tg_tensor *loss, double dloss, int ignore_index);
 /* loss (2) f32 = [mean of losses over the targets that are not ignore_index (0 if none), their

@@ -123,8 +123,8 @@ tg_status tg_adamw_count(tg_tensor *step)
     tg_status st = TG_OK;
     if (step->dtype != TG_I32 || tg_tensor_numel(step) != 1)
         st = tg_error(TG_EINVAL, "%s: step %s must hold one i32 (the step count)", op, desc(step, x, sizeof x));
-    int32_t *d = st == TG_OK ? tg_tensor_data(step) : NULL;
-    ISSUE(s, op, adamw_count, d, st);
+    struct tg_adamw_count_args a = {.step = st == TG_OK ? tg_tensor_data(step) : NULL, .check = tg_index_check_of(s)};
+    ISSUE_CHECKED(s, op, adamw_count, &a, st);
 }
 
 static tg_status adamw_multi_check(const struct tg_adamw_param *ps, int n, double lr, double beta1, double beta2,

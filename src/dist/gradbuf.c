@@ -1,10 +1,21 @@
 /* gradbuf.c — contiguous f32 grad buffers: parameters' main_grad as views in backward order, split into buckets. */
 #include "dist/comm.h"
 #include "nn/nn.h"
+#include "core/checked.h"
 
 #include <string.h>
 
-static int64_t round_up(int64_t x, int64_t m) { return m > 1 ? (x + m - 1) / m * m : x; }
+/* x rounded up to a multiple of m (m <= 1: x itself); 0 when the result does not fit int64. */
+static int round_up(int64_t x, int64_t m, int64_t *out)
+{
+    int64_t r = x;
+    if (m > 1) {
+        int64_t rem = x % m;
+        if (rem && !tg_add_i64(x, m - rem, &r)) return 0;
+    }
+    *out = r;
+    return 1;
+}
 
 void tg_gradbuf_free(tg_gradbuf *g)
 {
@@ -25,29 +36,35 @@ int tg_gradbuf_index(const tg_gradbuf *g, const tg_param *p)
     return -1;
 }
 
-/* Lays the parameters out (offsets, buckets) without touching memory. */
+/* Lays the parameters out (offsets, buckets) without touching memory. Offsets and sizes come from the
+ * caller's align and pad_to: computed with checks (a huge align wrapped to a negative size). */
 static tg_status layout(tg_gradbuf *g, const tg_gradbuf_opts *o)
 {
     int64_t align = o->align > 0 ? o->align : 64, pad = o->pad_to > 0 ? o->pad_to : 1;
-    int64_t pos = 0, bstart = 0;
+    int64_t pos = 0, bstart = 0, a = 0, len = 0, end = 0;
     int first = 0;
     g->buckets = calloc((size_t)g->nparams, sizeof *g->buckets);
     if (!g->buckets) return tg_error(TG_ENOMEM, "out of host memory");
     for (int i = 0; i < g->nparams; i++) {
-        pos = round_up(pos, align);
+        if (!round_up(pos, align, &pos)) goto too_large;
         g->offset[i] = pos;
         g->bucket_of[i] = g->nbuckets;
-        pos += tg_tensor_numel(g->params[i]->data);
+        if (!tg_add_i64(pos, tg_tensor_numel(g->params[i]->data), &pos)) goto too_large;
         /* a bucket closes once it holds bucket_numel, and at the end */
         if (i == g->nparams - 1 || (o->bucket_numel > 0 && pos - bstart >= o->bucket_numel)) {
-            int64_t end = bstart + round_up(round_up(pos, align) - bstart, pad);
+            if (!round_up(pos, align, &a) || !round_up(a - bstart, pad, &len) || !tg_add_i64(bstart, len, &end))
+                goto too_large;
             g->buckets[g->nbuckets++] = (struct tg_gradbuf_bucket){bstart, end - bstart, first, i + 1 - first};
             bstart = pos = end;
             first = i + 1;
         }
     }
+    if (pos > INT64_MAX / (int64_t)sizeof(float)) goto too_large; /* its f32 bytes must fit too */
     g->numel = pos;
     return TG_OK;
+too_large:
+    return tg_error(TG_EINVAL, "grad buffer: align = %lld and pad_to = %lld give a layout past 64-bit sizes",
+                    (long long)align, (long long)pad);
 }
 
 tg_status tg_gradbuf_new(tg_param **params, int n, const tg_gradbuf_opts *o, tg_gradbuf **out)

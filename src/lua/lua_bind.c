@@ -184,6 +184,28 @@ void tgl_check_keys(lua_State *L, int idx, const char *what, const char *known)
 
 int tgl_optint(lua_State *L, int idx, int def) { return lua_isnoneornil(L, idx) ? def : tgl_checkint(L, idx); }
 
+const char *tgl_checkcstr(lua_State *L, int idx, const char *what)
+{
+    size_t len;
+    const char *s = luaL_checklstring(L, idx, &len);
+    if (strlen(s) != len)
+        luaL_argerror(L, idx, lua_pushfstring(L, "%s \"%s\\0...\" holds a NUL byte at byte %d (C would end it there)", what, s,
+                                              (int)strlen(s)));
+    return s;
+}
+
+const char *tgl_optcstr(lua_State *L, int idx, const char *what)
+{
+    return lua_isnoneornil(L, idx) ? NULL : tgl_checkcstr(L, idx, what);
+}
+
+int tgl_len(lua_State *L, int idx)
+{
+    lua_Integer n = luaL_len(L, idx);
+    if (n < 0 || n > INT_MAX) luaL_error(L, "a list of %I entries (at most %d)", n, INT_MAX);
+    return (int)n;
+}
+
 /* A metatable with methods behind an __index closure, __gc, __tostring. */
 void tgl_new_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction index, lua_CFunction gc,
                       lua_CFunction tostring, lua_CFunction newindex)

@@ -17,6 +17,7 @@
 #include "lua/lua_nn.h"
 #include "dist/comm.h"
 #include "nn/nn.h"
+#include "core/checked.h"
 
 #include <string.h>
 
@@ -209,7 +210,9 @@ static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o
     o->root = 0;
     tg_comm_label_next(NULL);
     if (lua_isnoneornil(L, idx)) return;
-    luaL_checktype(L, idx, LUA_TTABLE);
+    if (!lua_istable(L, idx))
+        luaL_argerror(L, idx, lua_pushfstring(L, "%s: the options must be a table {%s} (got %s %s)", what, known_opts(what),
+                                              luaL_typename(L, idx), tgl_value_str(L, idx)));
     tgl_check_keys(L, idx, what, known_opts(what));
     if (lua_getfield(L, idx, "op") != LUA_TNIL) {
         const char *s = lua_tostring(L, -1);
@@ -228,7 +231,8 @@ static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o
     if (lua_getfield(L, idx, "root") != LUA_TNIL) {
         int isint;
         lua_Integer root = lua_tointegerx(L, -1, &isint);
-        if (!isint || root < INT_MIN || root > INT_MAX) luaL_error(L, "%s: root must be an integer rank", what);
+        if (!isint || root < INT_MIN || root > INT_MAX)
+            luaL_error(L, "%s: root = %s must be an integer rank", what, tgl_value_str(L, -1));
         o->root = (int)root;
     }
     if (name) tg_comm_label_next(name); /* copied: the string may go with the pops below */
@@ -301,6 +305,9 @@ static int l_broadcast(lua_State *L)
     tg_comm *c = comm_arg(L, &a);
     tg_tensor *t = tgl_tensor_check(L, a);
     if (lua_isinteger(L, a + 1)) o.root = tgl_checkint(L, a + 1);
+    else if (lua_type(L, a + 1) == LUA_TNUMBER) /* 1.5: a root that is not a rank, named as such */
+        return luaL_argerror(L, a + 1, lua_pushfstring(L, "broadcast: root = %s must be an integer rank (or the options "
+                                                          "{root=, async=, name=})", tgl_value_str(L, a + 1)));
     else opts_read(L, a + 1, "broadcast", &o);
     tg_comm_req **slot = req_slot(L, o.async, a);
     return op_return(L, tg_comm_broadcast(c, t, o.root, slot), o.async, a);
@@ -360,14 +367,27 @@ static int split_layout(lua_State *L, tg_comm *c, int idx)
 {
     int size = tg_comm_size(c), rank = tg_comm_rank(c);
     lua_Integer dp = 0, pp = 0;
-    if (lua_getfield(L, idx, "dp") != LUA_TNIL) dp = luaL_checkinteger(L, -1);
-    if (lua_getfield(L, idx, "pp") != LUA_TNIL) pp = luaL_checkinteger(L, -1);
-    lua_pop(L, 2);
+    int64_t prod = 0;
+    tgl_check_keys(L, idx, "split", "dp, pp");
+    const char *names[2] = {"dp", "pp"};
+    lua_Integer *vals[2] = {&dp, &pp};
+    for (int k = 0; k < 2; k++) { /* each given one: an integer >= 1 (a huge one is named, never truncated) */
+        if (lua_getfield(L, idx, names[k]) != LUA_TNIL) {
+            int isint = 0;
+            *vals[k] = lua_tointegerx(L, -1, &isint);
+            if (!isint || *vals[k] < 1)
+                return luaL_error(L, "split: %s = %s must be an integer >= 1", names[k], tgl_value_str(L, -1));
+        }
+        lua_pop(L, 1);
+    }
     if (dp == 0 && pp == 0) pp = 1;
-    if (dp == 0 && pp > 0 && size % pp == 0) dp = size / pp;
-    if (pp == 0 && dp > 0 && size % dp == 0) pp = size / dp;
-    if (dp <= 0 || pp <= 0 || dp * pp != size)
-        return luaL_error(L, "split: dp=%d x pp=%d does not match the %d ranks", (int)dp, (int)pp, size);
+    if (dp == 0 && size % pp != 0) return luaL_error(L, "split: pp=%I does not divide the %d ranks", pp, size);
+    if (pp == 0 && size % dp != 0) return luaL_error(L, "split: dp=%I does not divide the %d ranks", dp, size);
+    if (dp == 0) dp = size / pp;
+    if (pp == 0) pp = size / dp;
+    /* dp * pp is checked: a wrapping product could equal the rank count */
+    if (!tg_mul_i64(dp, pp, &prod) || prod != size)
+        return luaL_error(L, "split: dp=%I x pp=%I does not match the %d ranks", dp, pp, size);
     int dp_rank = rank % (int)dp, pp_rank = rank / (int)dp;
     lua_createtable(L, 0, 6); /* +1: the result */
     comm_push(L, NULL);       /* +1: box first, then the group into it */
@@ -458,7 +478,7 @@ static int64_t int_field(lua_State *L, int idx, const char *k, int64_t def)
     if (lua_getfield(L, idx, k) != LUA_TNIL) {
         int isint;
         v = (int64_t)lua_tointegerx(L, -1, &isint);
-        if (!isint || v < 0) luaL_error(L, "grad_buffer: option '%s' must be an integer >= 0", k);
+        if (!isint || v < 0) luaL_error(L, "grad_buffer: option '%s' = %s must be an integer >= 0", k, tgl_value_str(L, -1));
     }
     lua_pop(L, 1);
     return v;
@@ -473,13 +493,14 @@ static int l_grad_buffer(lua_State *L)
     tg_gradbuf_opts o = {(int64_t)25 << 18, 64, 1}; /* 25 MiB of f32 */
     if (!lua_isnoneornil(L, 2)) {
         luaL_checktype(L, 2, LUA_TTABLE);
+        tgl_check_keys(L, 2, "grad_buffer", "bucket_bytes, bucket_numel, align, pad_to");
         int64_t bytes = int_field(L, 2, "bucket_bytes", -1);
         if (bytes >= 0) o.bucket_numel = bytes / 4;
         o.bucket_numel = int_field(L, 2, "bucket_numel", o.bucket_numel);
         o.align = int_field(L, 2, "align", o.align);
         o.pad_to = int_field(L, 2, "pad_to", o.pad_to);
     }
-    int n = (int)luaL_len(L, 1);
+    int n = tgl_len(L, 1);
     luaL_argcheck(L, n > 0, 1, "no parameters");
     tg_param **ps = lua_newuserdatauv(L, (size_t)n * sizeof *ps, 0); /* +1: scratch */
     for (int i = 0; i < n; i++) {
@@ -626,7 +647,7 @@ static int gb_tostring(lua_State *L)
     struct tgl_gradbuf *u = luaL_checkudata(L, 1, TGL_GRADBUF);
     if (!u->g) lua_pushstring(L, "tegraph.GradBuffer (closed)");
     else
-        lua_pushfstring(L, "tegraph.GradBuffer %d params, %d f32 in %d buckets", u->g->nparams, (int)u->g->numel,
+        lua_pushfstring(L, "tegraph.GradBuffer %d params, %I f32 in %d buckets", u->g->nparams, (lua_Integer)u->g->numel,
                         u->g->nbuckets);
     return 1;
 }

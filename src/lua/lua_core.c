@@ -146,6 +146,13 @@ static int l_arange(lua_State *L)
     opts_read(L, 2, "tg.arange", NULL, &o);
     int64_t shape[1] = {(int64_t)n};
     tg_tensor *t = new_tensor(L, 1, shape, &o); /* +1; a failed allocation names the size and device */
+    /* The first value an integer dtype cannot hold (its max + 1) is refused here, named with its index in the
+     * tensor (a block's write would name its index in the block). */
+    const tg_dtype dt = tg_tensor_dtype(t);
+    const lua_Integer first_bad = dt == TG_U16 ? 65536 : dt == TG_I32 ? (lua_Integer)1 << 31 : n;
+    if (n > first_bad)
+        return luaL_error(L, "arange: value %I at index %I does not fit %s (at most %I; n = %I)", first_bad, first_bad,
+                          tg_dtype_name(dt), first_bad - 1, n);
     /* Filled a block at a time through views, so the host scratch stays small whatever n is. */
     enum { BLOCK = 1 << 16 };
     int64_t blk = n < BLOCK ? n : BLOCK;
@@ -327,7 +334,7 @@ static int l_isatty(lua_State *L)
 {
     int fd = 1;
     if (lua_isinteger(L, 1)) {
-        fd = (int)lua_tointeger(L, 1);
+        fd = tgl_checkint(L, 1);
     } else if (!lua_isnoneornil(L, 1)) {
         luaL_Stream *s = luaL_checkudata(L, 1, LUA_FILEHANDLE);
         if (s->closef == NULL || s->f == NULL) return luaL_argerror(L, 1, "file is closed");

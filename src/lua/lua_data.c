@@ -82,7 +82,7 @@ static int o_token_file(lua_State *L)
 {
     size_t len;
     const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &len);
-    const char *path = luaL_checkstring(L, 2);
+    const char *path = tgl_checkcstr(L, 2, "the path");
     int64_t vocab = -1;
     if (!lua_isnoneornil(L, 3)) {
         int isint;

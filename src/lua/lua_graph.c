@@ -234,11 +234,14 @@ static const luaL_Reg graphed_methods[] = {
 /* Reads opts.order: a list of {op = "F"|"B"|"W", chunk = c, mb = m}. */
 static struct tg_graph_action *read_order(lua_State *L, int idx, int *n)
 {
-    *n = (int)luaL_len(L, idx);
+    *n = tgl_len(L, idx);
     struct tg_graph_action *a = lua_newuserdatauv(L, (size_t)(*n ? *n : 1) * sizeof *a, 0); /* +1, freed by the GC */
     for (int i = 1; i <= *n; i++) {
         lua_geti(L, idx, i); /* +1 */
         if (!lua_istable(L, -1)) luaL_error(L, "make_graphed: order[%d] is not a table {op=, chunk=, mb=}", i);
+        char what[48];
+        snprintf(what, sizeof what, "make_graphed: order[%d]", i);
+        tgl_check_keys(L, -1, what, "op, chunk, mb"); /* a misspelt chunk would run chunk 1 */
         lua_getfield(L, -1, "op");
         const char *op = lua_tostring(L, -1);
         if (!op || strlen(op) != 1 || !strchr("FBW", op[0]))
@@ -291,7 +294,7 @@ static int l_make_graphed(lua_State *L)
         return luaL_error(L, "make_graphed: the second argument must be the options table {sample = ..., ...} (got a %s)",
                           luaL_typename(L, 2));
     tgl_check_keys(L, 2, "make_graphed", "sample, microbatches, order, warmup, pool, share, reuse, chain, in_place, tuple");
-    int n = single ? 1 : (int)luaL_len(L, 1);
+    int n = single ? 1 : tgl_len(L, 1);
     if (n < 1) return luaL_argerror(L, 1, "no chunks");
     tg_module **chunks = lua_newuserdatauv(L, (size_t)n * sizeof *chunks, 0); /* +1 */
     const tg_tensor **samples = lua_newuserdatauv(L, (size_t)n * sizeof *samples, 0); /* +1 */
@@ -332,7 +335,7 @@ static int l_make_graphed(lua_State *L)
         if (n != 1) return luaL_error(L, "make_graphed: %d chunks need a list of %d sample inputs", n, n);
         samples[0] = tgl_tensor_check(L, -1);
     } else if (lua_istable(L, -1)) {
-        if ((int)luaL_len(L, -1) != n) return luaL_error(L, "make_graphed: %d sample inputs for %d chunks", (int)luaL_len(L, -1), n);
+        if (tgl_len(L, -1) != n) return luaL_error(L, "make_graphed: %d sample inputs for %d chunks", tgl_len(L, -1), n);
         for (int i = 1; i <= n; i++) {
             lua_geti(L, -1, i);
             samples2[i - 1] = NULL;
@@ -340,7 +343,7 @@ static int l_make_graphed(lua_State *L)
             ntuple[i - 1] = 0;
             if (tuple && lua_istable(L, -1) && !tgl_tensor_test(L, -1)) { /* {x1, ..., xN}: a chunk with N inputs */
                 const tg_tensor **xs = &tbuf[(i - 1) * TG_MAX_IO];
-                int nt = (int)luaL_len(L, -1);
+                int nt = tgl_len(L, -1);
                 if (nt < 1 || nt > TG_MAX_IO)
                     return luaL_error(L, "make_graphed: sample[%d] is a list of %d tensors (1 to %d)", i, nt, TG_MAX_IO);
                 for (int j = 1; j <= nt; j++) {
@@ -355,7 +358,7 @@ static int l_make_graphed(lua_State *L)
             } else if (lua_istable(L, -1) && !tgl_tensor_test(L, -1)) { /* {x, res}: a chunk with two inputs */
                 if (luaL_len(L, -1) != 2)
                     return luaL_error(L, "make_graphed: sample[%d] must be a tensor or a pair {x, res} (got a list of %d)", i,
-                                      (int)luaL_len(L, -1));
+                                      tgl_len(L, -1));
                 lua_geti(L, -1, 1);
                 lua_geti(L, -2, 2);
                 if (!tgl_tensor_test(L, -2) || !tgl_tensor_test(L, -1))

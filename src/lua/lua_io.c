@@ -1,5 +1,6 @@
 /* lua_io.c — core.save / core.load and core.safetensors (src/io), atomic writes, small file-system calls, opt-in signals. */
 #include "lua/lua_impl.h"
+#include "core/checked.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -47,7 +48,7 @@ static const char *meta_value(lua_State *L, int idx, const char *path, const cha
 /* tg.save(path, {name = tensor, ...} [, metadata]): one safetensors file, written atomically; tensors in name order. */
 static int l_save(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = tgl_checkcstr(L, 1, "the path");
     luaL_checktype(L, 2, LUA_TTABLE);
     if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
     lua_settop(L, 3);
@@ -56,6 +57,9 @@ static int l_save(lua_State *L)
     while (lua_next(L, 2)) {
         if (lua_type(L, -2) != LUA_TSTRING)
             luaL_error(L, "%s: tensor keys must be names (strings), got a %s", path, luaL_typename(L, -2));
+        size_t klen;
+        const char *k = lua_tolstring(L, -2, &klen); /* a string key: no conversion, lua_next stays valid */
+        if (strlen(k) != klen) luaL_error(L, "%s: the tensor name \"%s\\0...\" holds a NUL byte (names end there in the file)", path, k);
         const struct tgl_tensor *u = luaL_testudata(L, -1, TGL_TENSOR);
         if (!u) luaL_error(L, "%s: '%s' is a %s, not a tensor", path, lua_tostring(L, -2), luaL_typename(L, -1));
         if (!u->t) luaL_error(L, "%s: tensor '%s' was closed", path, lua_tostring(L, -2));
@@ -67,6 +71,11 @@ static int l_save(lua_State *L)
         while (lua_next(L, 3)) {
             if (lua_type(L, -2) != LUA_TSTRING)
                 luaL_error(L, "%s: metadata keys must be strings, got a %s", path, luaL_typename(L, -2));
+            size_t klen, vlen = 0;
+            const char *k = lua_tolstring(L, -2, &klen);
+            if (strlen(k) != klen) luaL_error(L, "%s: the metadata key \"%s\\0...\" holds a NUL byte", path, k);
+            if (lua_type(L, -1) == LUA_TSTRING && strlen(lua_tolstring(L, -1, &vlen)) != vlen)
+                luaL_error(L, "%s: metadata '%s' holds a NUL byte", path, k);
             nmeta++;
             lua_pop(L, 1);
         }
@@ -137,7 +146,7 @@ static tg_device opt_device(lua_State *L, int idx, const char *what)
 /* tg.load(path [, {device=}]) -> {name = tensor, ...}, metadata */
 static int l_load(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = tgl_checkcstr(L, 1, "the path");
     tg_device dev = opt_device(L, 2, "tg.load");
     struct tgl_st *u = lua_newuserdatauv(L, sizeof *u, 0); /* closes the file if an error unwinds */
     u->f = NULL;
@@ -160,7 +169,7 @@ static int l_load(lua_State *L)
 /* tg.safetensors.open(path) -> file: names(), info(name), read(name [, {device=}]), read_into(name, t), metadata(), close() */
 static int l_st_open(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = tgl_checkcstr(L, 1, "the path");
     struct tgl_st *u = lua_newuserdatauv(L, sizeof *u, 0);
     u->f = NULL;
     luaL_setmetatable(L, TGL_SAFETENSORS);
@@ -184,7 +193,7 @@ static int st_names(lua_State *L)
 static int st_info(lua_State *L)
 {
     tg_safetensors *f = st_check(L, 1);
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = tgl_checkcstr(L, 2, "the tensor name");
     if (tg_safetensors_find(f, name) < 0) {
         lua_pushnil(L);
         return 1;
@@ -212,7 +221,7 @@ static int st_info(lua_State *L)
 static int st_read(lua_State *L)
 {
     tg_safetensors *f = st_check(L, 1);
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = tgl_checkcstr(L, 2, "the tensor name");
     tg_device dev = opt_device(L, 3, "safetensors:read");
     tg_tensor **slot = tgl_tensor_push(L);
     tgl_check(L, tg_safetensors_read(f, name, dev, slot));
@@ -222,7 +231,7 @@ static int st_read(lua_State *L)
 static int st_read_into(lua_State *L)
 {
     tg_safetensors *f = st_check(L, 1);
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = tgl_checkcstr(L, 2, "the tensor name");
     tgl_check(L, tg_safetensors_read_into(f, name, tgl_tensor_check(L, 3)));
     lua_settop(L, 3);
     return 1;
@@ -246,7 +255,7 @@ static int st_gc(lua_State *L)
 static int l_write_atomic(lua_State *L)
 {
     size_t n;
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = tgl_checkcstr(L, 1, "the path");
     const char *s = luaL_checklstring(L, 2, &n);
     tgl_check(L, tg_write_file_atomic(path, s, n));
     return 0;
@@ -255,7 +264,7 @@ static int l_write_atomic(lua_State *L)
 /* fs.mkdir(path) -> true (made) or false (a directory exists there); raises otherwise */
 static int fs_mkdir(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = tgl_checkcstr(L, 1, "the path");
     if (mkdir(path, 0755) == 0) {
         lua_pushboolean(L, 1);
         return 1;
@@ -272,14 +281,14 @@ static int fs_mkdir(lua_State *L)
 static int fs_isdir(lua_State *L)
 {
     struct stat sb;
-    lua_pushboolean(L, stat(luaL_checkstring(L, 1), &sb) == 0 && S_ISDIR(sb.st_mode));
+    lua_pushboolean(L, stat(tgl_checkcstr(L, 1, "the path"), &sb) == 0 && S_ISDIR(sb.st_mode));
     return 1;
 }
 
 /* fs.list(dir) -> sorted names of its entries (without . and ..) */
 static int fs_list(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = tgl_checkcstr(L, 1, "the path");
     DIR *d = opendir(path);
     if (!d) return luaL_error(L, "%s: cannot list the directory: %s", path, strerror(errno));
     lua_newtable(L);
@@ -302,7 +311,7 @@ static int fs_list(lua_State *L)
 /* fs.remove_dir(dir): removes a directory of plain files (a checkpoint); refuses subdirectories */
 static int fs_remove_dir(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = tgl_checkcstr(L, 1, "the path");
     DIR *d = opendir(path);
     if (!d) return luaL_error(L, "%s: cannot open the directory: %s", path, strerror(errno));
     struct dirent *e;
@@ -330,7 +339,7 @@ static int fs_remove_dir(lua_State *L)
 /* fs.sync_dir(dir): fsync of a directory (after renaming entries in it) */
 static int fs_sync_dir(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = tgl_checkcstr(L, 1, "the path");
     FILE *f = fopen(path, "r");
     if (!f || fsync(fileno(f)) != 0) {
         int err = errno;
@@ -367,11 +376,14 @@ static int l_from_bytes(lua_State *L)
     int next;
     int ndim = tgl_shape_check(L, 3, shape, &next);
     tg_device dev = opt_device(L, next, "tg.from_bytes");
-    int64_t numel = 1;
-    for (int d = 0; d < ndim; d++) numel *= shape[d];
-    if ((uint64_t)numel * tg_dtype_size(dt) != n)
-        return luaL_error(L, "from_bytes: %d bytes for %I %s elements (need %I)", (int)n, (lua_Integer)numel,
-                          tg_dtype_name(dt), (lua_Integer)(numel * (int64_t)tg_dtype_size(dt)));
+    int64_t numel = 1, need = 0;
+    int fits = 1; /* the shape is the caller's: its element and byte counts are multiplied with checks */
+    for (int d = 0; d < ndim && fits; d++) fits = tg_mul_i64(numel, shape[d], &numel);
+    if (fits) fits = tg_mul_i64(numel, (int64_t)tg_dtype_size(dt), &need);
+    if (!fits) return luaL_error(L, "from_bytes: the shape's size in bytes does not fit in 64 bits (%I bytes given)", (lua_Integer)n);
+    if ((uint64_t)need != n)
+        return luaL_error(L, "from_bytes: %I bytes for %I %s elements (need %I)", (lua_Integer)n, (lua_Integer)numel,
+                          tg_dtype_name(dt), (lua_Integer)need);
     tg_tensor **slot = tgl_tensor_push(L);
     tgl_check(L, tg_tensor_new(dt, ndim, shape, dev, slot));
     tgl_check(L, tg_tensor_write(*slot, s, n));

@@ -135,7 +135,7 @@ tg_tensor *tgl_protocol_tensor(lua_State *L, int idx, const char *call)
 /* Reads the list of tensors at idx into x (nil entries stay NULL); returns its length. */
 static int tensor_list(lua_State *L, int idx, const tg_tensor **x, const char *call)
 {
-    int n = (int)luaL_len(L, idx);
+    int n = tgl_len(L, idx);
     if (n < 1 || n > TG_MAX_IO) luaL_error(L, "%s: a list of %d tensors (1 to %d)", call, n, TG_MAX_IO);
     for (int i = 1; i <= n; i++) {
         lua_geti(L, idx, i);
@@ -171,6 +171,10 @@ static int m_forward_n(lua_State *L, struct tgl_module *u)
 {
     const tg_tensor *x[TG_MAX_IO];
     tg_tensor *y[TG_MAX_IO] = {0};
+    char label[160];
+    if (!u->m->vt->forward_n) /* named here: the core's "takes one input, got 1" reads as a contradiction */
+        return luaL_error(L, "%s takes one tensor, not a list: forward(x, mb), not forward({x}, mb) (got a list of %I)",
+                          tg_module_label(u->m, label, sizeof label), luaL_len(L, 2));
     int nx = tensor_list(L, 2, x, "forward({x1, ..., xN}, mb)"), ny = 0;
     for (int i = 0; i < nx; i++)
         if (!x[i]) return luaL_error(L, "forward({x1, ..., xN}, mb): input %d is nil", i + 1);
@@ -189,6 +193,10 @@ static int m_backward_n(lua_State *L, struct tgl_module *u)
     const tg_tensor *dy[TG_MAX_IO];
     tg_tensor *dx[TG_MAX_IO] = {0};
     int ny = 1;
+    char label[160];
+    if (lua_istable(L, 2) && !tgl_tensor_test(L, 2) && !u->m->vt->backward_n)
+        return luaL_error(L, "%s takes one output gradient tensor, not a list: backward(dy, mb), not backward({dy}, mb) "
+                          "(got a list of %I)", tg_module_label(u->m, label, sizeof label), luaL_len(L, 2));
     if (lua_istable(L, 2) && !tgl_tensor_test(L, 2)) ny = tensor_list(L, 2, dy, "backward({dy1, ..., dyM}, mb)");
     else dy[0] = lua_isnoneornil(L, 2) ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)");
     int mb = tgl_mb_arg(L, 3);
@@ -607,7 +615,7 @@ static int cb_body_n(lua_State *L)
     if (!lua_istable(L, r))
         return luaL_error(L, "%s returned a %s, expected %s", c->method, luaL_typename(L, r),
                           fwd ? "a tensor or a list of tensors" : "a list of input gradients");
-    int n = fwd ? (int)luaL_len(L, r) : c->nout;
+    int n = fwd ? tgl_len(L, r) : c->nout;
     if (fwd && (n < 1 || n > TG_MAX_IO)) return luaL_error(L, "forward returned a list of %d outputs (1 to %d)", n, TG_MAX_IO);
     for (int i = 1; i <= n; i++) {
         lua_rawgeti(L, r, i);
@@ -664,7 +672,7 @@ static tg_module *wrap_table(lua_State *L, int idx)
     }
     if (!lua_istable(L, -1)) luaL_error(L, "a Lua module's params must be a list of tegraph.Parameter");
     int plist = lua_gettop(L);
-    int np = (int)luaL_len(L, plist);
+    int np = tgl_len(L, plist);
     tg_param **ps = lua_newuserdatauv(L, (size_t)(np > 0 ? np : 1) * sizeof *ps, 0); /* +1: scratch */
     for (int i = 0; i < np; i++) {
         lua_rawgeti(L, plist, i + 1);

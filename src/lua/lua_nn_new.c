@@ -397,7 +397,7 @@ static int nn_sequential(lua_State *L)
     luaL_checktype(L, 1, LUA_TTABLE);
     check_keys(L, &sequential_c, 1);
     read_common(L, "Sequential", &o);
-    int n = (int)luaL_len(L, 1);
+    int n = tgl_len(L, 1);
     if (n < 1) luaL_error(L, "Sequential: needs at least one module");
     lua_createtable(L, n, 0); /* +1: the children's userdata */
     int kids = lua_gettop(L);

@@ -4,6 +4,7 @@
 #include "core/ops_nn.h"
 #include "core/ops_optim.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Conventions: forward and dgrad ops allocate and return their outputs (on
@@ -158,7 +159,7 @@ static int o_attention_kv(lua_State *L)
 {
     tg_tensor *kc = tgl_tensor_check(L, 1), *vc = tgl_tensor_check(L, 2), *qkv = tgl_tensor_check(L, 3);
     lua_Integer pos = luaL_checkinteger(L, 4);
-    int nh = (int)luaL_checkinteger(L, 5);
+    int nh = tgl_checkint(L, 5); /* 2^32 + 2 is refused, not taken as 2 heads */
     luaL_argcheck(L, nh >= 1, 5, "n_head must be >= 1");
     luaL_argcheck(L, tg_tensor_ndim(qkv) == 3, 3, "qkv must be (B, Tn, 3C)");
     int64_t so[3] = {tg_tensor_dim(qkv, 0), tg_tensor_dim(qkv, 1), tg_tensor_dim(qkv, 2) / 3};
@@ -262,6 +263,18 @@ static double num_field_of(lua_State *L, const char *op, int t, const char *k, d
     return v;
 }
 
+/* The optimizer step count of option 'step': an integer from 1 to 2^53 (exact as a double; a bigger one would
+ * not convert to int64_t). */
+static int64_t step_field(lua_State *L, const char *op, int t)
+{
+    const double step = num_field_of(L, op, t, "step", 0, 1);
+    if (!(step >= 1 && step <= 9007199254740992.0 && step == floor(step))) {
+        lua_getfield(L, t, "step");
+        luaL_error(L, "%s: option 'step' = %s must be an integer from 1 to 2^53", op, tgl_value_str(L, -1));
+    }
+    return (int64_t)step;
+}
+
 static double num_field(lua_State *L, int t, const char *k, double def, int required)
 {
     return num_field_of(L, "adamw_step", t, k, def, required);
@@ -292,15 +305,15 @@ static int o_adamw_step(lua_State *L)
     tgl_check_keys(L, 6, "adamw_step", "lr, step, beta1, beta2, eps, weight_decay, grad_scale");
     tg_tensor *lr_t, *step_t;
     const int dev = sched_fields(L, "adamw_step", 6, &lr_t, &step_t);
-    double lr = dev ? 0 : num_field(L, 6, "lr", 0, 1), step = dev ? 1 : num_field(L, 6, "step", 0, 1);
+    double lr = dev ? 0 : num_field(L, 6, "lr", 0, 1);
+    int64_t step = dev ? 1 : step_field(L, "adamw_step", 6);
     double b1 = num_field(L, 6, "beta1", 0.9, 0), b2 = num_field(L, 6, "beta2", 0.999, 0);
     double eps = num_field(L, 6, "eps", 1e-8, 0), wd = num_field(L, 6, "weight_decay", 0.0, 0);
     double scale = num_field(L, 6, "grad_scale", 1.0, 0);
-    luaL_argcheck(L, step >= 1, 6, "step must be >= 1");
     if (dev)
         tgl_check(L, tg_adamw_step_dev(p, pl, g, m, v, lr_t, step_t, b1, b2, eps, wd, scale));
     else
-        tgl_check(L, tg_adamw_step(p, pl, g, m, v, lr, b1, b2, eps, wd, (int64_t)step, scale));
+        tgl_check(L, tg_adamw_step(p, pl, g, m, v, lr, b1, b2, eps, wd, step, scale));
     return 0;
 }
 
@@ -352,10 +365,10 @@ static int o_adamw_multi(lua_State *L)
     tgl_check_keys(L, 2, op, "lr, step, beta1, beta2, eps, grad_scale, clip_sumsq, max_norm");
     tg_tensor *lr_t, *step_t;
     const int dev = sched_fields(L, op, 2, &lr_t, &step_t);
-    double lr = dev ? 0 : num_field_of(L, op, 2, "lr", 0, 1), step = dev ? 1 : num_field_of(L, op, 2, "step", 0, 1);
+    double lr = dev ? 0 : num_field_of(L, op, 2, "lr", 0, 1);
+    int64_t step = dev ? 1 : step_field(L, op, 2);
     double b1 = num_field_of(L, op, 2, "beta1", 0.9, 0), b2 = num_field_of(L, op, 2, "beta2", 0.999, 0);
     double eps = num_field_of(L, op, 2, "eps", 1e-8, 0), scale = num_field_of(L, op, 2, "grad_scale", 1.0, 0);
-    luaL_argcheck(L, step >= 1, 2, "step must be >= 1");
     tg_tensor *clip = NULL;
     double max_norm = 0;
     if (lua_getfield(L, 2, "clip_sumsq") != LUA_TNIL) {
@@ -367,7 +380,7 @@ static int o_adamw_multi(lua_State *L)
     if (dev)
         tgl_check(L, tg_adamw_multi_dev(ps, (int)n, lr_t, step_t, b1, b2, eps, scale, clip, max_norm));
     else
-        tgl_check(L, tg_adamw_multi(ps, (int)n, lr, b1, b2, eps, (int64_t)step, scale, clip, max_norm));
+        tgl_check(L, tg_adamw_multi(ps, (int)n, lr, b1, b2, eps, step, scale, clip, max_norm));
     return 0;
 }
 
@@ -405,7 +418,7 @@ static int o_copy_multi(lua_State *L)
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_Integer n = luaL_len(L, 1);
     if (luaL_len(L, 2) != n)
-        return luaL_error(L, "copy_multi: %d destinations but %d sources", (int)n, (int)luaL_len(L, 2));
+        return luaL_error(L, "copy_multi: %I destinations but %I sources", n, luaL_len(L, 2));
     luaL_argcheck(L, n >= 0 && n <= INT32_MAX, 1, "too many tensors");
     tg_tensor **d = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *d, 0);
     const tg_tensor **s = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *s, 0);

@@ -48,7 +48,7 @@ static void plan_read(lua_State *L, int idx, tg_sched_plan *p)
     lua_rawseti(L, keep, ++nkeep);
     for (int s = 1; s <= p->stages; s++) {
         if (lua_geti(L, idx, s) != LUA_TTABLE) luaL_error(L, "schedule: plan[%d] (stage %d's actions) is not a table", s, s);
-        int n = (int)luaL_len(L, -1);
+        int n = tgl_len(L, -1);
         struct tg_sched_action *a = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *a, 0);
         lua_rawseti(L, keep, ++nkeep);
         for (int i = 1; i <= n; i++) {

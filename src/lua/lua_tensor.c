@@ -94,7 +94,7 @@ static int64_t shape_entry(lua_State *L, int arg, int i)
     int isint;
     lua_Integer d = lua_tointegerx(L, -1, &isint);
     if (!isint) luaL_argerror(L, arg, lua_pushfstring(L, "shape entry %d is not an integer (a %s)", i, luaL_typename(L, -1)));
-    if (d < 0) luaL_argerror(L, arg, lua_pushfstring(L, "shape entry %d is negative (%d)", i, (int)d));
+    if (d < 0) luaL_argerror(L, arg, lua_pushfstring(L, "shape entry %d is negative (%I)", i, d));
     return (int64_t)d;
 }
 
@@ -104,7 +104,7 @@ int tgl_shape_check(lua_State *L, int arg, int64_t shape[TG_MAX_DIMS], int *next
     if (lua_type(L, arg) == LUA_TTABLE) {
         lua_Integer len = luaL_len(L, arg);
         if (len < 1 || len > TG_MAX_DIMS)
-            luaL_argerror(L, arg, lua_pushfstring(L, "shape has %d dimensions (expected 1 to %d)", (int)len, TG_MAX_DIMS));
+            luaL_argerror(L, arg, lua_pushfstring(L, "shape has %I dimensions (expected 1 to %d)", len, TG_MAX_DIMS));
         for (n = 0; n < len; n++) {
             lua_geti(L, arg, n + 1); /* +1 */
             shape[n] = shape_entry(L, arg, n + 1);
@@ -335,10 +335,19 @@ static int t_tostring(lua_State *L)
 }
 
 /* Fields through __index: dtype, device, name; everything else is a method. */
+/* t[k] with a key that is not a name (t[1], t[1.5], t[nil]): an error saying what to use, not a silent nil. */
+static int not_indexed(lua_State *L, int key)
+{
+    return luaL_error(L, "tensors are not indexed with [] (got t[%s]): t:narrow(start, len) gives rows of dimension 1, "
+                         "t:item() the value of a one-element tensor, t:totable() all the values",
+                      lua_isnil(L, key) ? "nil" : tgl_value_str(L, key));
+}
+
 static int t_index(lua_State *L)
 {
     struct tgl_tensor *u = luaL_checkudata(L, 1, TGL_TENSOR);
-    const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
+    if (lua_type(L, 2) != LUA_TSTRING) return not_indexed(L, 2);
+    const char *k = lua_tostring(L, 2);
     if (k && (strcmp(k, "dtype") == 0 || strcmp(k, "device") == 0 || strcmp(k, "name") == 0)) {
         if (u->t == NULL) return luaL_error(L, "tensor used after close (reading field '%s')", k);
         if (k[0] == 'd' && k[1] == 't')
@@ -359,7 +368,8 @@ static int t_index(lua_State *L)
 static int t_newindex(lua_State *L)
 {
     tg_tensor *t = tgl_tensor_check(L, 1);
-    const char *k = luaL_checkstring(L, 2);
+    if (lua_type(L, 2) != LUA_TSTRING) return not_indexed(L, 2);
+    const char *k = lua_tostring(L, 2);
     if (strcmp(k, "name") != 0) return luaL_error(L, "cannot set field '%s' of a tensor (only 'name' is writable)", k);
     tgl_check(L, tg_tensor_set_name(t, luaL_optstring(L, 3, NULL)));
     return 0;
@@ -499,7 +509,13 @@ static int t_to(lua_State *L)
         lua_pop(L, 2);
     } else {
         const char *s = luaL_checkstring(L, 2);
-        if (tg_dtype_parse(s, &dt) != 0) dev = tgl_device_check(L, 2);
+        if (tg_dtype_parse(s, &dt) == 0) {
+        } else if (strncmp(s, "cpu", 3) == 0 || strncmp(s, "cuda", 4) == 0) {
+            dev = tgl_device_check(L, 2); /* a device's own message (no such GPU, a bad index) */
+        } else {
+            return luaL_argerror(L, 2, lua_pushfstring(L, "'%s' is neither a dtype (f32, bf16, f16, i32, u16, e4m3, e5m2) "
+                                                          "nor a device (cpu, cuda, cuda:N)", s));
+        }
     }
     tg_device cur = tg_tensor_device(t);
     int64_t shape[TG_MAX_DIMS];
@@ -542,8 +558,8 @@ static int t_copy_(lua_State *L)
         if (n != tg_tensor_numel(t)) {
             shape_str(nd, shape, a, sizeof a);
             shape_str(tg_tensor_ndim(t), tshape, b, sizeof b);
-            luaL_argerror(L, 2, lua_pushfstring(L, "table of shape %s (%d elements) into a tensor of shape %s (%d elements)",
-                                                a, (int)n, b, (int)tg_tensor_numel(t)));
+            luaL_argerror(L, 2, lua_pushfstring(L, "table of shape %s (%I elements) into a tensor of shape %s (%I elements)",
+                                                a, (lua_Integer)n, b, (lua_Integer)tg_tensor_numel(t)));
         }
         double *vals = scratch(L, n);
         tgl_nested_read(L, 2, nd, shape, vals);
@@ -760,7 +776,7 @@ static int t_item(lua_State *L)
     tg_tensor *t = tgl_tensor_check(L, 1);
     double v;
     int64_t n = tg_tensor_numel(t);
-    if (n != 1) return luaL_error(L, "item: the tensor has %d elements, expected 1", (int)n);
+    if (n != 1) return luaL_error(L, "item: the tensor has %I elements, expected 1", (lua_Integer)n);
     tgl_check(L, tg_tensor_read_f64(t, &v, 1));
     push_elem(L, tg_tensor_dtype(t), v);
     return 1;

@@ -36,7 +36,7 @@ static int push_tokenizer(lua_State *L, tg_status (*make)(const char *, tg_token
 static int l_bytes(lua_State *L) { return push_tokenizer(L, NULL, NULL); }
 
 /* tokenizer.gpt2(dir) */
-static int l_gpt2(lua_State *L) { return push_tokenizer(L, tg_tokenizer_gpt2, luaL_checkstring(L, 1)); }
+static int l_gpt2(lua_State *L) { return push_tokenizer(L, tg_tokenizer_gpt2, tgl_checkcstr(L, 1, "the path")); }
 
 struct progress_ud {
     lua_State *L;
@@ -158,7 +158,7 @@ static int t_token(lua_State *L)
     lua_Integer id = luaL_checkinteger(L, 2);
     size_t len;
     const unsigned char *p = tg_tokenizer_token(t, (int64_t)id, &len);
-    if (!p) return luaL_error(L, "token: id %d outside the vocabulary 0..%d", (int)id, (int)tg_tokenizer_vocab_size(t) - 1);
+    if (!p) return luaL_error(L, "token: id %I outside the vocabulary 0..%I", id, (lua_Integer)tg_tokenizer_vocab_size(t) - 1);
     lua_pushlstring(L, (const char *)p, len);
     return 1;
 }
@@ -258,7 +258,7 @@ static int s_sample(lua_State *L)
     int nd = tg_tensor_ndim(x);
     int64_t v = tg_tensor_dim(x, nd - 1), rows = v ? tg_tensor_numel(x) / v : 0;
     lua_Integer n = luaL_optinteger(L, 3, (lua_Integer)v);
-    if (n < 1 || n > v) return luaL_error(L, "sample: n = %d outside 1..%d (the logits' last dimension)", (int)n, (int)v);
+    if (n < 1 || n > v) return luaL_error(L, "sample: n = %I outside 1..%I (the logits' last dimension)", n, (lua_Integer)v);
     size_t total = (size_t)(rows * v);
     double *d = lua_newuserdatauv(L, total * (sizeof(double) + sizeof(float)) + 1, 0);
     float *f = (float *)(d + total);

@@ -89,7 +89,7 @@ static void set_num(lua_State *L, const char *k, double v)
 
 static int l_stop(lua_State *L)
 {
-    const char *path = luaL_optstring(L, 1, NULL);
+    const char *path = tgl_optcstr(L, 1, "the path");
     int quiet = 0;
     if (!lua_isnoneornil(L, 2)) {
         luaL_checktype(L, 2, LUA_TTABLE);

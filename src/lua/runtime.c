@@ -2,6 +2,7 @@
 #include "lua/lua_impl.h"
 #include "core/core.h" /* tg_error */
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -225,7 +226,14 @@ tg_status tg_runtime_call(tg_runtime *rt, const char *module, const char *func, 
     TG_TRY(rt_docall(rt, 2, 1)); /* +1: the function */
     for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
     tg_status st = rt_docall(rt, argc, 1); /* +1: its first result */
-    if (st == TG_OK && result && lua_isinteger(L, -1)) *result = (int)lua_tointeger(L, -1);
+    if (st == TG_OK && result && lua_isinteger(L, -1)) {
+        lua_Integer r = lua_tointeger(L, -1);
+        if (r < INT_MIN || r > INT_MAX) /* never truncated: 2^32 would read as 0, success */
+            st = tg_error(TG_EINVAL, "runtime: %s.%s returned %lld, outside the int range of its result", module, func,
+                          (long long)r);
+        else
+            *result = (int)r;
+    }
     lua_settop(L, top);
     return st;
 }

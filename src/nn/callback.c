@@ -115,7 +115,8 @@ static tg_status cb_backward(tg_module *m, int mb, const tg_tensor *dy, tg_tenso
 static tg_status cb_forward_n(tg_module *m, int mb, const tg_tensor *const *x, int nx, tg_tensor **y, int *ny)
 {
     struct callback *C = m->impl;
-    if (!C->fns.forward_n) return tg_error(TG_EINVAL, "the module takes one input, got %d", nx);
+    if (!C->fns.forward_n)
+        return tg_error(TG_EINVAL, "the module takes one tensor, not a list of %d inputs (it has no forward_n)", nx);
     TG_TRY(C->fns.forward_n(C->ud, mb, x, nx, y, ny));
     return note_inputs(C, mb, x, nx);
 }
@@ -123,7 +124,8 @@ static tg_status cb_forward_n(tg_module *m, int mb, const tg_tensor *const *x, i
 static tg_status cb_backward_n(tg_module *m, int mb, const tg_tensor *const *dy, int ny, tg_tensor **dx, int nx)
 {
     struct callback *C = m->impl;
-    if (!C->fns.backward_n) return tg_error(TG_EINVAL, "the module takes one output gradient, got %d", ny);
+    if (!C->fns.backward_n)
+        return tg_error(TG_EINVAL, "the module takes one output gradient tensor, not a list of %d (it has no backward_n)", ny);
     int acc = -1;
     if (!C->fns.backward_dw) TG_TRY(accumulate_of(m, &acc));
     TG_TRY(C->fns.backward_n(C->ud, mb, dy, ny, dx, nx, acc));

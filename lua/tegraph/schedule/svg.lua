@@ -83,6 +83,7 @@ return function(plan, file, costs)
   add('</svg>\n')
   local svg = table.concat(out)
   if file then
+    require("tegraph.options").path("schedule.svg", "the file", file)
     local f, err = io.open(file, "w")
     if not f then raise("schedule.svg: " .. err) end
     f:write(svg)
