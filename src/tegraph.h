@@ -706,7 +706,9 @@ TG_API void tg_fp8_autocast_get(int *active, int *enabled, tg_fp8_recipe *r);
 typedef struct tg_runtime tg_runtime;
 typedef int (*tg_lua_cfunction)(struct lua_State *L);
 
-/* Creates a runtime; NULL on allocation failure (message in tg_last_error).
+/* Creates a runtime; NULL (the message in tg_last_error) on allocation
+ * failure or when the tegraph Lua library cannot be loaded: it is looked for
+ * in $TEGRAPH_LUA_PATH, then where `make install` put it.
  * Lua's standard libraries are open, except that os.exit raises an error
  * ("os.exit(N) in an embedded tegraph runtime ...") instead of ending the
  * host's process: a script's os.exit (or a command-line parser's exit on a
@@ -729,7 +731,8 @@ TG_API tg_status tg_runtime_dostring(tg_runtime *rt, const char *code, const cha
  * tg_runtime_dofile (a missing module or function too). */
 TG_API tg_status tg_runtime_call(tg_runtime *rt, const char *module, const char *func, int argc, char **argv,
                                  int *result);
-/* The last error of this runtime ("" if none). */
+/* The message of this runtime's last failing call ("" if none): every
+ * tg_runtime_* call on rt that fails sets it, argument errors included. */
 TG_API const char *tg_runtime_error(const tg_runtime *rt);
 /* The Lua state, for hosts that want the full Lua C API. */
 TG_API struct lua_State *tg_runtime_lua(tg_runtime *rt);
