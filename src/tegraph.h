@@ -689,8 +689,9 @@ TG_API void tg_fp8_recipe_current(tg_fp8_recipe *r);
 TG_API tg_status tg_fp8_recipe_check(const tg_fp8_recipe *r);
 /* Sets the FP8 recipe of m and of every module under it (r NULL or
  * TG_FP8_OFF: off), as the module option fp8 does; the scaling states are
- * made now (fresh: histories 0, scales 1). Refused (TG_ESTATE) while m's
- * device captures or while m belongs to a graphed set. */
+ * made now (fresh: histories 0, scales 1). Refused with TG_ECAPTURE while
+ * m's device captures (as every call not allowed while capturing), with
+ * TG_ESTATE while m belongs to a graphed set. */
 TG_API tg_status tg_module_set_fp8(tg_module *m, const tg_fp8_recipe *r);
 /* fp8_autocast: while set (active), modules run FP8 with *r when enabled,
  * or not at all when not enabled, whatever their own fp8 option; unset, each
