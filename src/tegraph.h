@@ -545,7 +545,7 @@ TG_API size_t tg_tokenizer_pieces(const char *text, size_t len, size_t *ends, si
 /* Picking a token from a row of n logits (host f32). temperature 0 or top_k 1: the largest logit (the lowest id
  * among equals). Otherwise softmax(logits / temperature) over the top_k largest (0: all), cut to the smallest
  * first-ranking set whose probability reaches top_p (1: no cut), drawn with the generator *state (any value
- * seeds it; each draw advances it). */
+ * seeds it; each draw advances it). TG_EINVAL when a logit is NaN or none is finite (no token to pick). */
 typedef struct tg_sample_opts {
     double temperature;
     int64_t top_k;
