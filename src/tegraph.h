@@ -490,8 +490,9 @@ TG_API void tg_trace_span_end(int id, tg_stream *s);
  * from the start, writes Chrome trace JSON to path (pid = rank, or the
  * executor's pid option; tid 1 compute, 2 comm, 3 host, 10 + s stage s;
  * path NULL: written nowhere) and fills *sum when sum is non-NULL.
- * TG_EIO naming the path when it cannot be written; TG_ESTATE when no trace
- * runs. */
+ * TG_EIO naming the path when it cannot be written: then the trace still
+ * runs with its spans kept, to be ended again with another path (or NULL to
+ * drop it). TG_ESTATE when no trace runs. */
 TG_API tg_status tg_trace_end(const char *path, tg_trace_summary *sum);
 /* "trace: comm 12.3 ms busy, 11.0 ms overlapped by compute, 1.3 ms exposed (10.6%)". */
 TG_API const char *tg_trace_summary_line(const tg_trace_summary *s, char *buf, size_t n);
