@@ -52,6 +52,12 @@ TG_API tg_status tg_error(tg_status st, const char *fmt, ...)
 /* Library version ("0.1.0") and the build options configure found. */
 TG_API const char *tg_version(void);
 TG_API const char *tg_build_options(void);
+/* Checks the environment the library reads: TG_EINVAL naming the first
+ * unknown flag in TG_DEBUG (name[,name...]) and the known ones. Loading the
+ * Lua library (tg_runtime_new, require "tegraph") fails with it, and the
+ * tegraph program exits 2; a program that never calls it gets the unknown
+ * flag on stderr when a flag is first read. */
+TG_API tg_status tg_env_check(void);
 
 /* ------------------------------------------------------------------ dtypes, devices */
 typedef enum tg_dtype {

@@ -216,6 +216,7 @@ int main(int argc, char **argv)
     const char *denv = getenv("TG_DEVICE");
     tg_device denv_dev;
     if (denv && *denv && tg_device_parse(denv, &denv_dev) != TG_OK) return usage_error("bad TG_DEVICE: %s", tg_last_error());
+    if (tg_env_check() != TG_OK) return usage_error("%s", tg_last_error());
     if (i >= argc) return usage_error("%s", "no command given");
     const char *cmd = argv[i];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
