@@ -1,0 +1,5 @@
+# t/docs.mk — the documentation read as a contract: what it names exists where it says.
+DOCS_TESTS = \
+	t/docs-c-api-names-are-in-the-header.sh
+TESTS += $(DOCS_TESTS)
+EXTRA_DIST += $(DOCS_TESTS)
