@@ -200,19 +200,24 @@ TG_API tg_status tg_tensor_write(tg_tensor *t, const void *src, size_t bytes);
 TG_API tg_status tg_tensor_read(const tg_tensor *t, void *dst, size_t bytes);
 /* Reads the tensor converted to double (n = numel). */
 TG_API tg_status tg_tensor_read_f64(const tg_tensor *t, double *dst, size_t n);
-/* Writes n doubles, converted (with rounding) to the tensor's dtype. */
+/* Writes n doubles, converted (with rounding) to the tensor's dtype; a value
+ * an integer or FP8 dtype cannot hold (FP8: past its max, or NaN) is refused
+ * (TG_EINVAL naming it and its index). */
 TG_API tg_status tg_tensor_write_f64(tg_tensor *t, const double *src, size_t n);
 
 /* ------------------------------------------------------------------ ops
  * Issued on the current stream of the tensors' device (tg_stream_current),
  * so they are recorded when that stream captures. Shapes and dtypes are
  * checked; errors name them. */
+/* Every element = value; TG_EINVAL when the dtype cannot hold it (an integer
+ * dtype: not an integer in range; FP8: past its max, or NaN). */
 TG_API tg_status tg_fill(tg_tensor *t, double value);
 /* dst = src; same numel; dtypes may differ (then a cast); devices may differ
  * (then a host transfer, not capturable). A cast from f32 or bf16 to i32 or
  * u16 truncates toward zero and saturates at the integer type's range (-5 to
  * u16 is 0, 1e10 to i32 is 2147483647, infinities alike); NaN becomes 0, as on
- * every backend. */
+ * every backend. FP8 copies from and to f32 or bf16 only, unscaled (value =
+ * code), saturating past the format's max as tg_fp8_cast does. */
 TG_API tg_status tg_copy(tg_tensor *dst, const tg_tensor *src);
 typedef enum tg_binop { TG_ADD = 0, TG_SUB, TG_MUL, TG_DIV } tg_binop;
 /* out = a op b, elementwise, all the same shape and dtype (out may alias). */
