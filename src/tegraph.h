@@ -52,6 +52,12 @@ TG_API tg_status tg_error(tg_status st, const char *fmt, ...)
 /* Library version ("0.1.0") and the build options configure found. */
 TG_API const char *tg_version(void);
 TG_API const char *tg_build_options(void);
+/* Checks the environment the library reads: TG_EINVAL naming the first
+ * unknown flag in TG_DEBUG (name[,name...]) and the known ones. Loading the
+ * Lua library (tg_runtime_new, require "tegraph") fails with it, and the
+ * tegraph program exits 2; a program that never calls it gets the unknown
+ * flag on stderr when a flag is first read. */
+TG_API tg_status tg_env_check(void);
 
 /* ------------------------------------------------------------------ dtypes, devices */
 typedef enum tg_dtype {
@@ -194,19 +200,24 @@ TG_API tg_status tg_tensor_write(tg_tensor *t, const void *src, size_t bytes);
 TG_API tg_status tg_tensor_read(const tg_tensor *t, void *dst, size_t bytes);
 /* Reads the tensor converted to double (n = numel). */
 TG_API tg_status tg_tensor_read_f64(const tg_tensor *t, double *dst, size_t n);
-/* Writes n doubles, converted (with rounding) to the tensor's dtype. */
+/* Writes n doubles, converted (with rounding) to the tensor's dtype; a value
+ * an integer or FP8 dtype cannot hold (FP8: past its max, or NaN) is refused
+ * (TG_EINVAL naming it and its index). */
 TG_API tg_status tg_tensor_write_f64(tg_tensor *t, const double *src, size_t n);
 
 /* ------------------------------------------------------------------ ops
  * Issued on the current stream of the tensors' device (tg_stream_current),
  * so they are recorded when that stream captures. Shapes and dtypes are
  * checked; errors name them. */
+/* Every element = value; TG_EINVAL when the dtype cannot hold it (an integer
+ * dtype: not an integer in range; FP8: past its max, or NaN). */
 TG_API tg_status tg_fill(tg_tensor *t, double value);
 /* dst = src; same numel; dtypes may differ (then a cast); devices may differ
  * (then a host transfer, not capturable). A cast from f32 or bf16 to i32 or
  * u16 truncates toward zero and saturates at the integer type's range (-5 to
  * u16 is 0, 1e10 to i32 is 2147483647, infinities alike); NaN becomes 0, as on
- * every backend. */
+ * every backend. FP8 copies from and to f32 or bf16 only, unscaled (value =
+ * code), saturating past the format's max as tg_fp8_cast does. */
 TG_API tg_status tg_copy(tg_tensor *dst, const tg_tensor *src);
 typedef enum tg_binop { TG_ADD = 0, TG_SUB, TG_MUL, TG_DIV } tg_binop;
 /* out = a op b, elementwise, all the same shape and dtype (out may alias). */
@@ -491,8 +502,9 @@ TG_API void tg_trace_span_end(int id, tg_stream *s);
  * from the start, writes Chrome trace JSON to path (pid = rank, or the
  * executor's pid option; tid 1 compute, 2 comm, 3 host, 10 + s stage s;
  * path NULL: written nowhere) and fills *sum when sum is non-NULL.
- * TG_EIO naming the path when it cannot be written; TG_ESTATE when no trace
- * runs. */
+ * TG_EIO naming the path when it cannot be written: then the trace still
+ * runs with its spans kept, to be ended again with another path (or NULL to
+ * drop it). TG_ESTATE when no trace runs. */
 TG_API tg_status tg_trace_end(const char *path, tg_trace_summary *sum);
 /* "trace: comm 12.3 ms busy, 11.0 ms overlapped by compute, 1.3 ms exposed (10.6%)". */
 TG_API const char *tg_trace_summary_line(const tg_trace_summary *s, char *buf, size_t n);
@@ -546,7 +558,7 @@ TG_API size_t tg_tokenizer_pieces(const char *text, size_t len, size_t *ends, si
 /* Picking a token from a row of n logits (host f32). temperature 0 or top_k 1: the largest logit (the lowest id
  * among equals). Otherwise softmax(logits / temperature) over the top_k largest (0: all), cut to the smallest
  * first-ranking set whose probability reaches top_p (1: no cut), drawn with the generator *state (any value
- * seeds it; each draw advances it). */
+ * seeds it; each draw advances it). TG_EINVAL when a logit is NaN or none is finite (no token to pick). */
 typedef struct tg_sample_opts {
     double temperature;
     int64_t top_k;
@@ -690,8 +702,9 @@ TG_API void tg_fp8_recipe_current(tg_fp8_recipe *r);
 TG_API tg_status tg_fp8_recipe_check(const tg_fp8_recipe *r);
 /* Sets the FP8 recipe of m and of every module under it (r NULL or
  * TG_FP8_OFF: off), as the module option fp8 does; the scaling states are
- * made now (fresh: histories 0, scales 1). Refused (TG_ESTATE) while m's
- * device captures or while m belongs to a graphed set. */
+ * made now (fresh: histories 0, scales 1). Refused with TG_ECAPTURE while
+ * m's device captures (as every call not allowed while capturing), with
+ * TG_ESTATE while m belongs to a graphed set. */
 TG_API tg_status tg_module_set_fp8(tg_module *m, const tg_fp8_recipe *r);
 /* fp8_autocast: while set (active), modules run FP8 with *r when enabled,
  * or not at all when not enabled, whatever their own fp8 option; unset, each
@@ -707,7 +720,9 @@ TG_API void tg_fp8_autocast_get(int *active, int *enabled, tg_fp8_recipe *r);
 typedef struct tg_runtime tg_runtime;
 typedef int (*tg_lua_cfunction)(struct lua_State *L);
 
-/* Creates a runtime; NULL on allocation failure (message in tg_last_error).
+/* Creates a runtime; NULL (the message in tg_last_error) on allocation
+ * failure or when the tegraph Lua library cannot be loaded: it is looked for
+ * in $TEGRAPH_LUA_PATH, then where `make install` put it.
  * Lua's standard libraries are open, except that os.exit raises an error
  * ("os.exit(N) in an embedded tegraph runtime ...") instead of ending the
  * host's process: a script's os.exit (or a command-line parser's exit on a
@@ -731,7 +746,8 @@ TG_API tg_status tg_runtime_dostring(tg_runtime *rt, const char *code, const cha
  * tg_runtime_dofile (a missing module or function too). */
 TG_API tg_status tg_runtime_call(tg_runtime *rt, const char *module, const char *func, int argc, char **argv,
                                  int *result);
-/* The last error of this runtime ("" if none). */
+/* The message of this runtime's last failing call ("" if none): every
+ * tg_runtime_* call on rt that fails sets it, argument errors included. */
 TG_API const char *tg_runtime_error(const tg_runtime *rt);
 /* The Lua state, for hosts that want the full Lua C API. */
 TG_API struct lua_State *tg_runtime_lua(tg_runtime *rt);

@@ -311,6 +311,10 @@ tap.error_like(function() tg.comm.all_gather(tg.ones { 2 }, tg.ones { 2 }, { tru
   "all_gather: unknown option number key %(known: async, name%)", "a list entry in the options is refused")
 tap.is(tg.comm.all_reduce(tg.ones { 2 }, { op = "max", async = false, name = "x" }):totable()[1], 1,
   "known options are taken (one rank: the tensor as it is)")
+-- a barrier inside a capture is host work that the replays would not repeat: refused on one rank as on several
+tap.error_like(function() tg.stream.capture(function() tg.comm.barrier() end, { pool = tg.pool() }) end,
+  "barrier: not allowed while cpu captures", "a barrier inside a capture is refused on a one-rank world too")
+tap.lives_ok(function() tg.comm.barrier() end, "... and a barrier outside a capture still runs")
 ------------------------------------------------------------------------ misspelt options of tensors, captures and files
 for _, c in ipairs {
   { "tg.zeros", function() return tg.zeros({ 2 }, { dtyp = "bf16" }) end, "dtyp", "dtype, device, name" },

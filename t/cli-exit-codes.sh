@@ -2,7 +2,7 @@
 # cli-exit-codes.sh — the tegraph command exits 0/1/2 for success/script error/usage error and prints FILE:LINE: first.
 . "${TG_TOP_SRCDIR:-.}/t/lib/tap.sh"
 
-echo "1..29"
+echo "1..33"
 
 run --version
 ok $((rc != 0)) "--version exits 0"
@@ -82,6 +82,13 @@ ok $r "and names it (got '$(echo "$err" | head -n 1)')"
 run --device cpu -e 'io.write(tg.default_device())'
 ok $((rc != 0)) "--device cpu before the command (got $rc, '$out' '$err')"
 ok $([ "$out" = "cpu" ]; echo $?) "--device cpu makes cpu the default device (got '$out')"
+run run --device cpu -e 'io.write(tg.default_device())'
+ok $((rc != 0)) "run --device cpu (the option after run, as the README writes it) runs (got $rc, '$err')"
+ok $([ "$out" = "cpu" ]; echo $?) "... with cpu the default device (got '$out')"
+run run --device=cpu "$tmp/good.lua" a
+ok $([ "$rc" = 0 ] && [ "$out" = "sum	4.0	args	1	true	a	nil" ]; echo $?) "run --device=cpu FILE ARGS: the script gets ARGS only (got $rc, '$out')"
+run run --device tpu -e 'print(1)'
+ok $((rc != 2)) "run with a bad --device exits 2 (got $rc)"
 
 # A script's usage error (tegraph.cli's exit 2) is the command's exit status.
 GPT="${TG_TOP_SRCDIR:-.}/examples/gpt.lua"
@@ -96,5 +103,5 @@ run --device cpu run "$GPT" --steps 3 --help
 case "$out" in "usage: tegraph run examples/gpt.lua"*) r=0 ;; *) r=1 ;; esac
 ok $((rc != 0 || r)) "an example's --help prints the usage and exits 0 (got $rc)"
 
-[ "$n" -eq 29 ] || echo "# ran $n checks, planned 29"
+[ "$n" -eq 33 ] || echo "# ran $n checks, planned 33"
 exit 0

@@ -29,7 +29,8 @@ tap.error_like(function() tg.debug("gemm_blocked", 1) end, "boolean expected",
   "the setting must be a boolean")
 tap.error_like(function() tg.debug() end, "bad argument #1", "the name is required")
 
--- TG_DEBUG=name,name for a whole run: read once when the library loads; an unknown name is reported
+-- TG_DEBUG=name,name for a whole run: read once when the library loads; an unknown name is an error at startup
+-- (the program exits 2 naming it and the known switches; loading the library fails), not a run on the wrong path
 local top_build = os.getenv("TG_TOP_BUILDDIR") or "."
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 local script, errfile = os.tmpname(), os.tmpname()
@@ -37,17 +38,38 @@ local f = assert(io.open(script, "w"))
 f:write('local tg = require "tegraph"\n',
   'print(tg.debug("unfused_dgelu"), tg.debug("alloc_direct"), tg.debug("gemm_blocked"))\n')
 f:close()
-local p = assert(io.popen("TG_DEBUG=unfused_dgelu,bogus,alloc_direct " .. q(top_build .. "/tegraph")
-  .. " --device cpu run " .. q(script) .. " 2>" .. q(errfile), "r"))
-local out = p:read("a")
-local okc = p:close()
-local ef = io.open(errfile, "r")
-local err = ef and ef:read("a") or ""
-if ef then ef:close() end
+-- runs the program with env and args; its stdout, stderr and exit status
+local function run(env, args)
+  local p = assert(io.popen(env .. " " .. q(top_build .. "/tegraph") .. " --device cpu " .. args .. " 2>" .. q(errfile),
+    "r"))
+  local out = p:read("a")
+  local _, _, code = p:close()
+  local ef = io.open(errfile, "r")
+  local err = ef and ef:read("a") or ""
+  if ef then ef:close() end
+  return out, err, code
+end
+local out, err, code = run("TG_DEBUG=unfused_dgelu,alloc_direct", "run " .. q(script))
+tap.is(code, 0, "a run with TG_DEBUG set succeeds")
+tap.is(out, "true\ttrue\tfalse\n", "TG_DEBUG turns on the switches it names, and only those")
+out, err, code = run("TG_DEBUG=unfused_dgelu,bogus,alloc_direct", "run " .. q(script))
+tap.is(code, 2, "an unknown name in TG_DEBUG is a usage error: the program exits 2")
+tap.is(out, "", "... before running the script")
+tap.like(err, "TG_DEBUG: unknown flag 'bogus' %(known: skip_hooks_after_replay, .*comm_check", "... naming it and the known ones")
+out, err, code = run("TG_DEBUG=bogus_switch", "-e " .. q('print("ran")'))
+tap.is(code, 2, "a chunk that reads no switch is refused too (the name is checked at startup, not at first use)")
+tap.like(err, "unknown flag 'bogus_switch'", "... naming it")
+out, err, code = run("TG_DEBUG=comm_chek", "-e " .. q('print("ran")'))
+tap.ok(code == 2 and err:match("unknown flag 'comm_chek'"), "a misspelt real switch (comm_chek) is refused as well")
+-- a host embedding the library (examples/embed/host): tg_runtime_new fails, the message in tg_last_error
+do
+  local p = assert(io.popen("TG_DEBUG=comm_chek " .. q(top_build .. "/examples/embed/host") .. " 2>&1", "r"))
+  local hout = p:read("a")
+  local _, _, hcode = p:close()
+  tap.ok(hcode ~= 0 and hout:match("cannot create a runtime: .*TG_DEBUG: unknown flag 'comm_chek' %(known: "),
+    "an embedding host cannot create a runtime under an unknown TG_DEBUG name, and is told why")
+end
 os.remove(script)
 os.remove(errfile)
-tap.ok(okc, "a run with TG_DEBUG set succeeds")
-tap.is(out, "true\ttrue\tfalse\n", "TG_DEBUG turns on the switches it names, and only those")
-tap.like(err, "TG_DEBUG: unknown flag 'bogus'", "an unknown name in TG_DEBUG is reported")
 
 tap.done_testing()

@@ -114,7 +114,9 @@ do
   local m = net()
   local a = m:children()[1]
   local runs = 0
-  local _, id = a:register_forward_pre_hook(function() runs = runs + 1; error("gather failed") end)
+  local self, id = a:register_forward_pre_hook(function() runs = runs + 1; error("gather failed") end)
+  t.ok(rawequal(self, a) and math.type(id) == "integer",
+    "register_forward_pre_hook returns the module and an integer id (the handle remove_forward_pre_hook takes)")
   t.error_like(function() m:forward(X) end, "forward pre%-hook 1 of Linear 'a' %(microbatch 1%).*gather failed",
     "a failing pre-hook's error names the hook, the module and the microbatch")
   a:remove_forward_pre_hook(id)

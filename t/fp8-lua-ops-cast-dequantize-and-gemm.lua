@@ -18,11 +18,24 @@ tap.is(ops.fp8_from_f32("e4m3", 1.0625), 0x38, "1.0625 ties to the even code 0x3
 tap.is(ops.fp8_from_f32("e5m2", math.huge), 0x7b, "+Inf saturates to e5m2's max code")
 tap.is(ops.fp8_to_f32("e4m3", 0x01), 2 ^ -9, "code 1 is e4m3's smallest subnormal 2^-9")
 
-local q = tg.tensor({ 0.3, 500, -1e-9, 3 }, { dtype = "float8_e4m3fn", device = "cpu" })
+local q = tg.tensor({ 0.3, 448, -1e-9, 3 }, { dtype = "float8_e4m3fn", device = "cpu" })
 tap.is(q.dtype, "e4m3", "a tensor made with dtype float8_e4m3fn is e4m3")
 local v = q:totable()
 tap.ok(v[1] == ops.fp8_to_f32("e4m3", ops.fp8_from_f32("e4m3", 0.3)) and v[2] == 448 and v[3] == 0 and v[4] == 3,
-  "its values read back on the grid: 0.3 rounded, 500 saturated to 448, -1e-9 to -0, 3 exact")
+  "its values read back on the grid: 0.3 rounded, 448 (the max) kept, -1e-9 to -0, 3 exact")
+-- values from the host past the format's range are refused (no scale brings them in; fp8_cast scales), not saturated
+tap.error_like(function() return tg.tensor({ 0.3, 500 }, { dtype = "e4m3", device = "cpu" }) end,
+  "write: value 500 at index 1 is outside e4m3's range %(%-448 to 448", "a constructor value past e4m3's max is refused, naming it")
+tap.error_like(function() return tg.full({ 2 }, 1000, { dtype = "e4m3", device = "cpu" }) end,
+  "fill: value 1000 is outside e4m3's range", "tg.full / fill past the max is refused (it used to store 448)")
+tap.error_like(function() return tg.zeros({ 2 }, { dtype = "e5m2", device = "cpu" }):fill_(0 / 0) end,
+  "fill: value .*nan is outside e5m2's range", "a NaN fill is refused too")
+tap.is(tg.zeros({ 2 }, { dtype = "e5m2", device = "cpu" }):fill_(-57344):totable()[1], -57344, "a fill at the max is kept")
+do -- copy between FP8 and f32 is deliberate and unscaled: values as codes, saturating like the cast
+  local d = tg.zeros({ 2 }, { dtype = "e4m3", device = "cpu" })
+  d:copy_(f32 { 3, 1000 })
+  tap.is_deeply(d:totable(), { 3, 448 }, "copy_ from f32 into e4m3 is unscaled and saturates past the max")
+end
 
 ------------------------------------------------------------------------ casts
 local x = f32 { { 1, -3, 0.3 }, { 1000, 2, 4 } }

@@ -5,3 +5,8 @@ FP8_TRAINING_TESTS = t/fp8-scale-update-matches-hand-computed.lua t/fp8-producer
 	t/fp8-autocast-and-module-option.lua
 TESTS += $(FP8_TRAINING_TESTS) t/dist-fp8-amax-reduce-makes-the-scales-agree.sh t/checkpoint-fp8-resume-is-exact.sh
 EXTRA_DIST += $(FP8_TRAINING_TESTS) t/dist-fp8-amax-reduce-makes-the-scales-agree.sh t/checkpoint-fp8-resume-is-exact.sh t/dist/fp8-amax-reduce.lua
+
+check_PROGRAMS += t/fp8-set-fp8-refusals-have-the-documented-status.t
+TESTS += t/fp8-set-fp8-refusals-have-the-documented-status.t
+t_fp8_set_fp8_refusals_have_the_documented_status_t_SOURCES = t/fp8-set-fp8-refusals-have-the-documented-status.c
+t_fp8_set_fp8_refusals_have_the_documented_status_t_LDADD = $(TG_TEST_LIBS) $(LUA_LIBS)

@@ -270,4 +270,16 @@ do
     "and gives eager's input gradient and wgrads")
 end
 
+-- share = true with chain = true: the sharing across overlapping microbatches cannot be done for chained chunks;
+-- refused at the call instead of silently not shared
+do
+  local c1, c2 = chunk(false, "sc1"), chunk(false, "sc2")
+  t.error_like(function()
+    tg.graph.make_graphed({ c1, c2 }, { sample = { x, x }, microbatches = 2, chain = true, share = true })
+  end, "make_graphed: share = true cannot be used with chain = true", "chain = true with share = true is refused")
+  local g = tg.graph.make_graphed({ c1, c2 }, { sample = { x, x }, microbatches = 2, chain = true, share = false })
+  t.ok(g ~= nil, "chain = true with share = false is taken")
+  g:free()
+end
+
 t.done_testing()

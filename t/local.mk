@@ -14,3 +14,4 @@ include $(srcdir)/t/trace.mk
 include $(srcdir)/t/errors.mk
 include $(srcdir)/t/fp8-ops.mk
 include $(srcdir)/t/fp8.mk
+include $(srcdir)/t/docs.mk

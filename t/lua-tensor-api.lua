@@ -145,4 +145,19 @@ end
 tap.ok(_G.escaped:is_closed(), "<close> closes the tensor at the end of the scope")
 tap.like(tostring(_G.escaped), "closed", "tostring of a closed tensor says so")
 
+do -- tg.ops.cross_entropy_fused as the README states it: one result (the losses); dlogits written into the tensor given
+  local lg = tg.randn({ 4, 10 }, { device = "cpu" })
+  local tgt = tg.tensor({ 1, 2, 3, 9 }, { dtype = "i32", device = "cpu" })
+  local loss, losses = tg.ops.cross_entropy_forward(lg, tgt)
+  tap.is(select("#", tg.ops.cross_entropy_fused(lg, tgt, loss)), 1, "cross_entropy_fused returns only the losses")
+  tap.is(tg.ops.cross_entropy_fused(lg, tgt, loss):max_abs_diff(losses), 0, "... the rows' losses")
+  local ref = tg.ops.cross_entropy_backward(lg, tgt, loss, 0.5)
+  local dl = tg.zeros({ 4, 10 }, { device = "cpu" })
+  tg.ops.cross_entropy_fused(lg, tgt, loss, 0.5, -1, dl)
+  tap.ok(dl:max_abs_diff(ref) < 1e-6, "the dlogits argument is written with dloss / loss[2] (softmax - onehot)")
+  local inplace = tg.zeros({ 4, 10 }, { device = "cpu" }):copy_(lg)
+  tg.ops.cross_entropy_fused(inplace, tgt, loss, 0.5, -1, inplace)
+  tap.ok(inplace:max_abs_diff(ref) < 1e-6, "... in place when dlogits is the logits")
+end
+
 tap.done_testing()

@@ -1,9 +1,13 @@
 /* tg_runtime_call: a Lua module function gets the host's strings as its parameters, its integer result comes
- * back (one outside the int range is refused), and a missing module or function or a raised error is TG_ELUA with the message. */
+ * back (one outside the int range is refused), and a missing module or function or a raised error is TG_ELUA with the
+ * message. Every failing runtime call, argument errors included, leaves its own message in tg_runtime_error (not an
+ * older script's); without the Lua library tg_runtime_new is NULL with the reason in tg_last_error. */
 #include "tegraph.h"
 #include "tap.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int main(void)
 {
@@ -49,6 +53,19 @@ int main(void)
     like(tg_runtime_error(rt), "setup:4: probe failed on purpose", "its message has the function's FILE:LINE");
     like(tg_runtime_error(rt), "stack traceback:", "and a traceback");
     ok(tg_runtime_call(rt, "probe", "count", 1, NULL, &result) == TG_EINVAL, "argc without argv is refused");
+    like(tg_runtime_error(rt), "call needs a module, a function name and argc arguments",
+         "... and the runtime's error is that refusal, not the error raised before it");
+    ok(tg_runtime_dostring(rt, "error('an older script failed')", "=older") == TG_ELUA, "a script fails");
+    ok(tg_runtime_dofile(rt, "train.lua", 2, NULL) == TG_EINVAL, "dofile with argc 2 and argv NULL is TG_EINVAL");
+    like(tg_runtime_error(rt), "runtime: dofile with argc 2 and a NULL argv",
+         "... and the runtime's error says so, not the older script's message");
+    ok(tg_runtime_dofile(rt, NULL, 0, NULL) == TG_EINVAL, "dofile without a path is TG_EINVAL");
+    like(tg_runtime_error(rt), "runtime: dofile needs a path", "... in the runtime's error too");
+    ok(tg_runtime_dostring(rt, NULL, "=none") == TG_EINVAL, "dostring without code is TG_EINVAL");
+    like(tg_runtime_error(rt), "runtime: dostring needs code", "... in the runtime's error too");
+    ok(tg_runtime_register(rt, "", NULL) == TG_EINVAL,
+       "register without a name or function is TG_EINVAL");
+    like(tg_runtime_error(rt), "runtime: register needs a name and a function", "... in the runtime's error too");
     ok(tg_runtime_dostring(rt, "assert(select('#', ...) == 0)", "=stack") == TG_OK, "the runtime still runs chunks");
 
     /* the library never ends the host's process: a script's os.exit, or a command-line parser's exit on a bad
@@ -60,5 +77,18 @@ int main(void)
        "a script's bad command-line option is TG_ELUA, not an exit");
     ok(tg_runtime_dostring(rt, "return 1", "=after") == TG_OK, "... and the host goes on");
     tg_runtime_free(rt);
+
+    /* no Lua library to load (an empty TEGRAPH_LUA_PATH entry and nothing installed): NULL, and tg_last_error
+     * says why; an installed library would be found, so that case is only checked where there is none */
+    if (access(TG_LUADIR "/tegraph/init.lua", F_OK) == 0) {
+        ok(1, "# skip a tegraph Lua library is installed in " TG_LUADIR);
+    } else {
+        setenv("TEGRAPH_LUA_PATH", "/nonexistent/tegraph-lua", 1);
+        setenv("LUA_PATH", "/nonexistent/?.lua", 1);
+        tg_runtime *none = tg_runtime_new();
+        ok(none == NULL, "without the Lua library tg_runtime_new returns NULL");
+        like(tg_last_error(), "runtime: cannot load the tegraph Lua library", "... with the reason in tg_last_error");
+        tg_runtime_free(none);
+    }
     return done_testing();
 }

@@ -145,4 +145,14 @@ do -- the file shrinks after it was opened: its header and 16 bytes of data are 
   h:close()
   tap.is(f:read("big"):max_abs_diff(tg.load(p).big), 0, "once the file is whole again, the read gives its bytes")
 end
+
+do -- a name the file does not hold: info answers nil (the documented way to ask), read and read_into raise naming it
+  local p = path("names.safetensors")
+  tg.save(p, { here = tg.ones { 2 } })
+  local f = tg.safetensors.open(p)
+  tap.is(f:info("missing"), nil, "info of a name the file does not hold is nil, as the README says")
+  tap.is_deeply(f:info("here").shape, { 2 }, "info of a name it holds gives its shape")
+  tap.error_like(function() return f:read("missing") end, "missing", "read of that name raises, naming it")
+  tap.error_like(function() return f:read_into("missing", tg.zeros { 2 }) end, "missing", "... read_into too")
+end
 tap.done_testing()

@@ -96,6 +96,17 @@ tap.is(tg.sampler { temperature = 0 }:sample(tg.tensor({ { 1, 3, 9, 2 } }), 2)[1
 tap.error_like(function() tg.sampler { top_p = 0 } end, "top_p", "top_p 0 is refused")
 tap.error_like(function() tg.sampler { temperature = -1 } end, "temperature", "a negative temperature is refused")
 tap.error_like(function() tg.sampler { topk = 3 } end, "unknown option 'topk'", "an unknown option is named")
+-- logits that are not logits, or a row with nothing to choose by: refused, not a made-up token
+local s1 = tg.sampler { temperature = 1, seed = 1 }
+tap.error_like(function() return s1:sample(tg.tensor({ { 1, 2, 3 }, { -math.huge, -math.huge, -math.huge } })) end,
+  "sample: row 1 of 2: no finite logit among the 3", "a row of all -inf logits is refused, naming the row")
+tap.error_like(function() return tg.sampler { temperature = 0 }:sample(tg.full({ 4 }, -math.huge)) end,
+  "sample: row 0 of 1: no finite logit", "... greedy too")
+tap.error_like(function() return s1:sample(tg.zeros({ 2, 3 }, { dtype = "i32" })) end,
+  "sample: the logits must be f32 or bf16, not i32", "integer logits are refused")
+tap.error_like(function() return s1:sample(tg.zeros({ 2, 3 }, { dtype = "e4m3" })) end,
+  "sample: the logits must be f32 or bf16, not e4m3", "FP8 codes are refused as logits")
+tap.is(#s1:sample(tg.tensor({ { 0, -math.huge, 1 } }, { dtype = "bf16" })), 1, "bf16 logits with some -inf still sample")
 tap.error_like(function() model:generate({ { 1 }, { 1, 2 } }, 3) end, "prompt 2 has 2 tokens",
   "prompts of different lengths are refused")
 tap.done_testing()

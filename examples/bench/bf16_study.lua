@@ -1,5 +1,5 @@
 -- bf16_study.lua — the bf16 quality study: trains nn.GPT on a byte-level text file with GPT-2's recipe
--- (issue 13's: 6 layers, width 384, context 256, 16 x 2 sequences, 400 steps, lr 1e-3 -> 1e-4 cosine, warmup 20,
+-- (the study's: 6 layers, width 384, context 256, 16 x 2 sequences, 400 steps, lr 1e-3 -> 1e-4 cosine, warmup 20,
 -- AdamW beta2 0.95, weight decay 0.1 on matrices, clip 1) and writes what a twin in another framework needs to
 -- train on identical inputs: the initial weights (f32 safetensors, tegraph's parameter names) and the window
 -- offsets of every microbatch, plus the loss curve as CSV.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bf16_study.sh — issue 13's bf16 quality study in one command: tegraph bf16 (before: bf16 weight gradients;
+# bf16_study.sh — the bf16 quality study in one command: tegraph bf16 (before: bf16 weight gradients;
 # after: f32 main_grad), tegraph f32 and the PyTorch twin (bf16 autocast and f32) on the same initial weights and
 # the same windows of a byte-level text file, with GPT-2's recipe (examples/bench/bf16_study.lua). Prints the
 # last-50-step mean loss of each run, the gaps to the twin and tokens/s; the loss curves go to OUT/*.csv.

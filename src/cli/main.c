@@ -47,6 +47,7 @@ static void run_usage(FILE *f)
           "  -n N                run it as N local ranks: on GPUs one each, forked here and joined by NCCL;\n"
           "                      on CPUs through mpirun (TG_MPIRUN names it). TG_LAUNCHER=fork|mpirun\n"
           "                      forces a way; stderr lines get \"[rank R] \" (TG_RANK_PREFIX=0: not)\n"
+          "  --device DEV        first: cpu, cuda or cuda:N, the default device (as tegraph --device DEV run)\n"
           "  -h, --help          this message\n"
           "\n"
           "exit status: 0 success, 1 script error (or the first failing rank's status), 2 usage error\n",
@@ -131,6 +132,47 @@ static int run(const char *path, const char *code, int argc, char **argv)
     return st == TG_OK ? EXIT_OK : EXIT_SCRIPT;
 }
 
+/* `--device DEV` or `--device=DEV` at argv[i]: checks DEV and sets TG_DEVICE. Returns how many arguments it
+ * took (1 or 2), or -1 after printing a usage error. */
+static int device_option(int argc, char **argv, int i)
+{
+    const char *d = NULL;
+    int k = 1;
+    if (argv[i][8] == '=') {
+        d = argv[i] + 9;
+    } else if (argv[i][8] == '\0') {
+        if (i + 1 >= argc) {
+            usage_error("%s needs a value (cpu, cuda or cuda:N)", argv[i]);
+            return -1;
+        }
+        d = argv[i + 1];
+        k = 2;
+    } else {
+        usage_error("unknown option '%s'", argv[i]);
+        return -1;
+    }
+    tg_device dev;
+    if (tg_device_parse(d, &dev) != TG_OK) {
+        usage_error("bad --device: %s", tg_last_error());
+        return -1;
+    }
+    setenv("TG_DEVICE", d, 1);
+    return k;
+}
+
+/* `tegraph run --device DEV ...` as `tegraph --device DEV run ...`: takes the --device options right after
+ * "run" (argv[0]) off the front of *argv. Returns -1 after a usage error. */
+static int run_device_options(int *argc, char ***argv)
+{
+    while (*argc > 1 && strncmp((*argv)[1], "--device", 8) == 0) {
+        int k = device_option(*argc, *argv, 1);
+        if (k < 0) return -1;
+        *argc -= k;
+        *argv += k;
+    }
+    return 0;
+}
+
 /* `tegraph -e CODE`, `tegraph run -e CODE`: one argument, the chunk. */
 static int run_code(int argc, char **argv)
 {
@@ -142,6 +184,7 @@ static int run_code(int argc, char **argv)
 /* `tegraph run ...`, argv[0] = "run". */
 static int cmd_run(int argc, char **argv)
 {
+    if (run_device_options(&argc, &argv) < 0) return EXIT_USAGE;
     if (argc < 2) return usage_error("%s", "run needs a script: tegraph run FILE.lua [ARGS...] (or -e CODE)");
     const char *a = argv[1];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -202,24 +245,14 @@ int main(int argc, char **argv)
     prefer_passive_openmp(argv);
     int i = 1;
     while (i < argc && strncmp(argv[i], "--device", 8) == 0) {
-        const char *d = NULL;
-        if (argv[i][8] == '=') {
-            d = argv[i] + 9;
-            i += 1;
-        } else if (argv[i][8] == '\0') {
-            if (i + 1 >= argc) return usage_error("%s needs a value (cpu, cuda or cuda:N)", argv[i]);
-            d = argv[i + 1];
-            i += 2;
-        } else {
-            return usage_error("unknown option '%s'", argv[i]);
-        }
-        tg_device dev;
-        if (tg_device_parse(d, &dev) != TG_OK) return usage_error("bad --device: %s", tg_last_error());
-        setenv("TG_DEVICE", d, 1);
+        int k = device_option(argc, argv, i);
+        if (k < 0) return EXIT_USAGE;
+        i += k;
     }
     const char *denv = getenv("TG_DEVICE");
     tg_device denv_dev;
     if (denv && *denv && tg_device_parse(denv, &denv_dev) != TG_OK) return usage_error("bad TG_DEVICE: %s", tg_last_error());
+    if (tg_env_check() != TG_OK) return usage_error("%s", tg_last_error());
     if (i >= argc) return usage_error("%s", "no command given");
     const char *cmd = argv[i];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {

@@ -1,5 +1,6 @@
 /* debug.c — test-only switches: one table of flags, the environment's TG_DEBUG read once, at the first use of any. */
 #include "core/debug.h"
+#include "tegraph.h" /* tg_error */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -54,8 +55,15 @@ int tg_debug_lookup(const char *name)
     return -1;
 }
 
+/* The first unknown name in TG_DEBUG ("" if none), and whether a caller of tg_env_check reports it (then
+ * from_env does not print it too). */
+static char unknown[64];
+static int checked;
+
 /* TG_DEBUG=name[,name...] turns flags on for the whole run (e.g. alloc_direct under compute-sanitizer).
- * An unknown name is reported, not fatal: the run goes on without it. */
+ * An unknown name is an error where the library can return one (tg_env_check: the tegraph program exits 2,
+ * loading the Lua library fails), since a misspelt switch would otherwise run the wrong path unnoticed; a
+ * program that only reads flags gets it on stderr. */
 static void from_env(void)
 {
     const char *env = getenv("TG_DEBUG");
@@ -68,13 +76,28 @@ static void from_env(void)
             int f = tg_debug_lookup(name);
             if (f >= 0) {
                 flags[f] = 1;
-            } else {
-                fprintf(stderr, "tegraph: TG_DEBUG: unknown flag '%s' (known:", name);
-                for (int i = 0; i < TG_DEBUG_COUNT; i++) fprintf(stderr, " %s", names[i]);
-                fprintf(stderr, ")\n");
+            } else if (!unknown[0]) {
+                snprintf(unknown, sizeof unknown, "%s", name);
             }
         }
         p += n;
         if (*p) p++;
     }
+    if (unknown[0] && !checked) {
+        fprintf(stderr, "tegraph: TG_DEBUG: unknown flag '%s' (known:", unknown);
+        for (int i = 0; i < TG_DEBUG_COUNT; i++) fprintf(stderr, " %s", names[i]);
+        fprintf(stderr, ")\n");
+    }
+}
+
+tg_status tg_env_check(void)
+{
+    checked = 1;
+    pthread_once(&env_once, from_env);
+    if (!unknown[0]) return TG_OK;
+    char known[512] = "";
+    size_t len = 0;
+    for (int i = 0; i < TG_DEBUG_COUNT && len < sizeof known; i++)
+        len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", names[i]);
+    return tg_error(TG_EINVAL, "TG_DEBUG: unknown flag '%s' (known: %s)", unknown, known);
 }

@@ -252,12 +252,20 @@ tg_status tg_tensor_read_f64(const tg_tensor *t, double *dst, size_t n)
 tg_status tg_value_fits(tg_dtype dt, double v, const char *what, long long index)
 {
     double lo, hi;
+    char at[48] = "";
+    if (index >= 0) snprintf(at, sizeof at, " at index %lld", index);
+    if (tg_dtype_is_fp8(dt)) {
+        /* A value from the host past the format's largest finite value would be stored saturated (448 for
+         * 1000): refused instead, since no scale is applied here to bring it in range (tg_fp8_cast scales). */
+        double m = tg_fp8_max(dt);
+        if (v == v && v >= -m && v <= m) return TG_OK;
+        return tg_error(TG_EINVAL, "%s: value %.17g%s is outside %s's range (-%g to %g; tg_fp8_cast scales into it)",
+                        what, v, at, tg_dtype_name(dt), m, m);
+    }
     if (dt == TG_I32) lo = -2147483648.0, hi = 2147483647.0;
     else if (dt == TG_U16) lo = 0.0, hi = 65535.0;
     else return TG_OK; /* float dtypes round */
     if (v == v && v >= lo && v <= hi && v == (double)(int64_t)v) return TG_OK;
-    char at[48] = "";
-    if (index >= 0) snprintf(at, sizeof at, " at index %lld", index);
     return tg_error(TG_EINVAL, "%s: value %.17g%s does not fit %s (integers %.0f to %.0f)", what, v, at, tg_dtype_name(dt), lo,
                     hi);
 }
@@ -268,7 +276,7 @@ tg_status tg_tensor_write_f64(tg_tensor *t, const double *src, size_t n)
     if (!src && n > 0) return tg_error(TG_EINVAL, "write: the host buffer is NULL (%zu values)", n);
     if (t->dtype == TG_F16) return tg_error(TG_ENOTSUP, "f16 tensors are not supported yet");
     if (n != (size_t)tg_tensor_numel(t)) return tg_error(TG_EINVAL, "write: %zu values given for a tensor of %lld", n, (long long)tg_tensor_numel(t));
-    for (size_t i = 0; i < n && (t->dtype == TG_I32 || t->dtype == TG_U16); i++)
+    for (size_t i = 0; i < n && (t->dtype == TG_I32 || t->dtype == TG_U16 || tg_dtype_is_fp8(t->dtype)); i++)
         TG_TRY(tg_value_fits(t->dtype, src[i], "write", (long long)i));
     size_t bytes = tg_tensor_bytes(t);
     void *tmp = malloc(bytes ? bytes : 1);

@@ -1164,9 +1164,15 @@ tg_status tg_comm_barrier(tg_comm *c)
     if (finalized) return tg_error(TG_ESTATE, "barrier: the communicators were finalised");
     if (c->size > 1 && c->group_depth > 0)
         return tg_error(TG_ESTATE, "barrier inside a group of ops (they only launch at the group's end)");
-    tg_device cpu = {TG_CPU, 0};
-    if (c->size > 1 && (tg_device_capturing(cpu) || (c->nccl && tg_device_capturing(c->cuda_dev)))) {
-        tg_device d = tg_device_capturing(cpu) ? cpu : c->cuda_dev;
+    /* Refused on one rank too, where nothing would be issued: the same script must not be accepted on one rank
+     * and refused on several. One rank has no device of its own, so the default device counts as well. */
+    tg_device cpu = {TG_CPU, 0}, d = cpu;
+    int capturing = 1;
+    if (tg_device_capturing(cpu)) d = cpu;
+    else if (tg_device_capturing(c->cuda_dev)) d = c->cuda_dev;
+    else if (c->size == 1 && tg_device_capturing(tg_default_device())) d = tg_default_device();
+    else capturing = 0;
+    if (capturing) {
         char dev[32];
         return tg_error(TG_ECAPTURE,
                         "barrier: not allowed while %s captures (stream '%s'): a barrier is host work that would run at "

@@ -404,6 +404,7 @@ static const luaL_Reg core_funcs[] = {
 int tg_lua_open_core(lua_State *L)
 {
     luaL_checkversion(L);
+    tgl_check(L, tg_env_check()); /* a misspelt TG_DEBUG switch fails the load, not the run's results */
     luaL_newlib(L, core_funcs); /* +1: the core table */
     tgl_open_tensor(L);
     tgl_open_stream(L);

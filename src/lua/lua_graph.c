@@ -406,6 +406,11 @@ static int l_make_graphed(lua_State *L)
         luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.chain a boolean");
         o.chain = lua_toboolean(L, -1);
     }
+    /* share = true asks for graphs shared across overlapping microbatches, which chained chunks cannot give
+     * (their static buffers are handed from chunk to chunk): refused rather than silently not shared */
+    if (o.chain && o.share_overlap)
+        return luaL_error(L, "make_graphed: share = true cannot be used with chain = true (chained chunks keep a set "
+                             "of graphs per microbatch where microbatches overlap); drop one of them");
     lua_getfield(L, 2, "in_place");
     if (!lua_isnil(L, -1)) {
         luaL_argexpected(L, lua_isboolean(L, -1), 2, "opts.in_place a boolean");

@@ -255,6 +255,10 @@ static int s_sample(lua_State *L)
 {
     struct tgl_sampler *u = luaL_checkudata(L, 1, TGL_SAMPLER);
     tg_tensor *x = tgl_tensor_check(L, 2);
+    tg_dtype dt = tg_tensor_dtype(x);
+    /* integer or FP8 codes are not logits (an FP8 tensor read without its scale is not even the values) */
+    if (dt != TG_F32 && dt != TG_BF16)
+        return luaL_error(L, "sample: the logits must be f32 or bf16, not %s", tg_dtype_name(dt));
     int nd = tg_tensor_ndim(x);
     int64_t v = tg_tensor_dim(x, nd - 1), rows = v ? tg_tensor_numel(x) / v : 0;
     lua_Integer n = luaL_optinteger(L, 3, (lua_Integer)v);
@@ -267,7 +271,11 @@ static int s_sample(lua_State *L)
     lua_createtable(L, (int)rows, 0);
     for (int64_t r = 0; r < rows; r++) {
         int64_t tok;
-        tgl_check(L, tg_sample_logits(f + r * v, (int64_t)n, &u->o, &u->state, &tok));
+        if (tg_sample_logits(f + r * v, (int64_t)n, &u->o, &u->state, &tok) != TG_OK) {
+            const char *msg = tg_last_error();
+            if (strncmp(msg, "sample: ", 8) == 0) msg += 8;
+            return luaL_error(L, "sample: row %d of %d: %s", (int)r, (int)rows, msg);
+        }
         lua_pushinteger(L, (lua_Integer)tok);
         lua_rawseti(L, -2, (lua_Integer)r + 1);
     }

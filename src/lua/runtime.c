@@ -98,6 +98,14 @@ static void rt_set_error(tg_runtime *rt, const char *msg)
     rt->err = strdup(msg ? msg : "(no error message)");
 }
 
+/* Every failing call of a runtime keeps its message as the runtime's error, so that a host printing
+ * tg_runtime_error() after any failure prints this failure, not an older script's. */
+static tg_status rt_fail(tg_runtime *rt, tg_status st)
+{
+    rt_set_error(rt, tg_last_error());
+    return st;
+}
+
 /* Calls the function below narg arguments with the message handler, leaving
  * nres results; on error keeps the message and returns TG_ELUA. */
 static tg_status rt_docall(tg_runtime *rt, int narg, int nres)
@@ -165,9 +173,10 @@ tg_status tg_runtime_dofile(tg_runtime *rt, const char *path, int argc, char **a
 {
     if (rt == NULL) return tg_error(TG_EINVAL, "runtime: dofile on a NULL runtime");
     lua_State *L = rt->L;
-    if (path == NULL) return tg_error(TG_EINVAL, "runtime: dofile needs a path");
+    if (path == NULL) return rt_fail(rt, tg_error(TG_EINVAL, "runtime: dofile needs a path"));
     if (argc < 0 || (argc > 0 && argv == NULL))
-        return tg_error(TG_EINVAL, "runtime: dofile with argc %d and %s argv", argc, argv ? "an" : "a NULL");
+        return rt_fail(rt, tg_error(TG_EINVAL, "runtime: dofile with argc %d and %s argv", argc,
+                                    argv ? "an" : "a NULL"));
     lua_pushcfunction(L, rt_setarg);
     lua_pushlightuserdata(L, (void *)path);
     lua_pushinteger(L, argc);
@@ -181,7 +190,7 @@ tg_status tg_runtime_dofile(tg_runtime *rt, const char *path, int argc, char **a
     /* the script also gets its arguments as `...`, like lua.c */
     if (!lua_checkstack(L, argc + 1)) {
         lua_pop(L, 1);
-        return tg_error(TG_ENOMEM, "runtime: too many script arguments (%d)", argc);
+        return rt_fail(rt, tg_error(TG_ENOMEM, "runtime: too many script arguments (%d)", argc));
     }
     for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
     return rt_docall(rt, argc, 0);
@@ -191,7 +200,7 @@ tg_status tg_runtime_dostring(tg_runtime *rt, const char *code, const char *chun
 {
     if (rt == NULL) return tg_error(TG_EINVAL, "runtime: dostring on a NULL runtime");
     lua_State *L = rt->L;
-    if (code == NULL) return tg_error(TG_EINVAL, "runtime: dostring needs code");
+    if (code == NULL) return rt_fail(rt, tg_error(TG_EINVAL, "runtime: dostring needs code"));
     if (luaL_loadbuffer(L, code, strlen(code), chunkname ? chunkname : "=(string)") != LUA_OK) {
         rt_set_error(rt, lua_tostring(L, -1));
         lua_pop(L, 1);
@@ -217,8 +226,9 @@ tg_status tg_runtime_call(tg_runtime *rt, const char *module, const char *func, 
     if (rt == NULL) return tg_error(TG_EINVAL, "runtime: call on a NULL runtime");
     lua_State *L = rt->L;
     if (module == NULL || func == NULL || argc < 0 || (argc > 0 && argv == NULL))
-        return tg_error(TG_EINVAL, "runtime: call needs a module, a function name and argc arguments");
-    if (!lua_checkstack(L, argc + 4)) return tg_error(TG_ENOMEM, "runtime: too many arguments (%d)", argc);
+        return rt_fail(rt, tg_error(TG_EINVAL, "runtime: call needs a module, a function name and argc arguments"));
+    if (!lua_checkstack(L, argc + 4))
+        return rt_fail(rt, tg_error(TG_ENOMEM, "runtime: too many arguments (%d)", argc));
     int top = lua_gettop(L);
     lua_pushcfunction(L, rt_getfunc);
     lua_pushlightuserdata(L, (void *)module);
@@ -260,8 +270,9 @@ static int rt_register(lua_State *L)
 
 tg_status tg_runtime_register(tg_runtime *rt, const char *name, tg_lua_cfunction fn)
 {
-    if (rt == NULL || name == NULL || !*name || fn == NULL)
-        return tg_error(TG_EINVAL, "runtime: register needs a runtime, a name and a function");
+    if (rt == NULL) return tg_error(TG_EINVAL, "runtime: register on a NULL runtime");
+    if (name == NULL || !*name || fn == NULL)
+        return rt_fail(rt, tg_error(TG_EINVAL, "runtime: register needs a name and a function"));
     lua_State *L = rt->L;
     lua_pushcfunction(L, rt_register);
     lua_pushlightuserdata(L, (void *)name);

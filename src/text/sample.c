@@ -55,8 +55,14 @@ tg_status tg_sample_logits(const float *logits, int64_t n, const tg_sample_opts 
     if (!(o->temperature >= 0) || !(o->top_p > 0 && o->top_p <= 1) || o->top_k < 0)
         return tg_error(TG_EINVAL, "sample: temperature %g must be >= 0, top_p %g in (0, 1], top_k %lld >= 0",
                         o->temperature, o->top_p, (long long)o->top_k);
-    for (int64_t i = 0; i < n; i++)
+    int finite = 0;
+    for (int64_t i = 0; i < n; i++) {
         if (logits[i] != logits[i]) return tg_error(TG_EINVAL, "sample: logit %lld is NaN", (long long)i);
+        finite |= isfinite(logits[i]);
+    }
+    /* all infinite: nothing to tell the candidates apart by (softmax of -inf everywhere is 0/0), so any id
+     * returned would be made up */
+    if (!finite) return tg_error(TG_EINVAL, "sample: no finite logit among the %lld (all infinite)", (long long)n);
     if (o->temperature == 0 || o->top_k == 1) { /* greedy: the first largest */
         int64_t best = 0;
         for (int64_t i = 1; i < n; i++)

@@ -327,10 +327,22 @@ tg_status tg_trace_end(const char *path, tg_trace_summary *sum)
     int n = 0, np = 0;
     tg_status st = tg_trace_events(&ev, &n);
     if (st == TG_OK && path) st = procs_of(ev, n, &procs, &np);
-    if (st == TG_OK && path) st = tg_trace_write_chrome(path, procs, np, ev, n);
+    int unwritten = 0;
+    if (st == TG_OK && path) {
+        st = tg_trace_write_chrome(path, procs, np, ev, n);
+        unwritten = st == TG_EIO;
+    }
     if (st == TG_OK && sum) st = tg_trace_summarize(ev, n, sum);
     free(procs);
     free(ev);
+    if (unwritten) {
+        /* A path that cannot be written must not cost the run its trace: the spans are kept and the trace goes
+         * on, so the caller can end it again with another path (or NULL to drop it). */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", tg_last_error());
+        tg_trace_on = 1;
+        return tg_error(st, "%s (the trace still runs, its spans kept: end it again with another path)", msg);
+    }
     reset();
     return st;
 }
