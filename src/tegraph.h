@@ -505,8 +505,9 @@ TG_API void tg_pool_release(tg_pool *p);
 /* Bytes handed out now / at most / reserved from the device. */
 TG_API void tg_pool_stats(const tg_pool *p, size_t *used, size_t *peak, size_t *reserved);
 /* While pushed, tg_tensor_new on the pool's device allocates from it (a
- * per-thread stack). tg_pool_pop pops p, which must be on top; otherwise it
- * pops nothing and tg_last_error says so. */
+ * per-thread stack, which holds a reference on p until it is popped: a
+ * tg_pool_release meanwhile does not free it). tg_pool_pop pops p, which must
+ * be on top; otherwise it pops nothing and tg_last_error says so. */
 TG_API tg_status tg_pool_push(tg_pool *p);
 TG_API void tg_pool_pop(tg_pool *p);
 

@@ -1,6 +1,7 @@
 -- lifetimes-across-the-lua-boundary.lua — objects closed or collected while the engine still uses them: closing a stream
--- inside its own capture or a pool while it is pushed is refused, naming it; a captured graph keeps alive the storages
--- and pools it reads and writes, so its replay after the script closed and collected them still computes the right values.
+-- inside its own capture or a pool while it is pushed is refused, naming it; collecting them there (or calling their
+-- __gc) leaves them alive until the capture or scope ends; a captured graph keeps alive the storages and pools it reads
+-- and writes, so its replay after the script closed and collected them still computes the right values.
 local tg = require "tegraph"
 local tap = require "tap"
 
@@ -31,6 +32,57 @@ tap.error_like(function() tg.stream.capture(function() local _ = tg.zeros { 4 };
 tap.error_like(function() p2:scope(function() local q <close> = p2 end) end, "pool is in use",
   "a <close> variable on a pushed pool is refused too")
 tap.lives_ok(function() p2:close() end, "... and the pool closes after its scope")
+
+-- a stream or pool whose only reference is the capture's options table, dropped and collected inside the capture:
+-- the capture holds them until it ends
+do
+  local y, one = tg.zeros { 64 }, tg.ones { 64 }
+  local opts = { stream = tg.stream.new("victim") }
+  local g
+  tap.lives_ok(function()
+    g = tg.stream.capture(function()
+      y:copy_(one)
+      opts.stream = nil
+      collectgarbage(); collectgarbage()
+      y:add_(one)
+    end, opts)
+  end, "a capture's stream dropped from its options and collected inside the capture: the capture still ends on it")
+  y:fill_(0)
+  g:replay()
+  tap.is(y:totable()[64], 2, "... and its graph replays what was captured")
+  local popts = { pool = tg.pool() }
+  local tmp
+  tap.lives_ok(function()
+    g = tg.stream.capture(function()
+      popts.pool = nil
+      collectgarbage(); collectgarbage()
+      tmp = tg.zeros { 1024 } -- from the pushed pool
+      tmp:narrow(1, 64):copy_(one)
+    end, popts)
+  end, "a capture's pool dropped from its options and collected inside the capture still gives its memory")
+  collectgarbage(); collectgarbage()
+  tmp:fill_(0)
+  g:replay()
+  tap.is(tmp:totable()[64], 1, "... and the graph keeps that pool for its replays")
+end
+
+-- __gc called directly (getmetatable) on a stream inside its own capture, or on a pool inside its scope: put off, not
+-- a free under the running capture or scope
+do
+  local s = tg.stream.new("side")
+  local y = tg.zeros { 4 }
+  tap.lives_ok(function()
+    tg.stream.capture(function() y:add_(y); getmetatable(s).__gc(s); collectgarbage() end, { stream = s })
+  end, "a stream's __gc inside its own capture does not end or break the capture")
+  tap.is(tostring(s), "tegraph.Stream (closed)", "... the stream is closed for the script (freed when the capture ended)")
+  local q = tg.pool()
+  local t
+  tap.lives_ok(function()
+    q:scope(function() getmetatable(q).__gc(q); collectgarbage(); t = tg.zeros { 256 }; t:fill_(5) end)
+  end, "a pool's __gc inside its own scope does not free it under the scope: later tensors still come from it")
+  tap.is(t:totable()[256], 5, "... and those tensors stay valid after the scope")
+  tap.error_like(function() q:stats() end, "pool used after close", "... the pool is closed for the script")
+end
 
 -- tensors closed and collected before g:replay(): the graph holds their storages
 local n = 1024
