@@ -237,7 +237,9 @@ typedef enum tg_gemm_epilogue { TG_EPI_NONE = 0, TG_EPI_BIAS, TG_EPI_BIAS_GELU, 
 TG_API tg_status tg_gemm_ex(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor *b, int trans_b, double alpha,
                             double beta, tg_gemm_epilogue epi, const tg_tensor *bias, tg_tensor *aux, tg_tensor *bgrad,
                             double bgrad_accumulate);
-/* Reductions to the host (blocking; fail with TG_ECAPTURE while capturing). */
+/* Reductions to the host (blocking; fail with TG_ECAPTURE while capturing). Host
+ * reads: like tg_tensor_read they fail naming a bad token id or target that
+ * work run before them met. */
 TG_API tg_status tg_sum(const tg_tensor *t, double *out);
 TG_API tg_status tg_max_abs(const tg_tensor *t, double *out);
 TG_API tg_status tg_max_abs_diff(const tg_tensor *a, const tg_tensor *b, double *out);
@@ -419,7 +421,9 @@ TG_API tg_status tg_stream_begin_capture(tg_stream *s);
  * error is reported. */
 TG_API tg_status tg_stream_end_capture(tg_stream *s, tg_graph **out);
 /* Runs the captured work on s (which must be on the graph's device and not
- * capturing). */
+ * capturing). On the CPU the work has run when it returns: a token id outside
+ * its embedding table or a target outside the vocabulary fails this call
+ * (TG_EINVAL, naming it); on a GPU it fails the device's next host read. */
 TG_API tg_status tg_graph_replay(tg_graph *g, tg_stream *s);
 /* Number of commands captured (CUDA: graph nodes). */
 TG_API size_t tg_graph_size(const tg_graph *g);

@@ -268,8 +268,9 @@ struct tg_attention_kv_args {
 /* Ids outside their table, found by the kernels that take them: one record
  * per device, in its memory. first[k] is the smallest (position << 32 | id as
  * u32) seen by check k (TG_INDEX_*), ~0 when none; limit[k] the table size.
- * The CPU op layer reads it right after the kernel; otherwise it is read
- * where the host next reads a tensor of the device (tg_tensor_read). */
+ * The CPU op layer reads it right after the kernel, and a CPU replay right
+ * after its work; otherwise it is read where the host next reads from the
+ * device (tg_tensor_read, tg_reduce_to_host). */
 enum { TG_INDEX_EMBEDDING, TG_INDEX_TARGET, TG_INDEX_CHECKS };
 struct tg_index_check {
     unsigned long long first[TG_INDEX_CHECKS];
