@@ -31,7 +31,7 @@ function data.open(path, o)
   if o.headerless ~= nil and type(o.headerless) ~= "boolean" then
     raise("data.open: headerless must be a boolean, got " .. type(o.headerless))
   end
-  local f, err = io.open(path, "rb")
+  local f, err = core.fs.open_read(path) -- a FIFO or device is refused, not waited on
   if not f then raise(string.format("%s: cannot open token file: %s", path, err)) end
   local bytes, rerr = f:read("a")
   f:close()
@@ -144,7 +144,7 @@ end
 -- whether it was cached.
 function data.tokenize(path, tok, o)
   o = o or {}
-  local f, err = io.open(path, "rb")
+  local f, err = core.fs.open_read(path)
   if not f then raise(string.format("%s: cannot open text file: %s", path, err)) end
   local text, rerr = f:read("a")
   f:close()
@@ -152,7 +152,7 @@ function data.tokenize(path, tok, o)
   if #text < 2 then raise(string.format("%s: %d bytes of text, too few to train on", path, #text)) end
   local id = (o.tokenizer_id or "") .. "|" .. tok.kind .. "|" .. tok.vocab_size
   local out = string.format("%s.%s.bin", path, ops.hash64(text, id))
-  local cf = io.open(out, "rb")
+  local cf = core.fs.open_read(out)
   if cf then
     local head = cf:read(12)
     cf:close()
