@@ -248,7 +248,9 @@ typedef enum tg_gemm_epilogue { TG_EPI_NONE = 0, TG_EPI_BIAS, TG_EPI_BIAS_GELU, 
 TG_API tg_status tg_gemm_ex(tg_tensor *c, const tg_tensor *a, int trans_a, const tg_tensor *b, int trans_b, double alpha,
                             double beta, tg_gemm_epilogue epi, const tg_tensor *bias, tg_tensor *aux, tg_tensor *bgrad,
                             double bgrad_accumulate);
-/* Reductions to the host (blocking; fail with TG_ECAPTURE while capturing). */
+/* Reductions to the host (blocking; fail with TG_ECAPTURE while capturing). Host
+ * reads: like tg_tensor_read they fail naming a bad token id or target that
+ * work run before them met. */
 TG_API tg_status tg_sum(const tg_tensor *t, double *out);
 TG_API tg_status tg_max_abs(const tg_tensor *t, double *out);
 TG_API tg_status tg_max_abs_diff(const tg_tensor *a, const tg_tensor *b, double *out);
@@ -431,7 +433,9 @@ TG_API tg_status tg_stream_begin_capture(tg_stream *s);
  * error is reported. */
 TG_API tg_status tg_stream_end_capture(tg_stream *s, tg_graph **out);
 /* Runs the captured work on s (which must be on the graph's device and not
- * capturing). */
+ * capturing). On the CPU the work has run when it returns: a token id outside
+ * its embedding table or a target outside the vocabulary fails this call
+ * (TG_EINVAL, naming it); on a GPU it fails the device's next host read. */
 TG_API tg_status tg_graph_replay(tg_graph *g, tg_stream *s);
 /* Number of commands captured (CUDA: graph nodes). */
 TG_API size_t tg_graph_size(const tg_graph *g);
@@ -518,8 +522,9 @@ TG_API void tg_pool_release(tg_pool *p);
 /* Bytes handed out now / at most / reserved from the device. */
 TG_API void tg_pool_stats(const tg_pool *p, size_t *used, size_t *peak, size_t *reserved);
 /* While pushed, tg_tensor_new on the pool's device allocates from it (a
- * per-thread stack). tg_pool_pop pops p, which must be on top; otherwise it
- * pops nothing and tg_last_error says so. */
+ * per-thread stack, which holds a reference on p until it is popped: a
+ * tg_pool_release meanwhile does not free it). tg_pool_pop pops p, which must
+ * be on top; otherwise it pops nothing and tg_last_error says so. */
 TG_API tg_status tg_pool_push(tg_pool *p);
 TG_API void tg_pool_pop(tg_pool *p);
 

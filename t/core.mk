@@ -8,7 +8,8 @@ check_PROGRAMS += \
 	t/capture-replay-matches-eager.t \
 	t/tensor-views-share-storage.t \
 	t/capi-null-arguments-are-refused.t \
-	t/elementwise-ops.t
+	t/elementwise-ops.t \
+	t/bad-ids-fail-the-replay-on-the-cpu-and-every-host-read.t
 TESTS += \
 	t/bf16-rounding-edge-cases.t \
 	t/gemm-matches-f64-reference.t \
@@ -16,7 +17,8 @@ TESTS += \
 	t/capture-replay-matches-eager.t \
 	t/tensor-views-share-storage.t \
 	t/capi-null-arguments-are-refused.t \
-	t/elementwise-ops.t
+	t/elementwise-ops.t \
+	t/bad-ids-fail-the-replay-on-the-cpu-and-every-host-read.t
 
 t_bf16_rounding_edge_cases_t_SOURCES = t/bf16-rounding-edge-cases.c
 t_bf16_rounding_edge_cases_t_LDADD = $(TG_TEST_LIBS)
@@ -42,3 +44,7 @@ t_capi_null_arguments_are_refused_t_LDADD = $(TG_TEST_LIBS)
 t_elementwise_ops_t_SOURCES = t/elementwise-ops.c
 t_elementwise_ops_t_LDADD = $(TG_TEST_LIBS)
 t_elementwise_ops_t_LDFLAGS = -static
+
+t_bad_ids_fail_the_replay_on_the_cpu_and_every_host_read_t_SOURCES = t/bad-ids-fail-the-replay-on-the-cpu-and-every-host-read.c
+t_bad_ids_fail_the_replay_on_the_cpu_and_every_host_read_t_LDADD = $(TG_TEST_LIBS)
+t_bad_ids_fail_the_replay_on_the_cpu_and_every_host_read_t_LDFLAGS = -static

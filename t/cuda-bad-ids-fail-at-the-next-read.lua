@@ -1,8 +1,9 @@
 -- cuda-bad-ids-fail-at-the-next-read.lua — on a GPU an embedding id outside the table, a cross-entropy target
 -- outside the vocabulary (forward, backward and fused) or a value that does not fit an integer dtype in a conversion
--- (to, copy_) does not fail the launch (no synchronisation is added): the device records the first bad
--- one, and the next host read of the device (the loss) fails naming it and its position; the record is then
--- cleared, and good ids read fine. Without a CUDA device it skips.
+-- (to, copy_) does not fail the launch (no synchronisation is added): the device records the first bad one, and the
+-- next host read of the device (the loss; totable, item, sum, max_abs, tostring alike) fails naming it, its position
+-- and that it came from work before the read; the record is then cleared, and good ids read fine.
+-- Without a CUDA device it skips.
 local tg = require "tegraph"
 local tap = require "tap"
 if tg.device_count("cuda") == 0 then tap.skip_all("no CUDA device") end
@@ -15,6 +16,17 @@ tap.lives_ok(function() out = tg.ops.embedding_forward(ids, wte) end, "an embedd
 tap.error_like(function() return out:totable() end, "embedding: token id 9 at position 5 is outside the table of 8 rows",
   "the next read names the first bad id and its position")
 tap.lives_ok(function() return out:totable() end, "the record is cleared after it was reported")
+-- every host read reports it: sum, max_abs, print (tostring) and item, each once, naming where it came from
+for _, read in ipairs {
+  { "sum", function(t) return t:sum() end }, { "max_abs", function(t) return t:max_abs() end },
+  { "tostring", function(t) return tostring(t) end }, { "item", function(t) return t:view(32):narrow(1, 1):item() end },
+} do
+  local o = tg.ops.embedding_forward(ids, wte)
+  tap.error_like(function() return read[2](o) end,
+    "embedding: token id 9 at position 5 is outside the table of 8 rows %(ids 0 to 7%); found by this host read of cuda:0",
+    read[1] .. " after a bad id names it, and that it came from work before the read")
+  tap.lives_ok(function() return o:totable() end, "... once: " .. read[1] .. " does not clear it silently")
+end
 local dw = tg.zeros({ 8, 4 }, { device = dev })
 tap.lives_ok(function() tg.ops.embedding_backward_dw(dw, nil, tg.ones({ 2, 4, 4 }, { device = dev }), ids) end,
   "the table's gradient with a bad id launches too")

@@ -1,5 +1,6 @@
 -- errors-say-what-and-where.lua — errors that name the thing: a token "file" that is a directory names the
--- path; an allocation that fails names the tensor's shape, dtype, bytes and device at the caller's line;
+-- path; a FIFO given to tg.load, safetensors.open, data.open, the llm.c and tokenizer readers is refused as not a
+-- regular file instead of waited on; an allocation that fails names the tensor's shape, dtype, bytes and device at the caller's line;
 -- arange of a huge count needs no host scratch of its size.
 local tap = require "tap"
 local tg = require "tegraph"
@@ -18,6 +19,41 @@ os.execute("rmdir " .. dir)
 tap.ok(not ok, "data.open of a directory fails")
 tap.like(tostring(err), at(line) .. dir:gsub("%p", "%%%0") .. ": cannot read token file: .*[Dd]irectory",
   "and names the path, the reason, and the caller's line")
+
+-- readers given a FIFO (a named pipe with no writer): refused as not a regular file, naming the path, instead of waiting
+-- forever for a writer. Each FIFO gets a writer 4 s later, so a reader that does wait fails the test (too slow)
+-- rather than hanging it.
+local fifo_dir = os.tmpname()
+os.remove(fifo_dir)
+assert(os.execute("mkdir " .. fifo_dir))
+local function fifo(name)
+  local path = fifo_dir .. "/" .. name
+  assert(os.execute("mkfifo " .. path), "mkfifo")
+  os.execute("timeout 6 sh -c 'sleep 4; exec 3>" .. path .. "' </dev/null >/dev/null 2>&1 &")
+  return path
+end
+local function refuses(what, path, fn, where)
+  local t0 = os.time()
+  local ok2, err2 = pcall(fn, path)
+  tap.ok(not ok2 and os.time() - t0 < 3, what .. " of a FIFO fails at once")
+  tap.like(tostring(err2), (where or "") .. path:gsub("%p", "%%%0") .. ": not a regular file %(a FIFO%)",
+    "... naming the path and what it is")
+end
+refuses("tg.load", fifo("model.safetensors"), tg.load)
+refuses("tg.safetensors.open", fifo("open.safetensors"), tg.safetensors.open)
+refuses("data.open", fifo("tokens.bin"), tg.data.open, "cannot open token file: ")
+refuses("gpt2.read_llmc_header", fifo("model.bin"), require("tegraph.gpt2").read_llmc_header, "cannot open: ")
+do -- a GPT-2 tokenizer directory whose vocab.json is a FIFO
+  local tdir = fifo_dir .. "/tok"
+  assert(os.execute("mkdir " .. tdir))
+  local m = assert(io.open(tdir .. "/merges.txt", "w"))
+  m:write("#version: 0.2\na b\n")
+  m:close()
+  refuses("tokenizer.gpt2", fifo("tok/vocab.json"), function() return tg.tokenizer.gpt2(tdir) end)
+end
+tap.is(select(2, tg.fs.open_read(fifo("plain"))), fifo_dir .. "/plain: not a regular file (a FIFO)",
+  "fs.open_read, the library's reader, returns nil and why for a FIFO (as io.open does for a missing file)")
+os.execute("rm -rf " .. fifo_dir)
 
 -- allocations that cannot be had
 ok, err = pcall(function() line = here(); return tg.arange(2 ^ 46, { device = "cpu" }) end)

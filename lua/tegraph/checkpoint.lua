@@ -24,9 +24,9 @@ local function join(a, b) return a .. "/" .. b end
 
 local function step_name(step) return string.format("step_%08d", step) end
 
--- Whether a file can be opened for reading.
+-- Whether a file can be opened for reading (a FIFO or device is not one: opening it could wait forever).
 local function exists(p)
-  local f = io.open(p, "rb")
+  local f = core.fs.open_read(p)
   if f then f:close() end
   return f ~= nil
 end
@@ -285,7 +285,7 @@ end
 function M.resolve(path)
   if type(path) ~= "string" then raise("checkpoint: a path is required") end
   options.path("checkpoint", "the path", path)
-  local f = io.open(join(path, "latest"), "r")
+  local f = core.fs.open_read(join(path, "latest"))
   if f then
     local name = (f:read("l") or ""):match("^%s*(.-)%s*$")
     f:close()

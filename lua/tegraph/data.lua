@@ -32,7 +32,7 @@ function data.open(path, o)
   if o.headerless ~= nil and type(o.headerless) ~= "boolean" then
     raise("data.open: headerless must be a boolean, got " .. type(o.headerless))
   end
-  local f, err = io.open(path, "rb")
+  local f, err = core.fs.open_read(path) -- a FIFO or device is refused, not waited on
   if not f then raise(string.format("%s: cannot open token file: %s", path, err)) end
   local bytes, rerr = f:read("a")
   f:close()
@@ -146,7 +146,7 @@ end
 function data.tokenize(path, tok, o)
   o = options.check("data.tokenize", o or {}, { "tokenizer_id", "progress", "quiet" })
   options.path("data.tokenize", "the path", path)
-  local f, err = io.open(path, "rb")
+  local f, err = core.fs.open_read(path)
   if not f then raise(string.format("%s: cannot open text file: %s", path, err)) end
   local text, rerr = f:read("a")
   f:close()
@@ -154,7 +154,7 @@ function data.tokenize(path, tok, o)
   if #text < 2 then raise(string.format("%s: %d bytes of text, too few to train on", path, #text)) end
   local id = (o.tokenizer_id or "") .. "|" .. tok.kind .. "|" .. tok.vocab_size
   local out = string.format("%s.%s.bin", path, ops.hash64(text, id))
-  local cf = io.open(out, "rb")
+  local cf = core.fs.open_read(out)
   if cf then
     local head = cf:read(12)
     cf:close()

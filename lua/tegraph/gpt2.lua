@@ -162,7 +162,7 @@ M.LLMC_MAGIC = 20240326
 -- channels=, padded_vocab_size=}
 function M.read_llmc_header(path)
   if type(path) ~= "string" then raise("gpt2.read_llmc_header: path must be a string, got " .. type(path)) end
-  local f, err = io.open(path, "rb")
+  local f, err = core.fs.open_read(path)
   if not f then raise(string.format("%s: cannot open: %s", path, err)) end
   local hdr = f:read(1024)
   f:close()
@@ -215,7 +215,7 @@ function M.load_llmc(model, path)
     e.numel = n
     total = total + (e[3] and L or 1) * n
   end
-  local f, err = io.open(path, "rb")
+  local f, err = core.fs.open_read(path)
   if not f then raise(string.format("%s: cannot open: %s", path, err)) end
   local size = f:seek("end")
   if size < 1024 + total * esize then

@@ -4,7 +4,7 @@ local core = require "tegraph.core"
 local text = {}
 
 local function read(path)
-  local f = io.open(path, "rb")
+  local f = core.fs.open_read(path)
   if not f then return nil end
   local s = f:read("a")
   f:close()

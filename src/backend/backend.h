@@ -277,8 +277,9 @@ struct tg_attention_kv_args {
  * writer that lowered first (so it stays the dtypes of that value).
  * Positions past 2^32 - 2 are noted as 2^32 - 1. TG_INDEX_STEP notes a
  * capturable step count at the i32 maximum (id: the count; not advanced).
- * The CPU op layer reads it right after the kernel; otherwise it is read
- * where the host next reads a tensor of the device (tg_tensor_read). */
+ * The CPU op layer reads it right after the kernel, and a CPU replay right
+ * after its work; otherwise it is read where the host next reads from the
+ * device (tg_tensor_read, tg_reduce_to_host). */
 enum { TG_INDEX_EMBEDDING, TG_INDEX_TARGET, TG_INDEX_CAST, TG_INDEX_STEP, TG_INDEX_CHECKS };
 static inline long long tg_index_cast_code(tg_dtype src, tg_dtype dst) { return (long long)src << 8 | (long long)dst; }
 struct tg_index_check {

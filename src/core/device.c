@@ -276,13 +276,19 @@ tg_status tg_index_check_poll(tg_stream *s)
                         (int)(int32_t)(uint32_t)rec.first[k]);
     long long pos = (long long)(rec.first[k] >> 32), lim = rec.limit[k];
     int32_t id = (int32_t)(uint32_t)(rec.first[k] & 0xffffffffULL);
+    /* the CPU polls right after the kernel or replay that wrote the record; elsewhere the read that finds it is not
+     * the culprit: say where the id came from */
+    char when[160] = "", d[32];
+    if (s->be->type != TG_CPU)
+        snprintf(when, sizeof when, "; found by this host read of %s, in work issued on it since its last read (an op or "
+                 "a graph replay)", tg_device_str(s->dev, d, sizeof d));
     if (k == TG_INDEX_EMBEDDING)
-        return tg_error(TG_EINVAL, "embedding: token id %d at position %lld is outside the table of %lld rows (ids 0 to %lld)",
-                        (int)id, pos, lim, lim - 1);
+        return tg_error(TG_EINVAL, "embedding: token id %d at position %lld is outside the table of %lld rows (ids 0 to %lld)%s",
+                        (int)id, pos, lim, lim - 1, when);
     return tg_error(TG_EINVAL,
                     "cross_entropy: target %d at row %lld is outside the vocabulary of %lld (targets 0 to %lld, or the "
-                    "ignore_index)",
-                    (int)id, pos, lim, lim - 1);
+                    "ignore_index)%s",
+                    (int)id, pos, lim, lim - 1, when);
 }
 
 /* ------------------------------------------------------------------ counters */

@@ -181,14 +181,14 @@ tg_status tg_pool_push(tg_pool *p)
 {
     TG_NONNULL(p, "the pool");
     if (pool_depth == TG_POOL_STACK) return tg_error(TG_ESTATE, "tg_pool_push: more than %d pools pushed", TG_POOL_STACK);
-    pool_stack[pool_depth++] = p;
+    pool_stack[pool_depth++] = tg_pool_retain(p); /* the stack's reference: a pushed pool allocates until popped */
     return TG_OK;
 }
 
 void tg_pool_pop(tg_pool *p)
 {
     /* not the pool on top (or none pushed): a caller's mistake, noted as the last error; the stack stays */
-    if (pool_depth > 0 && pool_stack[pool_depth - 1] == p) pool_depth--;
+    if (pool_depth > 0 && pool_stack[pool_depth - 1] == p) pool_depth--, tg_pool_release(p);
     else tg_error(TG_ESTATE, "tg_pool_pop: %s", pool_depth ? "the pool is not the one pushed last" : "no pool is pushed");
 }
 

@@ -301,6 +301,7 @@ tg_status tg_reduce_to_host(tg_reduce_op op, const tg_tensor *a, const tg_tensor
     if (st == TG_OK) st = s->be->memcpy(s, &v, scratch->data, sizeof v, TG_D2H);
     tg_storage_release(scratch);
     *out = v;
+    if (st == TG_OK) st = tg_index_check_poll(s); /* a host read like tg_tensor_read: ids outside their table before it */
     return st;
 }
 

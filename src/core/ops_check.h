@@ -189,8 +189,9 @@ static inline tg_status stream_for(const char *op, const char *name, const tg_te
     } while (0)
 
 /* ISSUE for kernels that check ids (backend.h, tg_index_check): on the CPU
- * outside a capture the work has run, so a bad id fails this call; elsewhere
- * it fails the device's next host read. */
+ * outside a capture the work has run, so a bad id fails this call (captured,
+ * it fails the replay: tg_graph_replay); elsewhere it fails the device's next
+ * host read. */
 #define ISSUE_CHECKED(s, op, fn, args, checks)                                                         \
     do {                                                                                               \
         tg_status st_ = (checks);                                                                      \

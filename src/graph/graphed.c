@@ -58,6 +58,9 @@ struct tg_graphed {
     struct tg_module_route *routes; /* per chunk, when in place (partial capture); else NULL */
     int start;           /* pos at the start of the order (after the W actions it skips) */
     tg_graphed *next_set, *prev_set; /* every set not yet freed (sets sharing a pool check each other) */
+    int running;         /* replay calls under way: their hooks run inside them (tg_graphed_running) */
+    char running_op;     /* the outermost one's op and chunk */
+    int running_chunk;
 };
 
 static tg_graphed *sets; /* every set not yet freed, newest first */
@@ -1229,12 +1232,34 @@ static tg_status call_end(tg_stream *prev, tg_status st)
     return st;
 }
 
+/* Brackets every replay call (its hooks run inside it: tg_graphed_running). */
+static void run_begin(tg_graphed *g, char op, int chunk)
+{
+    if (g->running++ == 0) g->running_op = op, g->running_chunk = chunk;
+}
+
+static tg_status run_end(tg_graphed *g, tg_status st)
+{
+    g->running--;
+    return st;
+}
+
+int tg_graphed_running(const tg_graphed *g, char *what, size_t n)
+{
+    if (!g || !g->running) return 0;
+    static const char *const names[] = {"forward", "backward", "backward_dw"};
+    const char *op = names[g->running_op == 'F' ? 0 : g->running_op == 'B' ? 1 : 2];
+    if (what && n) snprintf(what, n, "%s of chunk %d", op, g->running_chunk);
+    return 1;
+}
+
 tg_status tg_graphed_forward_res(tg_graphed *g, int chunk, int mb, const tg_tensor *x, const tg_tensor *res, tg_tensor **y)
 {
     tg_stream *prev;
     *y = NULL;
+    run_begin(g, 'F', chunk);
     tg_status st = call_begin(g, &prev);
-    return call_end(prev, st == TG_OK ? replay_forward(g, chunk, mb, x, res, y) : st);
+    return run_end(g, call_end(prev, st == TG_OK ? replay_forward(g, chunk, mb, x, res, y) : st));
 }
 
 tg_status tg_graphed_forward(tg_graphed *g, int chunk, int mb, const tg_tensor *x, tg_tensor **y)
@@ -1246,8 +1271,9 @@ tg_status tg_graphed_backward_res(tg_graphed *g, int chunk, int mb, const tg_ten
 {
     tg_stream *prev;
     *dx = NULL;
+    run_begin(g, 'B', chunk);
     tg_status st = call_begin(g, &prev);
-    return call_end(prev, st == TG_OK ? replay_backward(g, chunk, mb, dy, dres, dx) : st);
+    return run_end(g, call_end(prev, st == TG_OK ? replay_backward(g, chunk, mb, dy, dres, dx) : st));
 }
 
 tg_status tg_graphed_backward(tg_graphed *g, int chunk, int mb, const tg_tensor *dy, tg_tensor **dx)
@@ -1259,15 +1285,17 @@ tg_status tg_graphed_forward_n(tg_graphed *g, int chunk, int mb, const tg_tensor
 {
     tg_stream *prev;
     *ny = 0;
+    run_begin(g, 'F', chunk);
     tg_status st = call_begin(g, &prev);
-    return call_end(prev, st == TG_OK ? replay_forward_n(g, chunk, mb, x, nx, y, ny) : st);
+    return run_end(g, call_end(prev, st == TG_OK ? replay_forward_n(g, chunk, mb, x, nx, y, ny) : st));
 }
 
 tg_status tg_graphed_backward_n(tg_graphed *g, int chunk, int mb, const tg_tensor *const *dy, int ndy, tg_tensor **dx, int nx)
 {
     tg_stream *prev;
+    run_begin(g, 'B', chunk);
     tg_status st = call_begin(g, &prev);
-    return call_end(prev, st == TG_OK ? replay_backward_n(g, chunk, mb, dy, ndy, dx, nx) : st);
+    return run_end(g, call_end(prev, st == TG_OK ? replay_backward_n(g, chunk, mb, dy, ndy, dx, nx) : st));
 }
 
 int tg_graphed_tuple_inputs(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks ? g->tn[chunk - 1] : 0; }
@@ -1278,8 +1306,9 @@ int tg_graphed_inputs(const tg_graphed *g, int chunk) { return chunk >= 1 && chu
 tg_status tg_graphed_backward_dw(tg_graphed *g, int chunk, int mb)
 {
     tg_stream *prev;
+    run_begin(g, 'W', chunk);
     tg_status st = call_begin(g, &prev);
-    return call_end(prev, st == TG_OK ? replay_backward_dw(g, chunk, mb) : st);
+    return run_end(g, call_end(prev, st == TG_OK ? replay_backward_dw(g, chunk, mb) : st));
 }
 
 void tg_graphed_reset(tg_graphed *g)

@@ -60,7 +60,13 @@ typedef struct tg_graphed_opts {
  * every action of the order on the current stream of the chunks' device.
  * Parameters' gradients are left as they were before the call. */
 tg_status tg_graphed_new(tg_module **chunks, int nchunks, const tg_graphed_opts *o, tg_graphed **out);
+/* g must not be replaying (tg_graphed_running): its hooks run inside its
+ * replays, which use the set after they return. */
 void tg_graphed_free(tg_graphed *g);
+/* Whether a replay call of g is under way (called from its hooks, or from
+ * those of a module it replays for in place); what (n bytes, when not NULL)
+ * gets the outermost one, e.g. "backward of chunk 2". */
+int tg_graphed_running(const tg_graphed *g, char *what, size_t n);
 
 /* Replays, with the modules' protocol: forward(x, mb), backward(dy, mb),
  * backward_dw(mb). Each call must be the next action of the captured order

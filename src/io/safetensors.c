@@ -1,5 +1,6 @@
 /* safetensors.c — the safetensors file format: atomic writing, mapped and fully validated reading. */
 #include "core/core.h"
+#include "io/file.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 
@@ -435,15 +436,9 @@ tg_status tg_safetensors_open(const char *path, tg_safetensors **out)
     *out = NULL;
     tg_safetensors *f;
     TG_TRY(reader_new(path, &f));
-    tg_status st = TG_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        st = tg_error(TG_EIO, "%s: cannot open: %s", path, strerror(errno));
-    } else if (!S_ISREG(sb.st_mode)) {
-        st = tg_error(TG_EIO, "%s: not a regular file", path);
-    } else {
-        f->size = (size_t)sb.st_size;
+    int fd;
+    tg_status st = tg_file_open_read(path, 0, &fd, &f->size, NULL); /* a FIFO or a device is refused, not waited on */
+    if (st == TG_OK) {
         if (f->size > 0) {
             void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
             if (m == MAP_FAILED) st = tg_error(TG_EIO, "%s: cannot map: %s", path, strerror(errno));

@@ -10,6 +10,49 @@
 #define TGL_ANCHOR "tegraph.nn.anchor"   /* registry: the anchor box of this state */
 #define TGL_OBJECTS "tegraph.nn.objects" /* registry: weak, C pointer -> its userdata */
 
+static _Thread_local lua_State *cur_L; /* the thread that entered the engine (tgl_nn_enter) */
+static _Thread_local int callbacks; /* callbacks of the engine running on this thread (tgl_protected_call) */
+
+/* Releases put off while the engine ran (tgl_release_when_idle). */
+struct deferred {
+    void (*release)(void *);
+    void *p;
+};
+static _Thread_local struct deferred *later;
+static _Thread_local int nlater, caplater;
+
+int tgl_in_engine(void) { return cur_L != NULL || callbacks > 0; }
+
+static void release_deferred(void)
+{
+    while (nlater > 0 && !tgl_in_engine()) { /* popped before the call: a release may come back here */
+        struct deferred d = later[--nlater];
+        d.release(d.p);
+    }
+    if (nlater == 0) {
+        free(later);
+        later = NULL;
+        caplater = 0;
+    }
+}
+
+void tgl_release_when_idle(void (*release)(void *), void *p)
+{
+    if (!tgl_in_engine()) {
+        release_deferred();
+        release(p);
+        return;
+    }
+    if (nlater == caplater) {
+        int cap = caplater ? 2 * caplater : 8;
+        struct deferred *n = realloc(later, (size_t)cap * sizeof *n);
+        if (n == NULL) return; /* out of host memory: p stays (a leak, not a use after free) */
+        later = n;
+        caplater = cap;
+    }
+    later[nlater++] = (struct deferred){release, p};
+}
+
 /* ------------------------------------------------------------------ anchor and the calling thread
  * Hooks and Lua-table modules are C callbacks that hold Lua values in the
  * registry. They share an anchor: the main thread, and whether the state is
@@ -32,6 +75,7 @@ static void anchor_release(struct tgl_anchor *a)
 static int anchor_gc(lua_State *L)
 {
     struct tgl_anchor_box *b = lua_touserdata(L, 1);
+    if (nlater) release_deferred(); /* the state closes: what waited for the engine goes now, unless it still runs */
     if (b->a) {
         b->a->alive = 0;
         anchor_release(b->a);
@@ -51,8 +95,6 @@ static struct tgl_anchor *anchor_get(lua_State *L)
     return b->a;
 }
 
-static _Thread_local lua_State *cur_L;
-
 lua_State *tgl_nn_enter(lua_State *L)
 {
     lua_State *prev = cur_L;
@@ -60,7 +102,11 @@ lua_State *tgl_nn_enter(lua_State *L)
     return prev;
 }
 
-void tgl_nn_leave(lua_State *prev) { cur_L = prev; }
+void tgl_nn_leave(lua_State *prev)
+{
+    cur_L = prev;
+    if (nlater) release_deferred(); /* the engine call that held them back has returned */
+}
 
 /* The thread a callback of anchor a runs on: the thread that entered the
  * engine when it belongs to a's state, else a's main thread; NULL once closed. */
@@ -105,7 +151,10 @@ tg_status tgl_protected_call(struct tgl_ref *r, lua_CFunction body, void *arg, c
     int top = lua_gettop(L);
     lua_pushcfunction(L, body);
     lua_pushlightuserdata(L, arg);
-    if (lua_pcall(L, 1, 0, 0) == LUA_OK) return TG_OK;
+    callbacks++;
+    int rc = lua_pcall(L, 1, 0, 0);
+    callbacks--;
+    if (rc == LUA_OK) return TG_OK;
     const char *msg = lua_type(L, -1) == LUA_TSTRING || lua_type(L, -1) == LUA_TNUMBER
                           ? lua_tostring(L, -1)
                           : lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, -1));

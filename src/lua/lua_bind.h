@@ -16,6 +16,14 @@ void tgl_bind_init(lua_State *L);
  * registered in (fine unless the caller is a coroutine). */
 lua_State *tgl_nn_enter(lua_State *L);
 void tgl_nn_leave(lua_State *prev);
+/* Whether an engine call is running below the Lua code that runs now (a
+ * hook, a Lua-table module, a schedule callback): what the engine uses must
+ * not be freed then. */
+int tgl_in_engine(void);
+/* release(p) now, or, inside an engine call, once the outermost one returns
+ * (tgl_nn_leave) or the state closes: for __gc of objects an engine call may
+ * be using (a module whose own hook calls its __gc). */
+void tgl_release_when_idle(void (*release)(void *), void *p);
 
 /* A Lua value (in the registry) held by a C callback: a hook function or a
  * Lua-table module. The anchor knows the state's main thread and whether the

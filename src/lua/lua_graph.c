@@ -11,6 +11,7 @@
 
 struct tgl_graphed_set {
     tg_graphed *g;
+    int busy; /* schedule runs using the set (tg.sched.run): it cannot be freed meanwhile */
 };
 
 /* One chunk's callable; user value 1 is its set (keeps it alive). */
@@ -18,20 +19,31 @@ struct tgl_graphed {
     int chunk;
 };
 
+/* Refused while a replay of the set or a schedule run using it is under way: hooks (and a schedule's callbacks)
+ * run inside them, and they go on using the set's graphs and buffers after those return. */
 static void set_free(lua_State *L, int idx)
 {
     struct tgl_graphed_set *u = luaL_checkudata(L, idx, TGL_GRAPHED_SET);
+    char what[64];
+    if (u->busy)
+        luaL_error(L, "graphed set: cannot free it during a schedule run (tg.sched.run) using it (from a callback or "
+                      "hook of that run); free it after the run returns");
+    if (tg_graphed_running(u->g, what, sizeof what))
+        luaL_error(L, "graphed set: cannot free it during its %s (from a hook that replay runs); free it after the "
+                      "call returns", what);
     tg_graphed_free(u->g);
     u->g = NULL;
 }
 
 static int set_gc(lua_State *L)
 {
+    struct tgl_graphed_set *u = luaL_checkudata(L, 1, TGL_GRAPHED_SET);
+    if (u->busy || tg_graphed_running(u->g, NULL, 0)) return 0; /* the state closes inside a call (os.exit): left */
     set_free(L, 1);
     return 0;
 }
 
-static tg_graphed *graphed_check(lua_State *L, int idx, int *chunk)
+static struct tgl_graphed_set *set_check(lua_State *L, int idx, int *chunk)
 {
     struct tgl_graphed *c = luaL_checkudata(L, idx, TGL_GRAPHED);
     lua_getiuservalue(L, idx, 1); /* +1 */
@@ -39,7 +51,15 @@ static tg_graphed *graphed_check(lua_State *L, int idx, int *chunk)
     lua_pop(L, 1);
     if (!u || !u->g) luaL_argerror(L, idx, "graphed callable used after its set was freed");
     *chunk = c->chunk;
-    return u->g;
+    return u;
+}
+
+static tg_graphed *graphed_check(lua_State *L, int idx, int *chunk) { return set_check(L, idx, chunk)->g; }
+
+void tgl_graphed_use(lua_State *L, int idx, int delta)
+{
+    int chunk;
+    set_check(L, idx, &chunk)->busy += delta;
 }
 
 /* The trailing options of a replay call: {stream = s, wait = event}. */
@@ -194,7 +214,8 @@ static int g_has_w(lua_State *L)
 }
 
 /* g:free(): releases the whole set now (every chunk's graphs, static buffers
- * and its reference on the pool); its callables fail afterwards. */
+ * and its reference on the pool); its callables fail afterwards. Refused
+ * while a call of the set runs (from its hooks). */
 static int g_free(lua_State *L)
 {
     luaL_checkudata(L, 1, TGL_GRAPHED);
@@ -424,7 +445,7 @@ static int l_make_graphed(lua_State *L)
     }
 
     struct tgl_graphed_set *set = lua_newuserdatauv(L, sizeof *set, 1); /* +1 */
-    set->g = NULL;
+    memset(set, 0, sizeof *set);
     luaL_setmetatable(L, TGL_GRAPHED_SET);
     int setidx = lua_gettop(L);
     lua_pushvalue(L, keep); /* the set keeps its chunks' modules alive */

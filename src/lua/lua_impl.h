@@ -23,6 +23,8 @@ struct tgl_tensor {
 struct tgl_stream {
     tg_stream *s;
     int owned; /* created by tg.stream.new (freed by __gc); else a core stream */
+    int held;  /* tg.stream.capture captures on it: __gc leaves the stream to it (closing) */
+    tg_stream *closing; /* closed by __gc while held: freed when the capture ends */
 };
 struct tgl_graph {
     tg_graph *g;

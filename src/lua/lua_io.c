@@ -1,9 +1,11 @@
 /* lua_io.c — core.save / core.load and core.safetensors (src/io), atomic writes, small file-system calls, opt-in signals. */
 #include "lua/lua_impl.h"
 #include "core/checked.h"
+#include "io/file.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -340,14 +342,52 @@ static int fs_remove_dir(lua_State *L)
 static int fs_sync_dir(lua_State *L)
 {
     const char *path = tgl_checkcstr(L, 1, "the path");
-    FILE *f = fopen(path, "r");
-    if (!f || fsync(fileno(f)) != 0) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* O_DIRECTORY: never waits on a FIFO of that name */
+    if (fd < 0 || fsync(fd) != 0) {
         int err = errno;
-        if (f) fclose(f);
+        if (fd >= 0) close(fd);
         return luaL_error(L, "%s: cannot sync the directory: %s", path, strerror(err));
     }
-    fclose(f);
+    close(fd);
     return 0;
+}
+
+static int fs_file_close(lua_State *L)
+{
+    luaL_Stream *p = luaL_checkudata(L, 1, LUA_FILEHANDLE);
+    return luaL_fileresult(L, fclose(p->f) == 0, NULL);
+}
+
+/* fs.open_read(path) -> a Lua file (as io.open(path, "rb")), or nil, "PATH: why", errno like io.open. A FIFO,
+ * socket or device is refused ("PATH: not a regular file (a FIFO)") instead of waited on: io.open of a FIFO
+ * without a writer never returns. A directory opens as with io.open (its reads fail). */
+static int fs_open_read(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    luaL_Stream *p = lua_newuserdatauv(L, sizeof *p, 0); /* +1 */
+    p->f = NULL;
+    p->closef = NULL; /* closed until the file is open */
+    luaL_setmetatable(L, LUA_FILEHANDLE);
+    int fd, err;
+    size_t size;
+    if (tg_file_open_read(path, 1, &fd, &size, &err) != TG_OK) {
+        if (err) { /* the open failed: io.open's results */
+            errno = err;
+            return luaL_fileresult(L, 0, path);
+        }
+        lua_pushnil(L);
+        lua_pushstring(L, tg_last_error()); /* "PATH: not a regular file (a FIFO)" */
+        return 2;
+    }
+    p->f = fdopen(fd, "rb");
+    if (p->f == NULL) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return luaL_fileresult(L, 0, path);
+    }
+    p->closef = fs_file_close;
+    return 1;
 }
 
 /* signals.catch([on = true]): SIGINT / SIGTERM set a flag (tg_signals_catch) */
@@ -440,7 +480,8 @@ void tgl_open_io(lua_State *L)
     lua_setfield(L, -2, "open");
     lua_setfield(L, -2, "safetensors");
     static const luaL_Reg fs[] = {{"mkdir", fs_mkdir}, {"isdir", fs_isdir}, {"list", fs_list},
-                                  {"remove_dir", fs_remove_dir}, {"sync_dir", fs_sync_dir}, {NULL, NULL}};
+                                  {"remove_dir", fs_remove_dir}, {"sync_dir", fs_sync_dir},
+                                  {"open_read", fs_open_read}, {NULL, NULL}};
     luaL_newlib(L, fs);
     lua_setfield(L, -2, "fs");
     static const luaL_Reg sig[] = {{"catch", sig_catch}, {"pending", sig_pending}, {NULL, NULL}};

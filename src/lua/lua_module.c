@@ -50,11 +50,26 @@ void tgl_module_keep(lua_State *L, int midx, int idx)
     lua_pop(L, 1);
 }
 
+static void module_release(void *m) { tg_module_release(m); }
+
+/* The box lets go of its module. Inside an engine call (a hook calling
+ * getmetatable(m).__gc(m) while m runs) the module may be the one running:
+ * the reference then goes when that call returns (tgl_release_when_idle). */
 static int m_gc(lua_State *L)
 {
     struct tgl_module *u = luaL_checkudata(L, 1, TGL_MODULE);
-    tg_module_release(u->m);
+    tg_module *m = u->m;
     u->m = NULL;
+    if (m == NULL) return 0;
+    if (tgl_objects_get(L, m)) { /* +1: this box no longer stands for m (a later push makes a new one) */
+        if (lua_rawequal(L, -1, 1)) {
+            lua_pushnil(L);
+            tgl_objects_set(L, m, -1);
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+    tgl_release_when_idle(module_release, m);
     return 0;
 }
 

@@ -212,8 +212,10 @@ static int l_run(lua_State *L)
             if (lua_geti(L, -1, c) != LUA_TNIL && lua_toboolean(L, -1)) {
                 graphed[c - 1] = tgl_graphed_check(L, -1, &gchunk[c - 1]);
                 any_graphed = 1;
+                lua_rawseti(L, keep, C + c); /* kept (and marked in use while the plan runs) */
+            } else {
+                lua_pop(L, 1);
             }
-            lua_pop(L, 1);
         }
     } else if (!lua_isnil(L, -1)) {
         return luaL_error(L, "schedule.run: opts.graphed must be a list of graphed callables (one per chunk)");
@@ -252,9 +254,22 @@ static int l_run(lua_State *L)
         tgl_check(L, tg_sched_transport_comm(comm, &p, &tr));
         o.transport = &tr;
     }
+    /* the graphed sets cannot be freed by the callbacks or hooks while the plan runs */
+    for (int c = 1; c <= C; c++)
+        if (graphed[c - 1]) {
+            lua_rawgeti(L, keep, C + c);
+            tgl_graphed_use(L, -1, 1);
+            lua_pop(L, 1);
+        }
     lua_State *prev = tgl_nn_enter(L);
     tg_status st = tg_sched_run(&p, &o);
     tgl_nn_leave(prev);
+    for (int c = 1; c <= C; c++)
+        if (graphed[c - 1]) {
+            lua_rawgeti(L, keep, C + c);
+            tgl_graphed_use(L, -1, -1);
+            lua_pop(L, 1);
+        }
     if (tr.free) tr.free(tr.ud);
     tgl_check(L, st);
     return 0;

@@ -9,6 +9,7 @@
 static struct tgl_stream *stream_push(lua_State *L, tg_stream *s, int owned)
 {
     struct tgl_stream *u = lua_newuserdatauv(L, sizeof *u, 0); /* +1 */
+    memset(u, 0, sizeof *u);
     u->s = s;
     u->owned = owned;
     luaL_setmetatable(L, TGL_STREAM);
@@ -58,10 +59,14 @@ static int s_capturing(lua_State *L)
     return 1;
 }
 
+/* Inside a capture on the stream (getmetatable(s).__gc(s) from the captured
+ * function) the stream is closed for Lua at once and freed when the capture
+ * has ended on it. */
 static int st_gc(lua_State *L)
 {
     struct tgl_stream *u = luaL_checkudata(L, 1, TGL_STREAM);
-    if (u->owned && u->s) tg_stream_free(u->s);
+    if (u->owned && u->s && u->held) u->closing = u->s;
+    else if (u->owned && u->s) tg_stream_free(u->s);
     u->s = NULL;
     return 0;
 }
@@ -220,6 +225,8 @@ static int p_new(lua_State *L)
     return 1;
 }
 
+/* While pushed (pool:scope, a capture with pool =) the pool stack holds a
+ * reference of its own: the pool is freed when it is popped. */
 static int p_gc(lua_State *L)
 {
     struct tgl_pool *u = luaL_checkudata(L, 1, TGL_POOL);
@@ -261,10 +268,11 @@ static int p_scope(lua_State *L)
     struct tgl_pool *u = luaL_checkudata(L, 1, TGL_POOL);
     if (u->p == NULL) return luaL_argerror(L, 1, "pool used after close");
     luaL_checktype(L, 2, LUA_TFUNCTION);
-    tgl_check(L, tg_pool_push(u->p));
+    tg_pool *p = u->p; /* fn may close the box (its __gc): the push's reference keeps p */
+    tgl_check(L, tg_pool_push(p));
     lua_pushvalue(L, 2);
     int st = lua_pcall(L, 0, LUA_MULTRET, 0);
-    tg_pool_pop(u->p);
+    tg_pool_pop(p);
     if (st != LUA_OK) return lua_error(L);
     return lua_gettop(L) - 2;
 }
@@ -296,20 +304,22 @@ static tg_graph *graph_check(lua_State *L, int idx)
  * Captures what fn issues on the stream (s, made current during fn; else
  * the current stream of the device). With a pool, tensors made inside fn
  * come from it and the graph keeps it alive. Capture ends even when fn
- * fails; the error is then raised again. */
+ * fails; the error is then raised again. The stream and the pool stay alive
+ * until then, whatever fn does with the options table or their __gc. */
 static int s_capture(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TFUNCTION);
     if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
     lua_settop(L, 2);
     tg_stream *s = NULL;
+    struct tgl_stream *su = NULL;
     tg_pool *pool = NULL;
     tg_device dev = tg_default_device();
     if (lua_type(L, 2) == LUA_TTABLE) {
         tgl_check_keys(L, 2, "tg.stream.capture", "stream, pool, device");
         if (lua_getfield(L, 2, "device") != LUA_TNIL) dev = tgl_device_check(L, -1);
         if (lua_getfield(L, 2, "stream") != LUA_TNIL) {
-            struct tgl_stream *su = luaL_testudata(L, -1, TGL_STREAM);
+            su = luaL_testudata(L, -1, TGL_STREAM);
             if (su == NULL) return luaL_error(L, "capture: option 'stream' must be a stream (tg.stream.new())");
             if (su->s == NULL) return luaL_error(L, "capture: stream used after close");
             s = su->s;
@@ -319,7 +329,7 @@ static int s_capture(lua_State *L)
             if (pu == NULL) return luaL_error(L, "capture: option 'pool' must be a pool (tg.pool())");
             pool = pu->p;
         }
-        lua_pop(L, 3); /* stream and pool stay referenced by the options table */
+        /* the stream and the pool stay on this stack (3 and 4): fn may drop the options table's references */
     }
     struct tgl_graph *gu = lua_newuserdatauv(L, sizeof *gu, 0); /* +1: the graph, empty for now */
     gu->g = NULL;
@@ -342,12 +352,19 @@ static int s_capture(lua_State *L)
         if (prev) tg_stream_set_current(prev);
         return luaL_error(L, "%s", tg_last_error());
     }
+    if (su) su->held++;
     lua_pushvalue(L, 1);
     int lst = lua_pcall(L, 0, 0, 0); /* +1 on error: the error object */
     tg_graph *g = NULL;
     st = tg_stream_end_capture(s, &g);
+    /* while pushed the pool is alive even if fn closed its box: the graph takes its reference first */
+    if (st == TG_OK && lst == LUA_OK && pool) st = tg_graph_keep_pool(g, pool);
     if (pool) tg_pool_pop(pool);
     if (prev) tg_stream_set_current(prev);
+    if (su && --su->held == 0 && su->closing) { /* its __gc ran inside fn */
+        tg_stream_free(su->closing);
+        su->closing = NULL;
+    }
     if (lst != LUA_OK) {
         tg_graph_free(g);
         return lua_error(L);
@@ -358,7 +375,6 @@ static int s_capture(lua_State *L)
     }
     gu->g = g;
     gu->dev = dev;
-    if (pool) tgl_check(L, tg_graph_keep_pool(g, pool));
     return 1;
 }
 

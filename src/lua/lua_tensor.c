@@ -311,8 +311,12 @@ static int t_tostring(lua_State *L)
     int64_t n = tg_tensor_numel(t), k = n < 8 ? n : 8;
     double vals[8];
     tg_tensor *head = NULL;
-    int have = k > 0 && tg_tensor_view(t, 0, 1, &k, &head) == TG_OK && tg_tensor_read_f64(head, vals, (size_t)k) == TG_OK;
+    tg_status rs = k > 0 && tg_tensor_view(t, 0, 1, &k, &head) == TG_OK ? tg_tensor_read_f64(head, vals, (size_t)k) : TG_ENOTSUP;
     tg_tensor_free(head);
+    int have = rs == TG_OK;
+    /* values are left out for views that are not one run of memory, while a capture runs and for dtypes without host
+     * values; any other failure of the read is reported (a bad token id it found: printing must not swallow that) */
+    if (rs != TG_OK && rs != TG_ECAPTURE && rs != TG_ENOTSUP) tgl_check(L, rs);
     luaL_buffinit(L, &b);
     lua_pushfstring(L, "tegraph.Tensor %s %s %s", tg_dtype_name(tg_tensor_dtype(t)), tg_tensor_shape_str(t, sh, sizeof sh),
                     tg_device_str(tg_tensor_device(t), dev, sizeof dev));

@@ -1,5 +1,6 @@
 /* tokenizer.c — byte-level and GPT-2 byte-level BPE tokenizers: vocabulary and merge files, pre-tokenization,
  * merges by rank, a piece cache, decoding. */
+#include "io/file.h"
 #include "text/text.h"
 
 #include <errno.h>
@@ -7,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_FILE_BYTES ((size_t)256 << 20) /* vocabulary and merge files larger than this are refused */
 #define MAX_TOKEN_BYTES 1024               /* one vocabulary entry, as bytes */
@@ -269,8 +272,15 @@ tg_status tg_tokenizer_bytes(tg_tokenizer **out)
 static tg_status read_file(const char *path, char **buf, size_t *len)
 {
     *buf = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return tg_error(TG_EIO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    size_t size;
+    TG_TRY(tg_file_open_read(path, 0, &fd, &size, NULL)); /* a FIFO or a device is refused, not waited on */
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int err = errno;
+        close(fd);
+        return tg_error(TG_EIO, "%s: cannot open: %s", path, strerror(err));
+    }
     size_t cap = 1 << 16, n = 0;
     char *b = malloc(cap + 1);
     if (!b) {
@@ -677,11 +687,12 @@ done:
     return st;
 }
 
+/* Whether p names something (stat: opening a FIFO to find out would wait for a writer; read_file refuses what is
+ * not a regular file, naming it). */
 static int file_exists(const char *p)
 {
-    FILE *f = fopen(p, "rb");
-    if (f) fclose(f);
-    return f != NULL;
+    struct stat sb;
+    return stat(p, &sb) == 0;
 }
 
 tg_status tg_tokenizer_gpt2(const char *dir, tg_tokenizer **out)
