@@ -483,6 +483,33 @@ function M.load(path, o)
   return { step = step, state = state, config = config, path = dir }
 end
 
+-- checkpoint.read_config(path) -> config, step, dir: the config (config.* of its model file, values as the
+-- strings they were saved as) and the step of a checkpoint or a run directory's latest, read without loading
+-- anything: what a resume compares its options with before it loads.
+function M.read_config(path)
+  local ok, dir = pcall(M.resolve, path)
+  if not ok then error(dir, 0) end -- resolve's message already names the caller's line
+  local file
+  for _, n in ipairs { "model.safetensors", "model.stage1.safetensors" } do
+    if not file and exists(join(dir, n)) then file = join(dir, n) end
+  end
+  if not file then
+    raise(string.format("%s: no model file (neither model.safetensors nor model.stage1.safetensors is there)", dir))
+  end
+  local okf, f = pcall(open_file, file)
+  if not okf then raise(f) end
+  local meta = f:metadata()
+  f:close()
+  local config = {}
+  for k, v in pairs(meta) do
+    local c = k:match("^config%.(.+)$")
+    if c then config[c] = v end
+  end
+  local okm, step = pcall(meta_int, meta, file, "step", 0)
+  if not okm then raise(step) end
+  return config, step, dir
+end
+
 -- Reads one metadata value as the Lua value it was saved from (numbers and booleans come back as strings).
 local function value(s)
   if s == "true" then return true elseif s == "false" then return false end
