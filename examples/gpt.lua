@@ -56,7 +56,7 @@ local defaults = {
   { "on-nan", "stop", "a non-finite loss or gradient norm: stop (error naming the step, nothing saved) or skip (no update)" },
   { "out", nil, "save checkpoints into this directory (at the end, every --save-every steps, and on SIGINT/SIGTERM)" },
   { "save-every", 0, "save a checkpoint every N steps (0: only at the end)", min = 0 },
-  { "keep", 0, "keep the newest K checkpoints in --out (0: all)", min = 0 },
+  { "keep", 0, "keep the newest K checkpoints in --out, the one just written among them; a resume from an earlier step removes the later ones (0: keep all)", min = 0 },
   { "resume", nil, "resume from a checkpoint (a --out directory: its latest; or one step_N directory)" },
   { "init-from", nil, "start from GPT-2 weights: a Hugging Face model.safetensors or an llm.c gpt2_*.bin" },
   { "export-hf", nil, "after training, write the weights as a Hugging Face GPT-2 model.safetensors" },

@@ -4,7 +4,7 @@
 -- beyond the checkpoint's step is "nothing to train", while output options (--log, --out, --keep, --save-every,
 -- ...) stay free; the resumed run's --log keeps the records up to the checkpoint and appends; --keep never
 -- removes the checkpoint just written; an unusable --out or --export-hf, and --init-from a checkpoint, are
--- refused before training.
+-- refused before training; so is a checkpoint whose loader position is not a number.
 local tap = require "tap"
 local ex = require "run_example"
 
@@ -68,6 +68,25 @@ local latest = lines(ck .. "/latest")[1]
 tap.is(latest, "step_00000006", "--keep 1 on a resume into the same --out: latest names the checkpoint just written")
 tap.ok(exists(ck .. "/step_00000006/model.safetensors") and not exists(ck .. "/step_00000005/model.safetensors"),
   "... which is there, the older ones removed")
+
+-- a bad loader position in the checkpoint's state is refused naming it (not read as 0)
+-- (a --data run: the built-in task has no loader)
+local tg = require "tegraph"
+run("--make-data " .. ex.q(base .. "/task.bin") .. " --tokens 2000")
+c, so, se = run("--steps 8 --data " .. ex.q(base .. "/task.bin") .. " --vocab 12 --context 13 --out " ..
+  ex.q(base .. "/dck") .. " --save-every 4")
+os.execute("cp -r " .. ex.q(base .. "/dck/step_00000004") .. " " .. ex.q(base .. "/dpos"))
+local rp = base .. "/dpos/rank0.safetensors"
+local sf = tg.safetensors.open(rp)
+local meta, ts = sf:metadata(), {}
+for _, n in ipairs(sf:names()) do ts[n] = sf:read(n) end
+sf:close()
+meta["state.loader_pos"] = "abc"
+tg.save(rp, ts, meta)
+c, so, se = run("--steps 8 --data " .. ex.q(base .. "/task.bin") .. " --vocab 12 --context 13 --resume " ..
+  ex.q(base .. "/dpos"))
+tap.ok(c ~= 0 and not so:match("trained"), "a checkpoint whose loader position is not a number is refused")
+tap.like(se, "dpos: bad checkpoint state: loader_pos is 'abc'", "... naming the checkpoint and the field")
 
 -- --out and --export-hf that cannot be written: refused before training
 ex.write(base .. "/afile", "x\n")
