@@ -2,6 +2,7 @@
 -- trained side by side with the stock ddp policy on a small regression model.
 --
 --   tegraph run -n 2 examples/custom_reduce.lua        (any number of ranks; one works too)
+--   tegraph run examples/custom_reduce.lua --help      (--steps N, --every K)
 --
 -- 1. bf16_error_feedback: each bucket is all-reduced in bf16 (half the bytes) as soon as its last wgrad is in;
 --    what the rounding lost is kept per element and added to the next step's gradient (error feedback).
@@ -11,7 +12,27 @@
 local tg = require "tegraph"
 local reduce = require "tegraph.reduce"
 local optim = require "tegraph.optim"
+local cli = require "tegraph.cli"
 local ops = tg.ops
+
+local defaults = {
+  { "steps", 16, "optimizer steps of each policy's run (at least 2 * --every + 1: local SGD is checked across two averagings)", min = 1 },
+  { "every", 4, "local SGD: average the parameters every K steps", min = 1 },
+}
+local opt = cli.parse("examples/custom_reduce.lua", defaults, arg)
+for _, k in ipairs { "steps", "every" } do
+  if math.type(opt[k]) ~= "integer" then
+    io.stderr:write(string.format("custom_reduce.lua: --%s needs an integer (got %s)\n", k, tostring(opt[k])))
+    cli.usage("examples/custom_reduce.lua", defaults, io.stderr)
+    os.exit(2)
+  end
+end
+if opt.steps < 2 * opt.every + 1 then
+  io.stderr:write(string.format("custom_reduce.lua: --steps %d is below 2 * --every + 1 = %d (local SGD is checked " ..
+    "across two averagings)\n", opt.steps, 2 * opt.every + 1))
+  cli.usage("examples/custom_reduce.lua", defaults, io.stderr)
+  os.exit(2)
+end
 
 local comm = tg.comm.world()
 local rank, size = comm:rank(), comm:size()
@@ -68,7 +89,7 @@ local function local_sgd(params, o)
 end
 
 ------------------------------------------------------------------------ the demo
-local D, H, TOK, M, STEPS, K = 16, 32, 8, 2, 16, 4
+local D, H, TOK, M, STEPS, K = 16, 32, 8, 2, opt.steps, opt.every
 
 local function build()
   tg.manual_seed(7) -- the same initial parameters on every rank

@@ -92,6 +92,12 @@ if not tok_dir and opt.ckpt then
   local f = io.open(opt.ckpt .. "/vocab.json") or io.open(opt.ckpt .. "/encoder.json")
   if f then f:close(); tok_dir = opt.ckpt end
 end
+-- a checkpoint of a --data run records no tokenizer: bytes only fit a vocabulary of 256 (else the first id
+-- past 255 would fail mid-stream)
+if not tok_dir and opt.ckpt and model.cfg.vocab_size ~= 256 then
+  usage_error(string.format("--ckpt %s records no tokenizer and its vocabulary is %d: give --tokenizer DIR", opt.ckpt,
+    model.cfg.vocab_size))
+end
 local tok = text.tokenizer(tok_dir)
 if tok.vocab_size > model.cfg.vocab_size then
   error(string.format("generate.lua: the tokenizer has %d ids, the model %d", tok.vocab_size, model.cfg.vocab_size), 0)

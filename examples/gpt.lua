@@ -56,7 +56,7 @@ local defaults = {
   { "on-nan", "stop", "a non-finite loss or gradient norm: stop (error naming the step, nothing saved) or skip (no update)" },
   { "out", nil, "save checkpoints into this directory (at the end, every --save-every steps, and on SIGINT/SIGTERM)" },
   { "save-every", 0, "save a checkpoint every N steps (0: only at the end)", min = 0 },
-  { "keep", 0, "keep the newest K checkpoints in --out (0: all)", min = 0 },
+  { "keep", 0, "keep the newest K checkpoints in --out, the one just written among them; a resume from an earlier step removes the later ones (0: keep all)", min = 0 },
   { "resume", nil, "resume from a checkpoint (a --out directory: its latest; or one step_N directory)" },
   { "init-from", nil, "start from GPT-2 weights: a Hugging Face model.safetensors or an llm.c gpt2_*.bin" },
   { "export-hf", nil, "after training, write the weights as a Hugging Face GPT-2 model.safetensors" },
@@ -87,6 +87,53 @@ local defaults = {
 }
 
 local opt = cli.parse("examples/gpt.lua", defaults, arg)
+
+-- a usage error found after the parse (a value out of its range, options that exclude each other): the
+-- message and the usage on stderr, exit 2 — found before any work, not after training
+local function usage_error(msg)
+  io.stderr:write("gpt.lua: ", msg, "\n")
+  cli.usage("examples/gpt.lua", defaults, io.stderr)
+  os.exit(2)
+end
+-- options that are each good but do not go together with what they meet (a checkpoint to resume): the message
+-- alone (the usage would not help), exit 2
+local function refuse(msg)
+  io.stderr:write("gpt.lua: ", msg, "\n")
+  os.exit(2)
+end
+if opt.hooks ~= "reduce" and opt.hooks ~= "noop" then
+  usage_error(string.format("--hooks must be reduce or noop (got '%s')", tostring(opt.hooks)))
+end
+if not (opt.eps > 0) then usage_error(string.format("--eps must be > 0 (got %s)", tostring(opt.eps))) end
+for _, k in ipairs { "beta1", "beta2" } do
+  if opt[k] ~= nil and not (opt[k] >= 0 and opt[k] < 1) then
+    usage_error(string.format("--%s must be in [0, 1) (got %s)", k, tostring(opt[k])))
+  end
+end
+if opt.text and opt.data then usage_error("--text and --data exclude each other") end
+if opt.tokenizer and not opt.text then usage_error("--tokenizer goes with --text") end
+if opt.val and opt["val-split"] then usage_error("--val and --val-split exclude each other") end
+if (opt.val or opt["val-split"]) and not (opt.text or opt.data) then usage_error("--val/--val-split need --text or --data") end
+if opt["export-hf"] and opt.pipeline > 1 then usage_error("--export-hf needs the whole model on each rank (not --pipeline)") end
+if (opt.val or opt["val-split"]) and opt.pipeline > 1 then
+  usage_error("--val/--val-split are not supported with --pipeline (each rank holds only its stage)")
+end
+-- --trace-steps a:b (or a), 1 <= a <= b <= --steps when given; the default 3:5 is clipped to short runs
+local trace_a, trace_b
+if opt.trace or opt["trace-steps"] then
+  local spec = opt["trace-steps"] or "3:5"
+  local a, b = tostring(spec):match("^(%d+):(%d+)$")
+  if not a then a = tostring(spec):match("^(%d+)$"); b = a end
+  if not a or tonumber(a) < 1 or tonumber(b) < tonumber(a) then
+    usage_error(string.format("--trace-steps must be a:b with 1 <= a <= b (got '%s')", tostring(spec)))
+  end
+  a, b = tonumber(a), tonumber(b)
+  if opt["trace-steps"] and b > opt.steps then
+    usage_error(string.format("--trace-steps %s ends after the last step (--steps %d)", tostring(spec), opt.steps))
+  end
+  if opt["trace-steps"] and not opt.trace then usage_error("--trace-steps goes with --trace FILE") end
+  trace_a, trace_b = math.min(a, opt.steps), math.min(b, opt.steps) -- the default 3:5 fits short runs
+end
 
 ------------------------------------------------------------------------ the built-in task
 -- Tokens 0-9 are digits, 10 is '>' (question ends), 11 is '.' (answer ends).
@@ -156,12 +203,6 @@ if opt.task ~= "reverse" and opt.task ~= "sort" then
   io.stderr:write("gpt.lua: --task must be reverse or sort\n")
   os.exit(2)
 end
--- a usage error found after the parse: the message and the usage, exit 2
-local function usage_error(msg)
-  io.stderr:write("gpt.lua: ", msg, "\n")
-  cli.usage("examples/gpt.lua", defaults, io.stderr)
-  os.exit(2)
-end
 if opt.dtype ~= "f32" and opt.dtype ~= "bf16" then
   usage_error(string.format("--dtype must be f32 or bf16 (got '%s')", tostring(opt.dtype)))
 end
@@ -188,6 +229,10 @@ end
 -- run's losses are those of one process with --microbatches M x D.
 local world = tg.comm.size() > 1 and tg.comm.world() or nil
 local rank = world and world:rank() or 0
+if (world and world:size() or 1) % opt.pipeline ~= 0 then
+  usage_error(string.format("--pipeline %d does not divide the %d ranks (tegraph run -n N, N = P x D)", opt.pipeline,
+    world and world:size() or 1))
+end
 math.randomseed(opt.seed)
 if rank ~= 0 then -- rank 0 reports for all
   print = function() end
@@ -208,7 +253,6 @@ end
 ------------------------------------------------------------------------ the data
 local loader, val_loader, vocab, T, tok, tok_id
 if opt.text then
-  if opt.data then error("gpt.lua: --text and --data exclude each other", 0) end
   tok, tok_id = text.tokenizer(opt.tokenizer)
   local function tokenize(path)
     local bin, n, cached = data.tokenize(path, tok, { tokenizer_id = tok_id,
@@ -218,14 +262,11 @@ if opt.text then
   end
   opt.data = tokenize(opt.text)
   if opt.val then opt.val = tokenize(opt.val) end
-elseif opt.tokenizer then
-  error("gpt.lua: --tokenizer goes with --text", 0)
 end
 if opt.data then
   loader = data.open(opt.data, { vocab = opt.vocab or (tok and tok.vocab_size) })
   vocab = loader.vocab
   if opt["val-split"] then
-    if opt.val then error("gpt.lua: --val and --val-split exclude each other", 0) end
     loader, val_loader = loader:split(opt["val-split"])
   elseif opt.val then
     -- the same format as the training file: a bad header is reported as such, not read as tokens
@@ -287,10 +328,11 @@ if opt["init-from"] then
   if opt["init-from"]:match("%.safetensors$") then gpt2.load_hf(model, opt["init-from"])
   else gpt2.load_llmc(model, opt["init-from"]) end
 end
-if opt["export-hf"] and pipelined then error("gpt.lua: --export-hf needs the whole model on each rank (not --pipeline)", 0) end
 -- the step in the mode the flags ask for (tegraph.train): eager, graphed, pipelined; ddp or zero1
 -- driven by the wgrad hooks
-local trainer = train.new {
+-- train.new's refusals are of the options it is given (--graph with --pipeline, --layers-per-chunk that does
+-- not divide --layers, ...): usage errors
+local ok_trainer, trainer = pcall(train.new, {
   model = model, microbatches = M, comm = world, graph = opt.graph, pipeline = opt.pipeline,
   schedule = opt.schedule, layers_per_chunk = opt["layers-per-chunk"], reduce = opt.zero1 and "zero1" or nil,
   hooks = opt.hooks, bucket_bytes = math.max(4, math.floor(opt["bucket-mb"] * 1048576)),
@@ -298,7 +340,12 @@ local trainer = train.new {
   sample = (opt.graph == true or opt["graph-modules"]) and tg.zeros({ B, T }, { dtype = "i32" }) or nil,
   adamw = { lr = opt.lr, beta1 = opt.beta1, beta2 = opt.beta2 or (loader and 0.95 or 0.99), eps = opt.eps,
     weight_decay = opt["weight-decay"] or (loader and 0.1 or 0.01), max_norm = opt.clip > 0 and opt.clip or nil },
-}
+})
+if not ok_trainer then
+  local msg = tostring(trainer):gsub("^[^\n]-%.lua:%d+: ", "")
+  if msg:match("^train: ") or msg:match("^AdamW: ") then usage_error(msg) end
+  error(trainer, 0)
+end
 local D = trainer.D
 local schedule = optim.cosine_schedule { lr = opt.lr, min_lr = opt["min-lr"], warmup = opt.warmup, total = opt.steps }
 
@@ -315,27 +362,10 @@ if mode ~= "" then print("     " .. mode) end
 
 ------------------------------------------------------------------------ training
 local tokens_per_step = M * D * B * T
-local bar = progress.new { total = opt.steps, tokens_per_step = tokens_per_step, log = rank == 0 and opt.log or nil, every = opt.every,
-  max_skips = opt["max-skips"] > 0 and opt["max-skips"] or nil,
-  tty = not opt.quiet and tg.isatty(io.stdout), out = opt.quiet and io.open("/dev/null", "w") or io.stdout }
 local first_loss, last_loss
 local losses = {}
 -- --trace: steps trace_a..trace_b run inside a trace; the overlap of the ddp
 -- all-reduces with the backward is printed when it stops.
-local trace_a, trace_b
-if opt.trace then
-  local spec = opt["trace-steps"] or "3:5"
-  local a, b = tostring(spec):match("^(%d+):(%d+)$")
-  if not a then a = tostring(spec):match("^(%d+)$"); b = a end
-  if not a or tonumber(a) < 1 or tonumber(b) < tonumber(a) then
-    error(string.format("gpt.lua: --trace-steps must be a:b with 1 <= a <= b (got '%s')", tostring(spec)), 0)
-  end
-  a, b = tonumber(a), tonumber(b)
-  if opt["trace-steps"] and b > opt.steps then
-    error(string.format("gpt.lua: --trace-steps %s ends after the last step (--steps %d)", tostring(spec), opt.steps), 0)
-  end
-  trace_a, trace_b = math.min(a, opt.steps), math.min(b, opt.steps) -- the default 3:5 fits short runs
-end
 local trace_path = opt.trace
 if trace_path and world and world:size() > 1 then trace_path = trace_path .. ".rank" .. world:rank() end
 if trace_path then -- fail now, not after training, when the trace cannot be written
@@ -346,10 +376,23 @@ end
 local steady_t0 -- time at the end of step 2
 -- the validation windows: the same fixed set at every evaluation
 local val_batches = val_loader and val_loader:eval_batches(B, T, opt["eval-batches"]) or nil
-if (opt.val or opt["val-split"]) and not loader then error("gpt.lua: --val/--val-split need --text or --data", 0) end
-if opt["eval-every"] < 1 then error("gpt.lua: --eval-every must be >= 1", 0) end
-if (opt.val or opt["val-split"]) and pipelined then
-  error("gpt.lua: --val/--val-split are not supported with --pipeline (each rank holds only its stage)", 0)
+-- --out and --export-hf: fail now, not after training, when they cannot be written (rank 0 writes them)
+if opt.out and rank == 0 then
+  local okd, err = pcall(tg.fs.mkdir, opt.out)
+  if not okd then error("gpt.lua: --out: " .. tostring(err):gsub("^[^\n]-%.lua:%d+: ", ""), 0) end
+  local probe = opt.out .. "/.tegraph-write-check"
+  local f, ferr = io.open(probe, "w")
+  if not f then error("gpt.lua: --out: " .. opt.out .. ": cannot write there: " .. tostring(ferr), 0) end
+  f:close()
+  os.remove(probe)
+end
+if opt["export-hf"] and rank == 0 then
+  local existed = io.open(opt["export-hf"], "rb")
+  if existed then existed:close() end
+  local f, err = io.open(opt["export-hf"], "a") -- (not "w": an existing file stays as it is until the export)
+  if not f then error("gpt.lua: --export-hf: cannot write " .. tostring(err), 0) end
+  f:close()
+  if not existed then os.remove(opt["export-hf"]) end
 end
 
 -- Checkpoints (tegraph.checkpoint): this rank's weights (its stage's with --pipeline), the trainer's
@@ -372,11 +415,58 @@ local function save(step)
 end
 local start = 1
 if opt.resume then
+  -- The options that decide the run's trajectory (the model, the data, the optimizer, the schedule, the
+  -- batches, the seed, how the step runs) must be the checkpoint's: a resume continues that run bit for bit,
+  -- or is refused. Those that only say where output goes or how often are free.
+  local FREE = { out = true, resume = true, log = true, ["save-every"] = true, keep = true, ["eval-every"] = true,
+    ["eval-batches"] = true, val = true, ["sample-tokens"] = true, temperature = true, ["top-k"] = true,
+    samples = true, eval = true, every = true, quiet = true, trace = true, ["trace-steps"] = true,
+    ["make-data"] = true, tokens = true, ["export-hf"] = true, ["on-nan"] = true, ["max-skips"] = true,
+    fp8 = true } -- (--fp8: the scaling state is restored when both runs have it, fresh otherwise)
+  local saved, ck_step = checkpoint.read_config(opt.resume)
+  local function norm(v)
+    if v == nil then return nil end
+    local n = tonumber(v)
+    if type(v) ~= "boolean" and n then return string.format("%.14g", n) end
+    return tostring(v)
+  end
+  local diffs = {}
+  for _, d in ipairs(defaults) do
+    local k = d[1]
+    -- (with --text, --data is its tokens' cache: named only when --text is the same file and its text changed)
+    local derived = k == "data" and opt.text and norm(config.text) ~= norm(saved.text)
+    if not FREE[k] and not derived and k ~= "steps" and norm(config[k]) ~= norm(saved[k]) then
+      diffs[#diffs + 1] = string.format("--%s %s differs from the checkpoint's %s", k,
+        config[k] == nil and "(not given)" or tostring(config[k]), saved[k] == nil and "(not given)" or saved[k])
+    end
+  end
+  if #diffs > 0 then
+    refuse(table.concat(diffs, "; ") .. "; resume with the same options")
+  end
+  -- --steps last: the cosine schedule runs to it, so it is the checkpoint's too, and beyond its step
+  if opt.steps <= ck_step then
+    refuse(string.format("--steps %d is not beyond the checkpoint's step %d: nothing to train", opt.steps, ck_step))
+  end
+  if norm(config.steps) ~= norm(saved.steps) then
+    refuse(string.format("--steps %d differs from the checkpoint's %s (the learning-rate schedule runs to --steps); " ..
+      "resume with the same options", opt.steps, tostring(saved.steps)))
+  end
   local info = trainer:load(opt.resume)
   start = info.step + 1
-  if loader then loader.pos = math.tointeger(tonumber(info.state.loader_pos)) or 0 end
+  if loader then
+    local pos = info.state.loader_pos
+    loader.pos = type(pos) == "string" and pos:match("^%d+$") and math.tointeger(tonumber(pos)) or nil
+    if not loader.pos then
+      error(string.format("gpt.lua: %s: bad checkpoint state: loader_pos is %s (an integer >= 0 is expected)", info.path,
+        pos == nil and "missing" or "'" .. tostring(pos) .. "'"), 0)
+    end
+  end
   print(string.format("resumed from %s (step %d)", info.path, info.step))
 end
+-- a resumed run continues its --log: the records up to the checkpoint's step stay
+local bar = progress.new { total = opt.steps, tokens_per_step = tokens_per_step, log = rank == 0 and opt.log or nil, every = opt.every,
+  max_skips = opt["max-skips"] > 0 and opt["max-skips"] or nil, resume_step = opt.resume and start - 1 or nil,
+  tty = not opt.quiet and tg.isatty(io.stdout), out = opt.quiet and io.open("/dev/null", "w") or io.stdout }
 if opt.out then tg.signals.catch() end
 local stop_signal
 

@@ -1,6 +1,8 @@
 -- hello.lua — a first tegraph script: tensors, a matmul, and a captured graph replayed.
 -- Run: tegraph run examples/hello.lua   (or: tegraph --device cpu examples/hello.lua)
 local tg = require "tegraph"
+-- no options: --help says so, anything else is a usage error (exit 2)
+require("tegraph.cli").parse("examples/hello.lua", {}, arg)
 
 print("tegraph " .. tg.version .. " on " .. tg.default_device())
 

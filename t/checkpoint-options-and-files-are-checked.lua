@@ -1,7 +1,9 @@
 -- checkpoint-options-and-files-are-checked.lua — checkpoint.save and load check their options (a table, known
 -- keys, types and ranges) before anything is written or read, at the caller's line; a checkpoint missing its
 -- model file, a `latest` naming a step that is not there, a missing rank file and a truncated one are each
--- reported as what they are, naming the file.
+-- reported as what they are, naming the file; bad metadata (step, world_size, RNG state, the optimizer's values
+-- and kind) is refused naming the file and the field before anything is loaded; keep never removes the
+-- checkpoint just written.
 local tap = require "tap"
 local caller = require "caller"
 local here, at, exists = caller.here, caller.at, caller.exists
@@ -86,6 +88,80 @@ ex.write(rf, bytes:sub(1, 100))
 local err = tap.error_like(function() ck.load(d, { model = m }) end, "truncrank/step_00000003/rank0%.safetensors: ",
   "load: a truncated rank file is reported with its path")
 tap.ok(err and not err:find("fewer ranks"), "... as unreadable, not as written by fewer ranks")
+
+-- a truncated model file: its error carries one position (the caller's), not the library's on top of it
+d = copy("truncmodel")
+local mfile = d .. "/step_00000003/model.safetensors"
+f = assert(io.open(mfile, "rb"))
+bytes = f:read("a")
+f:close()
+ex.write(mfile, bytes:sub(1, #bytes - 8))
+err = tap.error_like(function() line = here(); ck.load(d, { model = m }) end, "truncmodel/step_00000003/model%.safetensors",
+  "load: a truncated model file is reported with its path")
+tap.like(err or "", at(line) .. "[^:]*model%.safetensors", "... positioned once, at the caller's line")
+tap.ok(err ~= nil and select(2, err:gsub("%.lua:%d+: ", "")) == 1, "... and only once (" .. tostring(err) .. ")")
+
+-- metadata of the rank file: every field a resume relies on is checked, naming the file and the field, and a
+-- refused checkpoint leaves the model and the optimizer as they were
+local optim = require "tegraph.optim"
+tg.manual_seed(1)
+local om = tg.nn.Linear(4, 2, { name = "fc" })
+local oo = optim.AdamW(om:parameters(), { lr = 1e-3 })
+local og = base .. "/withopt"
+ck.save(og, { model = om, optimizer = oo, step = 3 })
+-- copy of og's step with one metadata entry of rank0.safetensors set to v (nil: removed)
+local function with_meta(name, key, v)
+  local dd = base .. "/" .. name
+  os.execute("cp -r " .. ex.q(og .. "/step_00000003") .. " " .. ex.q(dd))
+  local rp = dd .. "/rank0.safetensors"
+  local sf = tg.safetensors.open(rp)
+  local meta, ts = sf:metadata(), {}
+  for _, n in ipairs(sf:names()) do ts[n] = sf:read(n) end
+  sf:close()
+  meta[key] = v
+  tg.save(rp, ts, meta)
+  return dd
+end
+local function fresh()
+  local mm = tg.nn.Linear(4, 2, { name = "fc" })
+  mm:parameters()[1].data:fill_(7)
+  return mm, optim.AdamW(mm:parameters(), { lr = 5e-2 })
+end
+for _, c in ipairs {
+  { "step", "abc", "bad metadata: step is 'abc' %(an integer >= 0 is expected%)" },
+  { "step", nil, "bad metadata: step is missing %(an integer >= 0 is expected%)" },
+  { "step", "-3", "bad metadata: step is '%-3'" },
+  { "world_size", nil, "bad metadata: world_size is missing %(an integer >= 1 is expected%)" },
+  { "world_size", "0", "bad metadata: world_size is '0'" },
+  { "rng_seed", "xyz", "bad metadata: rng_seed is 'xyz' %(an integer is expected%)" },
+  { "rng_offset", "-1", "bad metadata: rng_offset is '%-1'" },
+  { "optimizer.t", "abc", "AdamW: bad checkpoint state %(step count abc" },
+  { "optimizer.kind", "zero1", "holds the state of the optimizer 'zero1'; this run's optimizer is " ..
+    "'AdamW'" },
+} do
+  local what = c[1] .. " = " .. tostring(c[2])
+  local dd = with_meta("meta" .. _, c[1], c[2])
+  local mm, oo2 = fresh()
+  local e = tap.error_like(function() ck.load(dd, { model = mm, optimizer = oo2 }) end,
+    "meta" .. _ .. "/rank0%.safetensors: " .. c[3], "load: rank metadata " .. what .. " is refused naming the file and the field")
+  tap.ok(mm:parameters()[1].data:totable()[1][1] == 7 and oo2:step_count() == 0 and oo2.lr == 5e-2,
+    "... with nothing loaded (weights, optimizer step and lr as they were)")
+end
+
+-- keep: the checkpoint just written is never removed; checkpoints of later steps (a run resumed from an
+-- earlier step into the same directory abandoned them) go first, then all but the newest K
+local kd = base .. "/keep"
+ck.save(kd, { model = m, step = 10 })
+ck.save(kd, { model = m, step = 20 })
+local p5 = ck.save(kd, { model = m, step = 5, keep = 1 })
+tap.ok(exists(p5 .. "/model.safetensors"), "keep = 1 after a resume from an earlier step: the checkpoint just written stays")
+tap.is(ck.latest(kd), p5, "... latest names it")
+tap.ok(not exists(kd .. "/step_00000010/model.safetensors") and not exists(kd .. "/step_00000020/model.safetensors"),
+  "... and the later (abandoned) checkpoints are gone")
+ck.save(kd, { model = m, step = 6 })
+ck.save(kd, { model = m, step = 7, keep = 2 })
+tap.ok(exists(kd .. "/step_00000006/model.safetensors") and exists(kd .. "/step_00000007/model.safetensors") and
+  not exists(p5 .. "/model.safetensors"), "keep = 2 in order: the newest two stay")
 
 os.execute("rm -rf " .. ex.q(base))
 tap.done_testing()

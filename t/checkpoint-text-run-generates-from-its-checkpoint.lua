@@ -2,7 +2,8 @@
 -- the nn.GPT from the recorded config with the trained weights (equal to the file's), returns the tokenizer the run
 -- used (bytes, or the --tokenizer directory) as meta.tokenizer, and generate.lua's greedy text equals the
 -- in-process greedy decode of the loaded model; a checkpoint without a GPT's config, or holding a tensor the model
--- lacks, is refused naming the file and what is wrong.
+-- lacks, is refused naming the file and what is wrong; a --data run's checkpoint (no tokenizer recorded) of a
+-- vocabulary other than the bytes' is refused up front unless --tokenizer is given.
 local tg = require "tegraph"
 local tap = require "tap"
 local bpe = require "small_bpe"
@@ -95,5 +96,15 @@ tap.ok(not okb and err:find("'h.1.mlp.fc2.weight'", 1, true), "a missing tensor 
 okb, err = pcall(checkpoint.load_model, base .. "/none")
 tap.ok(not okb and err:find(base .. "/none", 1, true), "no checkpoint there: refused naming the path")
 
+-- a --data run records no tokenizer: generate.lua --ckpt refuses up front when the vocabulary is not the bytes'
+local toks = {}
+for i = 1, 4000 do toks[i] = (i * 37) % 300 end
+require("tegraph.data").write(base .. "/big.bin", toks)
+ok, out = run("gpt.lua", "--data " .. base .. "/big.bin --steps 2 --out " .. base .. "/data " .. small)
+tap.ok(ok, "gpt.lua --data (vocabulary 300) --out trains and saves")
+local gok, gout = run("generate.lua", "--ckpt " .. base .. "/data --max-tokens 5 --temperature 5")
+tap.ok(not gok, "generate.lua --ckpt of a --data run without --tokenizer is refused")
+tap.like(gout, "^generate%.lua: %-%-ckpt [^\n]*/data records no tokenizer and its vocabulary is 300: give %-%-tokenizer DIR",
+  "... up front, saying why and what to give (not a tokenizer error mid-stream)")
 os.execute("rm -rf '" .. base .. "'")
 tap.done_testing()

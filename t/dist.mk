@@ -12,6 +12,7 @@ DIST_SH_TESTS = \
 	t/dist-custom-reduce.sh \
 	t/dist-failing-rank-stops-the-job.sh \
 	t/dist-launcher-stops-ranks.sh \
+	t/dist-launcher-passes-stop-signals-to-the-ranks.sh \
 	t/dist-pipeline-matches-single-process.sh \
 	t/dist-pipeline-peer-stops-the-run.sh \
 	t/checkpoint-resume-is-exact.sh \

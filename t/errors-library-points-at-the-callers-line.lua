@@ -36,6 +36,13 @@ raises_here(function() line = here(); tg.nn.GPT { vocab_size = 10 } end,
   "nn.GPT: cfg%..* %(a positive integer%) is required", "nn.GPT without its sizes")
 raises_here(function() line = here(); tg.reduce.tracker { params = {} } end,
   "reduce.tracker: on_ready %(a function%) is required", "reduce.tracker without on_ready")
+raises_here(function() line = here(); tg.train.new { model = {} } end,
+  "train: model must be an nn.GPT", "train.new with a model that is not an nn.GPT")
+raises_here(function()
+  local gpt = tg.nn.GPT { vocab_size = 16, max_position_embeddings = 8, hidden_size = 16, num_attention_heads = 2,
+    num_layers = 1 }
+  line = here(); tg.train.new { model = gpt, hooks = "x" }
+end, "train: hooks must be reduce or noop %(got x%)", "train.new with unknown hooks")
 
 -- through a helper of the user's: the helper's line (the innermost user code) is named
 local function build_schedule(n)

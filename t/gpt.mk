@@ -18,6 +18,7 @@ GPT_LUA_TESTS = \
 	t/safetensors-round-trip-and-bad-files.lua \
 	t/gpt2-weights-in-and-out.lua \
 	t/gpt-refuses-bad-options-up-front.lua \
+	t/gpt-resume-refuses-other-options-and-continues-its-log.lua \
 	t/gpt-max-skips-stops-a-run-of-skipped-steps.lua \
 	t/gpt-and-generate-refuse-bad-options.lua \
 	t/optim-refuses-bad-arguments.lua \

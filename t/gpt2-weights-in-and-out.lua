@@ -159,4 +159,39 @@ fh:write(io.open(path("gpt2.bin"), "rb"):read(2000))
 fh:close()
 tap.error_like(function() gpt2.load_llmc(model(1), path("trunc.bin")) end, "trunc.bin: truncated: 2000 bytes",
   "a truncated llm.c file is refused")
+
+-- a corrupt header's sizes are refused naming the file and the field (not an allocation or narrow failing later)
+local function with_header(name, i, v) -- gpt2.bin with header int32 number i (1-based) set to v
+  local all = io.open(path("gpt2.bin"), "rb"):read("a")
+  local fh = io.open(path(name), "wb")
+  fh:write(all:sub(1, 4 * (i - 1)) .. string.pack("<i4", v) .. all:sub(4 * i + 1))
+  fh:close()
+  return path(name)
+end
+tap.error_like(function() gpt2.load_llmc(model(1), with_header("vpneg.bin", 8, -50)) end,
+  "vpneg.bin: bad llm.c header: padded_vocab_size is %-50, below vocab_size 11",
+  "an llm.c header with a negative padded vocab size is refused naming the file and the field")
+tap.error_like(function() gpt2.load_llmc(model(1), with_header("vpsmall.bin", 8, 5)) end,
+  "vpsmall.bin: bad llm.c header: padded_vocab_size is 5, below vocab_size 11",
+  "an llm.c header with a padded vocab size below the vocab size is refused naming the file")
+tap.error_like(function() gpt2.load_llmc(model(1), with_header("chneg.bin", 7, -8)) end,
+  "chneg.bin: bad llm.c header: channels is %-8 %(must be >= 1%)", "a negative channel count is refused naming the file")
+
+-- f16 export: refused by the option check (the copy to f16 is not implemented), before anything is written
+tap.error_like(function() gpt2.export_hf(model(1), path("f16.safetensors"), { dtype = "f16" }) end,
+  "gpt2.export_hf: dtype must be f32 or bf16 %(f16 export is not supported%), got f16",
+  "export_hf refuses dtype f16 in its option check")
+tap.ok(io.open(path("f16.safetensors")) == nil, "... and writes no file")
+
+-- a tegraph checkpoint given as a GPT-2 file: said so (not a missing-tensor or llm.c-header error)
+local ck = require "tegraph.checkpoint"
+local ckdir = ck.save(path("ck"), { model = model(1), step = 1 })
+tap.error_like(function() gpt2.load_hf(model(1), ckdir .. "/model.safetensors") end,
+  "model.safetensors: a tegraph checkpoint's model file .*resume its checkpoint directory",
+  "load_hf of a tegraph checkpoint's model.safetensors says it is one")
+tap.error_like(function() gpt2.load_llmc(model(1), path("ck")) end,
+  "gpt2.load_llmc: .*/ck is a directory holding a tegraph checkpoint, not a GPT%-2 model file",
+  "load_llmc of a checkpoint directory says it is a directory holding a checkpoint")
+tap.error_like(function() gpt2.load_hf(model(1), dir) end, "gpt2.load_hf: .* is a directory, not a GPT%-2 model file",
+  "load_hf of a plain directory says it is a directory")
 tap.done_testing()

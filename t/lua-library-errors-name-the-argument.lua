@@ -102,7 +102,7 @@ refused(function() tg.reduce.tracker { params = params, on_ready = function() en
 refused(function() tg.reduce.broadcast_params(params, { rank = 0 }) end,
   "reduce%.broadcast_params: unknown option 'rank' %(known: comm, root%)", "reduce.broadcast_params with a misspelt option")
 refused(function() require("tegraph.progress").new { totl = 3 } end,
-  "progress%.new: unknown option 'totl' %(known: every, log, max_skips, out, tokens_per_step, total, tty%)",
+  "progress%.new: unknown option 'totl' %(known: every, log, max_skips, out, resume_step, tokens_per_step, total, tty%)",
   "progress.new with a misspelt option")
 local z = tg.reduce.zero1 { params = params }
 refused(function() z:step { lrr = 1e-3 } end, "zero1:step: unknown option 'lrr' %(known: lr, max_norm, norm%)",

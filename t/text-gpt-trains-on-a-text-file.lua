@@ -1,7 +1,7 @@
 -- gpt.lua --text: a text file is tokenized (bytes or a GPT-2 BPE directory), cached next to it and reused,
 -- trained on with validation loss every --eval-every steps (printed and in --log), then sampled as text;
 -- nanoGPT's headerless .bin loads with --vocab; a byte-level file gets vocab 256 without --vocab; bad tokenizer
--- files fail naming the file and line.
+-- files fail naming the file and line; a damaged token cache is rebuilt.
 local tg = require "tegraph"
 local tap = require "tap"
 local bpe = require "small_bpe"
@@ -35,6 +35,19 @@ tap.ok(first and tonumber(last) < tonumber(first), "the loss falls")
 
 ok, out = run("gpt.lua", "--text " .. txt .. " --steps 2 " .. small)
 tap.like(out, "tokens cached in " .. bin:gsub("%p", "%%%0"), "a second run reuses the cached tokens")
+-- a damaged cache (cut short) is tokenized again and replaced, not read as it is
+local cf = assert(io.open(bin, "rb"))
+local cached = cf:read("a")
+cf:close()
+write(bin, cached:sub(1, #cached - 100))
+ok, out = run("gpt.lua", "--text " .. txt .. " --steps 2 " .. small)
+tap.ok(ok and out:match("tokens written to " .. bin:gsub("%p", "%%%0")), "a truncated token cache is rebuilt, the run goes on")
+cf = assert(io.open(bin, "rb"))
+tap.is(#cf:read("a"), #cached, "... to its full size")
+cf:close()
+write(bin, cached:sub(1, 8) .. string.pack("<i4", -5) .. cached:sub(13))
+ok, out = run("gpt.lua", "--text " .. txt .. " --steps 2 " .. small)
+tap.ok(ok and out:match("tokens written to"), "a token cache with a bad header is rebuilt")
 write(txt, table.concat(lines, "\n") .. "\nmore")
 ok, out = run("gpt.lua", "--text " .. txt .. " --steps 2 " .. small)
 tap.ok(ok and out:match("tokens written to (%S+)") ~= bin, "a changed file is tokenized again")

@@ -205,7 +205,9 @@ end
 -- layout=, model_file=, writes_model=, fp8_modules=}) -> the checkpoint's path. Every rank of comm calls it (each
 -- writes its own optimizer state; rank 0 the config and the pointer; the model file is written by rank
 -- 0, or by the ranks with writes_model = true, each into its model_file, default model.safetensors).
--- layout: a string a resume must match. keep = K > 0 removes all but the newest K checkpoints of dir.
+-- layout: a string a resume must match. keep = K > 0 removes all but the newest K checkpoints of dir, the
+-- one written now included: checkpoints of later steps than it (left by a run this one resumed from an
+-- earlier step) are removed first, as an abandoned history.
 -- fp8_modules (default model): whose FP8 scaling states go into this rank's file (see fp8_entries).
 local SAVE_KEYS = { model = true, params = true, optimizer = true, step = true, config = true, state = true,
   comm = true, keep = true, layout = true, model_file = true, writes_model = true, fp8_modules = true }
@@ -270,11 +272,19 @@ function M.save(dir, o)
     core.fs.sync_dir(dir)
     core.write_atomic(join(dir, "latest"), step_name(o.step) .. "\n")
     if o.keep and o.keep > 0 then
+      -- The directory holds one history: checkpoints of steps after this one are the future of a run that
+      -- was resumed from an earlier step (abandoned), so they go; of the rest the K newest stay. The one
+      -- just written (which latest names) is the newest, so it always stays.
       local steps = {}
       for _, n in ipairs(core.fs.list(dir)) do
-        if n:match("^step_%d+$") then steps[#steps + 1] = n end
+        local k = n:match("^step_(%d+)$")
+        if k then
+          if tonumber(k) > o.step then core.fs.remove_dir(join(dir, n))
+          else steps[#steps + 1] = { n = n, step = tonumber(k) } end
+        end
       end
-      for i = 1, #steps - o.keep do core.fs.remove_dir(join(dir, steps[i])) end
+      table.sort(steps, function(a, b) return a.step < b.step end)
+      for i = 1, #steps - o.keep do core.fs.remove_dir(join(dir, steps[i].n)) end
     end
   end
   barrier(comm)
@@ -305,6 +315,26 @@ end
 function M.latest(dir)
   local ok, p = pcall(M.resolve, dir)
   return ok and p or nil
+end
+
+-- Opens a safetensors file; its error (which the C binding already positions at the caller's line) comes
+-- back without that position, for raise to add once.
+local function open_file(path)
+  local ok, f = pcall(core.safetensors.open, path)
+  if ok then return f end
+  error((tostring(f):gsub("^[^\n]-%.lua:%d+: ", "")), 0)
+end
+
+-- The integer a metadata field holds (written as its decimal digits), at least lo; anything else (missing,
+-- "abc", 1.5, below lo) is refused naming the file and the field.
+local function meta_int(meta, path, key, lo)
+  local s = meta[key]
+  local n = type(s) == "string" and s:match("^%s*%-?%d+%s*$") and math.tointeger(tonumber(s)) or nil
+  if n == nil or (lo and n < lo) then
+    error(string.format("%s: bad metadata: %s is %s (an integer%s is expected)", path, key,
+      s == nil and "missing" or "'" .. tostring(s) .. "'", lo and " >= " .. lo or ""), 0)
+  end
+  return n
 end
 
 -- Checks that a file holds exactly the tensors of targets ({name=, t=} list), each with the target's
@@ -370,23 +400,37 @@ function M.load(path, o)
     end
     raise(string.format("%s: rank%d.safetensors is missing (the optimizer and RNG state of rank %d)", dir, rank, rank))
   end
-  local okr, rf = pcall(core.safetensors.open, rpath)
+  local okr, rf = pcall(open_file, rpath)
   if not okr then raise(rf) end -- present but unreadable: the file's error (it names the path)
   local rmeta = rf:metadata()
-  local mf
+  local mf, meta, step, seed, offset
+  local opt = o.optimizer
   local good, err = pcall(function()
-    if tonumber(rmeta.world_size) ~= size then
-      error(string.format("%s: written by %s ranks; resume it on %s ranks (this run has %d)", dir,
-        tostring(rmeta.world_size), tostring(rmeta.world_size), size), 0)
+    -- the metadata a resume relies on, each field checked before anything is used or copied
+    step = meta_int(rmeta, rpath, "step", 0)
+    local ws = meta_int(rmeta, rpath, "world_size", 1)
+    seed, offset = meta_int(rmeta, rpath, "rng_seed"), meta_int(rmeta, rpath, "rng_offset", 0)
+    if ws ~= size then
+      error(string.format("%s: written by %d ranks; resume it on %d ranks (this run has %d)", dir, ws, ws, size), 0)
     end
     if o.layout and rmeta.layout and rmeta.layout ~= o.layout then
       error(string.format("%s: written with the layout '%s'; this run has '%s' (resume on the same layout)", dir,
         rmeta.layout, o.layout), 0)
     end
+    -- the optimizer's kind first: another optimizer's state (zero1 shards for AdamW) differs in every tensor
+    if opt and rmeta["optimizer.kind"] ~= opt:state_values().kind then
+      error(string.format("%s: holds the state of the optimizer '%s'; this run's optimizer is '%s' (resume with the " ..
+        "same optimizer)", rpath, tostring(rmeta["optimizer.kind"] or "none"), opt:state_values().kind), 0)
+    end
     if not exists(mpath) then -- (after the layout: a pipeline's checkpoint has model.stage<k> files instead)
       error(string.format("%s: %s is missing (the model's weights)", dir, o.model_file or "model.safetensors"), 0)
     end
-    mf = core.safetensors.open(mpath)
+    mf = open_file(mpath)
+    meta = mf:metadata()
+    if meta.step ~= nil and meta_int(meta, mpath, "step", 0) ~= step then
+      error(string.format("%s: holds step %s, its rank file %s step %d (files of two checkpoints)", mpath, meta.step,
+        rpath, step), 0)
+    end
     check(mf, mpath, targets, "model")
     -- FP8 scaling states: restored when the file has them (a run without FP8 ignores them; a checkpoint
     -- without them, e.g. of a bf16 run, leaves this run's fresh), checked like the rest when both have them
@@ -395,17 +439,13 @@ function M.load(path, o)
       if n:match("^fp8%.") then has_fp8 = true end
     end
     if has_fp8 and #fp8 > 0 then
-      local all = {}
-      for _, e in ipairs(specs) do all[#all + 1] = e end
-      for _, e in ipairs(fp8) do all[#all + 1] = e end
-      check(rf, rpath, all, "optimizer or FP8 state")
+      local all2 = {}
+      for _, e in ipairs(specs) do all2[#all2 + 1] = e end
+      for _, e in ipairs(fp8) do all2[#all2 + 1] = e end
+      check(rf, rpath, all2, "optimizer or FP8 state")
     else
       fp8 = {}
       check(rf, rpath, specs, "optimizer", "^fp8%.")
-    end
-    if o.optimizer and rmeta["optimizer.kind"] ~= o.optimizer:state_values().kind then
-      error(string.format("%s: optimizer state of %s, this run uses %s", rpath, tostring(rmeta["optimizer.kind"]),
-        o.optimizer:state_values().kind), 0)
     end
   end)
   if not good then
@@ -413,26 +453,63 @@ function M.load(path, o)
     rf:close()
     raise(err)
   end
-  local meta = mf:metadata()
-  for _, e in ipairs(targets) do mf:read_into(e.name, e.t) end
-  for _, e in ipairs(specs) do rf:read_into(e.name, e.t) end
-  for _, e in ipairs(fp8) do rf:read_into(e.name, e.t) end
-  mf:close()
-  rf:close()
   local ovals, state, config = {}, {}, {}
   for k, v in pairs(rmeta) do
     local ok2 = k:match("^optimizer%.(.+)$")
     if ok2 then ovals[ok2] = v end
-    local s = k:match("^state%.(.+)$")
-    if s then state[s] = v end
+    local st = k:match("^state%.(.+)$")
+    if st then state[st] = v end
   end
   for k, v in pairs(meta) do
     local c = k:match("^config%.(.+)$")
     if c then config[c] = v end
   end
-  if o.optimizer then o.optimizer:load_state_values(ovals) end
-  core.rng_set_state(math.tointeger(tonumber(rmeta.rng_seed)) or 0, math.tointeger(tonumber(rmeta.rng_offset)) or 0)
-  return { step = math.tointeger(tonumber(rmeta.step)), state = state, config = config, path = dir }
+  -- the optimizer's values are checked by the optimizer itself: tried before any tensor is copied, and on
+  -- refusal its values put back
+  if opt then
+    local before = opt:state_values()
+    local okv, verr = pcall(opt.load_state_values, opt, ovals)
+    if not okv then
+      pcall(opt.load_state_values, opt, before)
+      mf:close()
+      rf:close()
+      raise(string.format("%s: %s", rpath, (tostring(verr):gsub("^[^\n]-%.lua:%d+: ", ""))))
+    end
+  end
+  for _, e in ipairs(targets) do mf:read_into(e.name, e.t) end
+  for _, e in ipairs(specs) do rf:read_into(e.name, e.t) end
+  for _, e in ipairs(fp8) do rf:read_into(e.name, e.t) end
+  mf:close()
+  rf:close()
+  core.rng_set_state(seed, offset)
+  return { step = step, state = state, config = config, path = dir }
+end
+
+-- checkpoint.read_config(path) -> config, step, dir: the config (config.* of its model file, values as the
+-- strings they were saved as) and the step of a checkpoint or a run directory's latest, read without loading
+-- anything: what a resume compares its options with before it loads.
+function M.read_config(path)
+  local ok, dir = pcall(M.resolve, path)
+  if not ok then error(dir, 0) end -- resolve's message already names the caller's line
+  local file
+  for _, n in ipairs { "model.safetensors", "model.stage1.safetensors" } do
+    if not file and exists(join(dir, n)) then file = join(dir, n) end
+  end
+  if not file then
+    raise(string.format("%s: no model file (neither model.safetensors nor model.stage1.safetensors is there)", dir))
+  end
+  local okf, f = pcall(open_file, file)
+  if not okf then raise(f) end
+  local meta = f:metadata()
+  f:close()
+  local config = {}
+  for k, v in pairs(meta) do
+    local c = k:match("^config%.(.+)$")
+    if c then config[c] = v end
+  end
+  local okm, step = pcall(meta_int, meta, file, "step", 0)
+  if not okm then raise(step) end
+  return config, step, dir
 end
 
 -- Reads one metadata value as the Lua value it was saved from (numbers and booleans come back as strings).
@@ -466,7 +543,7 @@ function M.load_model(path, o)
   local opened = {}
   local function close_all() for _, f in ipairs(opened) do f:close() end end
   for i, p in ipairs(files) do
-    local okf, f = pcall(core.safetensors.open, p)
+    local okf, f = pcall(open_file, p)
     if not okf then
       close_all()
       raise(f)

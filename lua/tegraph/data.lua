@@ -141,7 +141,8 @@ end
 -- data.tokenize(path, tok [, {tokenizer_id =, progress = fn(done, total), quiet =}]) -> the path of an llm.c
 -- .bin file holding the tokens of the text file `path`: PATH.<hash>.bin next to it, where the hash covers the
 -- file's bytes and the tokenizer (tokenizer_id: a string naming it, e.g. the contents of its files). An existing
--- cache file is used as it is; otherwise the text is tokenized and the file written. Returns path, ntokens,
+-- cache file is used as it is when its header and size are consistent; otherwise (none, or a damaged one) the
+-- text is tokenized and the file written. Returns path, ntokens,
 -- whether it was cached.
 function data.tokenize(path, tok, o)
   o = options.check("data.tokenize", o or {}, { "tokenizer_id", "progress", "quiet" })
@@ -157,10 +158,15 @@ function data.tokenize(path, tok, o)
   local cf = core.fs.open_read(out)
   if cf then
     local head = cf:read(12)
+    local size = cf:seek("end")
     cf:close()
+    -- used only when its header and size add up: a cache cut short or damaged (a full disk, a bad copy) is
+    -- tokenized again and replaced, rather than failing every run that reads it
     if head and #head == 12 then
-      local magic, _, n = string.unpack("<i4i4i4", head)
-      if magic == data.MAGIC then return out, n, true end
+      local magic, version, n = string.unpack("<i4i4i4", head)
+      if magic == data.MAGIC and version == data.VERSION and n >= 0 and size == data.HEADER_BYTES + 2 * n then
+        return out, n, true
+      end
     end
   end
   if tok.vocab_size > 65536 then

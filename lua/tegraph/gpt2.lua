@@ -61,6 +61,28 @@ local function check_args(who, model, path)
   end
 end
 
+-- A tegraph checkpoint (a run directory with `latest`, or a step directory with model.safetensors) is
+-- not a GPT-2 file: said so, rather than reading it as one and failing on a name or the llm.c header.
+local function is_checkpoint_dir(path)
+  for _, n in ipairs { "latest", "model.safetensors", "model.stage1.safetensors" } do
+    local f = io.open(path .. "/" .. n, "rb")
+    if f then
+      f:close()
+      return true
+    end
+  end
+  return false
+end
+
+local function refuse_dir(who, path)
+  if not core.fs.isdir(path) then return end
+  if is_checkpoint_dir(path) then
+    raise(string.format("%s: %s is a directory holding a tegraph checkpoint, not a GPT-2 model file (a checkpoint " ..
+      "is resumed: tegraph.checkpoint.load, gpt.lua --resume %s)", who, path, path))
+  end
+  raise(string.format("%s: %s is a directory, not a GPT-2 model file", who, path))
+end
+
 -- Writes src (f32 or the parameter's dtype, shape of p, rows may be fewer: the rest zero) into p's
 -- master (when it has one) and data.
 local function assign(p, src)
@@ -81,9 +103,17 @@ local function shape_str(s) return "[" .. table.concat(s, ",") .. "]" end
 -- (the extra rows are zeroed) and wpe more rows than the context (the first ones are used).
 function M.load_hf(model, path)
   check_args("gpt2.load_hf", model, path)
+  refuse_dir("gpt2.load_hf", path)
   local cfg = model.cfg
   local ok, f = pcall(core.safetensors.open, path)
-  if not ok then raise(f) end
+  if not ok then error(f, 0) end -- the file's error (it names the path and the caller's line)
+  local fmt = f:metadata().format
+  if fmt == "tegraph model 1" then
+    f:close()
+    raise(string.format("%s: a tegraph checkpoint's model file (tegraph's parameter names), not a Hugging Face " ..
+      "GPT-2 model.safetensors: resume its checkpoint directory instead (tegraph.checkpoint.load, gpt.lua --resume)",
+      path))
+  end
   local prefix = f:info("transformer.wte.weight") and "transformer." or ""
   local by = params_by_name(model)
   local C = cfg.hidden_size
@@ -136,8 +166,10 @@ function M.export_hf(model, path, o)
   if o ~= nil and type(o) ~= "table" then raise("gpt2.export_hf: argument #3 (options) must be a table {dtype =}") end
   o = o or {}
   options.check("gpt2.export_hf", o, { "dtype" })
-  if o.dtype ~= nil and o.dtype ~= "f32" and o.dtype ~= "bf16" and o.dtype ~= "f16" then
-    raise(string.format("gpt2.export_hf: dtype must be f32, bf16 or f16, got %s", tostring(o.dtype)))
+  -- f16: the copy to f16 is not implemented; refused here rather than after the option check passed
+  if o.dtype ~= nil and o.dtype ~= "f32" and o.dtype ~= "bf16" then
+    raise(string.format("gpt2.export_hf: dtype must be f32 or bf16%s, got %s",
+      o.dtype == "f16" and " (f16 export is not supported)" or "", tostring(o.dtype)))
   end
   local cfg = model.cfg
   local by = params_by_name(model)
@@ -162,6 +194,7 @@ M.LLMC_MAGIC = 20240326
 -- channels=, padded_vocab_size=}
 function M.read_llmc_header(path)
   if type(path) ~= "string" then raise("gpt2.read_llmc_header: path must be a string, got " .. type(path)) end
+  refuse_dir("gpt2.read_llmc_header", path)
   local f, err = core.fs.open_read(path)
   if not f then raise(string.format("%s: cannot open: %s", path, err)) end
   local hdr = f:read(1024)
@@ -174,6 +207,16 @@ function M.read_llmc_header(path)
   if version ~= 3 and version ~= 5 then
     raise(string.format("%s: unsupported version %d (3: f32, 5: bf16)", path, version))
   end
+  -- the sizes size the reads: a negative or zero one (a corrupt header) would be an allocation or a
+  -- narrow failing far from the file
+  for _, e in ipairs { { "max_seq_len", maxT }, { "vocab_size", V }, { "num_layers", L }, { "num_heads", NH },
+    { "channels", C } } do
+    if e[2] < 1 then raise(string.format("%s: bad llm.c header: %s is %d (must be >= 1)", path, e[1], e[2])) end
+  end
+  if Vp ~= 0 and Vp < V then
+    raise(string.format("%s: bad llm.c header: padded_vocab_size is %d, below vocab_size %d (0: unpadded)", path, Vp,
+      V))
+  end
   return { version = version, dtype = version == 3 and "f32" or "bf16", max_seq_len = maxT, vocab_size = V,
     num_layers = L, num_heads = NH, channels = C, padded_vocab_size = Vp ~= 0 and Vp or V }
 end
@@ -182,6 +225,7 @@ end
 -- be shorter, the token table may be padded differently: the real rows are loaded, the rest zeroed).
 function M.load_llmc(model, path)
   check_args("gpt2.load_llmc", model, path)
+  refuse_dir("gpt2.load_llmc", path)
   local h = M.read_llmc_header(path)
   local cfg = model.cfg
   local C, L, V, Vp, T = h.channels, h.num_layers, h.vocab_size, h.padded_vocab_size, h.max_seq_len

@@ -57,14 +57,22 @@ P.__index = P
 
 -- progress.new{total=steps, tokens_per_step=n, log=FILE.jsonl, tty=auto,
 --   out=io.stdout, every=1 (plain lines: print every n steps, and the last),
---   max_skips=nil (update raises after this many consecutive skipped steps)}
+--   max_skips=nil (update raises after this many consecutive skipped steps),
+--   resume_step=nil (a run resumed after this step: the log continues, see below)}
+-- With resume_step = N the log is not started afresh: its records of steps up to N stay, those of later
+-- steps (written by the run that went on after the checkpoint and is now replayed) are dropped, and the new
+-- records are appended, so the file stays one history of the run.
 -- A step given skipped = true, or else whose norm is not finite, was skipped
 -- by the optimizer: the line counts the skipped steps, the log marks them
 -- (skipped = true).
 function progress.new(o)
   o = o or {}
   if type(o) ~= "table" then raise("progress.new: options must be a table, got " .. type(o)) end
-  options.check("progress.new", o, { "total", "tokens_per_step", "log", "tty", "out", "every", "max_skips" })
+  options.check("progress.new", o, { "total", "tokens_per_step", "log", "tty", "out", "every", "max_skips",
+    "resume_step" })
+  if o.resume_step ~= nil and (math.type(o.resume_step) ~= "integer" or o.resume_step < 0) then
+    raise(string.format("progress.new: resume_step must be an integer >= 0 (got %s)", tostring(o.resume_step)))
+  end
   if o.max_skips ~= nil and (math.type(o.max_skips) ~= "integer" or o.max_skips < 1) then
     raise(string.format("progress.new: max_skips must be an integer >= 1 (got %s)", tostring(o.max_skips)))
   end
@@ -75,7 +83,8 @@ function progress.new(o)
     every = o.every or 1,
     start = core.time(),
     last_t = nil,
-    last_step = 0,
+    last_step = o.resume_step or 0,
+    first_step = o.resume_step or 0, -- the step before this run's first (its ETA counts from there)
     rate = nil,
     width = 0,
     skipped = 0,           -- steps skipped for a non-finite gradient norm so far
@@ -89,8 +98,27 @@ function progress.new(o)
   end
   if o.log then
     options.path("progress.new", "the log", o.log)
-    local f, err = io.open(o.log, "w")
-    if not f then raise(string.format("%s: cannot open the metrics log: %s", o.log, err)) end
+    local kept = {}
+    if o.resume_step then
+      local old = io.open(o.log, "r")
+      if old then
+        for line in old:lines() do
+          local st = tonumber(line:match('^{"step":(%-?%d+)[,}]'))
+          if st == nil or st <= o.resume_step then kept[#kept + 1] = line end
+        end
+        old:close()
+      end
+    end
+    -- the kept records go into a new file that then replaces the log, so a crash here loses nothing
+    local path = #kept > 0 and o.log .. ".tmp" or o.log
+    local f, err = io.open(path, "w")
+    if not f then raise(string.format("%s: cannot open the metrics log: %s", path, err)) end
+    for _, line in ipairs(kept) do f:write(line, "\n") end
+    f:flush()
+    if path ~= o.log then
+      local ok, rerr = os.rename(path, o.log)
+      if not ok then raise(string.format("%s: cannot replace the metrics log: %s", o.log, rerr)) end
+    end
     self.log = f
   end
   return self
@@ -118,7 +146,8 @@ function P:update(step, m)
     self.rate = self.rate and (0.7 * self.rate + 0.3 * r) or r
   end
   self.last_t, self.last_step = now, step
-  local eta = self.total and step > 0 and elapsed / step * (self.total - step) or nil
+  local done = step - self.first_step
+  local eta = self.total and done > 0 and elapsed / done * (self.total - step) or nil
 
   local parts = { self.total and string.format("step %d/%d", step, self.total) or string.format("step %d", step) }
   if m.loss then parts[#parts + 1] = string.format("loss %.4f", m.loss) end

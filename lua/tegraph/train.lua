@@ -72,7 +72,8 @@ function M.single_stage_plan(C, Mb, delayed)
   return plan
 end
 
-local function fail(msg) error("train: " .. msg, 0) end
+-- positioned at the caller's line (tegraph.raise), as the rest of the library's argument checks
+local function fail(msg) raise("train: " .. msg) end
 
 -- "attn,mlp" -> {"attn", "mlp"} (a command line's list of module names).
 function M.split_names(s)

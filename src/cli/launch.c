@@ -211,6 +211,19 @@ static void describe_status(int status, char *buf, size_t n)
 static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) { got_signal = sig; }
 
+/* Whether a signal the launcher got is to be passed on: not the same one again within a second. One stop
+ * often comes twice — `timeout` signals its child and then its process group, a batch system the whole job —
+ * and a rank takes a second signal as "end now", before its checkpoint is written. */
+static int signal_is_new(int sig)
+{
+    static double last_int = -10, last_term = -10, last_other = -10;
+    double *last = sig == SIGINT ? &last_int : sig == SIGTERM ? &last_term : &last_other;
+    double t = now_s();
+    int fresh = t - *last >= 1.0;
+    *last = t;
+    return fresh;
+}
+
 /* The launcher relays each rank's stderr, "[rank R] " before every line, so
  * nothing is lost when a rank is stopped and everything is out when it exits. */
 struct relay {
@@ -330,7 +343,7 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
         alive[r] = 1;
         started++;
     }
-    int running = started, failed = rc != 0;
+    int running = started, failed = rc != 0, relayed = 0;
     double deadline = failed ? now_s() + GRACE_S : 0, drain_until = 0;
     if (failed)
         for (int r = 0; r < started; r++) kill(-pids[r], SIGTERM);
@@ -370,7 +383,14 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
                 for (int q = 0; q < started; q++)
                     if (alive[q] && tell[q] >= 0) (void)!write(tell[q], msg, (size_t)len);
             }
-            if (bad && !failed) {
+            if (bad && !failed && relayed && WIFSIGNALED(status) && WTERMSIG(status) == relayed) {
+                /* ended by the signal passed on (a script that does not catch it): the job stops as asked */
+                failed = 1;
+                rc = 128 + relayed;
+                deadline = now_s() + GRACE_S;
+                for (int q = 0; q < started; q++)
+                    if (alive[q]) kill(-pids[q], relayed);
+            } else if (bad && !failed) {
                 char how[96];
                 describe_status(status, how, sizeof how);
                 if (rel[r].fd >= 0) { /* its last words first: what is there now, without waiting on
@@ -388,16 +408,14 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
                     if (alive[q]) kill(-pids[q], SIGTERM);
             }
         }
-        if (got_signal) { /* pass it on, then treat it as a failure */
+        if (got_signal) { /* pass it on: the ranks decide (a training loop saves and exits 0; a second one ends
+                           * them at once), so it is no failure of its own and no deadline runs */
             int sig = got_signal;
             got_signal = 0;
-            for (int q = 0; q < started; q++)
-                if (alive[q]) kill(-pids[q], sig);
-            if (!failed) {
-                failed = 1;
-                rc = 128 + sig;
-                deadline = now_s() + GRACE_S;
-            }
+            relayed = sig;
+            if (signal_is_new(sig))
+                for (int q = 0; q < started; q++)
+                    if (alive[q]) kill(-pids[q], sig);
         }
         if (failed && running > 0 && now_s() > deadline) {
             for (int q = 0; q < started; q++)
@@ -423,7 +441,11 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
     return rc;
 }
 
-/* Replaces this process by `mpirun -np N exe run FILE ARGS...`. */
+/* Runs `mpirun -np N exe run FILE ARGS...` and returns its exit status. mpirun runs in a process group of its
+ * own and the launcher relays SIGINT / SIGTERM to it as SIGUSR1 / SIGUSR2, which mpirun forwards to the ranks
+ * and the ranks (TG_SIGNAL_RELAY, see main.c) raise as the SIGINT / SIGTERM they stand for. Given the signal
+ * itself, mpirun would abort the job — SIGTERM to every rank whatever came, exit 1 even when every rank saved
+ * and exited 0 — so neither a terminal's Ctrl-C nor a signal to the launcher's group reaches it directly. */
 static int launch_mpirun(int n, const char *exe, char **child_argv, int nchild)
 {
     const char *mpirun = getenv("TG_MPIRUN");
@@ -444,13 +466,40 @@ static int launch_mpirun(int n, const char *exe, char **child_argv, int nchild)
     argv[k++] = (char *)exe;
     for (int i = 1; i < nchild; i++) argv[k++] = child_argv[i];
     argv[k] = NULL;
+    setenv("TG_SIGNAL_RELAY", "1", 1);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     fflush(stdout);
     fflush(stderr);
-    execvp(mpirun, argv);
-    char msg[256];
-    snprintf(msg, sizeof msg, "cannot run %s (%s): set TG_MPIRUN to the mpirun program", mpirun, strerror(errno));
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        execvp(mpirun, argv);
+        fprintf(stderr, "tegraph run -n: cannot run %s (%s): set TG_MPIRUN to the mpirun program\n", mpirun,
+                strerror(errno));
+        _exit(1);
+    }
     free(argv);
-    return launch_error("%s", msg, 1);
+    if (pid < 0) return launch_error("fork failed: %s", strerror(errno), 1);
+    setpgid(pid, pid);
+    int status = 0;
+    for (;;) { /* polled: a signal between a check and a blocking wait would wait for the next one */
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid) break;
+        if (w < 0 && errno != EINTR) return launch_error("waiting for mpirun: %s", strerror(errno), 1);
+        if (got_signal) {
+            int sig = got_signal;
+            got_signal = 0;
+            if (signal_is_new(sig)) kill(pid, sig == SIGINT ? SIGUSR1 : SIGUSR2);
+        }
+        sleep_ms(20);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 int tg_cli_launch(int argc, char **argv)

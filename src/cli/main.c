@@ -4,6 +4,7 @@
 #include "cli/launch.h"
 #include <lua.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,9 +241,30 @@ static void prefer_passive_openmp(char **argv)
     execv("/proc/self/exe", argv); /* returns only on failure: then go on as we are */
 }
 
+/* A rank of `tegraph run -n N` under mpirun gets the launcher's SIGINT / SIGTERM as SIGUSR1 / SIGUSR2 (mpirun
+ * forwards those; it would abort the job on the signals themselves): each is raised here as the signal it
+ * stands for, so a script that catches signals (tg.signals.catch) sees SIGINT or SIGTERM and one that does not
+ * ends by it. Only for processes the launcher started: the variable is not passed further down. */
+static void on_relayed(int sig) { raise(sig == SIGUSR1 ? SIGINT : SIGTERM); }
+
+static void take_relayed_signals(void)
+{
+    const char *v = getenv("TG_SIGNAL_RELAY");
+    if (!v || strcmp(v, "1") != 0) return;
+    unsetenv("TG_SIGNAL_RELAY");
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_relayed;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
+}
+
 int main(int argc, char **argv)
 {
     prefer_passive_openmp(argv);
+    take_relayed_signals();
     int i = 1;
     while (i < argc && strncmp(argv[i], "--device", 8) == 0) {
         int k = device_option(argc, argv, i);
