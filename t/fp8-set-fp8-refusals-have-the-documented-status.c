@@ -29,7 +29,7 @@ int main(void)
         "got = {}\n"
         "got.plain = host_setfp8(l)\n"
         "got.bad = host_setfp8(l, true)\n"
-        "tg.stream.capture(function() got.capturing = host_setfp8(l) end, {pool = tg.pool()})\n"
+        "tg.stream.capture(function() got.capturing = host_setfp8(l) end, {device = 'cpu'})\n"
         "local g = tg.graph.make_graphed(l, {sample = tg.randn({2, 16}, {device = 'cpu'})})\n"
         "got.graphed = host_setfp8(l)\n"
         "g:free()\n",

@@ -493,8 +493,10 @@ tg_status tg_cross_entropy_forward(tg_tensor *loss, tg_tensor *losses, const tg_
     ISSUE_CHECKED(s, op, cross_entropy_forward, &a, st);
 }
 
-tg_status tg_cross_entropy_backward(tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,
-                                    const tg_tensor *loss, double dloss, int ignore_index)
+/* check_targets 0: the caller checked the targets already (the LM head checks all of them before its chunks,
+ * whose rows would be numbered from the chunk's start). */
+static tg_status ce_backward(tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets, const tg_tensor *loss,
+                             double dloss, int ignore_index, int check_targets)
 {
     const char *op = "cross_entropy_backward";
     tg_stream *s;
@@ -507,14 +509,26 @@ tg_status tg_cross_entropy_backward(tg_tensor *dlogits, const tg_tensor *logits,
     if (st == TG_OK)
         a = (struct tg_cross_entropy_backward_args){.dlogits = tg_tensor_data(dlogits), .logits = tg_tensor_data(logits),
                                                     .targets = tg_tensor_data(targets), .loss = tg_tensor_data(loss),
-                                                    .check = tg_index_check_of(s), .dt = logits->dtype,
-                                                    .n = rows(logits), .v = cols(logits), .dloss = (float)dloss,
-                                                    .ignore_index = ignore_index};
+                                                    .check = check_targets ? tg_index_check_of(s) : NULL,
+                                                    .dt = logits->dtype, .n = rows(logits), .v = cols(logits),
+                                                    .dloss = (float)dloss, .ignore_index = ignore_index};
     ISSUE_CHECKED(s, op, cross_entropy_backward, &a, st);
 }
 
-tg_status tg_cross_entropy_fused(tg_tensor *losses, tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,
-                                 const tg_tensor *loss, double dloss, int ignore_index)
+tg_status tg_cross_entropy_backward(tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,
+                                    const tg_tensor *loss, double dloss, int ignore_index)
+{
+    return ce_backward(dlogits, logits, targets, loss, dloss, ignore_index, 1);
+}
+
+tg_status tg_cross_entropy_backward_prechecked(tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,
+                                               const tg_tensor *loss, double dloss, int ignore_index)
+{
+    return ce_backward(dlogits, logits, targets, loss, dloss, ignore_index, 0);
+}
+
+static tg_status ce_fused(tg_tensor *losses, tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,
+                          const tg_tensor *loss, double dloss, int ignore_index, int check_targets)
 {
     const char *op = "cross_entropy_fused";
     tg_stream *s;
@@ -528,10 +542,24 @@ tg_status tg_cross_entropy_fused(tg_tensor *losses, tg_tensor *dlogits, const tg
     if (st == TG_OK)
         a = (struct tg_cross_entropy_fused_args){.losses = tg_tensor_data(losses), .dlogits = dlogits ? tg_tensor_data(dlogits) : NULL,
                                                  .logits = tg_tensor_data(logits), .targets = tg_tensor_data(targets),
-                                                 .loss = tg_tensor_data(loss), .check = tg_index_check_of(s),
+                                                 .loss = tg_tensor_data(loss),
+                                                 .check = check_targets ? tg_index_check_of(s) : NULL,
                                                  .dt = logits->dtype, .n = rows(logits), .v = cols(logits),
                                                  .dloss = (float)dloss, .ignore_index = ignore_index};
     ISSUE_CHECKED(s, op, cross_entropy_fused, &a, st);
+}
+
+tg_status tg_cross_entropy_fused(tg_tensor *losses, tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,
+                                 const tg_tensor *loss, double dloss, int ignore_index)
+{
+    return ce_fused(losses, dlogits, logits, targets, loss, dloss, ignore_index, 1);
+}
+
+tg_status tg_cross_entropy_fused_prechecked(tg_tensor *losses, tg_tensor *dlogits, const tg_tensor *logits,
+                                            const tg_tensor *targets, const tg_tensor *loss, double dloss,
+                                            int ignore_index)
+{
+    return ce_fused(losses, dlogits, logits, targets, loss, dloss, ignore_index, 0);
 }
 
 tg_status tg_cross_entropy_mean(tg_tensor *loss, const tg_tensor *losses, const tg_tensor *targets, int64_t vocab,

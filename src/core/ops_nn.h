@@ -108,6 +108,13 @@ tg_status tg_cross_entropy_backward(tg_tensor *dlogits, const tg_tensor *logits,
  * tg_cross_entropy_forward. */
 tg_status tg_cross_entropy_fused(tg_tensor *losses, tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,
                                  const tg_tensor *loss, double dloss, int ignore_index);
+/* The two above for callers that checked the targets themselves (the LM head, over all its rows before
+ * its chunks): no second check, whose rows would count from the chunk's start. */
+tg_status tg_cross_entropy_backward_prechecked(tg_tensor *dlogits, const tg_tensor *logits, const tg_tensor *targets,
+                                               const tg_tensor *loss, double dloss, int ignore_index);
+tg_status tg_cross_entropy_fused_prechecked(tg_tensor *losses, tg_tensor *dlogits, const tg_tensor *logits,
+                                            const tg_tensor *targets, const tg_tensor *loss, double dloss,
+                                            int ignore_index);
 /* loss (2) f32 = [mean of losses over the targets that are not ignore_index (0 if none), their
  * count]; losses NULL: [0, count] (the count a fused backward needs before the losses exist).
  * Targets outside [0, vocab) other than ignore_index fail as in tg_cross_entropy_forward. */

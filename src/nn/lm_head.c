@@ -81,8 +81,9 @@ static tg_status chunked(struct lm_head *H, tg_param *w, const tg_tensor *xn, co
         if (st == TG_OK) st = tg_tensor_view(targets, o, 1, k1, &tc);
         if (st == TG_OK) st = tg_gemm(lc, xc, 0, W, 1, 1.0, 0.0); /* logits */
         if (st == TG_OK && loss_out) st = tg_tensor_view(losses, o, 1, k1, &sc);
-        if (st == TG_OK && loss_out) st = tg_cross_entropy_fused(sc, dxn ? lc : NULL, lc, tc, loss, dloss, ignore);
-        else if (st == TG_OK && dxn) st = tg_cross_entropy_backward(lc, lc, tc, loss, dloss, ignore);
+        if (st == TG_OK && loss_out) /* the targets were checked above, all rows (tg_cross_entropy_mean) */
+            st = tg_cross_entropy_fused_prechecked(sc, dxn ? lc : NULL, lc, tc, loss, dloss, ignore);
+        else if (st == TG_OK && dxn) st = tg_cross_entropy_backward_prechecked(lc, lc, tc, loss, dloss, ignore);
         if (st == TG_OK && dxn) st = tg_tensor_view(dxn, o * c, 2, xs, &dc);
         if (st == TG_OK && dxn) st = tg_gemm(dc, lc, 0, W, 0, 1.0, 0.0); /* dxn = dlogits W */
         if (st == TG_OK && dxn) /* dW (V, C) (+)= dlogits^T xn */
