@@ -78,7 +78,9 @@ for _, dtype in ipairs { "f32", "bf16" } do
   for _, s in ipairs(specs) do
     local C, NH, T = s.C or C, s.NH or NH, s.T or T -- a spec may set its own width, heads and length
     tg.manual_seed(11)
-    local m = s.make { dtype = dtype, device = device, name = "m", init_std = s.init_std or 0.2 }
+    local o = { dtype = dtype, device = device, name = "m" }
+    if s.kind ~= "LayerNorm" and s.kind ~= "RMSNorm" then o.init_std = s.init_std or 0.2 end -- norms draw nothing
+    local m = s.make(o)
     local e = { kind = s.kind, dtype = dtype, B = B, T = T, C = C, NH = NH, H = H, V = V, eps = 1e-5,
       norm = s.norm or "layernorm", activation = s.activation or "gelu" }
     local x
