@@ -125,6 +125,10 @@ tap.like(out, "\nzb_v +0%.0588 ", "cli all: lists zb_v's bubble")
 
 status, out = run_cli({ "zb_h1", "--stages", "4", "--microbatches", "8", "--costs", "F=1,B=1,W=1,comm=0" })
 tap.like(out, "bubble 0%.1111", "cli --costs: equal costs give zb_h1's 1/9")
+do
+  local st, _, e = run_cli({ "1f1b", "--stages", "2", "--microbatches", "4", "--costs", "F=1,F=2" })
+  tap.ok(st == 2 and e:find("--costs gives F twice", 1, true) ~= nil, "cli --costs: a cost given twice is a usage error naming it")
+end
 
 local err
 status, out, err = run_cli({ "nosuch", "--stages", "4", "--microbatches", "8" })

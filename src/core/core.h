@@ -209,7 +209,8 @@ tg_status tg_stream_note_error(tg_stream *s, tg_status st);
 
 tg_status tg_stream_host_call(tg_stream *s, const struct tg_host_call *h);
 
-/* TG_OK when v is exactly representable in dt's integers (float dtypes: always);
+/* TG_OK when v is exactly representable in dt's integers (f32 and bf16: always; FP8: within the format's
+ * largest finite value, not NaN);
  * else TG_EINVAL "what: value v [at index i] does not fit dt" (index < 0: none). */
 tg_status tg_value_fits(tg_dtype dt, double v, const char *what, long long index);
 

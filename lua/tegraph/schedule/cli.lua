@@ -29,6 +29,7 @@ local function parse_costs(s)
     if n ~= n or n < 0 or n == math.huge then
       return nil, "--costs " .. entry .. ": a cost must be a finite number >= 0"
     end
+    if costs[k] then return nil, "--costs gives " .. k .. " twice (" .. s .. ")" end
     costs[k] = n
   end
   return costs
