@@ -317,6 +317,9 @@ tap.is(tg.comm.all_reduce(tg.ones { 2 }, { op = "max", async = false, name = "x"
 tap.error_like(function() tg.stream.capture(function() tg.comm.barrier() end, { pool = tg.pool() }) end,
   "barrier: not allowed while %S+ captures", "a barrier inside a capture is refused on a one-rank world too")
 tap.lives_ok(function() tg.comm.barrier() end, "... and a barrier outside a capture still runs")
+tap.error_like(function() tg.stream.capture(function() tg.comm.group(function() end) end, { pool = tg.pool() }) end,
+  "group: not allowed while %S+ captures", "a group inside a capture is refused on a one-rank world too")
+tap.lives_ok(function() tg.comm.group(function() end) end, "... and a group outside a capture still runs")
 ------------------------------------------------------------------------ misspelt options of tensors, captures and files
 for _, c in ipairs {
   { "tg.zeros", function() return tg.zeros({ 2 }, { dtyp = "bf16" }) end, "dtyp", "dtype, device, name" },

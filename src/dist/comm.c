@@ -1159,26 +1159,29 @@ tg_status tg_comm_recv(tg_comm *c, tg_tensor *t, int peer, tg_comm_req **req)
     return p2p(c, 0, t, peer, req);
 }
 
+/* Host-side comm work (a barrier, a group) refused while a device of c captures: it would run at capture only, not
+ * at the replays. Refused on one rank too, where nothing would be issued: the same script must not be accepted on
+ * one rank and refused on several. One rank has no device of its own, so the default device counts as well. */
+static tg_status not_capturing(const tg_comm *c, const char *what, const char *hint)
+{
+    tg_device cpu = {TG_CPU, 0}, d = cpu;
+    if (tg_device_capturing(cpu)) d = cpu;
+    else if (tg_device_capturing(c->cuda_dev)) d = c->cuda_dev;
+    else if (c->size == 1 && tg_device_capturing(tg_default_device())) d = tg_default_device();
+    else return TG_OK;
+    char dev[32];
+    return tg_error(TG_ECAPTURE, "%s: not allowed while %s captures (stream '%s'): %s", what,
+                    tg_device_str(d, dev, sizeof dev), tg_device_capturer_name(d), hint);
+}
+
 tg_status tg_comm_barrier(tg_comm *c)
 {
     if (finalized) return tg_error(TG_ESTATE, "barrier: the communicators were finalised");
     if (c->size > 1 && c->group_depth > 0)
         return tg_error(TG_ESTATE, "barrier inside a group of ops (they only launch at the group's end)");
-    /* Refused on one rank too, where nothing would be issued: the same script must not be accepted on one rank
-     * and refused on several. One rank has no device of its own, so the default device counts as well. */
-    tg_device cpu = {TG_CPU, 0}, d = cpu;
-    int capturing = 1;
-    if (tg_device_capturing(cpu)) d = cpu;
-    else if (tg_device_capturing(c->cuda_dev)) d = c->cuda_dev;
-    else if (c->size == 1 && tg_device_capturing(tg_default_device())) d = tg_default_device();
-    else capturing = 0;
-    if (capturing) {
-        char dev[32];
-        return tg_error(TG_ECAPTURE,
-                        "barrier: not allowed while %s captures (stream '%s'): a barrier is host work that would run at "
-                        "capture only, not at the replays; issue it outside the capture",
-                        tg_device_str(d, dev, sizeof dev), tg_device_capturer_name(d));
-    }
+    TG_TRY(not_capturing(c, "barrier",
+                         "a barrier is host work that would run at capture only, not at the replays; issue it outside "
+                         "the capture"));
     tg_status st = cross_check(c, K_BARRIER, NULL, TG_COMM_SUM, 0);
     next_label[0] = '\0'; /* the barrier's label: used */
     TG_TRY(st);
@@ -1189,6 +1192,9 @@ tg_status tg_comm_barrier(tg_comm *c)
 
 tg_status tg_comm_group_begin(tg_comm *c)
 {
+    TG_TRY(not_capturing(c, "group",
+                         "a group's ops launch at its end, on the host; issue the collectives one by one in the "
+                         "capture, or the group outside it"));
     if (c->nccl && c->nccl_tr->group_begin) TG_TRY(c->nccl_tr->group_begin(c->nccl));
     c->group_depth++;
     return TG_OK;
