@@ -7,7 +7,7 @@
 skip_unless_mpi
 export TG_MPIRUN
 GPT="$SRCDIR/examples/gpt.lua"
-SMALL="--width 32 --layers 2 --heads 2 --batch 4 --microbatches 2 --quiet --samples 0 --eval 0 --steps 2000 --warmup 2"
+SMALL="--width 32 --layers 2 --heads 2 --batch 4 --microbatches 2 --quiet --samples 0 --eval 0 --steps 1000000 --warmup 2" # stopped by the signal long before
 
 # stop NAME SIG N: `tegraph run -n N` gpt.lua, SIG to the launcher once step 3 is logged; rc and output in $tmp/NAME.out
 stop() {
