@@ -551,31 +551,27 @@ void tg_module_drop_state(tg_module *m)
     for (int i = 0; i < m->nchildren; i++) tg_module_drop_state(m->children[i]);
 }
 
+/* Frees the items of list *head of microbatch mb (0: all). */
+static void saved_list_drop(struct tg_saved **head, int mb)
+{
+    for (struct tg_saved **pp = head; *pp;) {
+        struct tg_saved *s = *pp;
+        if (mb == 0 || s->mb == mb) {
+            *pp = s->next;
+            s->next = NULL;
+            tg_saved_free(s);
+        } else {
+            pp = &s->next;
+        }
+    }
+}
+
 void tg_module_drop_saved(tg_module *m, int mb)
 {
-    struct tg_saved **pp = &m->saved;
-    while (*pp) {
-        struct tg_saved *s = *pp;
-        if (mb == 0 || s->mb == mb) {
-            *pp = s->next;
-            s->next = NULL;
-            tg_saved_free(s);
-        } else {
-            pp = &s->next;
-        }
-    }
+    saved_list_drop(&m->saved, mb);
     if (mb == 0) m->nopen = 0, m->fwd_last = 0;
     else open_remove(m, mb);
-    for (struct tg_saved **pp = &m->wq_head; *pp;) { /* and the delayed wgrads of mb still queued */
-        struct tg_saved *s = *pp;
-        if (mb == 0 || s->mb == mb) {
-            *pp = s->next;
-            s->next = NULL;
-            tg_saved_free(s);
-        } else {
-            pp = &s->next;
-        }
-    }
+    saved_list_drop(&m->wq_head, mb); /* and the delayed wgrads of mb still queued */
     m->wq_tail = m->wq_head;
     while (m->wq_tail && m->wq_tail->next) m->wq_tail = m->wq_tail->next;
     for (int i = 0; i < m->nchildren; i++) tg_module_drop_saved(m->children[i], mb);
