@@ -442,8 +442,9 @@ static int launch_fork(int n, const char *exe, char **child_argv, int use_gpus)
 }
 
 /* Runs `mpirun -np N exe run FILE ARGS...` and returns its exit status. mpirun runs in a process group of its
- * own and the launcher relays SIGINT / SIGTERM to it as SIGUSR1 / SIGUSR2, which mpirun forwards to the ranks
- * and the ranks (TG_SIGNAL_RELAY, see main.c) raise as the SIGINT / SIGTERM they stand for. Given the signal
+ * own and the launcher relays SIGINT / SIGTERM to it as SIGUSR2, which mpirun forwards to the ranks, with the
+ * signal's name written first to a small file the ranks know (TG_SIGNAL_RELAY, see main.c): they raise the
+ * SIGINT / SIGTERM it names. (One relay signal: some mpirun builds do not pass SIGUSR1 on.) Given the signal
  * itself, mpirun would abort the job — SIGTERM to every rank whatever came, exit 1 even when every rank saved
  * and exited 0 — so neither a terminal's Ctrl-C nor a signal to the launcher's group reaches it directly. */
 static int launch_mpirun(int n, const char *exe, char **child_argv, int nchild)
@@ -466,7 +467,9 @@ static int launch_mpirun(int n, const char *exe, char **child_argv, int nchild)
     argv[k++] = (char *)exe;
     for (int i = 1; i < nchild; i++) argv[k++] = child_argv[i];
     argv[k] = NULL;
-    setenv("TG_SIGNAL_RELAY", "1", 1);
+    char relay[] = "/tmp/tegraph-signal-XXXXXX"; /* the name of the signal being relayed, for the ranks */
+    int rfd = mkstemp(relay);
+    if (rfd >= 0) setenv("TG_SIGNAL_RELAY", relay, 1);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -495,9 +498,19 @@ static int launch_mpirun(int n, const char *exe, char **child_argv, int nchild)
         if (got_signal) {
             int sig = got_signal;
             got_signal = 0;
-            if (signal_is_new(sig)) kill(pid, sig == SIGINT ? SIGUSR1 : SIGUSR2);
+            if (signal_is_new(sig) && rfd >= 0) {
+                const char *name = sig == SIGINT ? "INT\n" : "TERM\n";
+                if (ftruncate(rfd, 0) == 0 && pwrite(rfd, name, strlen(name), 0) == (ssize_t)strlen(name))
+                    kill(pid, SIGUSR2);
+            } else if (signal_is_new(sig)) {
+                kill(pid, SIGTERM); /* no relay file: mpirun's own stop */
+            }
         }
         sleep_ms(20);
+    }
+    if (rfd >= 0) {
+        close(rfd);
+        unlink(relay);
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

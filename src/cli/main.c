@@ -4,6 +4,7 @@
 #include "cli/launch.h"
 #include <lua.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,23 +242,35 @@ static void prefer_passive_openmp(char **argv)
     execv("/proc/self/exe", argv); /* returns only on failure: then go on as we are */
 }
 
-/* A rank of `tegraph run -n N` under mpirun gets the launcher's SIGINT / SIGTERM as SIGUSR1 / SIGUSR2 (mpirun
- * forwards those; it would abort the job on the signals themselves): each is raised here as the signal it
- * stands for, so a script that catches signals (tg.signals.catch) sees SIGINT or SIGTERM and one that does not
- * ends by it. Only for processes the launcher started: the variable is not passed further down. */
-static void on_relayed(int sig) { raise(sig == SIGUSR1 ? SIGINT : SIGTERM); }
+/* A rank of `tegraph run -n N` under mpirun gets the launcher's SIGINT / SIGTERM as SIGUSR2 (mpirun forwards it;
+ * it would abort the job on the signals themselves), the signal's name in the file TG_SIGNAL_RELAY names: it is
+ * raised here as that signal, so a script that catches signals (tg.signals.catch) sees SIGINT or SIGTERM and one
+ * that does not ends by it. Only for processes the launcher started: the variable is not passed further down. */
+static char relay_path[256]; /* the launcher's file naming the relayed signal */
+
+static void on_relayed(int sig)
+{
+    (void)sig;
+    char c = 'T';
+    int fd = open(relay_path, O_RDONLY); /* open, read, close: async-signal-safe */
+    if (fd >= 0) {
+        if (read(fd, &c, 1) != 1) c = 'T';
+        close(fd);
+    }
+    raise(c == 'I' ? SIGINT : SIGTERM);
+}
 
 static void take_relayed_signals(void)
 {
     const char *v = getenv("TG_SIGNAL_RELAY");
-    if (!v || strcmp(v, "1") != 0) return;
+    if (!v || v[0] != '/' || strlen(v) >= sizeof relay_path) return;
+    memcpy(relay_path, v, strlen(v) + 1);
     unsetenv("TG_SIGNAL_RELAY");
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_relayed;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGUSR2, &sa, NULL);
 }
 
