@@ -94,6 +94,17 @@ static int param_index(tg_param *p)
     return -1;
 }
 
+/* A C x C Linear named name on the CPU, and its parameters (*lp: the caller frees). */
+static void cpu_linear(const char *name, tg_module **lin, tg_param ***lp, int *nlp)
+{
+    tg_module_opts o;
+    tg_module_opts_default(&o);
+    o.device = (tg_device){TG_CPU, 0};
+    o.name = name;
+    CHECK(tg_linear_new(C, C, &o, lin));
+    CHECK(tg_module_parameters(*lin, lp, nlp));
+}
+
 /* A hook that fails without setting a message: it returns *ud. */
 static tg_status silent_fail(void *ud, tg_param *p, const tg_hook_info *info)
 {
@@ -297,20 +308,16 @@ int main(void)
     /* a hook that fails without a message is reported as such, not with whatever message an earlier call left;
      * a value that is not a tg_status is refused as one */
     {
-        tg_module_opts o;
-        tg_module_opts_default(&o);
-        o.device = (tg_device){TG_CPU, 0};
-        o.name = "quiet";
         tg_module *lin;
-        CHECK(tg_linear_new(C, C, &o, &lin));
         tg_param **lp;
         int nlp;
-        CHECK(tg_module_parameters(lin, &lp, &nlp));
+        cpu_linear("quiet", &lin, &lp, &nlp);
+        tg_device dev = {TG_CPU, 0};
         static tg_status returns[2] = {TG_EINVAL, (tg_status)77};
         const char *want[2] = {"wgrad hook 1 of quiet.weight (microbatch 1): the hook failed (invalid argument) without a message",
                                "wgrad hook 1 of quiet.weight (microbatch 1): the hook returned 77, which is not a tg_status"};
         tg_tensor *x, *y, *dx;
-        CHECK(tg_tensor_new(TG_F32, 2, (int64_t[]){4, C}, o.device, &x));
+        CHECK(tg_tensor_new(TG_F32, 2, (int64_t[]){4, C}, dev, &x));
         CHECK(tg_fill(x, 0.5));
         for (int k = 0; k < 2; k++) {
             int id;
@@ -331,19 +338,15 @@ int main(void)
     /* while the device captures (the C API's plain stream capture), wgrads are neither counted nor fired: the
      * graph records them, and each replay zeroes first-of-step targets, marks the forward and fires the hooks */
     {
-        tg_module_opts o;
-        tg_module_opts_default(&o);
-        o.device = (tg_device){TG_CPU, 0};
-        o.name = "cap";
         tg_module *lin;
-        CHECK(tg_linear_new(C, C, &o, &lin));
         tg_param **lp;
         int nlp;
-        CHECK(tg_module_parameters(lin, &lp, &nlp));
+        cpu_linear("cap", &lin, &lp, &nlp);
+        tg_device dev = {TG_CPU, 0};
         cur = NULL; /* lin is not the reference model: its hooks compare no snapshots */
         for (int i = 0; i < nlp; i++) CHECK(tg_param_add_hook(lp[i], hook, NULL, NULL, NULL));
         tg_tensor *x, *y, *dx;
-        CHECK(tg_tensor_new(TG_F32, 2, (int64_t[]){4, C}, o.device, &x));
+        CHECK(tg_tensor_new(TG_F32, 2, (int64_t[]){4, C}, dev, &x));
         CHECK(tg_fill(x, 0.5));
         /* the eager gradient of one microbatch, the reference for every replayed step */
         int64_t n = tg_tensor_numel(lp[0]->grad);
@@ -355,8 +358,8 @@ int main(void)
         tg_tensor_free(y), tg_tensor_free(dx);
         CHECK(tg_tensor_read(lp[0]->grad, ref, (size_t)n * 4));
         tg_pool *pool;
-        CHECK(tg_pool_new(o.device, &pool));
-        tg_stream *s = tg_stream_current(o.device);
+        CHECK(tg_pool_new(dev, &pool));
+        tg_stream *s = tg_stream_current(dev);
         CHECK(tg_pool_push(pool));
         int64_t seen0 = lp[0]->step_seen;
         int contributed0 = lp[0]->contributed;

@@ -133,6 +133,15 @@ struct tgl_ref *tgl_ref_new(lua_State *L, int idx)
     return r;
 }
 
+int tgl_ref_is(lua_State *L, const struct tgl_ref *r, int idx)
+{
+    idx = lua_absindex(L, idx);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, r->ref); /* +1 */
+    int same = lua_rawequal(L, -1, idx);
+    lua_pop(L, 1);
+    return same;
+}
+
 void tgl_ref_free(void *ud)
 {
     struct tgl_ref *r = ud;

@@ -35,6 +35,8 @@ struct tgl_ref {
 };
 struct tgl_ref *tgl_ref_new(lua_State *L, int idx);
 void tgl_ref_free(void *ud); /* a free_ud for the engine */
+/* Whether r holds the very value at idx (a hook function registered twice). */
+int tgl_ref_is(lua_State *L, const struct tgl_ref *r, int idx);
 /* Runs body(L) with the light userdata arg, protected, on the thread of r's
  * state (see tgl_nn_enter); an error becomes TG_ELUA with the Lua message
  * (FILE:LINE included). what names the callback if the state is closed. */

@@ -403,10 +403,7 @@ static int m_register_forward_pre_hook(lua_State *L)
     luaL_checktype(L, 2, LUA_TFUNCTION);
     for (int i = 0; i < u->m->npre; i++) { /* the same Lua function twice would run twice */
         if (u->m->pre_hooks[i].fn != pre_trampoline) continue;
-        lua_rawgeti(L, LUA_REGISTRYINDEX, ((const struct tgl_ref *)u->m->pre_hooks[i].ud)->ref); /* +1 */
-        int same = lua_rawequal(L, -1, 2);
-        lua_pop(L, 1);
-        if (same) {
+        if (tgl_ref_is(L, u->m->pre_hooks[i].ud, 2)) {
             char label[160];
             return luaL_error(L, "register_forward_pre_hook on %s: this function is already one of its pre-hooks (id %d); "
                               "it would run twice", tg_module_label(u->m, label, sizeof label), u->m->pre_hooks[i].id);

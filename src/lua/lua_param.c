@@ -172,11 +172,7 @@ void tgl_hook_can_add(lua_State *L, tg_param *p, int fnidx)
     if (p->dispatching) luaL_error(L, "register hook on %s: its hooks are running (add it after)", p->name);
     for (int i = 0; i < p->nhooks; i++) { /* the same Lua function twice would fire twice */
         if (p->hooks[i].fn != hook_trampoline) continue;
-        const struct tgl_ref *h = p->hooks[i].ud;
-        lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref); /* +1 */
-        int same = lua_rawequal(L, -1, fnidx);
-        lua_pop(L, 1);
-        if (same)
+        if (tgl_ref_is(L, p->hooks[i].ud, fnidx))
             luaL_error(L, "register hook on %s: this function is already one of its hooks (hook id %d); it would fire twice",
                        p->name, p->hooks[i].id);
     }
