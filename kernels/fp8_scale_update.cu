@@ -7,6 +7,9 @@
 
 #define SU_THREADS 256
 
+/* the larger of a and b, or NaN when either is (fmaxf drops a NaN): a NaN amax in the window keeps the scale */
+static __device__ __forceinline__ float max_nan(float a, float b) { return isnan(a) || a > b ? a : b; }
+
 static __global__ void fp8_scale_update_kernel(float *history, float *scale, float *scale_inv, int64_t len, int n,
                                                int most_recent, float margin_div, struct tgk_fp8_max fp8_max)
 {
@@ -22,17 +25,17 @@ static __global__ void fp8_scale_update_kernel(float *history, float *scale, flo
         float v = 0.0f;
         if (i < len) {
             v = i < len - 1 ? h[(i + 1) * n] : last;
-            amax = fmaxf(amax, v);
+            amax = max_nan(amax, v);
         }
         __syncthreads(); /* every thread has read h[0] and this chunk's rows */
         if (i < len) h[i * n] = i > 0 ? v : 0.0f;
     }
     __shared__ float warp_max[SU_THREADS / 32];
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    for (int o = 16; o > 0; o >>= 1) amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
     __syncthreads();
     if (threadIdx.x != 0) return;
-    for (int w = 1; w < SU_THREADS / 32; w++) amax = fmaxf(amax, warp_max[w]);
+    for (int w = 1; w < SU_THREADS / 32; w++) amax = max_nan(amax, warp_max[w]);
     if (most_recent) amax = last;
     float s = scale[j];
     if (isfinite(amax) && amax > 0.0f) s = __fdiv_rn(__fdiv_rn(fp8_max.v[j], amax), margin_div);

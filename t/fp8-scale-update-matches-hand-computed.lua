@@ -58,7 +58,7 @@ do
   check("max: fourth roll", h, { { 0, 0, 0 }, { 1, 0, 2 }, { 0, 0, 0 } })
 
   step({ INF, NAN, 0 })
-  check("max: an infinite amax keeps the scale; a NaN row is ignored by the maximum", s, { 64, 896, 28672 })
+  check("max: an infinite or NaN amax in the window keeps the scale", s, { 64, 896, 28672 })
   check("max: the infinite and NaN amaxes are kept in the history", h, { { 0, 0, 0 }, { 0, 0, 0 }, { INF, NAN, 0 } })
 
   step({ 0, 0, 0 })
@@ -79,6 +79,21 @@ do
   check("and scale_inv = 1 / FLT_MAX", si, { f32(1 / FLT_MAX) })
   step(NAN)
   check("most_recent: a NaN amax keeps the scale", s, { FLT_MAX })
+end
+
+-- ---------------------------------------------------------------- max: a NaN beside finite amaxes wins the maximum
+do
+  local h, s, si = tg.zeros({ 2, 1 }), tg.tensor({ 1 }), tg.tensor({ 1 })
+  local function step(a) h:narrow(1, 1):fill_(a); tg.fp8.scale_update(h, s, si, 448, 0, "max") end
+  step(8)
+  step(2)
+  check("max: window (8, 2) gives 448 / 8", s, { 56 })
+  step(NAN)
+  check("max: window (2, NaN) keeps 56 (the NaN is not dropped for the 2 beside it)", s, { 56 })
+  step(4)
+  check("max: window (NaN, 4) still keeps 56", s, { 56 })
+  step(4)
+  check("max: once the NaN left the window, (4, 4) gives 448 / 4", s, { 112 })
 end
 
 -- ---------------------------------------------------------------- current scaling: a history of one

@@ -4,6 +4,9 @@
 #include <float.h>
 #include <math.h>
 
+/* the larger of a and b, or NaN when either is: a NaN amax in the window keeps the scale */
+static float max_nan(float a, float b) { return isnan(a) || a > b ? a : b; }
+
 static void fp8_scale_update_run(const void *p)
 {
     const struct tg_fp8_scale_update_args *a = p;
@@ -14,7 +17,7 @@ static void fp8_scale_update_run(const void *p)
         float amax = a->most_recent ? last : 0.0f;
         for (int64_t i = 0; i < len; i++) { /* roll: row i <- row i + 1, the last row <- row 0, row 0 <- 0 */
             const float v = i < len - 1 ? h[(i + 1) * n] : last;
-            if (!a->most_recent) amax = fmaxf(amax, v);
+            if (!a->most_recent) amax = max_nan(amax, v);
             h[i * n] = i > 0 ? v : 0.0f;
         }
         float scale = a->scale[j];
