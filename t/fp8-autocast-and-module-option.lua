@@ -40,6 +40,19 @@ t.ok(a1 == a0 and e1 == e0 and a1 == false, "and the autocast setting is back to
 local r1, r2 = tg.fp8_autocast({ enabled = true }, function(p, q) return p + q, "two" end, 1, 2)
 t.ok(r1 == 3 and r2 == "two", "fp8_autocast passes fn's arguments and returns its results")
 
+-- fn cannot yield: a coroutine suspended inside it and never resumed would leave FP8 on for good
+local co = coroutine.create(function() return tg.fp8_autocast(r, function() coroutine.yield(1) end) end)
+local cok, cerr = coroutine.resume(co)
+t.ok(not cok and tostring(cerr):find("fp8_autocast: fn yielded", 1, true),
+  "a yield inside fp8_autocast's fn is an error: " .. tostring(cerr))
+local a2, e2 = tg.fp8.autocast_get()
+t.ok(a2 == false and e2 == false, "... and the setting is back")
+t.is(fresh():forward(x):max_abs_diff(plain_y), 0, "... so a plain Linear computes in f32 after it")
+t.error_like(function() tg.fp8.autocast_set({ enabled = true }) end, "boolean expected",
+  "autocast_set takes the booleans autocast_get gives, not an options table")
+t.error_like(function() tg.fp8.autocast_set(false, false, r) end, "no recipe unless active and enabled",
+  "autocast_set with a recipe while inactive is refused")
+
 -- composites pass the option down to their Linears
 local layer = tg.nn.TransformerLayer{ hidden_size = D, ffn_hidden_size = 2 * D, num_attention_heads = 2, fp8 = r, name = "h" }
 local names = {}

@@ -26,6 +26,15 @@ M.Format = { HYBRID = "HYBRID", E4M3 = "E4M3" }
 -- runs fn(...) with the modules in FP8 under recipe (enabled; without a recipe: DelayedScaling{}), or with FP8
 -- off (enabled = false), whatever the modules' own fp8 option; returns fn's results. The previous setting comes
 -- back afterwards, also when fn fails. Nested calls nest.
+-- fn runs through core.fp8.run, where it cannot yield: the setting would stay on for good if a coroutine
+-- suspended inside fn were never resumed
+local function no_yield(err, who)
+  if type(err) == "string" and err:find("attempt to yield across a C%-call boundary") then
+    return who .. ": fn yielded (a coroutine cannot yield inside " .. who .. ", which puts its setting back after fn)"
+  end
+  return err
+end
+
 function M.autocast(a, fn, ...)
   local enabled, recipe
   if core.fp8.is_recipe(a) then
@@ -46,9 +55,36 @@ function M.autocast(a, fn, ...)
   if type(fn) ~= "function" then raise("fp8_autocast: the second argument must be a function, got a " .. type(fn)) end
   local pa, pe, pr = core.fp8.autocast_get()
   core.fp8.autocast_set(true, enabled, recipe)
-  local res = table.pack(pcall(fn, ...))
+  local res = table.pack(pcall(core.fp8.run, fn, ...))
   core.fp8.autocast_set(pa, pe, pr)
-  if not res[1] then error(res[2], 0) end
+  if not res[1] then error(no_yield(res[2], "fp8_autocast"), 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+-- keep_state(model, fn, ...) -> fn(...)'s results: runs fn and then puts back the delayed-scaling state (amax
+-- histories, scales, scale_invs) of every FP8 Linear under model (a module, a list of modules, or anything with
+-- fp8_state()) as it was before, also when fn raises. For forwards that are not training (an evaluation, a
+-- generation) between steps: a forward records its amaxes and, at microbatch 1, updates the scales, so without
+-- it an evaluation would change the scales the next training step uses. The weight cast it leaves is redone at
+-- the next step's microbatch 1.
+function M.keep_state(model, fn, ...)
+  if type(fn) ~= "function" then raise("fp8.keep_state: fn must be a function, got " .. type(fn)) end
+  local mods = (type(model) == "table" and model.fp8_state == nil) and model or { model }
+  local saved = {}
+  for i, m in ipairs(mods) do
+    if (type(m) ~= "table" and type(m) ~= "userdata") or m.fp8_state == nil then
+      raise(string.format("fp8.keep_state: model entry %d has no fp8_state() (a module or a GPT)", i))
+    end
+    for _, st in ipairs(m:fp8_state()) do
+      local e = { st.amax_history, st.scale, st.scale_inv }
+      saved[#saved + 1] = { e, { e[1]:clone(), e[2]:clone(), e[3]:clone() } }
+    end
+  end
+  local res = table.pack(pcall(core.fp8.run, fn, ...))
+  for _, s in ipairs(saved) do
+    for j = 1, 3 do s[1][j]:copy_(s[2][j]) end
+  end
+  if not res[1] then error(no_yield(res[2], "fp8.keep_state"), 0) end
   return table.unpack(res, 2, res.n)
 end
 

@@ -1,6 +1,7 @@
 -- tegraph.nn: the C modules (tg.nn.Linear, ...) plus Lua helpers: loss values, a GPT builder, a Lua Linear layer.
 local raise = require "tegraph.raise"
 local core = require "tegraph.core"
+local fp8 = require "tegraph.fp8"
 
 local nn = core.nn -- the C constructors live here already; this file adds to them
 local ops = core.ops
@@ -183,12 +184,25 @@ function GPT:forward_loss(idx, targets, mb, ignore_index, dloss)
 end
 
 -- The loss tensor [mean, count] of idx, targets (B, T) with nothing kept for a backward (evaluation).
-function GPT:eval_loss(idx, targets, ignore_index)
+-- fn(self, ...) with the FP8 scaling state kept (fp8.keep_state): evaluations and generation leave the scales
+-- the next training step uses as they were. Nested calls (generate -> decode) keep it once.
+local function keeping_fp8(self, fn, ...)
+  if self._fp8_kept then return fn(self, ...) end
+  self._fp8_kept = true
+  local res = table.pack(pcall(fp8.keep_state, self, fn, self, ...))
+  self._fp8_kept = nil
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+local function eval_loss(self, idx, targets, ignore_index)
   local loss = self:forward_loss(idx, targets, 1, ignore_index)
   self.body:drop_saved()
   self.head:drop_saved()
   return loss
 end
+
+function GPT:eval_loss(idx, targets, ignore_index) return keeping_fp8(self, eval_loss, idx, targets, ignore_index) end
 
 -- Backward of microbatch mb with d(total)/d(mean loss) = dloss (1/M averages
 -- over M microbatches).
@@ -225,7 +239,7 @@ end
 
 -- Logits (B, T, V) for idx (B, T) without a backward to follow: it runs as
 -- microbatch `mb` (default 1) and drops what the forward saved.
-function GPT:logits(idx, mb)
+local function logits(self, idx, mb)
   mb = mb or 1
   local h = self.body:forward(idx, mb)
   local logits = self.head:forward(h, mb)
@@ -233,6 +247,8 @@ function GPT:logits(idx, mb)
   self.head:drop_saved(mb)
   return logits
 end
+
+function GPT:logits(idx, mb) return keeping_fp8(self, logits, idx, mb) end
 
 ------------------------------------------------------------------------ decoding with a KV cache
 -- The modules of each layer, for the decode path (found once).
@@ -268,7 +284,7 @@ end
 -- Incremental forward: idx (B, Tn) i32 are the tokens at positions cache.pos .. cache.pos+Tn-1; their keys and
 -- values join the cache, each attends over the cache up to its position (no recomputation of the prefix).
 -- Returns the logits (B, Tn, V) and advances cache.pos. Nothing is saved for a backward.
-function GPT:decode(cache, idx)
+local function decode(self, cache, idx)
   if type(cache) ~= "table" or math.type(cache.batch) ~= "integer" or math.type(cache.pos) ~= "integer" or
       math.type(cache.size) ~= "integer" or type(cache.k) ~= "table" or type(cache.v) ~= "table" then
     raise("decode: cache must be a key/value cache from gpt:kv_cache(B), got " ..
@@ -301,6 +317,8 @@ function GPT:decode(cache, idx)
   return logits
 end
 
+function GPT:decode(cache, idx) return keeping_fp8(self, decode, cache, idx) end
+
 -- Text generation. prompts: a list of token lists, all the same length (>= 1); appends n tokens to each and
 -- returns the list of generated token lists. opts:
 --   temperature (0: greedy, the default), top_k (0: all), top_p (1: all), seed (0): sampling (tg.sampler);
@@ -312,7 +330,7 @@ end
 local GENERATE_KEYS = { temperature = true, top_k = true, top_p = true, seed = true, on_token = true, keep = true,
   cache = true, device = true }
 
-function GPT:generate(prompts, n, opts)
+local function generate(self, prompts, n, opts)
   if opts ~= nil and type(opts) ~= "table" then raise("generate: options must be a table, got " .. type(opts)) end
   opts = opts or {}
   check_keys("generate", opts, GENERATE_KEYS, { temprature = "temperature", topk = "top_k", topp = "top_p",
@@ -429,6 +447,8 @@ function GPT:generate(prompts, n, opts)
   end
   return outs
 end
+
+function GPT:generate(prompts, n, opts) return keeping_fp8(self, generate, prompts, n, opts) end
 
 ------------------------------------------------------------------------ a layer written in Lua
 -- nn.LuaLinear(in_features, out_features [, opts]) or nn.LuaLinear{in_features=,

@@ -169,15 +169,28 @@ static int fp8_is_recipe(lua_State *L)
     return 1;
 }
 
-/* autocast_set(active, enabled, recipe|nil) */
+/* autocast_set(active, enabled, recipe|nil): the values autocast_get gave */
 static int fp8_autocast_set(lua_State *L)
 {
+    luaL_checktype(L, 1, LUA_TBOOLEAN);
+    luaL_checktype(L, 2, LUA_TBOOLEAN);
     int active = lua_toboolean(L, 1), enabled = lua_toboolean(L, 2);
+    if (!(active && enabled) && !lua_isnoneornil(L, 3))
+        return luaL_argerror(L, 3, "no recipe unless active and enabled are both true");
     tg_fp8_recipe r;
     memset(&r, 0, sizeof r);
     if (active && enabled) recipe_read(L, 3, "fp8_autocast: the recipe", &r);
     tgl_check(L, tg_fp8_autocast_set(active, enabled, &r));
     return 0;
+}
+
+/* run(fn, ...) -> fn(...), called so that it cannot yield: fp8_autocast and keep_state put their setting back
+ * after fn, which a coroutine suspended inside fn and never resumed would skip */
+static int fp8_run(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
 }
 
 /* autocast_get() -> active, enabled, recipe|nil */
@@ -272,6 +285,7 @@ static const luaL_Reg fp8_funcs[] = {
     {"is_recipe", fp8_is_recipe},
     {"autocast_set", fp8_autocast_set},
     {"autocast_get", fp8_autocast_get},
+    {"run", fp8_run},
     {"scale_update", fp8_scale_update},
     {NULL, NULL},
 };
