@@ -504,8 +504,25 @@ do -- reading a gradient is not having one; p.grad = t is
   tap.lives_ok(function() opt:step() end, "... and the step runs")
   tap.error_like(function() w.grad = tg.ones({ 2, 8 }, { device = CPU }) end,
     "Parameter 'weight': grad is %[4,4%], the tensor given is %[2,8%]", "p.grad = t of another shape is refused")
-  tap.error_like(function() w.data = tg.ones({ 4, 4 }) end, "field 'data' cannot be set %(settable: grad, main_grad, wgrad%)",
+  tap.error_like(function() w.name = "x" end, "field 'name' cannot be set %(settable: data, grad, main_grad, wgrad%)",
     "other fields are read-only")
+end
+
+do -- p.data = t sets a bf16 parameter's values in its f32 master too, so the next step starts from them
+  local lb = tg.nn.Linear(2, 2, { device = CPU, dtype = "bf16", bias = false })
+  local w = lb:parameters()[1]
+  local opt = tg.optim.AdamW({ w }, { lr = 0, weight_decay = 0 })
+  w.grad = tg.zeros({ 2, 2 }, { device = CPU })
+  local vals = tg.tensor({ { 1, 2 }, { 3, 4.5 } }, { device = CPU })
+  w.data = vals
+  tap.is(w.master:max_abs_diff(vals), 0, "p.data = t writes the f32 master of a bf16 parameter")
+  opt:step()
+  tap.is(w.data:to("f32"):max_abs_diff(vals), 0, "... so an lr-0 step keeps the values set (not the old master's)")
+  tap.error_like(function() w.data = tg.ones({ 4, 1 }, { device = CPU }) end,
+    "Parameter 'weight': data is %[2,2%], the tensor given is %[4,1%]", "p.data = t of another shape is refused")
+  local lf = tg.nn.Linear(2, 2, { device = CPU, bias = false })
+  lf:parameters()[1].data = vals
+  tap.is(lf:parameters()[1].data:max_abs_diff(vals), 0, "p.data = t on an f32 parameter copies t in")
 end
 
 for _, k in ipairs { "lr", "eps", "weight_decay", "beta1" } do

@@ -94,17 +94,20 @@ static int p_index(lua_State *L)
 
 /* p.grad = t, p.main_grad = t, p.wgrad = t (the one the optimizer reads): t's values are copied in (same
  * shape, converted to the gradient's dtype) and p has a gradient (p.has_grad) — a gradient computed outside the
- * engine's modules. Other fields are read-only. */
+ * engine's modules. p.data = t sets the parameter's values: the data and, for a bf16 parameter, its f32 master
+ * (which the optimizer updates and rounds into the data, so a write to the data alone would be undone).
+ * Other fields are read-only. */
 static int p_newindex(lua_State *L)
 {
     tg_param *p = tgl_param_check(L, 1);
     const char *k = lua_tostring(L, 2);
     tg_tensor *dst = NULL;
-    if (k && strcmp(k, "grad") == 0) dst = p->grad;
+    if (k && strcmp(k, "data") == 0) dst = p->data;
+    else if (k && strcmp(k, "grad") == 0) dst = p->grad;
     else if (k && strcmp(k, "main_grad") == 0) dst = p->main_grad;
     else if (k && strcmp(k, "wgrad") == 0) dst = tg_param_wgrad_target(p);
     else
-        return luaL_error(L, "Parameter '%s': field %s cannot be set (settable: grad, main_grad, wgrad)", p->name,
+        return luaL_error(L, "Parameter '%s': field %s cannot be set (settable: data, grad, main_grad, wgrad)", p->name,
                           k ? lua_pushfstring(L, "'%s'", k) : luaL_typename(L, 2));
     if (!dst) return luaL_error(L, "Parameter '%s' has no %s (it keeps its gradient in %s)", p->name, k,
                                 p->main_grad ? "main_grad" : "grad");
@@ -115,6 +118,11 @@ static int p_newindex(lua_State *L)
         char a[64], b[64];
         return luaL_error(L, "Parameter '%s': %s is %s, the tensor given is %s", p->name, k,
                           tg_tensor_shape_str(dst, a, sizeof a), tg_tensor_shape_str(src, b, sizeof b));
+    }
+    if (dst == p->data) {
+        tgl_check(L, tg_copy(dst, src));
+        if (p->master) tgl_check(L, tg_copy(p->master, src));
+        return 0;
     }
     tgl_check(L, tg_copy(dst, src));
     p->grad_written = 1;
