@@ -107,6 +107,23 @@ tap.error_like(function() return s1:sample(tg.zeros({ 2, 3 }, { dtype = "i32" })
 tap.error_like(function() return s1:sample(tg.zeros({ 2, 3 }, { dtype = "e4m3" })) end,
   "sample: the logits must be f32 or bf16, not e4m3", "FP8 codes are refused as logits")
 tap.is(#s1:sample(tg.tensor({ { 0, -math.huge, 1 } }, { dtype = "bf16" })), 1, "bf16 logits with some -inf still sample")
+-- a +inf logit takes all the probability (the softmax's limit); several share it evenly
+do
+  local si = tg.sampler { temperature = 1, seed = 3 }
+  local all1 = true
+  for _ = 1, 50 do all1 = all1 and si:sample(tg.tensor({ { 0, math.huge, 1, 2 } }))[1] == 1 end
+  tap.ok(all1, "a row with one +inf logit always samples that id")
+  local sp = tg.sampler { temperature = 0.7, top_k = 3, top_p = 0.5, seed = 4 }
+  local ok1 = true
+  for _ = 1, 50 do ok1 = ok1 and sp:sample(tg.tensor({ { 0.5, math.huge, -1, 2 } }))[1] == 1 end
+  tap.ok(ok1, "... with top_k and top_p too")
+  local seen = {}
+  for _ = 1, 200 do local id = si:sample(tg.tensor({ { math.huge, 0, math.huge } }))[1]; seen[id] = (seen[id] or 0) + 1 end
+  tap.ok(not seen[1] and (seen[0] or 0) > 50 and (seen[2] or 0) > 50,
+    string.format("two +inf logits share the draws (%d, %d), the finite one gets none", seen[0] or 0, seen[2] or 0))
+end
+tap.error_like(function() tg.sampler { temperature = math.huge } end, "temperature inf must be finite",
+  "an infinite temperature is refused")
 tap.error_like(function() model:generate({ { 1 }, { 1, 2 } }, 3) end, "prompt 2 has 2 tokens",
   "prompts of different lengths are refused")
 tap.done_testing()

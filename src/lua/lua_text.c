@@ -1,6 +1,7 @@
 /* lua_text.c — core.tokenizer (byte-level and GPT-2 BPE tokenizers) and core.sampler (src/text). */
 #include "lua/lua_impl.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -239,7 +240,8 @@ static int l_sampler(lua_State *L)
             lua_pop(L, 1);
         }
     }
-    if (!(o.temperature >= 0)) return luaL_error(L, "sampler: temperature %f must be >= 0", o.temperature);
+    if (!(o.temperature >= 0 && isfinite(o.temperature)))
+        return luaL_error(L, "sampler: temperature %f must be finite and >= 0", o.temperature);
     if (!(o.top_p > 0 && o.top_p <= 1)) return luaL_error(L, "sampler: top_p %f must be in (0, 1]", o.top_p);
     if (o.top_k < 0) return luaL_error(L, "sampler: top_k %d must be >= 0 (0: all)", (int)o.top_k);
     struct tgl_sampler *u = lua_newuserdatauv(L, sizeof *u, 0);

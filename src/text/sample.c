@@ -52,8 +52,8 @@ tg_status tg_sample_logits(const float *logits, int64_t n, const tg_sample_opts 
     TG_NONNULL(o, "the options");
     TG_NONNULL(state, "state");
     if (n < 1) return tg_error(TG_EINVAL, "sample: no logits");
-    if (!(o->temperature >= 0) || !(o->top_p > 0 && o->top_p <= 1) || o->top_k < 0)
-        return tg_error(TG_EINVAL, "sample: temperature %g must be >= 0, top_p %g in (0, 1], top_k %lld >= 0",
+    if (!(o->temperature >= 0 && isfinite(o->temperature)) || !(o->top_p > 0 && o->top_p <= 1) || o->top_k < 0)
+        return tg_error(TG_EINVAL, "sample: temperature %g must be finite and >= 0, top_p %g in (0, 1], top_k %lld >= 0",
                         o->temperature, o->top_p, (long long)o->top_k);
     int finite = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -99,8 +99,10 @@ tg_status tg_sample_logits(const float *logits, int64_t n, const tg_sample_opts 
     float mx = -INFINITY;
     for (int64_t i = 0; i < k; i++)
         if (logits[ids[i]] > mx) mx = logits[ids[i]];
+    /* softmax((l - mx) / T); with +inf logits (inf - inf is NaN) its limit: the +inf ones share all of it */
     double sum = 0;
-    for (int64_t i = 0; i < k; i++) sum += p[i] = exp((double)(logits[ids[i]] - mx) / o->temperature);
+    for (int64_t i = 0; i < k; i++)
+        sum += p[i] = isinf(mx) ? (logits[ids[i]] == mx ? 1.0 : 0.0) : exp((double)(logits[ids[i]] - mx) / o->temperature);
     int64_t keep = k;
     if (o->top_p < 1) { /* the smallest first-ranking set whose probability reaches top_p */
         double c = 0;
