@@ -71,6 +71,23 @@ tap.error_like(function() return tg.ops.attention_kv(kc, vc, qkv, 5, 2) end, "4 
   "attention_kv one position past the cache is refused")
 tap.is(tg.ops.attention_kv(kc, vc, qkv, 4, 2):shape()[2], 4, "attention_kv filling the cache to its end still works")
 
+-- the CPU attention kernels keep a row of T scores and head-dim sums per thread on the stack: bounded, not a crash
+do
+  local cpu = { device = "cpu" }
+  local long = tg.zeros({ 1, 65537, 6 }, cpu)
+  tap.error_like(function() return tg.ops.attention_forward(long, 1) end,
+    "attention_forward: 65537 positions, more than the CPU kernel's 65536", "CPU attention_forward past 65536 positions is refused")
+  local wide = tg.zeros({ 1, 2, 3 * 65537 }, cpu)
+  tap.error_like(function() return tg.ops.attention_forward(wide, 1) end,
+    "attention_forward: head dim 65537, more than the CPU kernel's 65536", "... and a head dim past 65536")
+  local q = tg.randn({ 1, 3, 6 }, cpu)
+  local out, lse = tg.ops.attention_forward(q, 1)
+  local longo, longl = tg.zeros({ 1, 65537, 2 }, cpu), tg.zeros({ 1, 1, 65537 }, cpu)
+  tap.error_like(function() return tg.ops.attention_backward(longo, long, longo, longl, 1) end,
+    "attention_backward: 65537 positions, more than the CPU kernel's 65536", "CPU attention_backward past 65536 positions is refused")
+  tap.is(tg.ops.attention_backward(out, q, out, lse, 1):shape()[3], 6, "a short attention backward still runs")
+end
+
 -- communicator layouts: dp * pp is multiplied with a check (a wrapping product equalled the rank count)
 local world = tg.comm.world()
 tap.error_like(function() return world:split { dp = 7, pp = 7905747460161236407 } end,

@@ -520,9 +520,24 @@ static void attention_backward_run(const void *p)
     else attention_backward_body(a, TG_F32);
 }
 
+/* The attention kernels keep a row of scores (positions) and head-dim accumulators per thread on the stack:
+ * both are bounded so that stays well inside a thread's stack (a context this long is for a GPU anyway). */
+#define ATT_CPU_MAX (1 << 16)
+static tg_status att_rows_fit(const char *what, int64_t positions, int64_t c, int64_t n_head)
+{
+    const int64_t d = n_head > 0 ? c / n_head : c;
+    if (positions > ATT_CPU_MAX)
+        return tg_error(TG_ENOTSUP, "%s: %lld positions, more than the CPU kernel's %d", what, (long long)positions,
+                        ATT_CPU_MAX);
+    if (d > ATT_CPU_MAX)
+        return tg_error(TG_ENOTSUP, "%s: head dim %lld, more than the CPU kernel's %d", what, (long long)d, ATT_CPU_MAX);
+    return TG_OK;
+}
+
 tg_status cpu_attention_forward(tg_stream *s, const struct tg_attention_forward_args *a)
 {
     TG_TRY(float_only("attention_forward", a->dt));
+    TG_TRY(att_rows_fit("attention_forward", a->t, a->c, a->n_head));
     return cpu_submit(s, attention_forward_run, a, sizeof *a);
 }
 
@@ -576,15 +591,14 @@ static void attention_kv_run(const void *p)
 tg_status cpu_attention_kv(tg_stream *s, const struct tg_attention_kv_args *a)
 {
     TG_TRY(float_only("attention_kv", a->dt));
-    if (a->pos + a->tn > (1 << 16))
-        return tg_error(TG_ENOTSUP, "attention_kv: %lld cached positions, more than the CPU kernel's 65536",
-                        (long long)(a->pos + a->tn));
+    TG_TRY(att_rows_fit("attention_kv", a->pos + a->tn, a->c, a->n_head));
     return cpu_submit(s, attention_kv_run, a, sizeof *a);
 }
 
 tg_status cpu_attention_backward(tg_stream *s, const struct tg_attention_backward_args *a)
 {
     TG_TRY(float_only("attention_backward", a->dt));
+    TG_TRY(att_rows_fit("attention_backward", a->t, a->c, a->n_head));
     return cpu_submit(s, attention_backward_run, a, sizeof *a);
 }
 
