@@ -208,4 +208,38 @@ g3:close()
 -- closing the graph releases what it held: a closed graph cannot be replayed
 g:close()
 tap.error_like(function() g:replay() end, "graph used after close", "a closed graph refuses replay")
+
+-- a hook closing what the running call uses: the call keeps its own handles, the graph goes after its replay
+do
+  local m = tg.nn.Linear(4, 4, { name = "pre" })
+  local x = tg.randn({ 2, 4 })
+  local want = m:forward(x, 1):totable()
+  m:drop_saved()
+  local _, h = m:register_forward_pre_hook(function() x:close() end)
+  local ok, y = pcall(function() return m:forward(x, 1) end)
+  tap.ok(ok and y:max_abs_diff(tg.tensor(want)) == 0, "a forward pre-hook that closes the input: the forward reads it all the same")
+  m:drop_saved()
+  m:remove_forward_pre_hook(h)
+  local dy = tg.randn({ 2, 4 })
+  m:forward(tg.randn({ 2, 4 }), 1)
+  for _, p in ipairs(m:parameters()) do p:register_hook(function() dy:close() end) end
+  tap.lives_ok(function() m:backward(dy, 1) end, "a wgrad hook that closes dy during the backward")
+
+  local lin = tg.nn.Linear(4, 4, { name = "replayed" })
+  local gg
+  local fired = 0
+  for _, p in ipairs(lin:parameters()) do
+    p:register_hook(function() fired = fired + 1; if gg then gg:close() end end)
+  end
+  local xx, dyy = tg.randn({ 2, 4 }), tg.randn({ 2, 4 })
+  tg.step_begin { microbatches = 1 }
+  gg = tg.stream.capture(function() lin:forward(xx, 1); lin:backward(dyy, 1) end, { pool = tg.pool() })
+  tg.step_end()
+  fired = 0
+  tg.step_begin { microbatches = 1 }
+  tap.lives_ok(function() gg:replay() end, "a captured graph closed by a hook of its own replay finishes the replay")
+  tg.step_end()
+  tap.is(fired, 2, "... and every hook of the replay fired")
+  tap.error_like(function() gg:replay() end, "graph used after close", "... then the graph is closed")
+end
 tap.done_testing()

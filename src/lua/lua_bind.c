@@ -53,6 +53,28 @@ void tgl_release_when_idle(void (*release)(void *), void *p)
     later[nlater++] = (struct deferred){release, p};
 }
 
+void tgl_hold(lua_State *L, const tg_tensor **t, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (!t[i]) continue;
+        tg_tensor *r = NULL;
+        tg_status st = tg_tensor_ref(t[i], &r);
+        if (st != TG_OK) {
+            tgl_unhold(t, i);
+            tgl_check(L, st);
+        }
+        t[i] = r;
+    }
+}
+
+void tgl_unhold(const tg_tensor **t, int n)
+{
+    for (int i = 0; i < n; i++) {
+        tg_tensor_free((tg_tensor *)t[i]);
+        t[i] = NULL;
+    }
+}
+
 /* ------------------------------------------------------------------ anchor and the calling thread
  * Hooks and Lua-table modules are C callbacks that hold Lua values in the
  * registry. They share an anchor: the main thread, and whether the state is

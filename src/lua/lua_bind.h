@@ -24,6 +24,11 @@ int tgl_in_engine(void);
  * (tgl_nn_leave) or the state closes: for __gc of objects an engine call may
  * be using (a module whose own hook calls its __gc). */
 void tgl_release_when_idle(void (*release)(void *), void *p);
+/* The tensors an engine call reads, held by handles of the call's own for its length: a hook or a Lua-table
+ * module it runs may close or collect the caller's handles (x:close() in a forward pre-hook). tgl_hold replaces
+ * each non-NULL t[i] by a new reference to it; tgl_unhold frees those (call it before tgl_check of the result). */
+void tgl_hold(lua_State *L, const tg_tensor **t, int n);
+void tgl_unhold(const tg_tensor **t, int n);
 
 /* A Lua value (in the registry) held by a C callback: a hook function or a
  * Lua-table module. The anchor knows the state's main thread and whether the

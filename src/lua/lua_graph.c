@@ -81,16 +81,18 @@ static int g_forward(lua_State *L)
 {
     int chunk;
     tg_graphed *g = graphed_check(L, 1, &chunk);
-    tg_tensor *x, *res = NULL;
+    const tg_tensor *in[2] = {NULL, NULL}; /* x, res */
     if (tg_graphed_tuple_inputs(g, chunk) && lua_istable(L, 2) && !tgl_tensor_test(L, 2)) { /* {x1, ..., xN} */
         const tg_tensor *xs[TG_MAX_IO];
         tg_tensor *ys[TG_MAX_IO] = {0};
         int nx = tgl_tensor_list(L, 2, xs, "forward({x1, ..., xN}, mb)"), ny = 0;
         int mb = tgl_mb_arg(L, 3);
         replay_opts(L, g, 4, "graphed forward");
+        tgl_hold(L, xs, nx);
         lua_State *prev = tgl_nn_enter(L);
         tg_status st = tg_graphed_forward_n(g, chunk, mb, xs, nx, ys, &ny);
         tgl_nn_leave(prev);
+        tgl_unhold(xs, nx);
         tgl_check(L, st);
         tgl_push_tensors(L, ys, ny, 1);
         return 1;
@@ -99,18 +101,20 @@ static int g_forward(lua_State *L)
         if (luaL_len(L, 2) != 2) return luaL_error(L, "graphed forward: the inputs must be a tensor or a pair {x, res}");
         lua_geti(L, 2, 1);
         lua_geti(L, 2, 2);
-        x = tgl_protocol_tensor(L, -2, "forward({x, res}, mb)");
-        res = tgl_protocol_tensor(L, -1, "forward({x, res}, mb)");
+        in[0] = tgl_protocol_tensor(L, -2, "forward({x, res}, mb)");
+        in[1] = tgl_protocol_tensor(L, -1, "forward({x, res}, mb)");
         lua_pop(L, 2); /* the table keeps them */
     } else {
-        x = tgl_protocol_tensor(L, 2, "forward(x, mb)");
+        in[0] = tgl_protocol_tensor(L, 2, "forward(x, mb)");
     }
     int mb = tgl_mb_arg(L, 3);
     replay_opts(L, g, 4, "graphed forward");
     tg_tensor **slot = tgl_tensor_push(L);
+    tgl_hold(L, in, 2);
     lua_State *prev = tgl_nn_enter(L); /* Lua-table modules never run at replay, but keep one rule */
-    tg_status st = tg_graphed_forward_res(g, chunk, mb, x, res, slot);
+    tg_status st = tg_graphed_forward_res(g, chunk, mb, in[0], in[1], slot);
     tgl_nn_leave(prev);
+    tgl_unhold(in, 2);
     tgl_check(L, st);
     return 1;
 }
@@ -127,27 +131,33 @@ static int g_backward(lua_State *L)
         else dys[0] = lua_isnoneornil(L, 2) ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)");
         int mb = tgl_mb_arg(L, 3);
         replay_opts(L, g, 4, "graphed backward");
+        tgl_hold(L, dys, ndy);
         lua_State *prev = tgl_nn_enter(L);
         tg_status st = tg_graphed_backward_n(g, chunk, mb, dys, ndy, dxs, TG_MAX_IO);
         tgl_nn_leave(prev);
+        tgl_unhold(dys, ndy);
         tgl_check(L, st);
         tgl_push_tensors(L, dxs, tg_graphed_tuple_inputs(g, chunk), 0);
         return 1;
     }
-    tg_tensor *dy = lua_isnoneornil(L, 2) ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)");
+    const tg_tensor *dy[1] = {lua_isnoneornil(L, 2) ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)")};
     int mb = tgl_mb_arg(L, 3);
     replay_opts(L, g, 4, "graphed backward");
     tg_tensor **slot = tgl_tensor_push(L);
+    tgl_hold(L, dy, 1);
     lua_State *prev = tgl_nn_enter(L);
-    tg_status st = tg_graphed_backward(g, chunk, mb, dy, slot);
+    tg_status st = tg_graphed_backward(g, chunk, mb, dy[0], slot);
     tgl_nn_leave(prev);
+    /* y = res + f(x): the gradient of res is dy, handed out as the held handle */
+    const int pair = st == TG_OK && tg_graphed_inputs(g, chunk) >= 2;
+    tg_tensor *dres = pair ? (tg_tensor *)dy[0] : NULL;
+    if (!pair) tgl_unhold(dy, 1);
     tgl_check(L, st);
     if (!*slot) lua_pushnil(L);
-    if (tg_graphed_inputs(g, chunk) < 2) return 1;
-    /* y = res + f(x): the gradient of res is dy */
-    if (!dy) return luaL_error(L, "graphed backward chunk %d: a chunk with two inputs needs dy", chunk);
-    tg_tensor **dres = tgl_tensor_push(L);
-    tgl_check(L, tg_tensor_ref(dy, dres));
+    if (!pair) return 1;
+    if (!dres) return luaL_error(L, "graphed backward chunk %d: a chunk with two inputs needs dy", chunk);
+    tg_tensor **ds = tgl_tensor_push(L);
+    *ds = dres;
     return 2;
 }
 

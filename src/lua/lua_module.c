@@ -194,9 +194,11 @@ static int m_forward_n(lua_State *L, struct tgl_module *u)
     for (int i = 0; i < nx; i++)
         if (!x[i]) return luaL_error(L, "forward({x1, ..., xN}, mb): input %d is nil", i + 1);
     int mb = tgl_mb_arg(L, 3);
+    tgl_hold(L, x, nx);
     lua_State *prev = tgl_nn_enter(L);
     tg_status st = tg_module_forward_n(u->m, mb, x, nx, y, &ny);
     tgl_nn_leave(prev);
+    tgl_unhold(x, nx);
     tgl_check(L, st);
     push_tensors(L, y, ny, 1);
     return 1;
@@ -215,9 +217,11 @@ static int m_backward_n(lua_State *L, struct tgl_module *u)
     if (lua_istable(L, 2) && !tgl_tensor_test(L, 2)) ny = tensor_list(L, 2, dy, "backward({dy1, ..., dyM}, mb)");
     else dy[0] = lua_isnoneornil(L, 2) ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)");
     int mb = tgl_mb_arg(L, 3);
+    tgl_hold(L, dy, ny);
     lua_State *prev = tgl_nn_enter(L);
     tg_status st = tg_module_backward_n(u->m, mb, dy, ny, dx, TG_MAX_IO);
     tgl_nn_leave(prev);
+    tgl_unhold(dy, ny);
     tgl_check(L, st);
     int n = 0;
     for (int i = 0; i < TG_MAX_IO; i++)
@@ -231,12 +235,14 @@ static int m_forward(lua_State *L)
 {
     struct tgl_module *u = tgl_module_box(L, 1);
     if (lua_istable(L, 2) && !tgl_tensor_test(L, 2)) return m_forward_n(L, u);
-    tg_tensor *x = tgl_protocol_tensor(L, 2, "forward(x, mb)");
+    const tg_tensor *x[1] = {tgl_protocol_tensor(L, 2, "forward(x, mb)")};
     int mb = tgl_mb_arg(L, 3);
     tg_tensor **slot = tgl_tensor_push(L);
+    tgl_hold(L, x, 1);
     lua_State *prev = tgl_nn_enter(L);
-    tg_status st = tg_module_forward(u->m, mb, x, slot);
+    tg_status st = tg_module_forward(u->m, mb, x[0], slot);
     tgl_nn_leave(prev);
+    tgl_unhold(x, 1);
     tgl_check(L, st);
     return 1;
 }
@@ -245,13 +251,15 @@ static int m_forward(lua_State *L)
 static int m_forward_res(lua_State *L)
 {
     struct tgl_module *u = tgl_module_box(L, 1);
-    tg_tensor *x = tgl_protocol_tensor(L, 2, "forward_res(x, res, mb)");
-    tg_tensor *res = tgl_protocol_tensor(L, 3, "forward_res(x, res, mb)");
+    const tg_tensor *in[2] = {tgl_protocol_tensor(L, 2, "forward_res(x, res, mb)"),
+                              tgl_protocol_tensor(L, 3, "forward_res(x, res, mb)")};
     int mb = tgl_mb_arg(L, 4);
     tg_tensor **slot = tgl_tensor_push(L);
+    tgl_hold(L, in, 2);
     lua_State *prev = tgl_nn_enter(L);
-    tg_status st = tg_module_forward_res(u->m, mb, x, res, slot);
+    tg_status st = tg_module_forward_res(u->m, mb, in[0], in[1], slot);
     tgl_nn_leave(prev);
+    tgl_unhold(in, 2);
     tgl_check(L, st);
     return 1;
 }
@@ -267,12 +275,14 @@ static int m_backward(lua_State *L)
     if (u->m->tuple_io || (lua_istable(L, 2) && !tgl_tensor_test(L, 2))) return m_backward_n(L, u);
     int is_dloss = lua_type(L, 2) == LUA_TNUMBER && is_lm_head(u->m);
     double dloss = is_dloss ? (double)lua_tonumber(L, 2) : 1.0;
-    tg_tensor *dy = lua_isnoneornil(L, 2) || is_dloss ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)");
+    const tg_tensor *dy[1] = {lua_isnoneornil(L, 2) || is_dloss ? NULL : tgl_protocol_tensor(L, 2, "backward(dy, mb)")};
     int mb = tgl_mb_arg(L, 3);
     tg_tensor **slot = tgl_tensor_push(L);
+    tgl_hold(L, dy, 1);
     lua_State *prev = tgl_nn_enter(L);
-    tg_status st = is_dloss ? tg_lm_head_backward_loss(u->m, mb, dloss, slot) : tg_module_backward(u->m, mb, dy, slot);
+    tg_status st = is_dloss ? tg_lm_head_backward_loss(u->m, mb, dloss, slot) : tg_module_backward(u->m, mb, dy[0], slot);
     tgl_nn_leave(prev);
+    tgl_unhold(dy, 1);
     tgl_check(L, st);
     if (*slot == NULL) lua_pushnil(L);
     return 1;
@@ -283,16 +293,18 @@ static int m_backward(lua_State *L)
 static int m_loss(lua_State *L)
 {
     struct tgl_module *u = tgl_module_box(L, 1);
-    tg_tensor *x = tgl_protocol_tensor(L, 2, "loss(x, targets, mb)"), *targets = tgl_tensor_check(L, 3);
+    const tg_tensor *in[2] = {tgl_protocol_tensor(L, 2, "loss(x, targets, mb)"), tgl_tensor_check(L, 3)};
     int mb = tgl_mb_arg(L, 4);
     int ignore = tgl_optint(L, 5, -1);
     int grad = !lua_isnoneornil(L, 6);
     double dloss = grad ? (double)luaL_checknumber(L, 6) : 1.0;
     tg_tensor **slot = tgl_tensor_push(L);
+    tgl_hold(L, in, 2);
     lua_State *prev = tgl_nn_enter(L);
-    tg_status st = grad ? tg_lm_head_forward_loss_grad(u->m, mb, x, targets, ignore, dloss, slot)
-                        : tg_lm_head_forward_loss(u->m, mb, x, targets, ignore, slot);
+    tg_status st = grad ? tg_lm_head_forward_loss_grad(u->m, mb, in[0], in[1], ignore, dloss, slot)
+                        : tg_lm_head_forward_loss(u->m, mb, in[0], in[1], ignore, slot);
     tgl_nn_leave(prev);
+    tgl_unhold(in, 2);
     tgl_check(L, st);
     return 1;
 }

@@ -1,6 +1,7 @@
 /* lua_stream.c — streams, graph capture/replay and graph memory pools from Lua (tg.stream, tg.pool). */
 #include "lua/lua_impl.h"
 #include "core/core.h" /* struct tg_stream: the device of a stream */
+#include "lua/lua_bind.h"
 
 #include <string.h>
 
@@ -387,7 +388,10 @@ static int g_replay(lua_State *L)
     tg_stream *s = lua_isnoneornil(L, 2) ? tg_stream_current(u->dev) : stream_check(L, 2);
     if (s == NULL) return luaL_error(L, "%s", tg_last_error());
     if (!lua_isnoneornil(L, 3)) tgl_check(L, tg_stream_wait_event(s, event_check(L, 3)->e));
-    tgl_check(L, tg_graph_replay(g, s));
+    lua_State *prev = tgl_nn_enter(L); /* the hooks a replay fires run on this thread; a free of g from them waits */
+    tg_status st = tg_graph_replay(g, s);
+    tgl_nn_leave(prev);
+    tgl_check(L, st);
     lua_settop(L, 1);
     return 1;
 }
@@ -410,11 +414,15 @@ static int g_size(lua_State *L)
     return 1;
 }
 
+static void graph_release(void *g) { tg_graph_free(g); }
+
+/* close / __gc: a hook of the graph's own replay may run it; the graph then goes when the replay returns */
 static int g_gc(lua_State *L)
 {
     struct tgl_graph *u = luaL_checkudata(L, 1, TGL_GRAPH);
-    tg_graph_free(u->g);
+    tg_graph *g = u->g;
     u->g = NULL;
+    if (g) tgl_release_when_idle(graph_release, g);
     return 0;
 }
 
