@@ -45,6 +45,20 @@ tap.is(select(1, string.unpack("<i4", raw, 9)), 100, "then the token count")
 local ld = data.open(good, { vocab = 100, device = "cpu" })
 tap.is(ld:size(), 100, "open reads the token count")
 tap.is_deeply(ld:tokens(10, 3), { 10, 11, 12 }, "tokens() reads the uint16 ids back")
+tap.is_deeply(ld:tokens(97, 3), { 97, 98, 99 }, "tokens() reads up to the last token")
+tap.error_like(function() return ld:tokens(-4, 6) end, "tokens%(first, n%): need integers with 0 <= first and first %+ n <= 100",
+  "tokens() before the first token (the header) is refused")
+tap.error_like(function() return ld:tokens(0.5, 2) end, "got 0.5, 2", "tokens() at a fractional position is refused")
+tap.error_like(function() return ld:tokens(98, 3) end, "got 98, 3", "tokens() past the last token is refused")
+tap.error_like(function() return ld:split(0 / 0) end, "the split fraction must be in %(0, 1%), got %-?nan",
+  "split(NaN) is refused")
+tap.error_like(function() return ld:batch(0, 4) end, "batch: B %(sequences%) must be an integer >= 1, got 0", "batch(0, T) is refused")
+tap.error_like(function() return ld:batch(2, "x") end, "batch: T %(tokens a sequence%) must be an integer >= 1, got string",
+  "batch(B, 'x') is refused naming T")
+tap.error_like(function() return ld:batch(2, 4, "sequentail") end, "mode must be \"random\" or \"sequential\"",
+  "a misspelt batch mode is refused")
+tap.error_like(function() return ld:eval_batches(2, 3) end, "eval_batches: count must be an integer >= 1, got nil",
+  "eval_batches without a count is refused")
 
 -- sequential batches: consecutive windows; y is x shifted by one
 local x, y = ld:batch(3, 8, "sequential")

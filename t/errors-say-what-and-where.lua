@@ -53,6 +53,8 @@ do -- a GPT-2 tokenizer directory whose vocab.json is a FIFO
 end
 tap.is(select(2, tg.fs.open_read(fifo("plain"))), fifo_dir .. "/plain: not a regular file (a FIFO)",
   "fs.open_read, the library's reader, returns nil and why for a FIFO (as io.open does for a missing file)")
+tap.error_like(function() return tg.fs.open_read("a\0b") end, "the path \"a\\0...\" holds a NUL byte at byte 1",
+  "fs.open_read refuses a path with a NUL byte (not open the part before it)")
 os.execute("rm -rf " .. fifo_dir)
 
 -- allocations that cannot be had

@@ -111,4 +111,13 @@ refused(function() z:step { norm = -1 } end, "zero1:step: norm must be a number 
 refused(function() tg.optim.AdamW(params, { [1] = 0.1 }) end, "AdamW: unknown option 1 %(known: ",
   "a list entry among the options is named by its key")
 
+local train = require "tegraph.train"
+refused(function() train.single_stage_plan(1.5, 2) end, "single_stage_plan: chunks must be an integer >= 1, got 1.5",
+  "single_stage_plan(1.5, ...)")
+refused(function() train.single_stage_plan(1, -1) end, "single_stage_plan: microbatches must be an integer >= 1, got %-1",
+  "single_stage_plan(C, -1)")
+refused(function() train.single_stage_plan(1, 1 << 31) end, "single_stage_plan: 1 stages x 2 chunks x 2147483648 " ..
+  "microbatches is too large", "single_stage_plan with 2^31 microbatches (it would run for minutes)")
+tap.is(#train.single_stage_plan(2, 3, true)[1], 2 * 3 * 3, "single_stage_plan(2, 3, delayed): F, B and W of each")
+
 tap.done_testing()

@@ -49,7 +49,7 @@ end
 
 -- Two loaders over the same tokens: the first 1 - frac of them and the last frac (a validation split).
 function Loader:split(frac)
-  if type(frac) ~= "number" or frac <= 0 or frac >= 1 then
+  if type(frac) ~= "number" or not (frac > 0 and frac < 1) then -- NaN fails both
     raise(string.format("%s: the split fraction must be in (0, 1), got %s", self.path, tostring(frac)))
   end
   local nval = math.floor(self.ntok * frac)
@@ -64,8 +64,23 @@ function Loader:split(frac)
   return part(self.first, ntrain, "train"), part(self.first + 2 * ntrain, nval, "validation")
 end
 
+local function check_count(self, who, name, v)
+  if math.type(v) ~= "integer" or v < 1 then
+    raise(string.format("%s: %s: %s must be an integer >= 1, got %s", self.path, who, name,
+      type(v) == "number" and tostring(v) or type(v)))
+  end
+end
+
+local function check_window(self, who, B, T)
+  if getmetatable(self) ~= Loader then raise(who .. ": call it as loader:" .. who .. "(...)") end
+  check_count(self, who, "B (sequences)", B)
+  check_count(self, who, "T (tokens a sequence)", T)
+end
+
 -- count batches of (B, T) windows at fixed, evenly spaced offsets (the same every call): for evaluation.
 function Loader:eval_batches(B, T, count)
+  check_window(self, "eval_batches", B, T)
+  check_count(self, "eval_batches", "count", count)
   if T + 1 > self.ntok then
     raise(string.format("%s: %d tokens, too few for windows of %d (+1)", self.path, self.ntok, T))
   end
@@ -93,6 +108,10 @@ end
 -- windows at uniform random offsets (math.random); "sequential": consecutive
 -- windows, wrapping to the start at the end of the file.
 function Loader:batch(B, T, mode)
+  check_window(self, "batch", B, T)
+  if mode ~= nil and mode ~= "random" and mode ~= "sequential" then
+    raise(string.format("%s: batch: mode must be \"random\" or \"sequential\", got %s", self.path, tostring(mode)))
+  end
   if T + 1 > self.ntok then
     raise(string.format("%s: %d tokens, too few for windows of %d (+1)", self.path, self.ntok, T))
   end
@@ -112,6 +131,11 @@ end
 
 -- The tokens [first, first+n) (0-based) as a Lua list.
 function Loader:tokens(first, n)
+  if getmetatable(self) ~= Loader then raise("tokens: call it as loader:tokens(first, n)") end
+  if math.type(first) ~= "integer" or math.type(n) ~= "integer" or first < 0 or n < 0 or first > self.ntok - n then
+    raise(string.format("%s: tokens(first, n): need integers with 0 <= first and first + n <= %d tokens, got %s, %s",
+      self.path, self.ntok, tostring(first), tostring(n)))
+  end
   local out = {}
   for i = 0, n - 1 do
     out[i + 1] = string.unpack("<I2", self.bytes, self.first + 2 * (first + i) + 1)

@@ -54,6 +54,13 @@ M.schedule_names = "gpipe, 1f1b, interleaved, zb_h1, zb_v"
 -- One stage holding C chunks: every forward, then the backwards, each chunk's W (when delayed) right
 -- after the last microbatch's B of that chunk.
 function M.single_stage_plan(C, Mb, delayed)
+  for _, a in ipairs { { C, "chunks" }, { Mb, "microbatches" } } do
+    if math.type(a[1]) ~= "integer" or a[1] < 1 then
+      raise(string.format("single_stage_plan: %s must be an integer >= 1, got %s", a[2],
+        type(a[1]) == "number" and tostring(a[1]) or type(a[1])))
+    end
+  end
+  plan_.check_size(1, C, Mb, "single_stage_plan")
   local owner = {}
   for c = 1, C do owner[c] = 1 end
   local plan = plan_.new("graphed", 1, C, Mb, owner)

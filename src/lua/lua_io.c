@@ -363,7 +363,7 @@ static int fs_file_close(lua_State *L)
  * without a writer never returns. A directory opens as with io.open (its reads fail). */
 static int fs_open_read(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = tgl_checkcstr(L, 1, "the path");
     luaL_Stream *p = lua_newuserdatauv(L, sizeof *p, 0); /* +1 */
     p->f = NULL;
     p->closef = NULL; /* closed until the file is open */
