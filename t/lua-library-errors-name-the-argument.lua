@@ -111,6 +111,22 @@ refused(function() z:step { norm = -1 } end, "zero1:step: norm must be a number 
 refused(function() tg.optim.AdamW(params, { [1] = 0.1 }) end, "AdamW: unknown option 1 %(known: ",
   "a list entry among the options is named by its key")
 
+-- helpers that ended in raw errors inside the library
+refused(function() tg.zeros_like(42) end, "zeros_like: t must be a tensor, got number", "zeros_like(42)")
+refused(function() tg.zeros_like(tg.zeros({ 2 }), "bf16") end, "zeros_like: options must be a table", "zeros_like(t, \"bf16\")")
+refused(function() tg.nn.argmax(42) end, "argmax: expects a list of numbers, got number", "nn.argmax(42)")
+refused(function() tg.nn.argmax({ 1, "x" }) end, "argmax: entry 2 is a string", "nn.argmax with a string entry")
+refused(function() tg.nn.loss_value(42) end, "loss_value: loss must be a loss tensor", "nn.loss_value(42)")
+refused(function() tg.data.write("never-written.bin", 42) end, "data.write: tokens must be a list of token ids, got number",
+  "data.write(path, 42)")
+refused(function() tg.data.write_u16("never-written.bin", 42) end, "data.write_u16: u16 must be a string of token bytes",
+  "data.write_u16(path, 42)")
+refused(function() gpt:logits(nil) end, "logits: idx must be a %(B, T%) i32 tensor of token ids, got nil", "gpt:logits(nil)")
+refused(function() gpt:eval_loss(tg.zeros({ 1, 4 }), nil) end,
+  "forward_loss: idx must be a %(B, T%) i32 tensor of token ids, got a f32 tensor", "gpt:eval_loss(f32 ids)")
+refused(function() gpt:register_wgrad_hook(42) end, "register_wgrad_hook: fn must be a function, got number",
+  "gpt:register_wgrad_hook(42)")
+
 local train = require "tegraph.train"
 refused(function() train.single_stage_plan(1.5, 2) end, "single_stage_plan: chunks must be an integer >= 1, got 1.5",
   "single_stage_plan(1.5, ...)")

@@ -146,6 +146,8 @@ end
 -- data.write_u16(path, u16): writes the token bytes u16 (little-endian uint16, e.g. tok:encode(s, {out = "u16"}))
 -- as an llm.c .bin file, through a temporary name and a rename (a reader never sees half a file).
 function data.write_u16(path, u16)
+  if type(path) ~= "string" then raise("data.write_u16: path must be a string, got " .. type(path)) end
+  if type(u16) ~= "string" then raise("data.write_u16: u16 must be a string of token bytes, got " .. type(u16)) end
   if #u16 % 2 ~= 0 then raise(string.format("%s: odd number of token bytes", path)) end
   local n = #u16 // 2
   -- a name of its own per writer: ranks tokenizing the same file each write theirs, the last rename wins
@@ -204,6 +206,8 @@ end
 -- data.write(path, tokens): writes a list of token ids (0..65535) as an
 -- llm.c .bin file. Returns the number of tokens; fails naming the file.
 function data.write(path, tokens)
+  if type(path) ~= "string" then raise("data.write: path must be a string, got " .. type(path)) end
+  if type(tokens) ~= "table" then raise("data.write: tokens must be a list of token ids, got " .. type(tokens)) end
   local n = #tokens
   local parts = { string.pack("<i4i4i4", data.MAGIC, data.VERSION, n), string.rep("\0", data.HEADER_BYTES - 12) }
   local chunk = {}

@@ -11,6 +11,10 @@ M.host = M.host or {} -- C functions a host registered (tg_runtime_register)
 
 -- A new tensor like t (same shape, dtype, device), zero-filled.
 function M.zeros_like(t, opts)
+  if not core.is_tensor(t) then raise("zeros_like: t must be a tensor, got " .. type(t)) end
+  if opts ~= nil and type(opts) ~= "table" then
+    raise("zeros_like: options must be a table {dtype=, device=, name=}, got " .. type(opts))
+  end
   opts = options.check("zeros_like", opts or {}, { "dtype", "device", "name" })
   return core.zeros(t:shape(), { dtype = opts.dtype or t.dtype, device = opts.device or t.device, name = opts.name })
 end

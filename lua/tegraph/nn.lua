@@ -8,13 +8,16 @@ local ops = core.ops
 
 -- The mean loss (a number) of a loss tensor from lm:loss (its [mean, count]).
 function nn.loss_value(loss)
+  if not core.is_tensor(loss) then raise("loss_value: loss must be a loss tensor [mean, count], got " .. type(loss)) end
   return loss:totable()[1]
 end
 
 -- Index of the largest of the numbers in t (1-based; the first on ties).
 function nn.argmax(t)
+  if type(t) ~= "table" then raise("argmax: expects a list of numbers, got " .. type(t)) end
   local best, at = -math.huge, 1
   for i = 1, #t do
+    if type(t[i]) ~= "number" then raise(string.format("argmax: entry %d is a %s, not a number", i, type(t[i]))) end
     if t[i] > best then best, at = t[i], i end
   end
   return at
@@ -178,7 +181,16 @@ end
 -- dloss: the number backward(dloss, mb) will be given (e.g. 1/M); with the fused LM head
 -- (cfg.fused_lm_head, on by default) the head's backward then runs with its forward, chunk by
 -- chunk, and the logits of all tokens never exist.
+local function check_ids(who, name, t)
+  if not core.is_tensor(t) or t:ndim() ~= 2 or t.dtype ~= "i32" then
+    raise(string.format("%s: %s must be a (B, T) i32 tensor of token ids, got %s", who, name, core.is_tensor(t) and
+      string.format("a %s tensor of %d dimensions", t.dtype, t:ndim()) or type(t)))
+  end
+end
+
 function GPT:forward_loss(idx, targets, mb, ignore_index, dloss)
+  check_ids("forward_loss", "idx", idx)
+  check_ids("forward_loss", "targets", targets)
   local h = self.body:forward(idx, mb)
   return self.head:loss(h, targets, mb, ignore_index or -1, dloss)
 end
@@ -225,6 +237,7 @@ end
 
 -- fn on every parameter, all or none; returns self and the hooks' ids (ids[i] on self:parameters()[i]).
 function GPT:register_wgrad_hook(fn)
+  if type(fn) ~= "function" then raise("register_wgrad_hook: fn must be a function, got " .. type(fn)) end
   local ps, ids = self:parameters(), {}
   for i, p in ipairs(ps) do
     local ok, r1, r2 = pcall(p.register_hook, p, fn)
@@ -240,6 +253,7 @@ end
 -- Logits (B, T, V) for idx (B, T) without a backward to follow: it runs as
 -- microbatch `mb` (default 1) and drops what the forward saved.
 local function logits(self, idx, mb)
+  check_ids("logits", "idx", idx)
   mb = mb or 1
   local h = self.body:forward(idx, mb)
   local logits = self.head:forward(h, mb)
