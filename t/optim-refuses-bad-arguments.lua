@@ -37,6 +37,11 @@ refused(function() optim.clip_grad_norm(ps) end, "optim%.clip_grad_norm: max_nor
 refused(function() optim.grad_norm("x") end, "optim%.grad_norm: needs a non%-empty list of parameters", "grad_norm of a string")
 refused(function() optim.clip_factor("x", 1) end, "optim%.clip_factor: norm must be a number, got string",
   "clip_factor of a string")
+refused(function() optim.clip_factor(1.5) end, "optim%.clip_factor: max_norm %(a finite number > 0%) is required",
+  "clip_factor without max_norm (it returned 1)")
+refused(function() optim.clip_factor(-1, 1) end, "optim%.clip_factor: norm must be >= 0", "clip_factor of a negative norm")
+tap.error_like(function() tg.allclose(tg.zeros({ 2 }), tg.zeros({ 2 }), -1, -1) end, "allclose: rtol .* must be >= 0",
+  "allclose refuses negative tolerances")
 
 local o = optim.AdamW(ps)
 m:forward(tg.ones { 3, 4 })

@@ -66,6 +66,8 @@ end
 -- it is already within; 0 for a non-finite norm, so a bad step changes nothing).
 function optim.clip_factor(norm, max_norm)
   if type(norm) ~= "number" then raise("optim.clip_factor: norm must be a number, got " .. type(norm)) end
+  if norm < 0 then raise("optim.clip_factor: norm must be >= 0 (a norm), got " .. tostring(norm)) end
+  if max_norm == nil then raise("optim.clip_factor: max_norm (a finite number > 0) is required") end
   check_max_norm(max_norm, "optim.clip_factor")
   if norm ~= norm or norm == math.huge then return 0.0 end
   if not max_norm or norm <= max_norm then return 1.0 end

@@ -295,6 +295,7 @@ static int l_allclose(lua_State *L)
     int na, nb;
     int64_t sa[TG_MAX_DIMS], sb[TG_MAX_DIMS], n, m;
     double rtol = (double)luaL_optnumber(L, 3, 1e-5), atol = (double)luaL_optnumber(L, 4, 1e-8);
+    if (!(rtol >= 0) || !(atol >= 0)) return luaL_error(L, "allclose: rtol %f and atol %f must be >= 0", rtol, atol);
     double *a = values_of(L, 1, &na, sa, &n);
     double *b = values_of(L, 2, &nb, sb, &m);
     int same = na == nb;
