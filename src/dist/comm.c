@@ -316,11 +316,15 @@ static tg_status nccl_split_by_exchange(tg_comm *c, int color, int key, tg_comm 
 }
 #endif
 
+static tg_status check_split(tg_comm *c);
+
 tg_status tg_comm_split(tg_comm *c, int color, int key, tg_comm **out)
 {
     *out = NULL;
     if (finalized) return tg_error(TG_ESTATE, "comm split: the communicators were finalised");
     if (color < 0) return tg_error(TG_EINVAL, "comm split: color must be >= 0 (got %d)", color);
+    /* the transports' splits block until every rank calls them: compared first, within the timeout */
+    TG_TRY(check_split(c));
     tg_comm *s = calloc(1, sizeof *s);
     if (!s) return tg_error(TG_ENOMEM, "out of host memory");
     s->refcount = 1;
@@ -479,9 +483,9 @@ static int overlap(const tg_tensor *a, const tg_tensor *b)
  * every call while the comm_check debug flag is on. The decision to check depends only on what the
  * ranks are meant to share (call kind, label, the flag), so matching programs check the same calls. */
 enum { SIG_WORDS = 16, SIG_MAGIC = 0x74677367 };
-enum { K_CREATE, K_ALL_REDUCE, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER, K_SEND, K_RECV };
-static const char *const kind_names[] = {"creation",  "all_reduce", "reduce_scatter", "all_gather",
-                                         "broadcast", "barrier",    "send",           "recv"};
+enum { K_CREATE, K_ALL_REDUCE, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER, K_SEND, K_RECV, K_SPLIT };
+static const char *const kind_names[] = {"creation",  "all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                         "barrier",   "send",       "recv",           "split"};
 static _Thread_local char next_label[64];
 static int comms_made; /* communicators this process made: the same count on every rank of a job */
 
@@ -492,7 +496,7 @@ static void sig_describe(const int32_t *w, char *buf, size_t n)
     memcpy(label, w + 8, 32);
     label[32] = '\0';
     int kind = w[2];
-    if (w[0] != SIG_MAGIC || kind < 0 || kind > K_BARRIER) {
+    if (w[0] != SIG_MAGIC || kind < 0 || (kind > K_BARRIER && kind != K_SPLIT)) {
         snprintf(buf, n, "(not a tegraph collective)");
         return;
     }
@@ -501,8 +505,8 @@ static void sig_describe(const int32_t *w, char *buf, size_t n)
                  w[4] & 255);
         return;
     }
-    if (kind == K_BARRIER) {
-        snprintf(buf, n, "call #%d: barrier%s%s%s", w[1], label[0] ? " '" : "", label, label[0] ? "'" : "");
+    if (kind == K_BARRIER || kind == K_SPLIT) {
+        snprintf(buf, n, "call #%d: %s%s%s%s", w[1], kind_names[kind], label[0] ? " '" : "", label, label[0] ? "'" : "");
         return;
     }
     int64_t numel = (int64_t)(uint32_t)w[5] | (int64_t)w[6] << 32;
@@ -559,6 +563,18 @@ static tg_status check_creation(tg_comm *c, const char *what)
     w[4] = maj << 16 | min << 8 | pat;
     if (c->size == 1 || (!c->mpi && !c->nccl)) return TG_OK;
     return sig_exchange(c, what, w, check_device(c));
+}
+
+/* A split, checked at every call: the transports' splits are blocking calls that would wait forever for a
+ * rank that does not make them (ended, or in another call). The label (split{dp=,pp=} puts the layout
+ * there) is part of the signature, so ranks asking for different layouts fail too. */
+static tg_status check_split(tg_comm *c)
+{
+    int32_t w[SIG_WORDS] = {SIG_MAGIC, (int32_t)c->seq++, K_SPLIT};
+    memcpy(w + 8, next_label, strnlen(next_label, 32));
+    next_label[0] = '\0';
+    if (c->size == 1 || (!c->mpi && !c->nccl)) return TG_OK;
+    return sig_exchange(c, "comm split", w, check_device(c));
 }
 
 /* Called by each collective after its own argument checks, before anything is issued (t NULL: a barrier). */
