@@ -73,6 +73,7 @@ function M.new(o)
   }
   local gb = self.tracker.grad_buffer
   self.grad_buffer, self.buckets = gb, self.tracker.buckets
+  reduce.check_layout("zero1", c, self.buckets)
   local dev = gb.data.device
   -- the f32 parameter buffer: master values in the grad buffer's layout
   self.pbuf = core.zeros({ gb.numel }, { dtype = "f32", device = dev, name = "zero1.params" })
