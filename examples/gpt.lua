@@ -461,6 +461,8 @@ if opt.resume then
         pos == nil and "missing" or "'" .. tostring(pos) .. "'"), 0)
     end
   end
+  -- every rank loaded its own file: only then is the run resumed (a rank that failed fails the barrier)
+  if world then world:barrier { name = "resumed" } end
   print(string.format("resumed from %s (step %d)", info.path, info.step))
 end
 -- a resumed run continues its --log: the records up to the checkpoint's step stay

@@ -79,6 +79,22 @@ os.remove(d .. "/step_00000003/rank0.safetensors")
 tap.error_like(function() ck.load(d, { model = m }) end, "step_00000003: rank0%.safetensors is missing",
   "load: a missing rank file is named (not 'written by fewer ranks')")
 
+-- a 2-rank checkpoint (rank 0's part, saved through a stand-in communicator): rank 1's file missing is named as
+-- such, and a rank file of another rank (files renamed or swapped) is refused naming the file and both ranks
+do
+  local function fake(r) return { rank = function() return r end, size = function() return 2 end, barrier = function() end } end
+  local two = base .. "/two"
+  ck.save(two, { model = m, step = 3, comm = fake(0) })
+  local e1 = tap.error_like(function() ck.load(two, { model = m, comm = fake(1) }) end,
+    "step_00000003: rank1%.safetensors is missing %(the optimizer and RNG state of rank 1 of the 2 ranks that wrote the " ..
+    "checkpoint, as rank0%.safetensors records%)", "load on rank 1 of 2, its file missing: the file is named")
+  tap.ok(e1 and not e1:find("fewer ranks"), "... not as written by fewer ranks (rank 0's file records 2)")
+  os.execute("cp " .. ex.q(two .. "/step_00000003/rank0.safetensors") .. " " .. ex.q(two .. "/step_00000003/rank1.safetensors"))
+  tap.error_like(function() ck.load(two, { model = m, comm = fake(1) }) end,
+    "step_00000003/rank1%.safetensors: holds the state of rank 0, but rank 1 is loading it %(rank files renamed or swapped%?%)",
+    "load: a rank file written by another rank (swapped files) is refused naming the file and both ranks")
+end
+
 d = copy("truncrank")
 local rf = d .. "/step_00000003/rank0.safetensors"
 local f = assert(io.open(rf, "rb"))

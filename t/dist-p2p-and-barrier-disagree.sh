@@ -1,7 +1,7 @@
 #!/bin/sh
 # dist-p2p-and-barrier-disagree.sh — a send whose shape or dtype differs from its matching recv fails on both
 # ranks naming both ranks' arguments (checked at the first send and recv between two ranks, and at every one
-# under the comm_check debug flag), without blocking a ring exchange; a barrier whose label or sequence number
+# under the comm_check debug flag), without blocking a ring exchange or a blocking exchange of small messages; a barrier whose label or sequence number
 # differs across the ranks fails naming both.
 . "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
 skip_unless_mpi
@@ -49,6 +49,19 @@ elseif case == "ring" then -- both ranks send first, then receive, async: checke
     q:wait()
     print(string.format("rank %d: round %d got %g", r, round, into:totable()[1]))
   end
+elseif case == "exchange" or case == "exchange_bad" then
+  -- both ranks send (blocking, small: MPI sends it eagerly), then receive: legal in plain MPI, so the checks of
+  -- the first send and recv must not make it a deadlock; exchange_bad: rank 1's recv buffer has another shape
+  local other = 1 - r
+  try(function()
+    for round = 1, 3 do
+      local out = tg.full({ 4 }, 10 * r + round)
+      local into = tg.zeros((case == "exchange_bad" and r == 1) and { 2, 2 } or { 4 })
+      comm.send(out, other)
+      comm.recv(into, other)
+      print(string.format("rank %d: exchange %d got %g", r, round, into:totable()[1]))
+    end
+  end)
 elseif case == "barrier_label" then
   try(function() comm.barrier { name = r == 0 and "epoch 1" or "epoch 2" } end)
 elseif case == "barrier_seq" then -- rank 1 skips an all_reduce: its barrier meets rank 0's all_reduce
@@ -77,7 +90,7 @@ both() { # both FILE TEXT: both ranks printed a line with TEXT
     grep -F -- "$2" "$1" | grep -q "^rank 0: " && grep -F -- "$2" "$1" | grep -q "^rank 1: "
 }
 
-echo "1..11"
+echo "1..13"
 run shape
 both "$tmp/shape.out" "the ranks disagree: rank 0 has send #0 of f32 (2, 3) to rank 1; rank 1 has recv #0 of f32 (3, 2) from rank 0"
 ok $? "a send and its recv of different shapes: both ranks fail naming both ranks' arguments"
@@ -99,6 +112,12 @@ run ring
 ok $rc "async sends issued before their recvs on both ranks complete under comm_check (rc $rc)"
 grep -q "^rank 0: round 3 got 13$" "$tmp/ring.out" && grep -q "^rank 1: round 3 got 3$" "$tmp/ring.out"
 ok $? "and carry the other rank's values"
+run exchange
+grep -q "^rank 0: exchange 3 got 13$" "$tmp/exchange.out" && grep -q "^rank 1: exchange 3 got 3$" "$tmp/exchange.out"
+ok $? "blocking sends issued before their recvs on both ranks (small messages) complete: no deadlock at the first check"
+run exchange_bad
+both "$tmp/exchange_bad.out" "the ranks disagree: rank 0 has send #0 of f32 (4) to rank 1; rank 1 has recv #0 of f32 (2, 2) from rank 0"
+ok $? "and a mismatch there is still named on both ranks"
 run barrier_label
 both "$tmp/barrier_label.out" "barrier: the ranks disagree: rank 0 has call #0: barrier 'epoch 1'; rank 1 has call #0: barrier 'epoch 2'"
 ok $? "barriers with different labels: both ranks fail naming both"
@@ -109,7 +128,7 @@ run barrier_same
 both "$tmp/barrier_same.out" "after the barriers sum 2"
 ok $? "matching labelled barriers under comm_check complete"
 
-for f in shape dtype longer shorter later ring barrier_label barrier_seq barrier_same; do
+for f in shape dtype longer shorter later ring exchange exchange_bad barrier_label barrier_seq barrier_same; do
     echo "# --- $f:"
     sed 's/^/#   /' "$tmp/$f.out" | head -12
 done

@@ -2,7 +2,8 @@
 # dist-ranks-disagree-or-depart.sh — collectives whose ranks pass different sizes, dtypes or ops fail on every
 # rank naming both ranks' arguments (checked at the first call of each kind and label, and at every call under
 # the comm_check debug flag); a rank whose script returns while another waits for it in a collective makes
-# the waiting rank fail within seconds naming the departed rank, not at the comm timeout.
+# the waiting rank fail within seconds naming the departed rank, not at the comm timeout. A split is checked at
+# every call the same way (made by some ranks only, a departed rank, split{dp=,pp=} with different layouts).
 . "${TG_TOP_SRCDIR:-.}/t/lib/dist.sh"
 skip_unless_mpi
 
@@ -32,6 +33,13 @@ elseif case == "later" then -- the second call of a kind differs: found only und
   try(function() comm.all_reduce(tg.ones({ 4 }), { op = r == 0 and "sum" or "min" }) end)
 elseif case == "bucket" then -- a new label is checked on its first use
   try(function() comm.all_reduce(tg.ones({ r == 0 and 8 or 12 }), { name = "ddp bucket 3" }) end)
+elseif case == "split_some" then -- a split made by rank 0 only (a blocking MPI split would wait forever)
+  try(function()
+    if r == 0 then comm.split(0) end
+    comm.barrier()
+  end)
+elseif case == "split_layout" then -- the ranks ask for different layouts
+  try(function() comm.split(r == 0 and { dp = 2 } or { pp = 2 }) end)
 elseif case == "same" then
   tg.debug("comm_check", true)
   local t = tg.ones({ 4 })
@@ -51,6 +59,16 @@ comm.all_reduce(t) -- rank 0 waits for rank 1
 print("rank 0 survived")
 LUA
 
+cat >"$tmp/split_depart.lua" <<'LUA'
+local tg = require "tegraph"
+local comm = tg.comm
+comm.init { timeout = 60 }
+comm.all_reduce(tg.ones({ 4 }))
+if comm.rank() == 1 then return end -- rank 1's script ends without making the split
+comm.split(0)
+print("rank 0 survived")
+LUA
+
 run() { # run CASE ARGS...: output in $tmp/CASE.out, rc, secs
     case_name=$1
     shift
@@ -63,7 +81,7 @@ both() { # both FILE TEXT: both ranks printed a line with TEXT
     grep -F -- "$2" "$1" | grep -q "^rank 0: " && grep -F -- "$2" "$1" | grep -q "^rank 1: "
 }
 
-echo "1..10"
+echo "1..14"
 run shape "$tmp/disagree.lua" shape
 both "$tmp/shape.out" "all_reduce: the ranks disagree: rank 0 has call #0: all_reduce of 4 f32 (sum) on cpu; rank 1 has call #0: all_reduce of 6 f32 (sum) on cpu"
 ok $? "different sizes: both ranks fail naming both ranks' arguments"
@@ -93,7 +111,19 @@ has "$tmp/depart.out" "all_reduce of 4 f32 (sum) on cpu on rank 0 of 2 cannot co
 ok $? "a departed rank: the waiting rank fails naming it"
 ok $((rc == 0 || secs > 30)) "a departed rank: the job ends non-zero well within the 60 s timeout (rc $rc, $secs s)"
 
-for f in shape dtype op kind later bucket same depart; do
+run split_some "$tmp/disagree.lua" split_some
+both "$tmp/split_some.out" "the ranks disagree: rank 0 has call #0: split; rank 1 has call #0: barrier"
+ok $? "a split made by one rank only (the other in a barrier): both ranks fail naming both calls"
+run split_layout "$tmp/disagree.lua" split_layout
+both "$tmp/split_layout.out" "comm split: the ranks disagree: rank 0 has call #0: split 'dp=2 pp=1'; rank 1 has call #0: split 'dp=1 pp=2'"
+ok $? "split{dp=,pp=} with different layouts on the ranks: both ranks fail naming both layouts"
+run split_depart "$tmp/split_depart.lua"
+has "$tmp/split_depart.out" "comm split: comparing the ranks' arguments: all_gather of 16 i32 on cpu on rank 0 of 2 cannot complete: rank 1 left the job" &&
+    ! has "$tmp/split_depart.out" "rank 0 survived"
+ok $? "a split whose other rank's script ended fails naming the departed rank (not a hang)"
+ok $((rc == 0 || secs > 30)) "and the job ends non-zero well within the 60 s timeout (rc $rc, $secs s)"
+
+for f in shape dtype op kind later bucket same depart split_some split_layout split_depart; do
     echo "# --- $f:"
     sed 's/^/#   /' "$tmp/$f.out" | head -12
 done

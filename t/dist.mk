@@ -9,6 +9,7 @@ DIST_SH_TESTS = \
 	t/dist-gpt-graph-full-on-ranks-gives-the-eager-losses.sh \
 	t/dist-ddp-matches-single-process.sh \
 	t/dist-zero1-matches-ddp.sh \
+	t/dist-ddp-zero1-refuse-ranks-with-other-parameters.sh \
 	t/dist-custom-reduce.sh \
 	t/dist-failing-rank-stops-the-job.sh \
 	t/dist-launcher-stops-ranks.sh \

@@ -108,6 +108,22 @@ local z = tg.reduce.zero1 { params = params }
 refused(function() z:step { lrr = 1e-3 } end, "zero1:step: unknown option 'lrr' %(known: lr, max_norm, norm%)",
   "zero1:step with a misspelt option")
 refused(function() z:step { norm = -1 } end, "zero1:step: norm must be a number >= 0 %(got %-1%)", "zero1:step{norm = -1}")
+refused(function() z:step { lr = -1 } end, "zero1:step: lr must be >= 0 %(got %-1%)", "zero1:step{lr = -1}: refused as AdamW refuses it")
+refused(function() z:step { lr = 0 / 0 } end, "zero1:step: lr must be a finite number", "zero1:step{lr = nan}: refused")
+-- zero1:step before finish(): the reduce-scatters of the step are pending, the shards not reduced
+do
+  local lin = tg.nn.Linear(4, 4, { name = "zlin" })
+  local zz = tg.reduce.zero1 { params = lin:parameters() }
+  tg.step_begin { microbatches = 1 }
+  lin:forward(tg.randn({ 2, 4 }), 1)
+  lin:backward(tg.randn({ 2, 4 }), 1)
+  tg.step_end()
+  refused(function() zz:step() end, "zero1:step: this step's gradients are not reduced yet %(reduce%-scatters pending%): " ..
+    "call finish%(%) first", "zero1:step() before finish() is refused")
+  zz:finish()
+  zz:step()
+  tap.ok(true, "finish() then step() goes on")
+end
 refused(function() tg.optim.AdamW(params, { [1] = 0.1 }) end, "AdamW: unknown option 1 %(known: ",
   "a list entry among the options is named by its key")
 

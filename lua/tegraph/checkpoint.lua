@@ -394,9 +394,18 @@ function M.load(path, o)
   check_distinct(all, who, "optimizer and FP8 state")
   local mpath, rpath = join(dir, o.model_file or "model.safetensors"), join(dir, "rank" .. rank .. ".safetensors")
   if not exists(rpath) then
-    if rank > 0 and exists(join(dir, "rank0.safetensors")) then
-      raise(string.format("%s: no state for rank %d: the checkpoint was written by fewer ranks than this run's %d", dir,
-        rank, size))
+    local r0 = join(dir, "rank0.safetensors")
+    if rank > 0 and exists(r0) then
+      -- rank 0's file says how many ranks wrote the checkpoint: fewer than this run, or this rank's file is missing
+      local ok0, f0 = pcall(open_file, r0)
+      local ws = ok0 and math.tointeger(tonumber(f0:metadata().world_size or "")) or nil
+      if ok0 then f0:close() end
+      if ws == nil or ws <= rank then
+        raise(string.format("%s: no state for rank %d: the checkpoint was written by fewer ranks than this run's %d",
+          dir, rank, size))
+      end
+      raise(string.format("%s: rank%d.safetensors is missing (the optimizer and RNG state of rank %d of the %d ranks "
+        .. "that wrote the checkpoint, as rank0.safetensors records)", dir, rank, rank, ws))
     end
     raise(string.format("%s: rank%d.safetensors is missing (the optimizer and RNG state of rank %d)", dir, rank, rank))
   end
@@ -412,6 +421,12 @@ function M.load(path, o)
     seed, offset = meta_int(rmeta, rpath, "rng_seed"), meta_int(rmeta, rpath, "rng_offset", 0)
     if ws ~= size then
       error(string.format("%s: written by %d ranks; resume it on %d ranks (this run has %d)", dir, ws, ws, size), 0)
+    end
+    -- each rank file records its writer: a renamed or swapped file would give this rank another rank's shards
+    local wrote = meta_int(rmeta, rpath, "rank", 0)
+    if wrote ~= rank then
+      error(string.format("%s: holds the state of rank %d, but rank %d is loading it (rank files renamed or swapped?)",
+        rpath, wrote, rank), 0)
     end
     if o.layout and rmeta.layout and rmeta.layout ~= o.layout then
       error(string.format("%s: written with the layout '%s'; this run has '%s' (resume on the same layout)", dir,

@@ -316,11 +316,15 @@ static tg_status nccl_split_by_exchange(tg_comm *c, int color, int key, tg_comm 
 }
 #endif
 
+static tg_status check_split(tg_comm *c);
+
 tg_status tg_comm_split(tg_comm *c, int color, int key, tg_comm **out)
 {
     *out = NULL;
     if (finalized) return tg_error(TG_ESTATE, "comm split: the communicators were finalised");
     if (color < 0) return tg_error(TG_EINVAL, "comm split: color must be >= 0 (got %d)", color);
+    /* the transports' splits block until every rank calls them: compared first, within the timeout */
+    TG_TRY(check_split(c));
     tg_comm *s = calloc(1, sizeof *s);
     if (!s) return tg_error(TG_ENOMEM, "out of host memory");
     s->refcount = 1;
@@ -479,9 +483,9 @@ static int overlap(const tg_tensor *a, const tg_tensor *b)
  * every call while the comm_check debug flag is on. The decision to check depends only on what the
  * ranks are meant to share (call kind, label, the flag), so matching programs check the same calls. */
 enum { SIG_WORDS = 16, SIG_MAGIC = 0x74677367 };
-enum { K_CREATE, K_ALL_REDUCE, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER, K_SEND, K_RECV };
-static const char *const kind_names[] = {"creation",  "all_reduce", "reduce_scatter", "all_gather",
-                                         "broadcast", "barrier",    "send",           "recv"};
+enum { K_CREATE, K_ALL_REDUCE, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER, K_SEND, K_RECV, K_SPLIT };
+static const char *const kind_names[] = {"creation",  "all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                         "barrier",   "send",       "recv",           "split"};
 static _Thread_local char next_label[64];
 static int comms_made; /* communicators this process made: the same count on every rank of a job */
 
@@ -492,7 +496,7 @@ static void sig_describe(const int32_t *w, char *buf, size_t n)
     memcpy(label, w + 8, 32);
     label[32] = '\0';
     int kind = w[2];
-    if (w[0] != SIG_MAGIC || kind < 0 || kind > K_BARRIER) {
+    if (w[0] != SIG_MAGIC || kind < 0 || (kind > K_BARRIER && kind != K_SPLIT)) {
         snprintf(buf, n, "(not a tegraph collective)");
         return;
     }
@@ -501,8 +505,8 @@ static void sig_describe(const int32_t *w, char *buf, size_t n)
                  w[4] & 255);
         return;
     }
-    if (kind == K_BARRIER) {
-        snprintf(buf, n, "call #%d: barrier%s%s%s", w[1], label[0] ? " '" : "", label, label[0] ? "'" : "");
+    if (kind == K_BARRIER || kind == K_SPLIT) {
+        snprintf(buf, n, "call #%d: %s%s%s%s", w[1], kind_names[kind], label[0] ? " '" : "", label, label[0] ? "'" : "");
         return;
     }
     int64_t numel = (int64_t)(uint32_t)w[5] | (int64_t)w[6] << 32;
@@ -561,6 +565,18 @@ static tg_status check_creation(tg_comm *c, const char *what)
     return sig_exchange(c, what, w, check_device(c));
 }
 
+/* A split, checked at every call: the transports' splits are blocking calls that would wait forever for a
+ * rank that does not make them (ended, or in another call). The label (split{dp=,pp=} puts the layout
+ * there) is part of the signature, so ranks asking for different layouts fail too. */
+static tg_status check_split(tg_comm *c)
+{
+    int32_t w[SIG_WORDS] = {SIG_MAGIC, (int32_t)c->seq++, K_SPLIT};
+    memcpy(w + 8, next_label, strnlen(next_label, 32));
+    next_label[0] = '\0';
+    if (c->size == 1 || (!c->mpi && !c->nccl)) return TG_OK;
+    return sig_exchange(c, "comm split", w, check_device(c));
+}
+
 /* Called by each collective after its own argument checks, before anything is issued (t NULL: a barrier). */
 static tg_status cross_check(tg_comm *c, int kind, const tg_tensor *t, tg_comm_op op, int root)
 {
@@ -616,6 +632,8 @@ enum { P2P_MAGIC = 0x74677032 };
 
 static tg_status req_new(tg_comm *c, const char *what, const char *desc, tg_tensor *a, tg_tensor *b, tg_comm_req **out);
 static tg_status req_fail(tg_comm_req *r, tg_status st);
+static void span_done(tg_comm_req *r);
+static void req_drop_tensors(tg_comm_req *r);
 
 /* "send #0 of f32 (2, 3) to rank 1 'label'" from a p2p signature. */
 static void p2p_describe(const int32_t *w, char *buf, size_t n)
@@ -706,29 +724,81 @@ static tg_status p2p_check_issue(tg_comm *c, int is_send, const tg_tensor *t, in
     return st;
 }
 
-/* Completes r's signature exchange and compares: TG_EINVAL naming both ranks' ops when they differ. */
-static tg_status p2p_check_finish(tg_comm_req *r)
+/* Compares the peer's signature (theirs) with this rank's (w) of op what: TG_EINVAL naming both when they differ. */
+static tg_status p2p_compare(const tg_comm *c, const char *what, const int32_t *w, const int32_t *theirs)
 {
-    tg_status st = TG_OK;
-    if (r->sig_out) st = tg_comm_req_wait(r->sig_out);
-    if (st == TG_OK && r->sig_in) st = tg_comm_req_wait(r->sig_in);
-    int32_t theirs[TG_P2P_SIG_WORDS];
-    if (st == TG_OK && r->sig_in) st = tg_tensor_read(r->sig_theirs, theirs, sizeof theirs);
-    if (st != TG_OK) return tg_error_prefix(st, "%s: comparing the two ranks' arguments", r->what);
-    if (!r->sig_in) return TG_OK;
-    const int32_t *w = r->sig_mine;
     /* the same pair, the same count, the same dtype and shape; the kinds a send and a recv */
     int same = theirs[0] == P2P_MAGIC && theirs[1] == w[1] && theirs[2] == (w[2] == K_SEND ? K_RECV : K_SEND) &&
                theirs[3] == w[3] && theirs[4] == w[4] && memcmp(theirs + 5, w + 5, sizeof(int32_t) * 2) == 0 &&
                memcmp(theirs + 8, w + 8, sizeof(int32_t) * 8) == 0;
     if (same) return TG_OK;
-    int me = r->comm->rank, peer = w[2] == K_SEND ? w[4] : w[3];
+    int me = c->rank, peer = w[2] == K_SEND ? w[4] : w[3];
     char dm[160], dp[160];
     p2p_describe(w, dm, sizeof dm);
     p2p_describe(theirs, dp, sizeof dp);
     /* the lower rank first: both ranks print the same text */
-    return tg_error(TG_EINVAL, "%s: the ranks disagree: rank %d has %s; rank %d has %s", r->what, me < peer ? me : peer,
+    return tg_error(TG_EINVAL, "%s: the ranks disagree: rank %d has %s; rank %d has %s", what, me < peer ? me : peer,
                     me < peer ? dm : dp, me < peer ? peer : me, me < peer ? dp : dm);
+}
+
+/* Completes r's signature exchange and compares: TG_EINVAL naming both ranks' ops when they differ.
+ * A send waits for its receiver's signature, except when the receiver is itself sending to this rank
+ * (its sender's signature is waiting here): both ranks sending before they receive is legal with MPI's
+ * eager small sends, and waiting there would deadlock both. Then the receiver's signature is parked on
+ * the communicator and compared at this rank's next blocking recv from that peer (see p2p_settle). */
+static tg_status p2p_check_finish(tg_comm_req *r)
+{
+    tg_status st = TG_OK;
+    if (r->sig_out) st = tg_comm_req_wait(r->sig_out);
+    const int32_t *w = r->sig_mine;
+    tg_comm_req *in = r->sig_in;
+    if (st == TG_OK && in && w[2] == K_SEND && in->tr && in->tr->wait_or_arrival && !in->done) {
+        int arrived = 0;
+        st = in->tr->wait_or_arrival(in, TG_P2P_SENDER_SIG, &arrived);
+        if (st != TG_OK) st = req_fail(in, st);
+        else if (arrived) {
+            memcpy(in->sig_mine, w, sizeof in->sig_mine);
+            in->sig_theirs = r->sig_theirs;
+            in->what = r->what;
+            in->parked_next = r->comm->parked;
+            r->comm->parked = in;
+            r->sig_in = NULL;
+            r->sig_theirs = NULL;
+            return TG_OK;
+        } else {
+            in->done = 1;
+            span_done(in);
+            req_drop_tensors(in);
+        }
+    }
+    if (st == TG_OK && in) st = tg_comm_req_wait(in);
+    int32_t theirs[TG_P2P_SIG_WORDS];
+    if (st == TG_OK && in) st = tg_tensor_read(r->sig_theirs, theirs, sizeof theirs);
+    if (st != TG_OK) return tg_error_prefix(st, "%s: comparing the two ranks' arguments", r->what);
+    if (!in) return TG_OK;
+    return p2p_compare(r->comm, r->what, w, theirs);
+}
+
+/* Completes and compares the parked checks of sends to peer (after a recv from it: by then the peer
+ * has reached its recvs, which send the signatures). */
+static tg_status p2p_settle(tg_comm *c, int peer)
+{
+    tg_status st = TG_OK;
+    for (tg_comm_req **pp = &c->parked; *pp && st == TG_OK;) {
+        tg_comm_req *p = *pp;
+        if (p->sig_mine[4] != peer) {
+            pp = &p->parked_next;
+            continue;
+        }
+        *pp = p->parked_next;
+        int32_t theirs[TG_P2P_SIG_WORDS];
+        st = tg_comm_req_wait(p);
+        if (st == TG_OK) st = tg_tensor_read(p->sig_theirs, theirs, sizeof theirs);
+        if (st != TG_OK) st = tg_error_prefix(st, "%s: comparing the two ranks' arguments", p->what);
+        else st = p2p_compare(c, p->what, p->sig_mine, theirs);
+        tg_comm_req_free(p);
+    }
+    return st;
 }
 
 /* Frees r's signature exchange. */
@@ -836,6 +906,7 @@ tg_status tg_comm_req_wait(tg_comm_req *r)
     r->done = 1;
     span_done(r);
     req_drop_tensors(r);
+    if (r->recv_from && r->comm->parked) return p2p_settle(r->comm, r->recv_from - 1);
     return TG_OK;
 }
 
@@ -1142,6 +1213,7 @@ static tg_status p2p(tg_comm *c, int is_send, tg_tensor *t, int peer, tg_comm_re
     memcpy(label, next_label, sizeof label); /* taken by the op's request */
     TG_TRY(req_new(c, what, desc, t, NULL, &r));
     r->tr = tr;
+    if (!is_send) r->recv_from = peer + 1;
     tg_status st = p2p_check_issue(c, is_send, t, peer, label, r);
     if (st == TG_OK) st = is_send ? tr->send(impl, t, peer, r) : tr->recv(impl, t, peer, r);
     return finish_issue(r, st, req);

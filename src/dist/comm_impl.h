@@ -45,6 +45,9 @@ struct tg_comm_transport {
     /* optional (capturable transports): watches the work issued on s so far — a replay of a graph
      * holding captured ops — like an op of its own (timeout, departed peers) */
     tg_status (*watch_replay)(void *impl, tg_stream *s);
+    /* optional (transports with channels): waits for r like wait, but returns early with *arrived = 1
+     * when a message from r's peer on channel is waiting to be received (0 when r completed) */
+    tg_status (*wait_or_arrival)(struct tg_comm_req *r, int channel, int *arrived);
 };
 
 /* p2p channels (tg_comm_req.channel): the data; a sender's signature to its receiver; a receiver's
@@ -68,6 +71,8 @@ struct tg_comm {
     char (*checked)[40];                     /* the "kind label" pairs whose first call was checked */
     int nchecked, capchecked;
     int64_t *p2p_count;                      /* (2 * size) sends to, then receives from, each rank */
+    struct tg_comm_req *parked;              /* sends whose receiver's signature is compared later (chained
+                                              * by parked_next): see p2p_check_finish */
     struct tg_comm *next;                    /* all live communicators (abort, finalize) */
 };
 
@@ -93,6 +98,8 @@ struct tg_comm_req {
     tg_tensor *sig_theirs;                   /* (TG_P2P_SIG_WORDS) i32: the peer's signature */
     int32_t sig_mine[TG_P2P_SIG_WORDS];
     int captured;                            /* issued into a capturing stream: it completes in the graph */
+    struct tg_comm_req *parked_next;         /* a parked signature check (on comm->parked) */
+    int recv_from;                           /* a program's recv: its peer + 1 (0: another request) */
 };
 
 /* Opens r's trace span on s (NULL: host time) when it has one; returns its id or -1. */

@@ -225,8 +225,10 @@ tg_status tg_mpi_local(void *impl, int *local_rank, int *local_size)
 }
 
 /* Polls r until it completes or the timeout passes (never blocks inside MPI,
- * so a dead or missing peer turns into an error, not a hang). */
-static tg_status poll_wait(MPI_Request *rq, const char *desc, const struct mpi_group *g, int peer)
+ * so a dead or missing peer turns into an error, not a hang). tag >= 0: returns early with *arrived = 1
+ * when a message with that tag from peer is waiting. */
+static tg_status poll_wait_or(MPI_Request *rq, const char *desc, const struct mpi_group *g, int peer, int tag,
+                              int *arrived)
 {
     double t0 = tg_comm_now(), limit = tg_comm_timeout();
     unsigned spins = 0;
@@ -235,6 +237,13 @@ static tg_status poll_wait(MPI_Request *rq, const char *desc, const struct mpi_g
         int rc = MPI_Test(rq, &flag, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return mpi_fail(rc, desc);
         if (flag) return TG_OK;
+        if (tag >= 0) {
+            int there = 0;
+            if (MPI_Iprobe(peer, tag, g->comm, &there, MPI_STATUS_IGNORE) == MPI_SUCCESS && there) {
+                *arrived = 1;
+                return TG_OK;
+            }
+        }
         if (++spins < 2000) {
             sched_yield();
             continue;
@@ -253,6 +262,11 @@ static tg_status poll_wait(MPI_Request *rq, const char *desc, const struct mpi_g
         struct timespec ts = {0, 100000}; /* 0.1 ms */
         nanosleep(&ts, NULL);
     }
+}
+
+static tg_status poll_wait(MPI_Request *rq, const char *desc, const struct mpi_group *g, int peer)
+{
+    return poll_wait_or(rq, desc, g, peer, -1, NULL);
 }
 
 tg_status tg_mpi_bcast_bytes(void *impl, void *buf, size_t n, int root)
@@ -414,6 +428,15 @@ static tg_status m_wait(struct tg_comm_req *r)
     return TG_OK;
 }
 
+static tg_status m_wait_or_arrival(struct tg_comm_req *r, int channel, int *arrived)
+{
+    struct mpi_req *m = r->impl;
+    *arrived = 0;
+    TG_TRY(poll_wait_or(&m->req, r->desc, m->g, m->peer, TG_MPI_TAG + channel, arrived));
+    if (!*arrived) finish(m);
+    return TG_OK;
+}
+
 static void m_req_release(struct tg_comm_req *r)
 {
     struct mpi_req *m = r->impl;
@@ -484,6 +507,7 @@ const struct tg_comm_transport tg_comm_mpi = {
     .barrier = m_barrier,
     .test = m_test,
     .wait = m_wait,
+    .wait_or_arrival = m_wait_or_arrival,
     .req_release = m_req_release,
     .split = m_split,
     .destroy = m_destroy,

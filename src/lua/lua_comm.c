@@ -390,10 +390,15 @@ static int split_layout(lua_State *L, tg_comm *c, int idx)
         return luaL_error(L, "split: dp=%I x pp=%I does not match the %d ranks", dp, pp, size);
     int dp_rank = rank % (int)dp, pp_rank = rank / (int)dp;
     lua_createtable(L, 0, 6); /* +1: the result */
+    /* the layout is part of what the ranks compare before each split: ranks asking for another layout fail */
+    char layout[32];
+    snprintf(layout, sizeof layout, "dp=%lld pp=%lld", (long long)dp, (long long)pp);
     comm_push(L, NULL);       /* +1: box first, then the group into it */
+    tg_comm_label_next(layout);
     tgl_check(L, tg_comm_split(c, pp_rank, dp_rank, &((struct tgl_comm *)lua_touserdata(L, -1))->c));
     lua_setfield(L, -2, "dp");
     comm_push(L, NULL);
+    tg_comm_label_next(layout);
     tgl_check(L, tg_comm_split(c, dp_rank, pp_rank, &((struct tgl_comm *)lua_touserdata(L, -1))->c));
     lua_setfield(L, -2, "pp");
     lua_pushinteger(L, dp_rank);

@@ -43,6 +43,7 @@ function M.new(o)
   }
   self.grad_buffer = self.tracker.grad_buffer
   self.buckets = self.tracker.buckets
+  reduce.check_layout("ddp", c, self.buckets)
   return self
 end
 

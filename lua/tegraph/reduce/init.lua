@@ -128,6 +128,59 @@ function Tracker:reset()
 end
 
 ------------------------------------------------------------------------ helpers
+-- A bucket's layout: its size and each parameter's name and shape, in buffer order.
+local function layout_of(b)
+  local parts = { tostring(b.numel) }
+  for _, p in ipairs(b.params) do parts[#parts + 1] = string.format("%s (%s)", p.name, table.concat(p.shape, ", ")) end
+  return parts
+end
+
+-- A 31-bit FNV-1a hash of s (fits an i32 exactly).
+local function hash31(s)
+  local h = 2166136261
+  for i = 1, #s do h = ((h ~ s:byte(i)) * 16777619) & 0xffffffff end
+  return h & 0x7fffffff
+end
+
+-- Compares the buckets' layouts across the ranks of c (at a policy's construction, a collective): the padding
+-- of the buckets can make their sizes equal while the parameters in them differ, and then the reduces would
+-- mix different parameters. Raises naming the first bucket that differs and the ranks.
+function M.check_layout(name, c, buckets)
+  local n = c:size()
+  if n == 1 then return end
+  local dev = buckets[1] and buckets[1].tensor.device or nil
+  local hashes, all = { #buckets }, {}
+  for bi, b in ipairs(buckets) do hashes[bi + 1] = hash31(table.concat(layout_of(b), "; ")) end
+  local whole = hash31(table.concat(hashes, " "))
+  local out = core.zeros({ 2 * n }, { dtype = "i32", device = dev })
+  c:all_gather(out, core.tensor({ #buckets, whole }, { dtype = "i32", device = dev }), { name = name .. " layout" })
+  all = out:totable()
+  local bad
+  for r = 1, n - 1 do
+    if all[2 * r + 1] ~= all[1] or all[2 * r + 2] ~= all[2] then bad = r; break end
+  end
+  if not bad then return end
+  local me = c:rank()
+  if all[2 * bad + 1] ~= all[1] then
+    raise(string.format("%s: the ranks' parameters differ: %d bucket(s) on rank 0, %d on rank %d (this is rank %d; "
+      .. "every rank must pass the same parameters, in the same order and shapes)", name, all[1], all[2 * bad + 1], bad, me))
+  end
+  -- the same number of buckets: find the first that differs
+  local per = core.zeros({ #buckets * n }, { dtype = "i32", device = dev })
+  local mine = {}
+  for bi = 1, #buckets do mine[bi] = hashes[bi + 1] end
+  c:all_gather(per, core.tensor(mine, { dtype = "i32", device = dev }), { name = name .. " bucket layouts" })
+  local h = per:totable()
+  for bi, b in ipairs(buckets) do
+    if h[bad * #buckets + bi] ~= h[bi] then
+      raise(string.format("%s: the ranks' parameters differ: bucket %d of %d holds other parameters (or shapes) on "
+        .. "rank %d than on rank 0; on this rank (%d) it holds %s elements: %s (every rank must pass the same "
+        .. "parameters, in the same order and shapes)", name, bi, #buckets, bad, me, layout_of(b)[1],
+        table.concat(layout_of(b), ", ", 2)))
+    end
+  end
+end
+
 -- Makes every rank's parameters (data and the f32 master copy) equal to the
 -- root's: call once after building the model when initialisation differs.
 function M.broadcast_params(params, o)

@@ -73,6 +73,7 @@ function M.new(o)
   }
   local gb = self.tracker.grad_buffer
   self.grad_buffer, self.buckets = gb, self.tracker.buckets
+  reduce.check_layout("zero1", c, self.buckets)
   local dev = gb.data.device
   -- the f32 parameter buffer: master values in the grad buffer's layout
   self.pbuf = core.zeros({ gb.numel }, { dtype = "f32", device = dev, name = "zero1.params" })
@@ -245,6 +246,19 @@ function Zero1:step(o)
   options.check("zero1:step", o, { "lr", "max_norm", "norm" })
   if o.norm ~= nil and (type(o.norm) ~= "number" or o.norm < 0) then
     raise("zero1:step: norm must be a number >= 0 (got " .. tostring(o.norm) .. ")")
+  end
+  -- refused as AdamW:step refuses them
+  local function finite(x) return type(x) == "number" and x == x and x ~= math.huge and x ~= -math.huge end
+  if o.lr ~= nil then
+    if not finite(o.lr) then raise(string.format("zero1:step: lr must be a finite number (got %s)", tostring(o.lr))) end
+    if o.lr < 0 then raise(string.format("zero1:step: lr must be >= 0 (got %s)", tostring(o.lr))) end
+  end
+  if o.max_norm ~= nil and (not finite(o.max_norm) or o.max_norm <= 0) then
+    raise(string.format("zero1:step: max_norm must be a finite number > 0 (got %s)", tostring(o.max_norm)))
+  end
+  -- the shards hold reduced gradients only once finish() waited for the reduce-scatters
+  if #self.pending > 0 or next(self.tracker.seen) ~= nil then
+    raise("zero1:step: this step's gradients are not reduced yet (reduce-scatters pending): call finish() first")
   end
   self:gather() -- AdamW updates the shards the pending gathers send
   local max_norm = o.max_norm or self.max_norm
