@@ -377,7 +377,7 @@ do -- the Lua library's option tables: graph_modules, zeros_like, data.tokenize,
   end, "graph_modules: order%[1%]: unknown option 'chunck' %(known: chunk, mb, op%)", "... and a misspelt key of an order entry")
   tap.error_like(function()
     return tg.graph.make_graphed(m, { sample = tg.ones({ 2, 4 }, { device = CPU }), order = { { op = "F", mb = 1, chnk = 1 } } })
-  end, "make_graphed: order%[1%]: unknown option 'chnk' %(known: op, chunk, mb%)", "make_graphed refuses a misspelt key of an order entry")
+  end, "make_graphed: order%[1%]: unknown option 'chnk' %(known: op, chunk, mb, w%)", "make_graphed refuses a misspelt key of an order entry")
   tap.error_like(function() return tg.zeros_like(tg.ones({ 2 }, { device = CPU }), { dtyp = "bf16" }) end,
     "zeros_like: unknown option 'dtyp' %(known: device, dtype, name%)", "zeros_like refuses the misspelt option 'dtyp' (it made f32)")
   tap.is(tg.zeros_like(tg.ones({ 2 }, { device = CPU }), { dtype = "bf16" }).dtype, "bf16", "zeros_like takes its known option dtype")

@@ -181,6 +181,13 @@ c, so, se = run("examples/zero_bubble.lua", "--stages")
 tap.is(c, 2, "zero_bubble.lua --stages (no value) exits 2")
 tap.like(se, "^zero_bubble%.lua: %-%-stages needs a value\n", "and names the flag")
 
+c, so, se = run("examples/bench/layers.lua", "--only bogus --device cpu")
+tap.is(c, 2, "layers.lua --only bogus exits 2 (it printed an empty table)")
+tap.like(se, "%-%-only bogus: no such configuration %(one of tiny%-launchbound, small", "and lists the configurations")
+c, so, se = run("examples/bench/layers.lua", "--only tiny --modes eager,grpahed --device cpu")
+tap.is(c, 2, "layers.lua --modes with a misspelt mode exits 2")
+tap.like(se, "unknown mode 'grpahed'", "and names it")
+
 -- Every flag a documented or device run passes parses: they come before a final --help, which
 -- only exits 0 when everything before it was accepted.
 local accepted = {

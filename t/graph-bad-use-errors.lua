@@ -282,4 +282,59 @@ do
   g:free()
 end
 
+-- warmup = 0 is refused (the C struct's 0 meant the default, silently 3)
+t.error_like(function() tg.graph.make_graphed(chunk(false, "w0"), { sample = x, warmup = 0 }) end,
+  "warmup must be >= 1 %(got 0; leave it out for the default, 3%)", "make_graphed{warmup = 0} is refused")
+
+-- schedule.to_order(plan, s) is an order make_graphed takes: fused B + W (1f1b) and a stage's plan chunk numbers
+do
+  local S = tg.schedule
+  for _, case in ipairs {
+    { "1f1b stage 1", S.one_f_one_b { stages = 2, microbatches = 2 }, 1 },
+    { "zb_h1 stage 2", S.zb_h1 { stages = 2, microbatches = 2 }, 2 },
+    { "interleaved stage 2", S.interleaved { stages = 2, chunks_per_stage = 2, microbatches = 2 }, 2 },
+  } do
+    local name, plan, s = case[1], case[2], case[3]
+    local order = S.to_order(plan, s)
+    local mine = {}
+    for c = 1, plan.stages * plan.chunks do if plan.owner[c] == s then mine[#mine + 1] = c end end
+    local function make() local ms = {} for k in ipairs(mine) do ms[k] = chunk(true, "p" .. k) end return ms end
+    local graphed_ms, eager_ms = make(), make()
+    local samples = {}
+    for k in ipairs(mine) do samples[k] = x end
+    local g = tg.graph.make_graphed(graphed_ms, { sample = samples, microbatches = 2, order = order })
+    local local_of = {}
+    for k, c in ipairs(mine) do local_of[c] = k end
+    local function run(call)
+      tg.step_begin { microbatches = 2 }
+      for _, a in ipairs(order) do
+        local k = local_of[a.chunk]
+        if a.op == "F" then call(k, "forward", x, a.mb)
+        elseif a.op == "B" then
+          call(k, "backward", dy, a.mb)
+          if a.w then call(k, "backward_dw", nil, a.mb) end
+        else call(k, "backward_dw", nil, a.mb) end
+      end
+      tg.step_end()
+    end
+    local ok, err = pcall(run, function(k, what, arg, mb)
+      if what == "backward_dw" then return g[k]:backward_dw(mb) end
+      return g[k][what](g[k], arg, mb)
+    end)
+    t.ok(ok, name .. ": make_graphed(stage chunks, {order = to_order(plan, s)}) captures and replays (" .. tostring(err) .. ")")
+    run(function(k, what, arg, mb)
+      local m = eager_ms[k]
+      if what == "backward_dw" then return m:backward_dw(mb) end
+      return m[what](m, arg, mb)
+    end)
+    local same = true
+    for k in ipairs(mine) do
+      local pg, pe = graphed_ms[k]:parameters(), eager_ms[k]:parameters()
+      for i = 1, #pg do same = same and pg[i].grad:max_abs_diff(pe[i].grad) == 0 end
+    end
+    t.ok(same, name .. ": the replayed stage's gradients equal eager's")
+    g[1]:free()
+  end
+end
+
 t.done_testing()

@@ -112,9 +112,25 @@ local function bench(c, mode, fp8)
   return median(ts), host, wall
 end
 
-local only = opt.only
+-- --only NAME: a configuration's name or its first word (tiny, small, gpt2, large)
+local function is_only(c) return not opt.only or opt.only == c.name or c.name:sub(1, #opt.only + 1) == opt.only .. "-" end
+local names = {}
+for _, c in ipairs(cfgs) do names[#names + 1] = c.name end
+local any = false
+for _, c in ipairs(cfgs) do any = any or is_only(c) end
+if not any then
+  io.stderr:write(string.format("layers.lua: --only %s: no such configuration (one of %s, or tiny, gpt2)\n", opt.only,
+    table.concat(names, ", ")))
+  os.exit(2)
+end
 local modes = {}
-for m in tostring(opt.modes):gmatch("[^,]+") do modes[#modes + 1] = m end
+for m in tostring(opt.modes):gmatch("[^,]+") do
+  if m ~= "eager" and m ~= "graphed" then
+    io.stderr:write(string.format("layers.lua: --modes: unknown mode '%s' (eager, graphed)\n", m))
+    os.exit(2)
+  end
+  modes[#modes + 1] = m
+end
 
 print(string.format("tegraph layer stacks, bf16, fwd+bwd per microbatch, device %s, %d iterations (median)%s",
   tostring(device), opt.iters, opt.fused == 1 and ", wgrad fused into f32 main_grad" or ""))
@@ -122,7 +138,7 @@ print(string.format("%-17s %-8s %10s %9s %10s %10s %12s %12s", "config", "mode",
   "vs torch", "torch graphed"))
 local results = {}
 for _, c in ipairs(cfgs) do
-  if not only or only == c.name then
+  if is_only(c) then
     local f = flops(c.L, c.b, c.t, c.h, 4 * c.h)
     for _, mode in ipairs(modes) do
       local ok, ms, host, wall = pcall(bench, c, mode)

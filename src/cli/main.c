@@ -295,6 +295,7 @@ int main(int argc, char **argv)
         return EXIT_OK;
     }
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-v") == 0) {
+        if (i + 1 < argc) return usage_error("--version takes no arguments (got '%s')", argv[i + 1]);
         printf("tegraph %s\n", tg_version());
         return EXIT_OK;
     }

@@ -3,6 +3,7 @@
 #include "lua/lua_nn.h"
 #include "graph/graphed.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define TGL_GRAPHED_SET "tegraph.GraphedSet"
@@ -262,28 +263,72 @@ static const luaL_Reg graphed_methods[] = {
     {"free", g_free},       {NULL, NULL},
 };
 
-/* Reads opts.order: a list of {op = "F"|"B"|"W", chunk = c, mb = m}. */
-static struct tg_graph_action *read_order(lua_State *L, int idx, int *n)
+/* Reads opts.order: a list of {op = "F"|"B"|"W", chunk = c, mb = m [, w = true]}, as schedule.to_order gives
+ * it: a B with w = true is its B then its W (a fused weight gradient), and the chunk numbers may be a pipeline
+ * stage's own chunks of the plan (say 2 and 4 of 4 chunks): when they are not all in 1..nchunks and there are
+ * nchunks distinct ones, the chunks given are numbered in the order of those numbers. */
+static struct tg_graph_action *read_order(lua_State *L, int idx, int nchunks, int *n)
 {
-    *n = tgl_len(L, idx);
-    struct tg_graph_action *a = lua_newuserdatauv(L, (size_t)(*n ? *n : 1) * sizeof *a, 0); /* +1, freed by the GC */
-    for (int i = 1; i <= *n; i++) {
+    const int len = tgl_len(L, idx);
+    int total = 0;
+    for (int i = 1; i <= len; i++) { /* first pass: the entries, each a B with w = true counting twice */
         lua_geti(L, idx, i); /* +1 */
         if (!lua_istable(L, -1)) luaL_error(L, "make_graphed: order[%d] is not a table {op=, chunk=, mb=}", i);
         char what[48];
         snprintf(what, sizeof what, "make_graphed: order[%d]", i);
-        tgl_check_keys(L, -1, what, "op, chunk, mb"); /* a misspelt chunk would run chunk 1 */
+        tgl_check_keys(L, -1, what, "op, chunk, mb, w"); /* a misspelt chunk would run chunk 1 */
+        int w = lua_getfield(L, -1, "w") != LUA_TNIL;
+        if (w && !lua_isboolean(L, -1)) luaL_error(L, "make_graphed: order[%d].w must be a boolean", i);
+        w = w && lua_toboolean(L, -1);
+        lua_getfield(L, -2, "op");
+        const char *op = lua_tostring(L, -1);
+        if (w && (!op || strcmp(op, "B") != 0)) luaL_error(L, "make_graphed: order[%d]: w = true belongs to a B", i);
+        total += 1 + w;
+        lua_pop(L, 3);
+    }
+    *n = total;
+    struct tg_graph_action *a = lua_newuserdatauv(L, (size_t)(total ? total : 1) * sizeof *a, 0); /* +1, freed by the GC */
+    int k = 0, outside = 0;
+    for (int i = 1; i <= len; i++) {
+        lua_geti(L, idx, i); /* +1 */
         lua_getfield(L, -1, "op");
         const char *op = lua_tostring(L, -1);
         if (!op || strlen(op) != 1 || !strchr("FBW", op[0]))
             luaL_error(L, "make_graphed: order[%d].op is %s (expected \"F\", \"B\" or \"W\")", i, op ? op : "missing");
-        a[i - 1].op = op[0];
+        a[k].op = op[0];
         lua_getfield(L, -2, "chunk");
-        a[i - 1].chunk = lua_isnil(L, -1) ? 1 : tgl_checkint(L, -1);
+        a[k].chunk = lua_isnil(L, -1) ? 1 : tgl_checkint(L, -1);
         lua_getfield(L, -3, "mb");
         if (!lua_isinteger(L, -1)) luaL_error(L, "make_graphed: order[%d].mb is not an integer", i);
-        a[i - 1].mb = tgl_checkint(L, -1);
-        lua_pop(L, 4);
+        a[k].mb = tgl_checkint(L, -1);
+        lua_getfield(L, -4, "w");
+        outside |= a[k].chunk < 1 || a[k].chunk > nchunks;
+        if (lua_toboolean(L, -1)) {
+            a[k + 1] = a[k];
+            a[k + 1].op = 'W';
+            k++;
+        }
+        k++;
+        lua_pop(L, 5);
+    }
+    if (outside) { /* a stage's chunks of a plan: number them 1..nchunks in the order of their plan numbers */
+        int *ids = malloc((size_t)nchunks * sizeof *ids), nid = 0, ok = ids != NULL;
+        for (int i = 0; ok && i < total; i++) {
+            int j = 0;
+            while (j < nid && ids[j] != a[i].chunk) j++;
+            if (j == nid) {
+                if (nid == nchunks) ok = 0;
+                else ids[nid++] = a[i].chunk;
+            }
+        }
+        ok = ok && nid == nchunks;
+        for (int i = 0; ok && i < total; i++) {
+            int rank = 0;
+            for (int j = 0; j < nid; j++) rank += ids[j] < a[i].chunk;
+            a[i].chunk = rank + 1;
+        }
+        free(ids);
+        /* otherwise the numbers stay as given and the set's order check names the first out of range */
     }
     return a;
 }
@@ -415,11 +460,13 @@ static int l_make_graphed(lua_State *L)
         lua_Integer w = lua_tointegerx(L, -1, &isint);
         if (!isint || w < INT_MIN || w > INT_MAX)
             return luaL_error(L, "make_graphed: opts.warmup must be an integer (got %s)", tgl_value_str(L, -1));
+        if (w == 0) /* the C struct's 0 means the default; given here it would silently be 3 */
+            return luaL_error(L, "make_graphed: warmup must be >= 1 (got 0; leave it out for the default, 3)");
         o.warmup = (int)w;
     }
     lua_pop(L, 1);
     lua_getfield(L, 2, "order");
-    if (lua_istable(L, -1)) o.order = read_order(L, lua_gettop(L), &o.norder);
+    if (lua_istable(L, -1)) o.order = read_order(L, lua_gettop(L), n, &o.norder);
     else if (!lua_isnil(L, -1)) return luaL_error(L, "make_graphed: opts.order must be a list of {op=, chunk=, mb=}");
     lua_getfield(L, 2, "share");
     if (!lua_isnil(L, -1)) {

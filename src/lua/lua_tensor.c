@@ -548,7 +548,14 @@ static int t_copy_(lua_State *L)
 {
     tg_tensor *t = tgl_tensor_check(L, 1);
     tg_tensor *src = tgl_tensor_test(L, 2);
-    if (src) {
+    if (src) { /* the shapes must be the same, as PyTorch's copy_ (no broadcasting): a [3,2] is no [2,3] */
+        int same = tg_tensor_ndim(src) == tg_tensor_ndim(t);
+        for (int i = 0; same && i < tg_tensor_ndim(t); i++) same = tg_tensor_dim(src, i) == tg_tensor_dim(t, i);
+        if (!same) {
+            char a[64], b[64];
+            luaL_argerror(L, 2, lua_pushfstring(L, "copy_: a tensor of shape %s into a tensor of shape %s (view it as %s first)",
+                                                tg_tensor_shape_str(src, a, sizeof a), tg_tensor_shape_str(t, b, sizeof b), b));
+        }
         tgl_check(L, tg_copy(t, src));
     } else if (lua_type(L, 2) == LUA_TNUMBER) {
         tgl_check(L, tg_fill(t, (double)lua_tonumber(L, 2)));
@@ -559,7 +566,9 @@ static int t_copy_(lua_State *L)
         int nd = tgl_nested_shape(L, 2, shape);
         int64_t n = numel_of(nd, shape);
         get_shape(t, tshape);
-        if (n != tg_tensor_numel(t)) {
+        int same = nd == tg_tensor_ndim(t);
+        for (int i = 0; same && i < nd; i++) same = shape[i] == tshape[i];
+        if (!same) {
             shape_str(nd, shape, a, sizeof a);
             shape_str(tg_tensor_ndim(t), tshape, b, sizeof b);
             luaL_argerror(L, 2, lua_pushfstring(L, "table of shape %s (%I elements) into a tensor of shape %s (%I elements)",

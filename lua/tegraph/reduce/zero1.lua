@@ -82,7 +82,7 @@ function M.new(o)
   for i, p in ipairs(self.params) do
     self.index[p] = i
     local v = self.pbuf:narrow(gb:offset(p), p:numel())
-    v:copy_(p.master or p.data)
+    v:copy_((p.master or p.data):view({ p:numel() }))
     -- a bf16 parameter's f32 master is its stretch of the buffer: a gather writes it in place
     if p.master then p:set_master(v) end
     self.views[i] = v

@@ -154,7 +154,7 @@ return function(S)
     local ok, plan = build(g, o)
     if not ok then
       -- the generator's message, without the path of the file that raised it
-      errf:write("tegraph schedule: ", (tostring(plan):gsub("^.-schedule", "schedule")), "\n")
+      errf:write("tegraph schedule: ", (tostring(plan):gsub("^[^:]*%.lua:%d+: ", "")), "\n")
       return 2
     end
     local vok, verr = S.validate(plan)
