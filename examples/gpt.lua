@@ -110,6 +110,9 @@ for _, k in ipairs { "beta1", "beta2" } do
     usage_error(string.format("--%s must be in [0, 1) (got %s)", k, tostring(opt[k])))
   end
 end
+if opt["val-split"] and not (opt["val-split"] > 0 and opt["val-split"] < 1) then
+  usage_error(string.format("--val-split must be in (0, 1) (got %s)", tostring(opt["val-split"])))
+end
 if opt.text and opt.data then usage_error("--text and --data exclude each other") end
 if opt.tokenizer and not opt.text then usage_error("--tokenizer goes with --text") end
 if opt.val and opt["val-split"] then usage_error("--val and --val-split exclude each other") end
@@ -259,6 +262,10 @@ if opt.text then
       progress = rank == 0 and text.progress("tokenizing " .. path) or nil })
     print(string.format("%s: %d %s tokens %s %s", path, n, tok.kind, cached and "cached in" or "written to", bin))
     return bin
+  end
+  if opt.vocab and opt.vocab < tok.vocab_size then
+    usage_error(string.format("--vocab %d is smaller than the %s tokenizer's %d ids (leave --vocab out with --text)",
+      opt.vocab, tok.kind, tok.vocab_size))
   end
   opt.data = tokenize(opt.text)
   if opt.val then opt.val = tokenize(opt.val) end

@@ -414,6 +414,9 @@ do -- module options out of range are refused, not replaced by a default; messag
     "CurrentScaling: unknown field 'fp8_fromat' %(known: fp8_format%)", "a misspelt recipe field lists the known fields")
   tap.error_like(function() return tg.zeros({ 4, 3 }, { device = CPU }):narrow(3, 5) end,
     "narrow: 5 rows from row 3 %(1%-based%) out of range for shape %[4,3%]", "narrow's error counts rows as its arguments do")
+  tap.error_like(function() return tg.tensor({ { 1, 2, 3 }, { 4, 5, 6 } }, { device = CPU }):narrow(2, 1, 2) end,
+    "narrow%(start, len%) takes rows of the first dimension %(start 1%-based%), got 3 arguments",
+    "PyTorch's narrow(dim, start, length) is refused (it returned row 2)")
   tap.error_like(function() return tg.zeros({ 4, 3 }, { device = CPU }):narrow(2, math.maxinteger) end,
     "narrow: 9223372036854775807 rows from row 2", "... without overflow")
   tap.error_like(function() return tg.nn.Linear(4, 2, { device = CPU }):forward(tg.ones({ 3, 4 }, { device = CPU }), 2 ^ 40) end,

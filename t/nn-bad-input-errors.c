@@ -155,7 +155,7 @@ int main(void)
            "\"gelu\" or \"swiglu\"");
     expect(tg_layernorm_linear_new(8, 4, "batchnorm", &o, &bad), TG_EINVAL, "unknown normalization", "unknown normalization 'batchnorm'",
            "\"LayerNorm\" or \"RMSNorm\"");
-    expect(tg_attention_new(8, 3, &o, &bad), TG_EINVAL, "width not a multiple of the heads", "width 8 must be a positive multiple of n_head 3",
+    expect(tg_attention_new(8, 3, &o, &bad), TG_EINVAL, "width not a multiple of the heads", "hidden_size 8 must be a positive multiple of num_attention_heads 3",
            NULL);
     expect(tg_lm_head_new(8, 11, fc, "LayerNorm", &o, &bad), TG_EINVAL, "tying to a non-embedding", "can only be tied to an Embedding", NULL);
     expect(tg_lm_head_new(8, 12, emb, "LayerNorm", &o, &bad), TG_EINVAL, "tying to a table of another size", "emb.wte is [11,8]",

@@ -71,6 +71,9 @@ tap.is_deeply(model:generate({ { 5, 6, 7 } }, 30, { temperature = 0 })[1], refer
 local lp = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 }
 tap.is_deeply(model:generate({ lp }, 5, { temperature = 0 })[1], reference(lp, 5, T // 2),
   "a prompt longer than the context starts from its last T tokens")
+tap.is_deeply(model:generate({ { 5, 6, 7 } }, 30, { temperature = 1.0, seed = 9, keep = 3, cache = false }),
+  model:generate({ { 5, 6, 7 } }, 30, { temperature = 1.0, seed = 9, keep = 3 }),
+  "sampling 30 tokens past the context: without the cache the window slides as with it (the same tokens)")
 
 -- streaming: on_token sees each step's tokens as they are chosen
 local seen = {}

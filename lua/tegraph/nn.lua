@@ -434,11 +434,14 @@ local function generate(self, prompts, n, opts)
     return out
   end
   local cache = opts.cache ~= false and self:kv_cache(B) or nil
+  -- w: the tokens the next position attends over (the cache's positions); without the cache the same window
+  -- is recomputed in full, so both paths slide alike and give the same tokens
+  local w = math.min(L0, T)
   local logits
   if cache then
-    logits = self:decode(cache, window(math.min(L0, T)))
+    logits = self:decode(cache, window(w))
   else
-    logits = self:logits(window(math.min(L0, T)))
+    logits = self:logits(window(w))
   end
   for step = 1, n do
     local toks = pick(logits)
@@ -449,7 +452,8 @@ local function generate(self, prompts, n, opts)
     if opts.on_token then opts.on_token(step, toks) end
     if step == n then break end
     if not cache then
-      logits = self:logits(window(math.min(#seqs[1], T)))
+      if w >= T then w = math.min(keep, #seqs[1]) else w = w + 1 end
+      logits = self:logits(window(w))
     elseif cache.pos >= T then -- slide: the last `keep` tokens from position 0
       cache.pos = 0
       logits = self:decode(cache, window(math.min(keep, #seqs[1])))

@@ -263,7 +263,9 @@ function M.new(o)
 
   -- the reduce, driven by the wgrad hooks: on the dp communicator, or the world of one rank
   local reduce = o.reduce or "ddp"
-  local use_hooks = N > 1 or self.graph or o.hooks == "noop" or o.reduce ~= nil
+  -- every graphed mode registers the hooks (on one rank they reduce over a world of one), so the step-end hook
+  -- check sees replays there as it does eager calls
+  local use_hooks = N > 1 or self.graph or self.full or o.graph_modules ~= nil or o.hooks == "noop" or o.reduce ~= nil
   local dp = self.dp or (use_hooks and tg.comm.world()) or nil
   local ao = {}
   for k, v in pairs(o.adamw or {}) do ao[k] = v end

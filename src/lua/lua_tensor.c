@@ -704,6 +704,9 @@ static int t_view(lua_State *L)
 static int t_narrow(lua_State *L)
 {
     tg_tensor *t = tgl_tensor_check(L, 1);
+    if (lua_gettop(L) > 3) /* PyTorch's narrow(dim, start, length) would silently be rows dim.. of dimension 1 */
+        return luaL_error(L, "narrow(start, len) takes rows of the first dimension (start 1-based), got %d arguments "
+                             "(PyTorch's narrow(dim, start, length) is not this one)", lua_gettop(L) - 1);
     lua_Integer start = luaL_checkinteger(L, 2), len = luaL_checkinteger(L, 3);
     luaL_argcheck(L, start >= 1, 2, "start is 1-based (must be >= 1)");
     const int64_t rows = tg_tensor_ndim(t) > 0 ? tg_tensor_dim(t, 0) : 0;

@@ -86,7 +86,8 @@ tg_status tg_attention_new(int64_t c, int n_head, const tg_module_opts *o, tg_mo
 {
     *mp = NULL;
     if (c < 1 || n_head < 1 || c % n_head != 0)
-        return tg_error(TG_EINVAL, "CausalSelfAttention: width %lld must be a positive multiple of n_head %d", (long long)c, n_head);
+        return tg_error(TG_EINVAL, "CausalSelfAttention: hidden_size %lld must be a positive multiple of num_attention_heads %d",
+                        (long long)c, n_head);
     tg_module *m, *tmp = NULL;
     TG_TRY(tg_module_alloc(&attention_vt, o, &m));
     m->fp8_in_first = 1;

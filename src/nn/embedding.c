@@ -75,7 +75,8 @@ tg_status tg_embedding_new(int64_t vocab, int64_t c, int64_t max_t, const tg_mod
 {
     *mp = NULL;
     if (vocab < 1 || c < 1 || max_t < 1)
-        return tg_error(TG_EINVAL, "Embedding: sizes must be positive (vocab %lld, width %lld, positions %lld)", (long long)vocab,
+        return tg_error(TG_EINVAL, "Embedding: sizes must be positive (num_embeddings %lld, embedding_dim %lld, "
+                        "max_position_embeddings %lld)", (long long)vocab,
                         (long long)c, (long long)max_t);
     tg_module *m;
     TG_TRY(tg_module_alloc(&embedding_vt, o, &m));

@@ -200,7 +200,7 @@ tg_status tg_lm_head_new(int64_t c, int64_t vocab, tg_module *tied_embedding, co
             return tg_error(TG_EINVAL, "LMHead: tied token table %s is [%lld,%lld], expected [%lld,%lld] (vocab, width)", table->name,
                             (long long)table->data->shape[0], (long long)table->data->shape[1], (long long)vocab, (long long)c);
     }
-    if (c < 1 || vocab < 1) return tg_error(TG_EINVAL, "LMHead: sizes must be positive (width %lld, vocab %lld)", (long long)c, (long long)vocab);
+    if (c < 1 || vocab < 1) return tg_error(TG_EINVAL, "LMHead: sizes must be positive (hidden_size %lld, vocab_size %lld)", (long long)c, (long long)vocab);
     tg_module *m, *tmp = NULL;
     TG_TRY(tg_module_alloc(&lm_head_vt, o, &m));
     struct lm_head *H = calloc(1, sizeof *H);
