@@ -97,6 +97,11 @@ fails(short, "truncated token file: 100 bytes, shorter than the 1024%-byte llm.c
 local magic = tmp("magic.bin")
 write_raw(magic, header(12345, 1, 4) .. u16s { 1, 2, 3, 4 })
 fails(magic, "bad magic 12345 .*expected 20240520", "a bad magic")
+fails(magic, "bad magic 12345 in the header %(expected 20240520; its version 1 and token count 4 are an llm%.c header's",
+  "a bad magic with --vocab given (headerless allowed): the rest of the header shows a damaged file", { vocab = 65535 })
+local near = tmp("near.bin")
+write_raw(near, header(20240521, 1, 4) .. u16s { 1, 2, 3, 4 })
+fails(near, "bad magic 20240521", "a magic one off the llm.c one, with vocab given, is not read as tokens", { vocab = 65535 })
 local version = tmp("version.bin")
 write_raw(version, header(20240520, 2, 4) .. u16s { 1, 2, 3, 4 })
 fails(version, "unsupported version 2", "a bad version")
@@ -119,7 +124,9 @@ fails(one, "1 tokens, need at least 2", "a headerless file of one token", { voca
 local neg = tmp("neg.bin")
 write_raw(neg, header(20240520, 1, -3) .. u16s { 1, 2 })
 fails(neg, "negative token count %-3 in the header", "a negative token count")
-local headerless = data.open(magic, { vocab = 65536 })
+local nomagic = tmp("nomagic.bin") -- no magic, and the rest is no llm.c header either
+write_raw(nomagic, header(12345, 9, 4) .. u16s { 1, 2, 3, 4 })
+local headerless = data.open(nomagic, { vocab = 65536 })
 tap.is_deeply({ headerless:size(), headerless.headerless }, { (1024 + 8) // 2, true },
   "with a vocabulary a file without the magic reads as headerless tokens, all of its bytes")
 tap.error_like(function() ld:batch(1, 100) end, "too few for windows of 100", "windows longer than the file are refused")

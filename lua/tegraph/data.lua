@@ -41,6 +41,15 @@ function data.open(path, o)
     raise(string.format("%s: bad magic %d in the header (expected %d: an llm.c .bin token file with its header)",
       path, string.unpack("<i4", bytes), data.MAGIC))
   end
+  -- an llm.c header whose magic alone is wrong (its version and token count fit the file) is a damaged file, not
+  -- headerless tokens: read as tokens its 1024 bytes would train as data
+  if #bytes >= data.HEADER_BYTES + 2 and (#bytes - data.HEADER_BYTES) % 2 == 0 then
+    local magic, version, count = string.unpack("<i4i4i4", bytes)
+    if magic ~= data.MAGIC and version == data.VERSION and count == (#bytes - data.HEADER_BYTES) // 2 then
+      raise(string.format("%s: bad magic %d in the header (expected %d; its version %d and token count %d are an " ..
+        "llm.c header's: the file is damaged)", path, magic, data.MAGIC, version, count))
+    end
+  end
   if o.headerless == false and #bytes < 4 then o = { device = o.device } end -- the header check names the size
   local first, ntok, vocab = ops.token_file(bytes, path, o.vocab)
   return setmetatable({ path = path, bytes = bytes, first = first, ntok = ntok, vocab = vocab, pos = 0,
