@@ -1,5 +1,6 @@
 #!/bin/sh
-# require-from-stock-lua.sh — the stock lua5.4 interpreter can require "tegraph" (module + Lua library) and use it.
+# require-from-stock-lua.sh — the stock lua5.4 interpreter can require "tegraph" (module + Lua library) and use it,
+# also with only LUA_CPATH naming the build's C module (the module then finds the Lua files beside it).
 if [ -z "$TG_LUA" ]; then
     echo "1..0 # SKIP no stock Lua 5.4 interpreter (configure found none)"
     exit 0
@@ -11,7 +12,7 @@ if [ -n "$san" ]; then
     ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
     export LD_PRELOAD ASAN_OPTIONS
 fi
-echo "1..3"
+echo "1..4"
 out=$("$TG_LUA" -e '
 local tg = require "tegraph"
 local a = tg.tensor({{1, 2}, {3, 4}}, {device = "cpu"})
@@ -36,4 +37,17 @@ case "$out" in
     "false "*":3: add: shapes differ"*"[2,3]"*"[3,2]"*) echo "ok 3 - tegraph errors are Lua errors in the stock interpreter" ;;
     *) echo "not ok 3 - unexpected output"; echo "$out" | sed 's/^/# /' ;;
 esac
+B="${TG_TOP_BUILDDIR:-.}"
+if [ -f "$B/lua/tegraph/init.lua" ]; then
+    out=$(env -u LUA_PATH -u LUA_PATH_5_4 LUA_CPATH="$B/lua/.libs/?.so" "$TG_LUA" -e '
+local tg = require "tegraph"
+io.write(tostring(package.loaded.tegraph == tg), " ", tostring(tg.nn ~= nil), " ", tg.zeros({2}, {device = "cpu"}):sum())
+' 2>&1)
+    case "$out" in
+        "true true 0"*) echo "ok 4 - require \"tegraph\" with only LUA_CPATH set loads the whole library" ;;
+        *) echo "not ok 4 - with only LUA_CPATH: unexpected output"; echo "$out" | sed 's/^/# /' ;;
+    esac
+else
+    echo "ok 4 # SKIP a build outside the source tree: its lua/ holds the module, not the Lua files"
+fi
 exit 0
