@@ -491,7 +491,8 @@ static int64_t int_field(lua_State *L, int idx, const char *k, int64_t def)
 
 /* grad_buffer(params [, {bucket_bytes=25 MiB | bucket_numel=, align=64, pad_to=1}]):
  * params in forward order (model:parameters()); their main_grad become views
- * into one f32 buffer, in backward order, and they accumulate wgrads there. */
+ * into one f32 buffer, in backward order, and they accumulate wgrads there.
+ * A bucket closes once it holds at least bucket_numel elements (0: one bucket). */
 static int l_grad_buffer(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -500,8 +501,13 @@ static int l_grad_buffer(lua_State *L)
         luaL_checktype(L, 2, LUA_TTABLE);
         tgl_check_keys(L, 2, "grad_buffer", "bucket_bytes, bucket_numel, align, pad_to");
         int64_t bytes = int_field(L, 2, "bucket_bytes", -1);
-        if (bytes >= 0) o.bucket_numel = bytes / 4;
-        o.bucket_numel = int_field(L, 2, "bucket_numel", o.bucket_numel);
+        /* rounded up to whole f32 elements: 3 bytes is one element, not 0 (which means one bucket) */
+        if (bytes >= 0) o.bucket_numel = bytes / 4 + (bytes % 4 != 0);
+        int64_t numel = int_field(L, 2, "bucket_numel", -1);
+        if (numel >= 0 && bytes >= 0)
+            luaL_error(L, "grad_buffer: bucket_bytes (%I) and bucket_numel (%I) both given: give one of them",
+                       (lua_Integer)bytes, (lua_Integer)numel);
+        if (numel >= 0) o.bucket_numel = numel;
         o.align = int_field(L, 2, "align", o.align);
         o.pad_to = int_field(L, 2, "pad_to", o.pad_to);
     }

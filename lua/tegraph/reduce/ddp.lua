@@ -5,6 +5,10 @@
 --   ... step_begin, microbatches, step_end ...
 --   ddp:finish()   -- waits for every bucket (the step check first), then opt:step()
 --
+-- comm: a communicator; op: "avg", "sum", "max" or "min"; bucket_bytes or bucket_numel (one of them, an integer
+-- >= 1; a bucket closes once it holds at least that much, bucket_bytes rounded up to whole f32 elements);
+-- allow_missing: a boolean (see finish). Each is checked here, not at the first reduce.
+--
 -- The reduce of a bucket overlaps the backward of the earlier layers: the hooks
 -- of its parameters fire right after their wgrad (after graph replays too), and
 -- the last one issues the all-reduce. On CUDA it runs on the communication
@@ -19,10 +23,19 @@ local M = {}
 local DDP = {}
 DDP.__index = DDP
 
+local ALL_REDUCE_OPS = { avg = true, sum = true, max = true, min = true }
+
 function M.new(o)
   if type(o) ~= "table" or type(o.params) ~= "table" then raise("ddp: params (a list) is required") end
   options.check("ddp", o, { "params", "comm", "op", "bucket_bytes", "bucket_numel", "allow_missing" })
-  local c = o.comm or core.comm.world()
+  local c = reduce.check_comm("ddp", o.comm)
+  -- checked here: the all-reduces of the hooks would refuse them only in the first backward
+  if o.op ~= nil and not ALL_REDUCE_OPS[o.op] then
+    raise(string.format("ddp: op must be \"avg\", \"sum\", \"max\" or \"min\" (got %s %s)", type(o.op), tostring(o.op)))
+  end
+  if o.allow_missing ~= nil and type(o.allow_missing) ~= "boolean" then
+    raise(string.format("ddp: allow_missing must be a boolean (got %s %s)", type(o.allow_missing), tostring(o.allow_missing)))
+  end
   local self = setmetatable({
     comm = c,
     op = o.op or "avg",
