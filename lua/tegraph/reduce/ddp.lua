@@ -48,10 +48,11 @@ function M.new(o)
     params = o.params,
     bucket_bytes = o.bucket_bytes,
     bucket_numel = o.bucket_numel,
-    on_ready = function(b)
+    on_ready = function(b, info)
       -- name: the span of this reduce in a trace (tg.trace) is "all_reduce ddp bucket <i>"
       self.pending[#self.pending + 1] = c:all_reduce(b.tensor, { op = self.op, async = true, name = "ddp bucket " .. b.index })
-      self.log[#self.log + 1] = b.index
+      -- negative: completed by finish() (parameters of it got no gradient on this rank), for check_order
+      self.log[#self.log + 1] = info.flushed and -b.index or b.index
     end,
   }
   self.grad_buffer = self.tracker.grad_buffer
@@ -61,14 +62,57 @@ function M.new(o)
 end
 
 -- Waits for every bucket's reduce. Fails (after waiting for what was issued)
--- when a bucket did not complete, unless allow_missing, which reduces it now.
+-- when a bucket did not complete, unless allow_missing, which reduces it now
+-- (a parameter without a gradient this step contributes zero) and then checks
+-- that every rank reduced the buckets in the same order (check_order).
 function DDP:finish()
-  if self.allow_missing then self.tracker:flush() end
+  local missed
+  if self.allow_missing then
+    missed = self.tracker:incomplete()
+    self.tracker:flush()
+  end
   local ok, err = pcall(self.tracker.check, self.tracker)
   for _, r in ipairs(self.pending) do r:wait() end
+  local log = self.log
   self.last_log, self.log, self.pending = self.log, {}, {}
   self.tracker:reset()
+  if missed then self:check_order(log, missed) end
   if not ok then error(err, 0) end
+end
+
+-- With allow_missing, a rank that misses other parameters than another completes its buckets in another order,
+-- and the all-reduces pair up in issue order: a bucket is averaged with another bucket of the other rank. The
+-- ranks compare the buckets they reduced, in order, and which of them missed gradients (one small all-gather a
+-- step) and fail, before the optimizer uses those gradients, naming the ranks, their buckets and the parameters
+-- this rank missed.
+function DDP:check_order(log, missed)
+  local c, nb = self.comm, #self.buckets
+  local n = c:size()
+  if n == 1 then return end
+  local dev = self.buckets[1].tensor.device
+  local out = core.zeros({ n * nb }, { dtype = "i32", device = dev })
+  c:all_gather(out, core.tensor(log, { dtype = "i32", device = dev }), { name = "ddp bucket order" })
+  local all = out:totable()
+  local function order(r)
+    local parts = {}
+    for i = r * nb + 1, (r + 1) * nb do
+      parts[#parts + 1] = all[i] < 0 and string.format("%d (missing gradients)", -all[i]) or tostring(all[i])
+    end
+    return table.concat(parts, ", ")
+  end
+  for r = 1, n - 1 do
+    if order(r) ~= order(0) then
+      local names = {}
+      for _, x in ipairs(missed) do
+        for _, nm in ipairs(x.missing) do names[#names + 1] = nm end
+      end
+      raise(string.format("ddp: the ranks reduced their buckets in different orders, or missed different "
+        .. "gradients, this step: rank 0 reduced buckets %s; rank %d buckets %s (this is rank %d; it missed %s). allow_missing allows a parameter "
+        .. "without a gradient on every rank: the reduces pair up in issue order, so different buckets may have been "
+        .. "averaged together, and this step's gradients are not to be used", order(0), r, order(r), c:rank(),
+        #names > 0 and table.concat(names, ", ") or "no parameter"))
+    end
+  end
 end
 
 -- Zeroes the grad buffer (the first wgrad of a step overwrites anyway; for code that accumulates by hand).
