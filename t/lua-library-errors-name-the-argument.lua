@@ -140,6 +140,13 @@ refused(function() tg.reduce.ddp { params = params, allow_missing = "yes" } end,
   "ddp: allow_missing must be a boolean %(got string yes%)", "ddp{allow_missing = \"yes\"}: refused")
 refused(function() tg.comm.grad_buffer(params, { bucket_numel = 8, bucket_bytes = 32 }) end,
   "grad_buffer: bucket_bytes %(32%) and bucket_numel %(8%) both given", "grad_buffer with both bucket sizes: refused")
+-- tg.comm calls name themselves (timeout said "bad argument #1 to '?'" through pcall; async = "yes" named no call)
+refused(function() tg.comm.timeout(0) end, "comm%.timeout: seconds must be a number > 0 %(got number 0%)",
+  "comm.timeout(0) names comm.timeout")
+tap.error_like(function() assert(pcall(tg.comm.timeout, 0)) end, "comm%.timeout: seconds must",
+  "comm.timeout(0) through pcall names comm.timeout, not '?'")
+refused(function() tg.comm.all_reduce(tg.ones({ 2 }), { async = "yes" }) end,
+  "all_reduce: option 'async' must be a boolean %(true or false%), got a string", "all_reduce(t, {async = \"yes\"}) names all_reduce")
 -- zero1:step before finish(): the reduce-scatters of the step are pending, the shards not reduced
 do
   local lin = tg.nn.Linear(4, 4, { name = "zlin" })

@@ -178,9 +178,11 @@ static int l_initialized(lua_State *L)
 static int l_timeout(lua_State *L)
 {
     if (!lua_isnoneornil(L, 1)) {
-        double s = (double)luaL_checknumber(L, 1);
-        luaL_argcheck(L, s > 0, 1, "timeout must be > 0 seconds");
-        tg_comm_set_timeout(s);
+        /* named here: called through pcall or a local, Lua's "bad argument" says '?' for the function */
+        if (lua_type(L, 1) != LUA_TNUMBER || !(lua_tonumber(L, 1) > 0))
+            luaL_error(L, "comm.timeout: seconds must be a number > 0 (got %s %s)", luaL_typename(L, 1),
+                       tgl_value_str(L, 1));
+        tg_comm_set_timeout((double)lua_tonumber(L, 1));
     }
     lua_pushnumber(L, (lua_Number)tg_comm_timeout());
     return 1;
@@ -220,6 +222,9 @@ static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o
             luaL_error(L, "%s: op must be \"sum\", \"avg\", \"max\" or \"min\" (got %s)", what,
                        s ? s : luaL_typename(L, -1));
     }
+    if (lua_getfield(L, idx, "async") != LUA_TNIL && !lua_isboolean(L, -1)) /* the message names the call */
+        luaL_error(L, "%s: option 'async' must be a boolean (true or false), got a %s", what, luaL_typename(L, -1));
+    lua_pop(L, 1);
     o->async = tgl_field_bool(L, idx, "async");
     /* name: the op's label in traces ("ddp bucket 2"); set last, once every option is valid,
      * so a refused option leaves no label for the next op */
