@@ -45,7 +45,7 @@ run() {
     secs=$(($(date +%s) - t0))
 }
 
-echo "1..17"
+echo "1..20"
 
 run ok "$TG_MPIRUN" -np 2 --oversubscribe "$TEGRAPH" run "$tmp/job.lua" none
 ok $rc "a healthy job exits 0"
@@ -85,7 +85,23 @@ ok $((rc == 0 || secs > LIMIT)) "tegraph run -n 2: a killed rank stops the job w
 has "$tmp/launch_kill.out" "rank 1"
 ok $? "tegraph run -n 2: the message names rank 1"
 
-for f in ok kill error stuck launch_ok launch_kill; do
+# a rank's own exit status: passed through when it is the first failure; a rank that exits while the other
+# waits for it makes that one fail, and the job exits 1 — as `tegraph run --help` says (it promised the status)
+cat >"$tmp/exit5.lua" <<'LUA'
+local tg = require "tegraph"
+local comm = tg.comm
+comm.all_reduce(tg.ones({ 4 }))
+if comm.rank() == 1 then os.exit(5) end
+if arg[1] == "wait" then comm.all_reduce(tg.ones({ 4 })) end
+LUA
+run launch_exit5 env TG_MPIRUN="$TG_MPIRUN_SAVED" "$TEGRAPH" run -n 2 "$tmp/exit5.lua" end
+ok $((rc != 5)) "tegraph run -n 2: a rank's os.exit(5) at its end is the job's status (rc $rc)"
+run launch_exit5w env TG_MPIRUN="$TG_MPIRUN_SAVED" "$TEGRAPH" run -n 2 "$tmp/exit5.lua" wait
+ok $((rc != 1)) "tegraph run -n 2: a rank's os.exit(5) while rank 0 waits for it in a collective: rc 1 (rc $rc)"
+"$TEGRAPH" run --help | tr '\n' ' ' | grep -q "the status of the first rank that fails, except through mpirun (CPUs) for a rank that exits while others still wait for it in a collective: they fail, and the job exits 1"
+ok $? "tegraph run --help says which status the job exits with"
+
+for f in ok kill error stuck launch_ok launch_kill launch_exit5 launch_exit5w; do
     echo "# --- $f:"
     sed 's/^/#   /' "$tmp/$f.out" | head -20
 done

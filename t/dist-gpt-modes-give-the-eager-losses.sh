@@ -120,5 +120,12 @@ ok $r "an unknown --schedule fails naming the known ones"
 bounded 60 "$TG_MPIRUN" -np 3 --oversubscribe "$TEGRAPH" run "$GPT" $ARGS --pipeline 2 >"$dir/bad3.out" 2>&1
 r=1; has "$dir/bad3.out" "--pipeline 2 does not divide the 3 ranks" && r=0
 ok $r "--pipeline 2 on 3 ranks fails"
+# a schedule that cannot run the microbatches: a usage error like the others (it was a traceback, exit 1)
+bounded 60 "$TG_MPIRUN" -np 2 --oversubscribe "$TEGRAPH" run "$GPT" $ARGS --pipeline 2 --schedule interleaved \
+    --microbatches 3 >"$dir/bad4.out" 2>&1
+rc=$?
+r=1; [ $rc -eq 2 ] && has "$dir/bad4.out" "gpt.lua: train: schedule interleaved on 2 stages with 3 microbatches: schedule.interleaved: microbatches (3) must be a multiple of stages (2)" &&
+    has "$dir/bad4.out" "usage: tegraph run examples/gpt.lua" && ! has "$dir/bad4.out" "stack traceback" && r=0
+ok $r "--schedule interleaved with 3 microbatches on 2 stages is a usage error naming them, exit 2 (rc $rc)"
 echo "1..$n"
 finish

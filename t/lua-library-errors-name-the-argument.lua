@@ -110,6 +110,43 @@ refused(function() z:step { lrr = 1e-3 } end, "zero1:step: unknown option 'lrr' 
 refused(function() z:step { norm = -1 } end, "zero1:step: norm must be a number >= 0 %(got %-1%)", "zero1:step{norm = -1}")
 refused(function() z:step { lr = -1 } end, "zero1:step: lr must be >= 0 %(got %-1%)", "zero1:step{lr = -1}: refused as AdamW refuses it")
 refused(function() z:step { lr = 0 / 0 } end, "zero1:step: lr must be a finite number", "zero1:step{lr = nan}: refused")
+-- the policies' options are checked at construction, naming the option (they were accepted, then failed in the
+-- first backward's hooks, at the first collective as "attempt to call a nil value", or silently chose one bucket)
+for _, pol in ipairs { "ddp", "zero1" } do
+  local P = tg.reduce[pol]
+  refused(function() P { params = params, comm = "world" } end,
+    pol .. ": comm must be a communicator %(tg%.comm%.world%(%), comm:split{%.%.%.}%), got string world",
+    pol .. "{comm = \"world\"}: refused at construction")
+  refused(function() P { params = params, bucket_bytes = 0 } end, pol .. ": bucket_bytes must be an integer >= 1 %(got number 0%)",
+    pol .. "{bucket_bytes = 0}: refused (it made one bucket)")
+  refused(function() P { params = params, bucket_numel = 0 } end, pol .. ": bucket_numel must be an integer >= 1 %(got number 0%)",
+    pol .. "{bucket_numel = 0}: refused (it made one bucket)")
+  refused(function() P { params = params, bucket_bytes = 1.5 } end, pol .. ": bucket_bytes must be an integer >= 1 %(got number 1%.5%)",
+    pol .. "{bucket_bytes = 1.5}: refused naming the policy")
+  refused(function() P { params = params, bucket_numel = 1, bucket_bytes = 4096 } end,
+    pol .. ": bucket_bytes %(4096%) and bucket_numel %(1%) both given: give one of them",
+    pol .. "{bucket_numel =, bucket_bytes =}: refused (one was silently preferred)")
+  local two = tg.nn.Sequential { tg.nn.Linear(4, 4, { name = "b1" }), tg.nn.Linear(4, 4, { name = "b2" }), name = "bb" }
+  tap.is(#P { params = two:parameters(), bucket_bytes = 3 }.buckets, 4,
+    pol .. "{bucket_bytes = 3}: rounded up to one element, so one bucket per parameter (it made one bucket)")
+end
+refused(function() tg.reduce.tracker { params = params, on_ready = function() end, bucket_bytes = -4 } end,
+  "reduce%.tracker: bucket_bytes must be an integer >= 1 %(got number %-4%)", "reduce.tracker{bucket_bytes = -4}")
+refused(function() tg.reduce.ddp { params = params, op = "prod" } end,
+  "ddp: op must be \"avg\", \"sum\", \"max\" or \"min\" %(got string prod%)", "ddp{op = \"prod\"}: refused at construction")
+refused(function() tg.reduce.ddp { params = params, op = 2 } end,
+  "ddp: op must be \"avg\", \"sum\", \"max\" or \"min\" %(got number 2%)", "ddp{op = 2}: refused at construction")
+refused(function() tg.reduce.ddp { params = params, allow_missing = "yes" } end,
+  "ddp: allow_missing must be a boolean %(got string yes%)", "ddp{allow_missing = \"yes\"}: refused")
+refused(function() tg.comm.grad_buffer(params, { bucket_numel = 8, bucket_bytes = 32 }) end,
+  "grad_buffer: bucket_bytes %(32%) and bucket_numel %(8%) both given", "grad_buffer with both bucket sizes: refused")
+-- tg.comm calls name themselves (timeout said "bad argument #1 to '?'" through pcall; async = "yes" named no call)
+refused(function() tg.comm.timeout(0) end, "comm%.timeout: seconds must be a number > 0 %(got number 0%)",
+  "comm.timeout(0) names comm.timeout")
+tap.error_like(function() assert(pcall(tg.comm.timeout, 0)) end, "comm%.timeout: seconds must",
+  "comm.timeout(0) through pcall names comm.timeout, not '?'")
+refused(function() tg.comm.all_reduce(tg.ones({ 2 }), { async = "yes" }) end,
+  "all_reduce: option 'async' must be a boolean %(true or false%), got a string", "all_reduce(t, {async = \"yes\"}) names all_reduce")
 -- zero1:step before finish(): the reduce-scatters of the step are pending, the shards not reduced
 do
   local lin = tg.nn.Linear(4, 4, { name = "zlin" })

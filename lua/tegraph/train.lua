@@ -176,7 +176,15 @@ function M.new(o)
       fail(string.format("--layers-per-chunk %d: %s on %d stages puts %d layers in each of its %d chunks",
         o.layers_per_chunk, name, P, L // C, C))
     end
-    plan = sched.fn { stages = P, microbatches = Mb }
+    -- the generators refuse the combinations of stages and microbatches they cannot schedule (interleaved:
+    -- microbatches a multiple of the stages): a refusal of train's options, said as one
+    local okp, res = pcall(sched.fn, { stages = P, microbatches = Mb })
+    if not okp then
+      local msg = tostring(res):gsub("^[^\n]-%.lua:%d+: ", "")
+      if not msg:match("^schedule%.") then error(res, 0) end
+      fail(string.format("schedule %s on %d stages with %d microbatches: %s", name, P, Mb, msg))
+    end
+    plan = res
     self.schedule = name
   elseif self.graph then
     local k = int_opt(o, "layers_per_chunk", 1, 1)

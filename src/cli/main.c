@@ -52,7 +52,9 @@ static void run_usage(FILE *f)
           "  --device DEV        first: cpu, cuda or cuda:N, the default device (as tegraph --device DEV run)\n"
           "  -h, --help          this message\n"
           "\n"
-          "exit status: 0 success, 1 script error (or the first failing rank's status), 2 usage error\n",
+          "exit status: 0 success, 1 script error, 2 usage error; with -n N the status of the first rank that\n"
+          "fails, except through mpirun (CPUs) for a rank that exits while others still wait for it in a\n"
+          "collective: they fail, and the job exits 1\n",
           f);
 }
 

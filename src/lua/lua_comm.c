@@ -178,9 +178,11 @@ static int l_initialized(lua_State *L)
 static int l_timeout(lua_State *L)
 {
     if (!lua_isnoneornil(L, 1)) {
-        double s = (double)luaL_checknumber(L, 1);
-        luaL_argcheck(L, s > 0, 1, "timeout must be > 0 seconds");
-        tg_comm_set_timeout(s);
+        /* named here: called through pcall or a local, Lua's "bad argument" says '?' for the function */
+        if (lua_type(L, 1) != LUA_TNUMBER || !(lua_tonumber(L, 1) > 0))
+            luaL_error(L, "comm.timeout: seconds must be a number > 0 (got %s %s)", luaL_typename(L, 1),
+                       tgl_value_str(L, 1));
+        tg_comm_set_timeout((double)lua_tonumber(L, 1));
     }
     lua_pushnumber(L, (lua_Number)tg_comm_timeout());
     return 1;
@@ -220,6 +222,9 @@ static void opts_read(lua_State *L, int idx, const char *what, struct op_opts *o
             luaL_error(L, "%s: op must be \"sum\", \"avg\", \"max\" or \"min\" (got %s)", what,
                        s ? s : luaL_typename(L, -1));
     }
+    if (lua_getfield(L, idx, "async") != LUA_TNIL && !lua_isboolean(L, -1)) /* the message names the call */
+        luaL_error(L, "%s: option 'async' must be a boolean (true or false), got a %s", what, luaL_typename(L, -1));
+    lua_pop(L, 1);
     o->async = tgl_field_bool(L, idx, "async");
     /* name: the op's label in traces ("ddp bucket 2"); set last, once every option is valid,
      * so a refused option leaves no label for the next op */
@@ -491,7 +496,8 @@ static int64_t int_field(lua_State *L, int idx, const char *k, int64_t def)
 
 /* grad_buffer(params [, {bucket_bytes=25 MiB | bucket_numel=, align=64, pad_to=1}]):
  * params in forward order (model:parameters()); their main_grad become views
- * into one f32 buffer, in backward order, and they accumulate wgrads there. */
+ * into one f32 buffer, in backward order, and they accumulate wgrads there.
+ * A bucket closes once it holds at least bucket_numel elements (0: one bucket). */
 static int l_grad_buffer(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -500,8 +506,13 @@ static int l_grad_buffer(lua_State *L)
         luaL_checktype(L, 2, LUA_TTABLE);
         tgl_check_keys(L, 2, "grad_buffer", "bucket_bytes, bucket_numel, align, pad_to");
         int64_t bytes = int_field(L, 2, "bucket_bytes", -1);
-        if (bytes >= 0) o.bucket_numel = bytes / 4;
-        o.bucket_numel = int_field(L, 2, "bucket_numel", o.bucket_numel);
+        /* rounded up to whole f32 elements: 3 bytes is one element, not 0 (which means one bucket) */
+        if (bytes >= 0) o.bucket_numel = bytes / 4 + (bytes % 4 != 0);
+        int64_t numel = int_field(L, 2, "bucket_numel", -1);
+        if (numel >= 0 && bytes >= 0)
+            luaL_error(L, "grad_buffer: bucket_bytes (%I) and bucket_numel (%I) both given: give one of them",
+                       (lua_Integer)bytes, (lua_Integer)numel);
+        if (numel >= 0) o.bucket_numel = numel;
         o.align = int_field(L, 2, "align", o.align);
         o.pad_to = int_field(L, 2, "pad_to", o.pad_to);
     }

@@ -200,4 +200,39 @@ do
   tg.hook_check(true)
 end
 
+-- allow_missing: a module that runs backward on no rank in a step contributes zero; ranks that miss different
+-- modules (whose reduces would pair different buckets) fail at finish(), naming the buckets and the ranks
+do
+  tg.manual_seed(7)
+  local A = tg.nn.Linear(D, D, { name = "mA" })
+  local B = tg.nn.Linear(D, D, { name = "mB" })
+  local ps = {}
+  for _, p in ipairs(A:parameters()) do ps[#ps + 1] = p end
+  for _, p in ipairs(B:parameters()) do ps[#ps + 1] = p end
+  local ddp = reduce.ddp { params = ps, bucket_numel = D * D, allow_missing = true }
+  local function mstep(skip)
+    tg.step_begin { microbatches = 1 }
+    local x = tg.full({ 2, D }, r + 1)
+    if skip ~= "A" then A:forward(x, 1) end
+    if skip ~= "B" then B:forward(x, 1) end
+    if skip ~= "A" then A:backward(tg.ones({ 2, D }), 1) end
+    if skip ~= "B" then B:backward(tg.ones({ 2, D }), 1) end
+    tg.step_end()
+    return pcall(ddp.finish, ddp)
+  end
+  t.ok(#ddp.buckets == 2, "allow_missing test: A and B in buckets of their own")
+  t.ok(mstep(nil), "allow_missing: a step where every rank runs both modules")
+  local oks = mstep("A")
+  t.ok(oks and ps[2].main_grad:totable()[1] == 0 and ps[4].main_grad:totable()[1] == 2,
+    "allow_missing: a module skipped on every rank gets a zero gradient, the other its average")
+  local okd, err = mstep(n > 1 and (r == 0 and "A" or "B") or "A")
+  err = tostring(err)
+  t.ok(n == 1 or (not okd and err:find("ranks reduced their buckets in different orders, or missed different gradients",
+    1, true) ~= nil and err:find("rank 0 reduced buckets 1, 2 (missing gradients); rank 1 buckets 2, 1 (missing "
+    .. "gradients)", 1, true) ~= nil and err:find("it missed m" .. (r == 0 and "A" or "B") .. ".bias") ~= nil),
+    "allow_missing: ranks that miss different modules fail at finish() naming both ranks' buckets (they were averaged "
+    .. "together silently)")
+  t.ok(mstep(nil), "allow_missing: the next step where every rank runs both modules goes on")
+end
+
 t.done_testing()

@@ -26,19 +26,50 @@ local M = {}
 -- gradient is complete. Hooks fire in backward order, so buckets complete
 -- while the rest of the backward still runs.
 --   reduce.tracker{ params=, on_ready=fn, name="reduce",
---                   bucket_bytes=25 MiB | bucket_numel=, pad_to=1, align=64 }
+--                   bucket_bytes=25 MiB | bucket_numel= (one of them, >= 1: M.bucket_numel), pad_to=1, align=64 }
 --   -> tracker { grad_buffer=, buckets= {bucket...}, ready= {bucket index...} }
 -- bucket = { index=, start= (1-based element), numel=, tensor= (1-D view), params= }
 local Tracker = {}
 Tracker.__index = Tracker
+
+-- The bucket size options of a tracker or a policy, checked at its construction: bucket_bytes or bucket_numel
+-- (not both: one would silently win), each a positive integer. A bucket closes once it holds at least that much,
+-- so a size below one parameter makes one bucket per parameter; bucket_bytes counts the f32 gradients' bytes,
+-- rounded up to whole elements (bucket_bytes = 3 is one element, not zero, which would mean one bucket).
+-- Returns the bucket_numel to give grad_buffer (nil: its default, 25 MiB).
+function M.bucket_numel(who, o)
+  if o.bucket_bytes ~= nil and o.bucket_numel ~= nil then
+    raise(string.format("%s: bucket_bytes (%s) and bucket_numel (%s) both given: give one of them", who,
+      tostring(o.bucket_bytes), tostring(o.bucket_numel)))
+  end
+  for _, k in ipairs { "bucket_bytes", "bucket_numel" } do
+    local v = o[k]
+    if v ~= nil and (math.type(v) ~= "integer" or v < 1) then
+      raise(string.format("%s: %s must be an integer >= 1 (got %s %s)", who, k, type(v), tostring(v)))
+    end
+  end
+  if o.bucket_bytes then return o.bucket_bytes // 4 + (o.bucket_bytes % 4 ~= 0 and 1 or 0) end
+  return o.bucket_numel
+end
+
+-- Refuses a comm option that is not a communicator (tg.comm.world(), comm:split()): it would fail only at the first
+-- collective, as "attempt to call a nil value". Returns the communicator (the world when c is nil).
+function M.check_comm(who, c)
+  if c == nil then return comm.world() end
+  local mt = getmetatable(c)
+  if type(c) ~= "userdata" or type(mt) ~= "table" or mt.__name ~= "tegraph.Comm" then
+    raise(string.format("%s: comm must be a communicator (tg.comm.world(), comm:split{...}), got %s %s", who, type(c),
+      tostring(c)))
+  end
+  return c
+end
 
 function M.tracker(o)
   if type(o) ~= "table" or type(o.params) ~= "table" then raise("reduce.tracker: params (a list) is required") end
   if type(o.on_ready) ~= "function" then raise("reduce.tracker: on_ready (a function) is required") end
   options.check("reduce.tracker", o, { "params", "on_ready", "name", "bucket_bytes", "bucket_numel", "pad_to", "align" })
   local gb = comm.grad_buffer(o.params, {
-    bucket_bytes = o.bucket_bytes,
-    bucket_numel = o.bucket_numel,
+    bucket_numel = M.bucket_numel(o.name or "reduce.tracker", o),
     pad_to = o.pad_to,
     align = o.align,
   })

@@ -44,7 +44,7 @@ function M.new(o)
   if o.no_decay ~= nil and type(o.no_decay) ~= "function" then
     raise("zero1: no_decay must be a function(p) -> true for parameters without weight decay, got " .. type(o.no_decay))
   end
-  local c = o.comm or core.comm.world()
+  local c = reduce.check_comm("zero1", o.comm)
   local size, rank = c:size(), c:rank()
   local self = setmetatable({
     comm = c,
