@@ -42,7 +42,9 @@ TG_API const char *tg_last_error(void);
 /* A short name of a status ("invalid argument", ...). */
 TG_API const char *tg_status_name(tg_status st);
 /* Sets this thread's error message (printf-style) and returns st: for host
- * code that fails, e.g. a wgrad hook (return tg_error(TG_EINVAL, "...")). */
+ * code that fails, e.g. a wgrad hook (return tg_error(TG_EINVAL, "...")).
+ * fmt NULL sets an empty message (a hook's failure is then reported as one
+ * "without a message"). */
 TG_API tg_status tg_error(tg_status st, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
