@@ -79,6 +79,10 @@ TG_API const char *tg_dtype_name(tg_dtype dt);
  * "e5m2"/"float8_e5m2"; returns 0 on success. */
 TG_API int tg_dtype_parse(const char *s, tg_dtype *out);
 
+/* A device is "cpu" (index 0) or a CUDA device present (index 0 .. tg_device_count(TG_CUDA) - 1). Every call
+ * given one that does not exist (cuda:99, cuda:-1, cpu:1, an unknown type) refuses it with TG_EINVAL "no such
+ * device ..." (tg_stream_current: NULL with that error), or, for the queries that return no status, answers as
+ * for a device that did nothing: tg_device_capturing 0, tg_device_get_stats zeros, tg_device_reset_peak no-op. */
 typedef enum tg_device_type { TG_CPU = 0, TG_CUDA = 1 } tg_device_type;
 typedef struct tg_device {
     tg_device_type type;
@@ -418,14 +422,15 @@ TG_API int tg_signals_pending(void);
  * code that ran during capture does not run at replay. */
 TG_API tg_status tg_stream_new(tg_device dev, const char *name, tg_stream **out);
 TG_API void tg_stream_free(tg_stream *s);
-/* The stream ops on dev are issued on (initially the device's default stream). */
+/* The stream ops on dev are issued on (initially the device's default stream); NULL (the message in
+ * tg_last_error) for a device that does not exist or when its default stream cannot be made. */
 TG_API tg_stream *tg_stream_current(tg_device dev);
 /* Makes s the current stream of its device; returns the previous one. */
 TG_API tg_stream *tg_stream_set_current(tg_stream *s);
 TG_API tg_status tg_stream_sync(tg_stream *s);
 TG_API const char *tg_stream_name(const tg_stream *s);
 TG_API int tg_stream_capturing(const tg_stream *s);
-/* Whether any stream of dev is capturing. */
+/* Whether any stream of dev is capturing (0 for a device that does not exist). */
 TG_API int tg_device_capturing(tg_device dev);
 
 /* Begins capture on s. Fails with TG_ECAPTURE if s already captures. */
