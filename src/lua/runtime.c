@@ -37,8 +37,10 @@ static void add_dirs(luaL_Buffer *b, const char *dirs)
  * error the host gets back (TG_ELUA). The tegraph program puts Lua's own os.exit back (tg_runtime_allow_exit). */
 static int rt_no_exit(lua_State *L)
 {
-    int code = lua_isboolean(L, 1) ? (lua_toboolean(L, 1) ? 0 : 1) : (int)luaL_optinteger(L, 1, 0);
-    return luaL_error(L, "os.exit(%d) in an embedded tegraph runtime: the host ends its process, not the script", code);
+    /* the code as the script gave it: an int cast would report os.exit(2^40) as os.exit(0) */
+    lua_Integer code = lua_isboolean(L, 1) ? (lua_toboolean(L, 1) ? 0 : 1) : luaL_optinteger(L, 1, 0);
+    return luaL_error(L, "os.exit(%I) in an embedded tegraph runtime: the host ends its process, not the script",
+                      (LUAI_UACINT)code);
 }
 
 #define RT_OS_EXIT "tegraph.os_exit" /* registry key: Lua's own os.exit */
@@ -152,7 +154,8 @@ void tg_runtime_free(tg_runtime *rt)
     free(rt);
 }
 
-/* Sets the global `arg` (protected): arg[0] = path, arg[i] = argv[i-1]. */
+/* Sets the global `arg` (protected): arg[0] = path, arg[i] = argv[i-1]; returns the table, from which the
+ * script's `...` is pushed without allocating outside a pcall. */
 static int rt_setarg(lua_State *L)
 {
     const char *path = lua_touserdata(L, 1);
@@ -165,8 +168,29 @@ static int rt_setarg(lua_State *L)
         lua_pushstring(L, argv[i]);
         lua_rawseti(L, -2, i + 1);
     }
+    lua_pushvalue(L, -1);
     lua_setglobal(L, "arg");
-    return 0;
+    return 1;
+}
+
+/* Loads the file (protected: luaL_loadfilex allocates its messages, and an allocation error outside a pcall makes
+ * Lua panic). */
+static int rt_loadfile(lua_State *L)
+{
+    const char *path = lua_touserdata(L, 1);
+    if (luaL_loadfilex(L, path, NULL) != LUA_OK) return lua_error(L);
+    return 1;
+}
+
+/* Calls the function below narg arguments without a message handler (a load error is its message alone, with no
+ * traceback); on error keeps the message and returns TG_ELUA. */
+static tg_status rt_docall_plain(tg_runtime *rt, int narg, int nres)
+{
+    lua_State *L = rt->L;
+    if (lua_pcall(L, narg, nres, 0) == LUA_OK) return TG_OK;
+    rt_set_error(rt, lua_tostring(L, -1));
+    lua_pop(L, 1);
+    return tg_error(TG_ELUA, "%s", rt->err);
 }
 
 tg_status tg_runtime_dofile(tg_runtime *rt, const char *path, int argc, char **argv)
@@ -177,23 +201,32 @@ tg_status tg_runtime_dofile(tg_runtime *rt, const char *path, int argc, char **a
     if (argc < 0 || (argc > 0 && argv == NULL))
         return rt_fail(rt, tg_error(TG_EINVAL, "runtime: dofile with argc %d and %s argv", argc,
                                     argv ? "an" : "a NULL"));
+    if (!lua_checkstack(L, argc + 4))
+        return rt_fail(rt, tg_error(TG_ENOMEM, "runtime: too many script arguments (%d)", argc));
+    int top = lua_gettop(L);
     lua_pushcfunction(L, rt_setarg);
     lua_pushlightuserdata(L, (void *)path);
     lua_pushinteger(L, argc);
     lua_pushlightuserdata(L, argv);
-    TG_TRY(rt_docall(rt, 3, 0));
-    if (luaL_loadfile(L, path) != LUA_OK) {
-        rt_set_error(rt, lua_tostring(L, -1));
-        lua_pop(L, 1);
-        return tg_error(TG_ELUA, "%s", rt->err);
+    TG_TRY(rt_docall(rt, 3, 1)); /* +1: the arg table */
+    lua_pushcfunction(L, rt_loadfile);
+    lua_pushlightuserdata(L, (void *)path);
+    tg_status st = rt_docall_plain(rt, 1, 1); /* +1: the chunk */
+    if (st == TG_OK) {
+        /* the script also gets its arguments as `...`, like lua.c */
+        for (int i = 0; i < argc; i++) lua_rawgeti(L, top + 1, i + 1);
+        st = rt_docall(rt, argc, 0);
     }
-    /* the script also gets its arguments as `...`, like lua.c */
-    if (!lua_checkstack(L, argc + 1)) {
-        lua_pop(L, 1);
-        return rt_fail(rt, tg_error(TG_ENOMEM, "runtime: too many script arguments (%d)", argc));
-    }
-    for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
-    return rt_docall(rt, argc, 0);
+    lua_settop(L, top);
+    return st;
+}
+
+/* Loads a string (protected, as rt_loadfile). */
+static int rt_loadstring(lua_State *L)
+{
+    const char *code = lua_touserdata(L, 1), *name = lua_touserdata(L, 2);
+    if (luaL_loadbufferx(L, code, strlen(code), name, NULL) != LUA_OK) return lua_error(L);
+    return 1;
 }
 
 tg_status tg_runtime_dostring(tg_runtime *rt, const char *code, const char *chunkname)
@@ -201,24 +234,27 @@ tg_status tg_runtime_dostring(tg_runtime *rt, const char *code, const char *chun
     if (rt == NULL) return tg_error(TG_EINVAL, "runtime: dostring on a NULL runtime");
     lua_State *L = rt->L;
     if (code == NULL) return rt_fail(rt, tg_error(TG_EINVAL, "runtime: dostring needs code"));
-    if (luaL_loadbuffer(L, code, strlen(code), chunkname ? chunkname : "=(string)") != LUA_OK) {
-        rt_set_error(rt, lua_tostring(L, -1));
-        lua_pop(L, 1);
-        return tg_error(TG_ELUA, "%s", rt->err);
-    }
+    lua_pushcfunction(L, rt_loadstring);
+    lua_pushlightuserdata(L, (void *)code);
+    lua_pushlightuserdata(L, (void *)(chunkname ? chunkname : "=(string)"));
+    TG_TRY(rt_docall_plain(rt, 2, 1)); /* +1: the chunk */
     return rt_docall(rt, 0, 0);
 }
 
-/* Pushes require(module)[func] (protected). */
+/* Pushes require(module)[func] and its argc string arguments (protected: pushing a string allocates). */
 static int rt_getfunc(lua_State *L)
 {
     const char *module = lua_touserdata(L, 1), *func = lua_touserdata(L, 2);
+    int argc = (int)lua_tointeger(L, 3);
+    char **argv = lua_touserdata(L, 4);
     lua_getglobal(L, "require");
     lua_pushstring(L, module);
     lua_call(L, 1, 1);
     if (!lua_istable(L, -1)) return luaL_error(L, "module '%s' is not a table", module);
     if (lua_getfield(L, -1, func) != LUA_TFUNCTION) return luaL_error(L, "%s.%s is not a function", module, func);
-    return 1;
+    luaL_checkstack(L, argc, "too many arguments");
+    for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
+    return 1 + argc;
 }
 
 tg_status tg_runtime_call(tg_runtime *rt, const char *module, const char *func, int argc, char **argv, int *result)
@@ -233,8 +269,9 @@ tg_status tg_runtime_call(tg_runtime *rt, const char *module, const char *func, 
     lua_pushcfunction(L, rt_getfunc);
     lua_pushlightuserdata(L, (void *)module);
     lua_pushlightuserdata(L, (void *)func);
-    TG_TRY(rt_docall(rt, 2, 1)); /* +1: the function */
-    for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
+    lua_pushinteger(L, argc);
+    lua_pushlightuserdata(L, argv);
+    TG_TRY(rt_docall(rt, 4, 1 + argc));    /* +1 + argc: the function and its arguments */
     tg_status st = rt_docall(rt, argc, 1); /* +1: its first result */
     if (st == TG_OK && result && lua_isinteger(L, -1)) {
         lua_Integer r = lua_tointeger(L, -1);
@@ -280,15 +317,22 @@ tg_status tg_runtime_register(tg_runtime *rt, const char *name, tg_lua_cfunction
     return rt_docall(rt, 2, 0);
 }
 
-tg_status tg_runtime_allow_exit(tg_runtime *rt)
+/* Protected part of allow_exit: os.exit = Lua's own. Reading the global and setting the field run metamethods a
+ * script may have set (a read-only os, a _G that raises on unknown names): outside a pcall their error would make
+ * Lua panic and abort the host. */
+static int rt_allow_exit(lua_State *L)
 {
-    if (rt == NULL) return tg_error(TG_EINVAL, "runtime: allow_exit on a NULL runtime");
-    lua_State *L = rt->L;
-    lua_getglobal(L, "os");
-    if (lua_istable(L, -1)) {
+    if (lua_getglobal(L, "os") == LUA_TTABLE) {
         lua_getfield(L, LUA_REGISTRYINDEX, RT_OS_EXIT);
         lua_setfield(L, -2, "exit");
     }
-    lua_pop(L, 1);
-    return TG_OK;
+    return 0;
+}
+
+tg_status tg_runtime_allow_exit(tg_runtime *rt)
+{
+    if (rt == NULL) return tg_error(TG_EINVAL, "runtime: allow_exit on a NULL runtime");
+    lua_pushcfunction(rt->L, rt_allow_exit);
+    if (rt_docall(rt, 0, 0) == TG_OK) return TG_OK;
+    return rt_fail(rt, tg_error(TG_ELUA, "runtime: allow_exit cannot give the scripts Lua's os.exit: %s", rt->err));
 }
