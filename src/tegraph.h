@@ -738,7 +738,11 @@ typedef int (*tg_lua_cfunction)(struct lua_State *L);
  * Lua's standard libraries are open, except that os.exit raises an error
  * ("os.exit(N) in an embedded tegraph runtime ...") instead of ending the
  * host's process: a script's os.exit (or a command-line parser's exit on a
- * bad option) comes back as TG_ELUA. */
+ * bad option) comes back as TG_ELUA. A runtime loads Lua source only: Lua does
+ * not verify precompiled (binary) chunks, and a damaged one would crash the
+ * process, so tg_runtime_dofile and tg_runtime_dostring fail (TG_ELUA, naming
+ * the file or chunk) on one, as do the scripts' require, load, loadfile and
+ * dofile (load and loadfile refuse the mode "b"; "bt" loads text only). */
 TG_API tg_runtime *tg_runtime_new(void);
 /* Gives rt's scripts Lua's own os.exit, which ends the process (what the
  * tegraph program does: it is the host). */

@@ -24,4 +24,9 @@ check_PROGRAMS += t/runtime-call-passes-arguments.t
 TESTS += t/runtime-call-passes-arguments.t
 t_runtime_call_passes_arguments_t_SOURCES = t/runtime-call-passes-arguments.c
 t_runtime_call_passes_arguments_t_LDADD = $(TG_TEST_LIBS)
+
+check_PROGRAMS += t/runtime-loads-lua-source-only.t
+TESTS += t/runtime-loads-lua-source-only.t
+t_runtime_loads_lua_source_only_t_SOURCES = t/runtime-loads-lua-source-only.c
+t_runtime_loads_lua_source_only_t_LDADD = $(TG_TEST_LIBS)
 EXTRA_DIST += $(LUA_TESTS) $(LUA_SH_TESTS)
