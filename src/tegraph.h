@@ -728,7 +728,13 @@ TG_API void tg_fp8_autocast_get(int *active, int *enabled, tg_fp8_recipe *r);
 
 /* ------------------------------------------------------------------ runtime (embedding)
  * A runtime is a Lua 5.4 state with the tegraph library loaded
- * (`tegraph` is require-able and also the global `tg`). */
+ * (`tegraph` is require-able and also the global `tg`). The runtimes of a
+ * process share the library's process-wide state: one step at a time (a
+ * step belongs to the runtime whose script began it: another runtime's
+ * tg.step_begin fails while it is open, saying so, and its tg.step_end does
+ * not end it) and one trace. A runtime freed with its step or trace still
+ * open (its script failed mid-step) ends them: the step is abandoned, what it
+ * queued dropped, so the next runtime can step. */
 typedef struct tg_runtime tg_runtime;
 typedef int (*tg_lua_cfunction)(struct lua_State *L);
 

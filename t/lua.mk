@@ -29,4 +29,9 @@ check_PROGRAMS += t/runtime-loads-lua-source-only.t
 TESTS += t/runtime-loads-lua-source-only.t
 t_runtime_loads_lua_source_only_t_SOURCES = t/runtime-loads-lua-source-only.c
 t_runtime_loads_lua_source_only_t_LDADD = $(TG_TEST_LIBS)
+
+check_PROGRAMS += t/step-ends-with-the-lua-state-that-began-it.t
+TESTS += t/step-ends-with-the-lua-state-that-began-it.t
+t_step_ends_with_the_lua_state_that_began_it_t_SOURCES = t/step-ends-with-the-lua-state-that-began-it.c
+t_step_ends_with_the_lua_state_that_began_it_t_LDADD = $(TG_TEST_LIBS)
 EXTRA_DIST += $(LUA_TESTS) $(LUA_SH_TESTS)
