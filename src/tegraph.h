@@ -219,11 +219,15 @@ TG_API tg_status tg_tensor_write_f64(tg_tensor *t, const double *src, size_t n);
  * dtype: not an integer in range; FP8: past its max, or NaN). */
 TG_API tg_status tg_fill(tg_tensor *t, double value);
 /* dst = src; same numel; dtypes may differ (then a cast); devices may differ
- * (then a host transfer, not capturable). A cast from f32 or bf16 to i32 or
- * u16 truncates toward zero and saturates at the integer type's range (-5 to
- * u16 is 0, 1e10 to i32 is 2147483647, infinities alike); NaN becomes 0, as on
- * every backend. FP8 copies from and to f32 or bf16 only, unscaled (value =
- * code), saturating past the format's max as tg_fp8_cast does. */
+ * (then a host transfer, not capturable). A cast into i32 or u16 refuses a
+ * source value that is not an integer of the destination's range (2.7 or
+ * 1e10 into i32, -5 or 70000 into u16, NaN, infinities), as
+ * tg_tensor_write_f64 does: TG_EINVAL naming the first such value, its index
+ * and both dtypes. On the CPU the call fails and dst keeps its values; on a
+ * GPU the device's next host read fails (as for bad token ids: a kernel cannot
+ * fail its launch), dst holding the values saturated. FP8 copies from and to
+ * f32 or bf16 only, unscaled (value = code), saturating past the format's max
+ * as tg_fp8_cast does. */
 TG_API tg_status tg_copy(tg_tensor *dst, const tg_tensor *src);
 typedef enum tg_binop { TG_ADD = 0, TG_SUB, TG_MUL, TG_DIV } tg_binop;
 /* out = a op b, elementwise, all the same shape and dtype (out may alias). */
@@ -615,7 +619,11 @@ typedef tg_status (*tg_hook_fn)(void *ud, tg_param *p, const tg_hook_info *info)
 
 /* Adds fn as a wgrad hook of p; *id (when id is non-NULL) gets its handle
  * for tg_param_remove_hook (> 0, unique per parameter). free_ud (may be
- * NULL) is called with ud when the hook is removed or p goes. */
+ * NULL) is called with ud when the hook is removed or p goes. Refused, with
+ * *id = 0 and free_ud not called (ud stays the caller's): a (fn, ud) pair
+ * that is already a hook of p (TG_EINVAL naming its id: a pair is added
+ * once; the same fn with another ud is another hook), and a call while p's
+ * hooks are running, from one of them (TG_ESTATE: add it after). */
 TG_API tg_status tg_param_add_hook(tg_param *p, tg_hook_fn fn, void *ud, void (*free_ud)(void *ud), int *id);
 /* Removes the hook with handle id from p (calling its free_ud). TG_EINVAL
  * naming p when p has no such hook; TG_ESTATE while p's hooks are running. */
