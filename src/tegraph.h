@@ -683,7 +683,10 @@ TG_API const char *tg_module_name(const tg_module *m);
  * and > 0, else the previous scale is kept (an infinite scale becomes FLT_MAX);
  * scale_inv = 1 / scale. fp8_max[j] is the largest value of the role's format
  * (448 for E4M3, 57344 for E5M2). With len 1 and most_recent it is current
- * scaling: the scale from this amax. Errors name the tensor and its shape. */
+ * scaling: the scale from this amax. Errors name the tensor and its shape;
+ * amax_history, scale and scale_inv must not share memory (TG_EINVAL naming
+ * both: the update would read what it wrote), and a bad fp8_max[j] is named by
+ * its index j. */
 #define TG_FP8_MAX_ROLES 8 /* roles one tg_fp8_scale_update call takes at most */
 TG_API tg_status tg_fp8_scale_update(tg_tensor *amax_history, tg_tensor *scale, tg_tensor *scale_inv, const double *fp8_max,
                                      int margin, int most_recent);
