@@ -507,9 +507,12 @@ TG_API tg_status tg_trace_begin(void);
 /* Whether a trace runs. */
 TG_API int tg_trace_active(void);
 /* Records a span on s (NULL: a host span) on the track "compute", "comm" or
- * "host"; args is extra JSON object members ("\"mb\":2") or NULL. Returns
- * the span's id for tg_trace_span_end, or -1 when nothing is recorded
- * (no trace, or s captures on CUDA). */
+ * "host" (NULL: "host"); name is any text (escaped in the file); args is
+ * extra JSON object members ("\"mb\":2,\"k\":\"v\"") or NULL, checked, so that
+ * the trace file is always JSON. Returns the span's id for
+ * tg_trace_span_end, or -1 when nothing is recorded: no trace, s captures on
+ * CUDA, or (TG_EINVAL in tg_last_error, naming it) a track other than the
+ * three or args that are not JSON object members. */
 TG_API int tg_trace_span_begin(tg_stream *s, const char *track, const char *name, const char *args);
 /* Ends span id (ignored when id < 0) on the same stream (or NULL). */
 TG_API void tg_trace_span_end(int id, tg_stream *s);
