@@ -16,6 +16,7 @@ LUA_SH_TESTS = \
 	t/cli-progress-on-ranks-without-a-terminal-is-plain-lines.sh \
 	t/require-from-stock-lua.sh \
 	t/embed-host-example.sh \
+	t/pkg-config-links-the-static-library.sh \
 	t/examples-hello-runs.sh \
 	t/program-finds-lua-only-where-installed.sh
 TESTS += $(LUA_TESTS) $(LUA_SH_TESTS)
