@@ -42,7 +42,9 @@ TG_API const char *tg_last_error(void);
 /* A short name of a status ("invalid argument", ...). */
 TG_API const char *tg_status_name(tg_status st);
 /* Sets this thread's error message (printf-style) and returns st: for host
- * code that fails, e.g. a wgrad hook (return tg_error(TG_EINVAL, "...")). */
+ * code that fails, e.g. a wgrad hook (return tg_error(TG_EINVAL, "...")).
+ * fmt NULL sets an empty message (a hook's failure is then reported as one
+ * "without a message"). */
 TG_API tg_status tg_error(tg_status st, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -77,6 +79,10 @@ TG_API const char *tg_dtype_name(tg_dtype dt);
  * "e5m2"/"float8_e5m2"; returns 0 on success. */
 TG_API int tg_dtype_parse(const char *s, tg_dtype *out);
 
+/* A device is "cpu" (index 0) or a CUDA device present (index 0 .. tg_device_count(TG_CUDA) - 1). Every call
+ * given one that does not exist (cuda:99, cuda:-1, cpu:1, an unknown type) refuses it with TG_EINVAL "no such
+ * device ..." (tg_stream_current: NULL with that error), or, for the queries that return no status, answers as
+ * for a device that did nothing: tg_device_capturing 0, tg_device_get_stats zeros, tg_device_reset_peak no-op. */
 typedef enum tg_device_type { TG_CPU = 0, TG_CUDA = 1 } tg_device_type;
 typedef struct tg_device {
     tg_device_type type;
@@ -213,11 +219,15 @@ TG_API tg_status tg_tensor_write_f64(tg_tensor *t, const double *src, size_t n);
  * dtype: not an integer in range; FP8: past its max, or NaN). */
 TG_API tg_status tg_fill(tg_tensor *t, double value);
 /* dst = src; same numel; dtypes may differ (then a cast); devices may differ
- * (then a host transfer, not capturable). A cast from f32 or bf16 to i32 or
- * u16 truncates toward zero and saturates at the integer type's range (-5 to
- * u16 is 0, 1e10 to i32 is 2147483647, infinities alike); NaN becomes 0, as on
- * every backend. FP8 copies from and to f32 or bf16 only, unscaled (value =
- * code), saturating past the format's max as tg_fp8_cast does. */
+ * (then a host transfer, not capturable). A cast into i32 or u16 refuses a
+ * source value that is not an integer of the destination's range (2.7 or
+ * 1e10 into i32, -5 or 70000 into u16, NaN, infinities), as
+ * tg_tensor_write_f64 does: TG_EINVAL naming the first such value, its index
+ * and both dtypes. On the CPU the call fails and dst keeps its values; on a
+ * GPU the device's next host read fails (as for bad token ids: a kernel cannot
+ * fail its launch), dst holding the values saturated. FP8 copies from and to
+ * f32 or bf16 only, unscaled (value = code), saturating past the format's max
+ * as tg_fp8_cast does. */
 TG_API tg_status tg_copy(tg_tensor *dst, const tg_tensor *src);
 typedef enum tg_binop { TG_ADD = 0, TG_SUB, TG_MUL, TG_DIV } tg_binop;
 /* out = a op b, elementwise, all the same shape and dtype (out may alias). */
@@ -416,14 +426,15 @@ TG_API int tg_signals_pending(void);
  * code that ran during capture does not run at replay. */
 TG_API tg_status tg_stream_new(tg_device dev, const char *name, tg_stream **out);
 TG_API void tg_stream_free(tg_stream *s);
-/* The stream ops on dev are issued on (initially the device's default stream). */
+/* The stream ops on dev are issued on (initially the device's default stream); NULL (the message in
+ * tg_last_error) for a device that does not exist or when its default stream cannot be made. */
 TG_API tg_stream *tg_stream_current(tg_device dev);
 /* Makes s the current stream of its device; returns the previous one. */
 TG_API tg_stream *tg_stream_set_current(tg_stream *s);
 TG_API tg_status tg_stream_sync(tg_stream *s);
 TG_API const char *tg_stream_name(const tg_stream *s);
 TG_API int tg_stream_capturing(const tg_stream *s);
-/* Whether any stream of dev is capturing. */
+/* Whether any stream of dev is capturing (0 for a device that does not exist). */
 TG_API int tg_device_capturing(tg_device dev);
 
 /* Begins capture on s. Fails with TG_ECAPTURE if s already captures. */
@@ -496,9 +507,12 @@ TG_API tg_status tg_trace_begin(void);
 /* Whether a trace runs. */
 TG_API int tg_trace_active(void);
 /* Records a span on s (NULL: a host span) on the track "compute", "comm" or
- * "host"; args is extra JSON object members ("\"mb\":2") or NULL. Returns
- * the span's id for tg_trace_span_end, or -1 when nothing is recorded
- * (no trace, or s captures on CUDA). */
+ * "host" (NULL: "host"); name is any text (escaped in the file); args is
+ * extra JSON object members ("\"mb\":2,\"k\":\"v\"") or NULL, checked, so that
+ * the trace file is always JSON. Returns the span's id for
+ * tg_trace_span_end, or -1 when nothing is recorded: no trace, s captures on
+ * CUDA, or (TG_EINVAL in tg_last_error, naming it) a track other than the
+ * three or args that are not JSON object members. */
 TG_API int tg_trace_span_begin(tg_stream *s, const char *track, const char *name, const char *args);
 /* Ends span id (ignored when id < 0) on the same stream (or NULL). */
 TG_API void tg_trace_span_end(int id, tg_stream *s);
@@ -608,7 +622,11 @@ typedef tg_status (*tg_hook_fn)(void *ud, tg_param *p, const tg_hook_info *info)
 
 /* Adds fn as a wgrad hook of p; *id (when id is non-NULL) gets its handle
  * for tg_param_remove_hook (> 0, unique per parameter). free_ud (may be
- * NULL) is called with ud when the hook is removed or p goes. */
+ * NULL) is called with ud when the hook is removed or p goes. Refused, with
+ * *id = 0 and free_ud not called (ud stays the caller's): a (fn, ud) pair
+ * that is already a hook of p (TG_EINVAL naming its id: a pair is added
+ * once; the same fn with another ud is another hook), and a call while p's
+ * hooks are running, from one of them (TG_ESTATE: add it after). */
 TG_API tg_status tg_param_add_hook(tg_param *p, tg_hook_fn fn, void *ud, void (*free_ud)(void *ud), int *id);
 /* Removes the hook with handle id from p (calling its free_ud). TG_EINVAL
  * naming p when p has no such hook; TG_ESTATE while p's hooks are running. */
@@ -668,7 +686,10 @@ TG_API const char *tg_module_name(const tg_module *m);
  * and > 0, else the previous scale is kept (an infinite scale becomes FLT_MAX);
  * scale_inv = 1 / scale. fp8_max[j] is the largest value of the role's format
  * (448 for E4M3, 57344 for E5M2). With len 1 and most_recent it is current
- * scaling: the scale from this amax. Errors name the tensor and its shape. */
+ * scaling: the scale from this amax. Errors name the tensor and its shape;
+ * amax_history, scale and scale_inv must not share memory (TG_EINVAL naming
+ * both: the update would read what it wrote), and a bad fp8_max[j] is named by
+ * its index j. */
 #define TG_FP8_MAX_ROLES 8 /* roles one tg_fp8_scale_update call takes at most */
 TG_API tg_status tg_fp8_scale_update(tg_tensor *amax_history, tg_tensor *scale, tg_tensor *scale_inv, const double *fp8_max,
                                      int margin, int most_recent);
@@ -721,7 +742,13 @@ TG_API void tg_fp8_autocast_get(int *active, int *enabled, tg_fp8_recipe *r);
 
 /* ------------------------------------------------------------------ runtime (embedding)
  * A runtime is a Lua 5.4 state with the tegraph library loaded
- * (`tegraph` is require-able and also the global `tg`). */
+ * (`tegraph` is require-able and also the global `tg`). The runtimes of a
+ * process share the library's process-wide state: one step at a time (a
+ * step belongs to the runtime whose script began it: another runtime's
+ * tg.step_begin fails while it is open, saying so, and its tg.step_end does
+ * not end it) and one trace. A runtime freed with its step or trace still
+ * open (its script failed mid-step) ends them: the step is abandoned, what it
+ * queued dropped, so the next runtime can step. */
 typedef struct tg_runtime tg_runtime;
 typedef int (*tg_lua_cfunction)(struct lua_State *L);
 
@@ -731,7 +758,11 @@ typedef int (*tg_lua_cfunction)(struct lua_State *L);
  * Lua's standard libraries are open, except that os.exit raises an error
  * ("os.exit(N) in an embedded tegraph runtime ...") instead of ending the
  * host's process: a script's os.exit (or a command-line parser's exit on a
- * bad option) comes back as TG_ELUA. */
+ * bad option) comes back as TG_ELUA. A runtime loads Lua source only: Lua does
+ * not verify precompiled (binary) chunks, and a damaged one would crash the
+ * process, so tg_runtime_dofile and tg_runtime_dostring fail (TG_ELUA, naming
+ * the file or chunk) on one, as do the scripts' require, load, loadfile and
+ * dofile (load and loadfile refuse the mode "b"; "bt" loads text only). */
 TG_API tg_runtime *tg_runtime_new(void);
 /* Gives rt's scripts Lua's own os.exit, which ends the process (what the
  * tegraph program does: it is the host). */

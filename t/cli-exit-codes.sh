@@ -2,7 +2,7 @@
 # cli-exit-codes.sh — the tegraph command exits 0/1/2 for success/script error/usage error and prints FILE:LINE: first.
 . "${TG_TOP_SRCDIR:-.}/t/lib/tap.sh"
 
-echo "1..33"
+echo "1..39"
 
 run --version
 ok $((rc != 0)) "--version exits 0"
@@ -103,5 +103,24 @@ run --device cpu run "$GPT" --steps 3 --help
 case "$out" in "usage: tegraph run examples/gpt.lua"*) r=0 ;; *) r=1 ;; esac
 ok $((rc != 0 || r)) "an example's --help prints the usage and exits 0 (got $rc)"
 
-[ "$n" -eq 33 ] || echo "# ran $n checks, planned 33"
+# Precompiled chunks are refused (Lua does not verify bytecode: a damaged one crashed the process), naming the file.
+TG_LUAC="$tmp/chunk.luac" "$TEGRAPH" -e 'local f = assert(io.open(os.getenv("TG_LUAC"), "wb")); f:write(string.dump(function() print("ran") end)); f:close()'
+run run "$tmp/chunk.luac"
+ok $((rc != 1)) "run of a precompiled chunk exits 1 (got $rc)"
+case "$err1" in "$tmp/chunk.luac is a precompiled (binary) Lua chunk: tegraph loads Lua source only"*) r=0 ;; *) r=1 ;; esac
+ok $((r)) "and says the file is a precompiled chunk, which tegraph does not load (got '$err1')"
+ok $([ -z "$out" ]; echo $?) "nothing of it ran (got '$out')"
+# the same chunk with bytes past its header damaged: refused alike, never run (it segfaulted)
+head -c 40 "$tmp/chunk.luac" >"$tmp/bad.luac"
+printf '\377\377\377\377\377\377\377\377' >>"$tmp/bad.luac"
+tail -c +49 "$tmp/chunk.luac" >>"$tmp/bad.luac"
+run run "$tmp/bad.luac"
+ok $((rc != 1)) "run of a damaged precompiled chunk exits 1, no crash (got $rc)"
+case "$err1" in "$tmp/bad.luac is a precompiled (binary) Lua chunk"*) r=0 ;; *) r=1 ;; esac
+ok $((r)) "and names it (got '$err1')"
+run -e "$(printf '\033Lua')"
+case "$err1" in "(command line) is a precompiled (binary) Lua chunk"*) r=0 ;; *) r=1 ;; esac
+ok $((rc != 1 || r)) "-e code that starts as a precompiled chunk is refused (got $rc, '$err1')"
+
+[ "$n" -eq 39 ] || echo "# ran $n checks, planned 39"
 exit 0

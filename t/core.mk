@@ -8,6 +8,7 @@ check_PROGRAMS += \
 	t/capture-replay-matches-eager.t \
 	t/tensor-views-share-storage.t \
 	t/capi-null-arguments-are-refused.t \
+	t/capi-devices-that-do-not-exist-are-refused.t \
 	t/elementwise-ops.t \
 	t/bad-ids-fail-the-replay-on-the-cpu-and-every-host-read.t
 TESTS += \
@@ -17,6 +18,7 @@ TESTS += \
 	t/capture-replay-matches-eager.t \
 	t/tensor-views-share-storage.t \
 	t/capi-null-arguments-are-refused.t \
+	t/capi-devices-that-do-not-exist-are-refused.t \
 	t/elementwise-ops.t \
 	t/bad-ids-fail-the-replay-on-the-cpu-and-every-host-read.t
 
@@ -40,6 +42,9 @@ t_tensor_views_share_storage_t_LDADD = $(TG_TEST_LIBS)
 
 t_capi_null_arguments_are_refused_t_SOURCES = t/capi-null-arguments-are-refused.c
 t_capi_null_arguments_are_refused_t_LDADD = $(TG_TEST_LIBS)
+
+t_capi_devices_that_do_not_exist_are_refused_t_SOURCES = t/capi-devices-that-do-not-exist-are-refused.c
+t_capi_devices_that_do_not_exist_are_refused_t_LDADD = $(TG_TEST_LIBS)
 
 t_elementwise_ops_t_SOURCES = t/elementwise-ops.c
 t_elementwise_ops_t_LDADD = $(TG_TEST_LIBS)

@@ -1,6 +1,7 @@
 /* errors-long-messages-keep-their-cause.c — a message prefixed many times over (deep recursion through
  * modules and callbacks), or one longer than any fixed buffer, keeps its cause whole and its outermost
- * context; a message formatted from the current one keeps it too. */
+ * context; a message formatted from the current one keeps it too; a NULL format sets an empty message (no
+ * vsnprintf of NULL). */
 #include "core/core.h"
 #include "tap.h"
 
@@ -43,5 +44,10 @@ int main(void)
     m = tg_last_error();
     ok(strncmp(m, "wrapped: CAUSE-START", 20) == 0 && strlen(m) == 9 + 3000,
        "a message formatted from the current one reads it before replacing it");
+
+    /* a host's tg_error(st, NULL): an empty message, the status returned (vsnprintf never sees NULL) */
+    const char *volatile no_format = NULL; /* volatile: the compiler's format check would see the NULL */
+    ok(tg_error(TG_EIO, no_format) == TG_EIO, "tg_error with a NULL format returns its status");
+    ok(strcmp(tg_last_error(), "") == 0, "... and sets an empty message (got \"%s\")", tg_last_error());
     return done_testing();
 }

@@ -4,12 +4,14 @@ check_PROGRAMS += \
 	t/fp8-cast-rounds-to-nearest-even-and-saturates.t \
 	t/fp8-cast-dbias-equals-gelu-backward-cast-and-column-sums.t \
 	t/fp8-producer-casts-equal-the-unfused-ops.t \
-	t/fp8-gemm-equals-f64-product-of-dequantized.t
+	t/fp8-gemm-equals-f64-product-of-dequantized.t \
+	t/fp8-scale-update-refuses-shared-memory.t
 TESTS += \
 	t/fp8-cast-rounds-to-nearest-even-and-saturates.t \
 	t/fp8-cast-dbias-equals-gelu-backward-cast-and-column-sums.t \
 	t/fp8-producer-casts-equal-the-unfused-ops.t \
-	t/fp8-gemm-equals-f64-product-of-dequantized.t
+	t/fp8-gemm-equals-f64-product-of-dequantized.t \
+	t/fp8-scale-update-refuses-shared-memory.t
 
 t_fp8_cast_rounds_to_nearest_even_and_saturates_t_SOURCES = t/fp8-cast-rounds-to-nearest-even-and-saturates.c
 t_fp8_cast_rounds_to_nearest_even_and_saturates_t_LDADD = $(TG_TEST_LIBS)
@@ -37,3 +39,6 @@ t_cuda_fp8_matches_cpu_t_LDFLAGS = -static
 FP8_LUA_TESTS = t/fp8-lua-ops-cast-dequantize-and-gemm.lua t/fp8-casts-of-empty-matrices.lua
 TESTS += $(FP8_LUA_TESTS)
 EXTRA_DIST += $(FP8_LUA_TESTS)
+
+t_fp8_scale_update_refuses_shared_memory_t_SOURCES = t/fp8-scale-update-refuses-shared-memory.c
+t_fp8_scale_update_refuses_shared_memory_t_LDADD = $(TG_TEST_LIBS)

@@ -146,7 +146,13 @@ do
   t.error_like(function() tg.fp8.scale_update(h, s, si, { 448, 448 }) end, "fp8_max has 2 values for 3 roles",
     "fp8_max must give one value per role")
   t.error_like(function() tg.fp8.scale_update(h, s, si, { 448, 0, 448 }) end, "fp8_max%[2%] = 0 must be finite and > 0",
-    "a zero fp8_max is refused")
+    "a zero fp8_max is refused, named by its position in the Lua list")
+  t.error_like(function() tg.fp8.scale_update(tg.zeros({ 4 }), tg.tensor({ 1 }), tg.tensor({ 1 }), -1) end,
+    "fp8_max = %-1 must be finite and > 0", "a negative fp8_max given as a number is refused")
+  t.error_like(function() tg.fp8.scale_update(h, s, s, { 448, 448, 448 }) end,
+    "scale %[3%] f32 and scale_inv %[3%] f32 share memory", "scale_inv the same tensor as scale is refused")
+  t.error_like(function() tg.fp8.scale_update(h, h:narrow(4, 1):view({ 3 }), si, { 448, 448, 448 }) end,
+    "amax_history %[4,3%] f32 and scale %[3%] f32 share memory", "scale a view into amax_history (its last row) is refused")
   t.error_like(function() tg.fp8.scale_update(h, s, si, { 448, 448, 448 }, -1) end, "margin = %-1 must be in 0..127",
     "a negative margin is refused")
   t.error_like(function() tg.fp8.scale_update(h, s, si, { 448, 448, 448 }, 0, "mean") end, "invalid option 'mean'",

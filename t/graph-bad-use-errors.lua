@@ -62,6 +62,40 @@ do
   t.lives_ok(function() g:forward(x, 1) end, "reset starts the order again")
 end
 
+-- A call that fails part-way through the order (a wgrad hook raising in the W replay of microbatch 2) leaves the
+-- set there: in the same step, the next call out of order names the failed action and reset(); the next step starts
+-- the order again, as eager modules recover, and computes the eager gradients.
+do
+  local m = chunk(true, "fails")
+  local g = tg.graph.make_graphed(m, { sample = x, microbatches = M })
+  local p = m:parameters()[1]
+  local _, id = p:register_hook(function(_, info) if info.microbatch == 2 then error("the hook refuses mb 2") end end)
+  tg.step_begin{ microbatches = M }
+  for mb = 1, M do g:forward(x, mb) end
+  g:backward(dy, 3); g:backward_dw(3); g:backward(dy, 2)
+  t.error_like(function() g:backward_dw(2) end, "the hook refuses mb 2", "the hook fails the W replay of microbatch 2")
+  p:remove_hook(id)
+  t.error_like(function() g:forward(x, 1) end,
+    "expected B chunk 1 mb 1 .*got F chunk 1 mb 1; the set's W chunk 1 mb 2 failed, leaving its order there: reset%(%) starts it again",
+    "within the step, an out-of-order call names the failed action and reset()")
+  tg.step_end()
+  local ok, err = pcall(function()
+    tg.step_begin{ microbatches = M }
+    for mb = 1, M do g:forward(x, mb) end
+    for mb = M, 1, -1 do g:backward(dy, mb); g:backward_dw(mb) end
+    tg.step_end()
+  end)
+  t.ok(ok, "the next step starts the set's order again and runs whole: " .. tostring(err))
+  local ref = chunk(true, "fails")
+  tg.step_begin{ microbatches = M }
+  for mb = 1, M do ref:forward(x, mb) end
+  for mb = M, 1, -1 do ref:backward(dy, mb); ref:backward_dw(mb) end
+  tg.step_end()
+  local same = true
+  for i, q in ipairs(m:parameters()) do same = same and tg.allclose(q.grad, ref:parameters()[i].grad, 1e-6, 1e-7) end
+  t.ok(same, "... and its gradients equal an eager step's")
+end
+
 -- backward_dw on a chunk without W graph.
 do
   local m = chunk(false, "now")

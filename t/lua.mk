@@ -16,6 +16,7 @@ LUA_SH_TESTS = \
 	t/cli-progress-on-ranks-without-a-terminal-is-plain-lines.sh \
 	t/require-from-stock-lua.sh \
 	t/embed-host-example.sh \
+	t/pkg-config-links-the-static-library.sh \
 	t/examples-hello-runs.sh \
 	t/program-finds-lua-only-where-installed.sh
 TESTS += $(LUA_TESTS) $(LUA_SH_TESTS)
@@ -24,4 +25,14 @@ check_PROGRAMS += t/runtime-call-passes-arguments.t
 TESTS += t/runtime-call-passes-arguments.t
 t_runtime_call_passes_arguments_t_SOURCES = t/runtime-call-passes-arguments.c
 t_runtime_call_passes_arguments_t_LDADD = $(TG_TEST_LIBS)
+
+check_PROGRAMS += t/runtime-loads-lua-source-only.t
+TESTS += t/runtime-loads-lua-source-only.t
+t_runtime_loads_lua_source_only_t_SOURCES = t/runtime-loads-lua-source-only.c
+t_runtime_loads_lua_source_only_t_LDADD = $(TG_TEST_LIBS)
+
+check_PROGRAMS += t/step-ends-with-the-lua-state-that-began-it.t
+TESTS += t/step-ends-with-the-lua-state-that-began-it.t
+t_step_ends_with_the_lua_state_that_began_it_t_SOURCES = t/step-ends-with-the-lua-state-that-began-it.c
+t_step_ends_with_the_lua_state_that_began_it_t_LDADD = $(TG_TEST_LIBS)
 EXTRA_DIST += $(LUA_TESTS) $(LUA_SH_TESTS)

@@ -112,6 +112,27 @@ static tg_status silent_fail(void *ud, tg_param *p, const tg_hook_info *info)
     return *(tg_status *)ud;
 }
 
+/* A hook that adds another hook to its own parameter, keeping the status and the id it got. */
+struct adder {
+    tg_status st;
+    int id;
+};
+static tg_status adds_a_hook(void *ud, tg_param *p, const tg_hook_info *info)
+{
+    (void)info;
+    struct adder *a = ud;
+    a->id = -1;
+    a->st = tg_param_add_hook(p, silent_fail, NULL, NULL, &a->id);
+    return TG_OK;
+}
+
+static int freed; /* calls of count_free */
+static void count_free(void *ud)
+{
+    (void)ud;
+    freed++;
+}
+
 static tg_status hook(void *ud, tg_param *p, const tg_hook_info *info)
 {
     (void)ud;
@@ -330,6 +351,35 @@ int main(void)
             tg_tensor_free(y);
             CHECK(tg_param_remove_hook(lp[0], id));
         }
+
+        /* tegraph.h's refusals of tg_param_add_hook: the same (fn, ud) pair twice is TG_EINVAL with *id = 0 (and
+         * free_ud not called: ud stays the caller's), another ud is another hook; adding a hook from one of the
+         * parameter's own hooks is TG_ESTATE */
+        static tg_status status_a = TG_OK, status_b = TG_OK;
+        int first = 0, again = -1, other = 0;
+        CHECK(tg_param_add_hook(lp[0], silent_fail, &status_a, count_free, &first));
+        freed = 0;
+        ok(tg_param_add_hook(lp[0], silent_fail, &status_a, count_free, &again) == TG_EINVAL && again == 0,
+           "adding the same (fn, ud) twice is TG_EINVAL and *id is 0 (got %d)", again);
+        char want_dup[96];
+        snprintf(want_dup, sizeof want_dup, "already registered as hook id %d", first);
+        like(tg_last_error(), want_dup, "... naming the hook's id");
+        ok(freed == 0 && tg_param_hook_count(lp[0]) == 1, "... free_ud is not called and the hook is there once");
+        ok(tg_param_add_hook(lp[0], silent_fail, &status_b, NULL, &other) == TG_OK && other > first,
+           "the same fn with another ud is another hook");
+        CHECK(tg_param_remove_hook(lp[0], other));
+        CHECK(tg_param_remove_hook(lp[0], first));
+        ok(freed == 1, "removing the hook calls its free_ud once");
+        struct adder add = {TG_OK, 0};
+        int aid;
+        CHECK(tg_param_add_hook(lp[0], adds_a_hook, &add, NULL, &aid));
+        CHECK(tg_module_forward(lin, 1, x, &y));
+        CHECK(tg_module_backward(lin, 1, y, &dx));
+        tg_tensor_free(y);
+        tg_tensor_free(dx);
+        ok(add.st == TG_ESTATE && add.id == 0, "adding a hook from one of the parameter's own hooks is TG_ESTATE, *id 0");
+        ok(tg_param_hook_count(lp[0]) == 1, "... and adds nothing");
+        CHECK(tg_param_remove_hook(lp[0], aid));
         tg_tensor_free(x);
         free(lp);
         tg_module_release(lin);

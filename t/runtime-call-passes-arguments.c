@@ -1,7 +1,9 @@
 /* tg_runtime_call: a Lua module function gets the host's strings as its parameters, its integer result comes
  * back (one outside the int range is refused), and a missing module or function or a raised error is TG_ELUA with the
  * message. Every failing runtime call, argument errors included, leaves its own message in tg_runtime_error (not an
- * older script's); without the Lua library tg_runtime_new is NULL with the reason in tg_last_error. */
+ * older script's); without the Lua library tg_runtime_new is NULL with the reason in tg_last_error. A script's
+ * os.exit is reported with the code it gave; tg_runtime_allow_exit in a runtime whose script made os read-only fails
+ * with the script's error instead of aborting the host. */
 #include "tegraph.h"
 #include "tap.h"
 
@@ -76,7 +78,28 @@ int main(void)
                                "{stderr = io.open('/dev/null', 'w')})", "=cli") == TG_ELUA,
        "a script's bad command-line option is TG_ELUA, not an exit");
     ok(tg_runtime_dostring(rt, "return 1", "=after") == TG_OK, "... and the host goes on");
+    ok(tg_runtime_dostring(rt, "os.exit(2^40 // 1)", "=big") == TG_ELUA, "os.exit(2^40) is TG_ELUA");
+    like(tg_runtime_error(rt), "big:1: os.exit(1099511627776) in an embedded",
+         "... and the message says the code the script gave, not its int cast (0)");
     tg_runtime_free(rt);
+
+    /* tg_runtime_allow_exit sets os.exit inside a pcall: a script's read-only os, or a _G that raises on a name it
+     * does not know, fails the call (TG_ELUA with the script's message) instead of a Lua panic aborting the host */
+    static const char *const sandboxes[] = {
+        "os = setmetatable({}, {__index = os, __newindex = function(t, k) error('os is read-only: ' .. k) end})",
+        "os = nil; setmetatable(_G, {__index = function(t, k) error('undefined global ' .. k, 2) end})",
+    };
+    static const char *const said[] = {"os is read-only: exit", "undefined global os"};
+    for (int i = 0; i < 2; i++) {
+        tg_runtime *sb = tg_runtime_new();
+        if (!sb) bail_out("no runtime: %s", tg_last_error());
+        ok(tg_runtime_dostring(sb, sandboxes[i], "=sandbox") == TG_OK, "a script sandboxes os (%d)", i + 1);
+        ok(tg_runtime_allow_exit(sb) == TG_ELUA, "... tg_runtime_allow_exit then fails with TG_ELUA, the host alive");
+        like(tg_runtime_error(sb), said[i], "... with the script's message in tg_runtime_error");
+        like(tg_last_error(), "runtime: allow_exit cannot give the scripts Lua's os.exit", "... and in tg_last_error");
+        ok(tg_runtime_dostring(sb, "return 1", "=after") == TG_OK, "... and the runtime still runs chunks");
+        tg_runtime_free(sb);
+    }
 
     /* no Lua library to load (an empty TEGRAPH_LUA_PATH entry and nothing installed): NULL, and tg_last_error
      * says why; an installed library would be found, so that case is only checked where there is none */

@@ -149,6 +149,11 @@ tg_device tg_default_device(void)
 
 tg_stream *tg_stream_current(tg_device dev)
 {
+    if (!tg_device_valid(dev)) { /* public input: state_of asserts on an index it has no slot for */
+        char ds[48];
+        tg_error(TG_EINVAL, "stream_current: no such device %s", tg_device_str(dev, ds, sizeof ds));
+        return NULL;
+    }
     struct tg_device_state *st = state_of(dev);
     if (st->current) return st->current;
     if (!st->default_stream) {
@@ -201,7 +206,8 @@ const char *tg_device_capturer_name(tg_device d)
     return st->capturer ? st->capturer->name : "a stream";
 }
 
-int tg_device_capturing(tg_device dev) { return state_of(dev)->capturing > 0; }
+/* A device that does not exist captures nothing (public input: state_of asserts on an index it has no slot for). */
+int tg_device_capturing(tg_device dev) { return tg_device_valid(dev) && state_of(dev)->capturing > 0; }
 
 /* ------------------------------------------------------------------ index checks */
 static const struct tg_index_check index_clear = {.first = {~0ULL, ~0ULL, ~0ULL, ~0ULL}, .limit = {0, 0, 0, 0}};

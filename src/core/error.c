@@ -51,6 +51,10 @@ static void set_message(const char *msg, size_t n)
 tg_status tg_verror(tg_status st, const char *fmt, va_list ap)
 {
     char small[512];
+    if (fmt == NULL) { /* no message: a hook's failure is then reported as one "without a message" */
+        set_message("", 0);
+        return st;
+    }
     va_list ap2;
     va_copy(ap2, ap);
     int n = vsnprintf(small, sizeof small, fmt, ap);

@@ -25,6 +25,11 @@ tg_status tg_fp8_scale_update(tg_tensor *amax_history, tg_tensor *scale, tg_tens
     if (!shape_ok)
         return tg_error(TG_EINVAL, "%s: amax_history %s vs scale %s (f32 [len, %lld] expected, len >= 1)", op,
                         desc(h, x, sizeof x), desc(scale, y, sizeof y), (long long)n);
+    /* the kernel reads the history while it writes the scales (and rolls the history): a shared byte would be read
+       after it was written, so neither the result is the update nor the inputs what they were */
+    TG_TRY(no_overlap(op, "amax_history", amax_history, "scale", scale));
+    TG_TRY(no_overlap(op, "amax_history", amax_history, "scale_inv", scale_inv));
+    TG_TRY(no_overlap(op, "scale", scale, "scale_inv", scale_inv));
     if (margin < 0 || margin > 127) return tg_error(TG_EINVAL, "%s: margin = %d must be in 0..127", op, margin);
     struct tg_fp8_scale_update_args a = {
         .history = tg_tensor_data(amax_history),
@@ -37,7 +42,7 @@ tg_status tg_fp8_scale_update(tg_tensor *amax_history, tg_tensor *scale, tg_tens
     };
     for (int j = 0; j < n; j++) {
         if (!(fp8_max[j] > 0) || !isfinite(fp8_max[j]))
-            return tg_error(TG_EINVAL, "%s: fp8_max[%d] = %g must be finite and > 0", op, j + 1, fp8_max[j]);
+            return tg_error(TG_EINVAL, "%s: fp8_max[%d] = %g must be finite and > 0", op, j, fp8_max[j]); /* C index */
         a.fp8_max[j] = (float)fp8_max[j];
     }
     ISSUE(s, op, fp8_scale_update, &a, TG_OK);

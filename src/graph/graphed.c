@@ -61,6 +61,11 @@ struct tg_graphed {
     int running;         /* replay calls under way: their hooks run inside them (tg_graphed_running) */
     char running_op;     /* the outermost one's op and chunk */
     int running_chunk;
+    int64_t pass_step;   /* the step (tg_step_index) the order's current pass began in */
+    char action_op;      /* the action the outermost call under way passed check_order with (0: none) */
+    int action_chunk, action_mb;
+    char failed_op;      /* the last call that failed after its order check, while the pass it left goes on (0: none) */
+    int failed_chunk, failed_mb;
 };
 
 static tg_graphed *sets; /* every set not yet freed, newest first */
@@ -195,6 +200,10 @@ static void set_mode(tg_module *m, const char *mode)
 
 static const char *op_name(char op) { return op == 'F' ? "F" : op == 'B' ? "B" : "W"; }
 
+/* Whether g's order is part-way through a pass begun in another step than the one open now (0: outside steps): a
+ * step that failed, or ended, before its pass finished. Its next call starts the order again (check_order). */
+static int stale_pass(const tg_graphed *g) { return g->pos != g->start && g->pass_step != tg_step_index(); }
+
 /* Sets sharing a pool: a range one set's capture freed (saved activations after their backward, temporaries) was
  * taken by the captures of sets made after it, which is safe only while each set's order replays whole before
  * another set of the pool replays: interleaved (A:F, B:F, B:B, A:B), B's graphs overwrite what A's F saved for
@@ -202,7 +211,7 @@ static const char *op_name(char op) { return op == 'F' ? "F" : op == 'B' ? "B" :
 static tg_status check_pool_turn(tg_graphed *g, char op, int chunk, int mb)
 {
     for (tg_graphed *h = sets; h; h = h->next_set) {
-        if (h == g || h->pool != g->pool || h->pos == h->start) continue;
+        if (h == g || h->pool != g->pool || h->pos == h->start || stale_pass(h)) continue;
         char la[160], lb[160];
         const struct tg_graph_action *a = &h->order[h->pos];
         return tg_error(TG_ESTATE,
@@ -217,23 +226,59 @@ static tg_status check_pool_turn(tg_graphed *g, char op, int chunk, int mb)
     return TG_OK;
 }
 
+static void skip_empty_w(tg_graphed *g);
+
+/* Starts the order again: its next action is the first. Routed modules forget the W actions the pass left
+ * (their backward_dw would be refused as out of order). */
+static void restart(tg_graphed *g)
+{
+    g->pos = 0;
+    skip_empty_w(g);
+    g->start = g->pos;
+    g->failed_op = 0;
+    for (int c = 0; g->routes && c < g->nchunks; c++) g->chunks[c]->route_wpend = 0;
+}
+
+/* An out-of-order error, saying which earlier call failed and left the pass part-way when one did. */
+static tg_status out_of_order(tg_graphed *g, const char *got)
+{
+    const struct tg_graph_action *a = &g->order[g->pos];
+    char why[200] = "";
+    if (g->failed_op)
+        snprintf(why, sizeof why,
+                 "; the set's %s chunk %d mb %d failed, leaving its order there: reset() starts it again (as the next "
+                 "step does)",
+                 op_name(g->failed_op), g->failed_chunk, g->failed_mb);
+    return tg_error(TG_ESTATE, "graphed replay out of order: expected %s chunk %d mb %d (action %d of %d), got %s%s",
+                    op_name(a->op), a->chunk, a->mb, g->pos + 1, g->norder, got, why);
+}
+
 /* *mb = 0 takes the microbatch of the next action when it is op of chunk. */
 static tg_status check_order(tg_graphed *g, char op, int chunk, int *mbp)
 {
     if (chunk < 1 || chunk > g->nchunks) return tg_error(TG_EINVAL, "graphed %s: chunk %d of %d", op_name(op), chunk, g->nchunks);
+    /* a pass left part-way by an earlier step (it failed, or ended before the pass did) is abandoned, as eager
+       modules abandon the forwards of another step: nothing of it replays later, the F graphs overwrite its buffers */
+    if (stale_pass(g)) restart(g);
     const struct tg_graph_action *a = &g->order[g->pos];
     if (*mbp == 0 && a->op == op && a->chunk == chunk) *mbp = a->mb;
     int mb = *mbp;
+    char got[48];
     if (mb < 1 || mb > g->mbs) {
-        if (mb == 0)
-            return tg_error(TG_ESTATE, "graphed replay out of order: expected %s chunk %d mb %d (action %d of %d), got %s chunk %d",
-                            op_name(a->op), a->chunk, a->mb, g->pos + 1, g->norder, op_name(op), chunk);
+        if (mb == 0) {
+            snprintf(got, sizeof got, "%s chunk %d", op_name(op), chunk);
+            return out_of_order(g, got);
+        }
         return tg_error(TG_EINVAL, "graphed %s: microbatch %d of %d", op_name(op), mb, g->mbs);
     }
-    if (a->op != op || a->chunk != chunk || a->mb != mb)
-        return tg_error(TG_ESTATE, "graphed replay out of order: expected %s chunk %d mb %d (action %d of %d), got %s chunk %d mb %d",
-                        op_name(a->op), a->chunk, a->mb, g->pos + 1, g->norder, op_name(op), chunk, mb);
-    return check_pool_turn(g, op, chunk, mb);
+    if (a->op != op || a->chunk != chunk || a->mb != mb) {
+        snprintf(got, sizeof got, "%s chunk %d mb %d", op_name(op), chunk, mb);
+        return out_of_order(g, got);
+    }
+    TG_TRY(check_pool_turn(g, op, chunk, mb));
+    if (g->pos == g->start) g->pass_step = tg_step_index();
+    g->action_op = op, g->action_chunk = chunk, g->action_mb = mb;
+    return TG_OK;
 }
 
 /* W actions of chunks without W graphs are not replayed: the order skips them. */
@@ -1235,12 +1280,20 @@ static tg_status call_end(tg_stream *prev, tg_status st)
 /* Brackets every replay call (its hooks run inside it: tg_graphed_running). */
 static void run_begin(tg_graphed *g, char op, int chunk)
 {
-    if (g->running++ == 0) g->running_op = op, g->running_chunk = chunk;
+    if (g->running++ == 0) g->running_op = op, g->running_chunk = chunk, g->action_op = 0;
 }
 
+/* The outermost call's end: a failure after its order check (a hook, a copy, a replay) is kept for the
+ * out-of-order error that the next call may meet; a call that succeeds forgets it. */
 static tg_status run_end(tg_graphed *g, tg_status st)
 {
-    g->running--;
+    if (--g->running > 0) return st;
+    if (st == TG_OK) {
+        g->failed_op = 0;
+    } else if (g->action_op) {
+        g->failed_op = g->action_op, g->failed_chunk = g->action_chunk, g->failed_mb = g->action_mb;
+    }
+    g->action_op = 0;
     return st;
 }
 
@@ -1311,12 +1364,7 @@ tg_status tg_graphed_backward_dw(tg_graphed *g, int chunk, int mb)
     return run_end(g, call_end(prev, st == TG_OK ? replay_backward_dw(g, chunk, mb) : st));
 }
 
-void tg_graphed_reset(tg_graphed *g)
-{
-    g->pos = 0;
-    skip_empty_w(g);
-    g->start = g->pos;
-}
+void tg_graphed_reset(tg_graphed *g) { restart(g); }
 int tg_graphed_has_w(const tg_graphed *g, int chunk) { return chunk >= 1 && chunk <= g->nchunks && g->has_w[chunk - 1]; }
 int tg_graphed_nchunks(const tg_graphed *g) { return g->nchunks; }
 int tg_graphed_shared(const tg_graphed *g) { return g->shared; }

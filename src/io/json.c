@@ -64,8 +64,7 @@ static size_t put_utf8(char *o, unsigned cp)
     return 4;
 }
 
-/* The length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n)
+size_t tg_utf8_len(const unsigned char *s, size_t n)
 {
     unsigned c = s[0];
     size_t k;
@@ -131,7 +130,7 @@ static int parse_string(struct parser *p, char **out, size_t *outlen)
             }
             continue;
         }
-        size_t k = utf8_len((const unsigned char *)p->s + p->pos, p->n - p->pos);
+        size_t k = tg_utf8_len((const unsigned char *)p->s + p->pos, p->n - p->pos);
         if (!k) { free(buf); return fail(p, "invalid UTF-8 in a string"); }
         memcpy(buf + len, p->s + p->pos, k);
         len += k;

@@ -27,6 +27,8 @@ int tg_json_parse(const char *text, size_t n, int max_depth, tg_json *out, char 
 void tg_json_free(tg_json *v);
 /* The member of object o named key, or NULL. */
 const tg_json *tg_json_get(const tg_json *o, const char *key);
+/* The length of the valid UTF-8 sequence at s (at most n bytes), 0 if it is not one (JSON text is UTF-8). */
+size_t tg_utf8_len(const unsigned char *s, size_t n);
 /* Appends s as a JSON string literal (quotes, escapes) to buf of capacity cap
  * at *len; returns the bytes it needs (writes nothing past cap). */
 size_t tg_json_quote(char *buf, size_t cap, size_t *len, const char *s);

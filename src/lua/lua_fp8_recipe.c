@@ -4,6 +4,8 @@
 #include "lua/lua_impl.h"
 #include "nn/nn.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #define TGL_FP8_RECIPE "tegraph.FP8Recipe"
@@ -231,6 +233,14 @@ static int fp8_scale_update(lua_State *L)
     if (n != tg_tensor_numel(s))
         return luaL_error(L, "fp8.scale_update: fp8_max has %d values for %I roles (scale's length)", n,
                           (lua_Integer)tg_tensor_numel(s));
+    for (int i = 0; i < n; i++) /* checked here to name Lua's position (the C message names C's index) */
+        if (!(mx[i] > 0) || !isfinite(mx[i])) {
+            char v[32];
+            snprintf(v, sizeof v, "%g", mx[i]);
+            if (lua_type(L, 4) == LUA_TNUMBER)
+                return luaL_error(L, "fp8.scale_update: fp8_max = %s must be finite and > 0", v);
+            return luaL_error(L, "fp8.scale_update: fp8_max[%d] = %s must be finite and > 0", i + 1, v);
+        }
     int margin = lua_isnoneornil(L, 5) ? 0 : tgl_checkint(L, 5);
     int algo = luaL_checkoption(L, 6, "max", algo_names);
     tgl_check(L, tg_fp8_scale_update(h, s, si, mx, margin, algo));

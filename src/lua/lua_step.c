@@ -3,6 +3,15 @@
 #include "lua/lua_impl.h"
 #include "nn/nn.h"
 
+/* The identity of L's Lua state (its main thread, which its coroutines share): the owner of the steps it begins. */
+static const void *state_id(lua_State *L)
+{
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+    const void *id = lua_topointer(L, -1);
+    lua_pop(L, 1);
+    return id;
+}
+
 /* tg.step_begin{microbatches=M} or tg.step_begin(M) -> step index */
 static int l_step_begin(lua_State *L)
 {
@@ -22,14 +31,14 @@ static int l_step_begin(lua_State *L)
         m = luaL_optinteger(L, 1, 1);
     }
     luaL_argcheck(L, m >= 1 && m <= 1 << 20, 1, "microbatches must be an integer from 1 to 1048576");
-    tgl_check(L, tg_step_begin((int)m));
+    tgl_check(L, tg_step_begin_by((int)m, state_id(L)));
     lua_pushinteger(L, (lua_Integer)tg_step_index());
     return 1;
 }
 
 static int l_step_end(lua_State *L)
 {
-    tgl_check(L, tg_step_end());
+    tgl_check(L, tg_step_end_by(state_id(L)));
     return 0;
 }
 
@@ -89,4 +98,29 @@ static const luaL_Reg step_funcs[] = {
     {NULL, NULL},
 };
 
-void tgl_open_step(lua_State *L) { luaL_setfuncs(L, step_funcs, 0); }
+/* The engine's step is process-wide: a Lua state that began one and goes away before step_end (a script failed
+ * mid-step, then tg_runtime_free or lua_close) abandons it through this sentinel's __gc, so the next state can
+ * begin steps (as the trace's sentinel ends a trace, lua_trace.c). Made once per state, when the library opens:
+ * collected last at close, after the state's modules. */
+#define TGL_STEP_SENTINEL "tegraph.step_sentinel"
+
+static int step_sentinel_gc(lua_State *L)
+{
+    tg_step_abandon(*(const void **)lua_touserdata(L, 1));
+    return 0;
+}
+
+void tgl_open_step(lua_State *L)
+{
+    luaL_setfuncs(L, step_funcs, 0);
+    if (lua_getfield(L, LUA_REGISTRYINDEX, TGL_STEP_SENTINEL) == LUA_TNIL) {
+        const void **owner = lua_newuserdatauv(L, sizeof *owner, 0);
+        *owner = state_id(L);
+        lua_createtable(L, 0, 1);
+        lua_pushcfunction(L, step_sentinel_gc);
+        lua_setfield(L, -2, "__gc");
+        lua_setmetatable(L, -2);
+        lua_setfield(L, LUA_REGISTRYINDEX, TGL_STEP_SENTINEL);
+    }
+    lua_pop(L, 1);
+}

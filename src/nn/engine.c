@@ -16,6 +16,7 @@ static struct {
     int quiet;           /* graph warm-up: wgrads neither recorded nor fired */
     int full;            /* full-iteration capture of a step of this many microbatches (0: none): hooks fire
                             while capturing, so their device work is captured */
+    const void *owner;   /* who began the open step (the Lua state: tg_step_begin), an identity only */
     tg_capture_observer observer; /* told of wgrads issued while capturing */
     void *observer_ud;
     tg_param *live;      /* every parameter not yet freed, oldest first */
@@ -99,10 +100,16 @@ static int queued_in(int64_t step, char *msg, size_t cap)
     return n;
 }
 
-tg_status tg_step_begin(int microbatches)
+tg_status tg_step_begin_by(int microbatches, const void *owner)
 {
     char q[600];
     TG_TRY(not_in_hook("step_begin"));
+    if (eng.open && eng.owner != owner)
+        return tg_error(TG_ESTATE,
+                        "step_begin: step %lld is open in another Lua state of this process (another runtime): the "
+                        "process has one step at a time, shared by its runtimes (end that step there, or free that "
+                        "runtime, first)",
+                        (long long)eng.count);
     if (eng.open)
         return tg_error(TG_ESTATE, "step_begin: step %lld is still open (call step_end first)", (long long)eng.count);
     if (microbatches < 1) return tg_error(TG_EINVAL, "step_begin: microbatches must be >= 1 (got %d)", microbatches);
@@ -112,9 +119,24 @@ tg_status tg_step_begin(int microbatches)
                         "drop them with drop_saved(), first)",
                         q);
     eng.open = 1;
+    eng.owner = owner;
     eng.count++;
     eng.microbatches = microbatches;
     return TG_OK;
+}
+
+tg_status tg_step_begin(int microbatches) { return tg_step_begin_by(microbatches, NULL); }
+
+void tg_step_abandon(const void *owner)
+{
+    if (!eng.open || eng.owner != owner) return;
+    /* what the step left (delayed wgrads queued in it, contexts its forwards saved) would fail or misplace the next
+       step's work, as after a failed schedule run: dropped. The owner's modules are usually gone already (a Lua
+       state's modules are collected before its step) */
+    for (tg_param *p = eng.live; p; p = p->next_live)
+        if (p->owner) tg_module_drop_step(p->owner, eng.count);
+    eng.open = 0;
+    eng.owner = NULL;
 }
 
 /* Grows p's per-microbatch counters to hold n entries (new entries zero). */
@@ -540,10 +562,15 @@ static void mode_of(const tg_module *m, char *buf, size_t n)
              m->opts.delay_wgrad ? "delayed wgrad" : "wgrad not delayed");
 }
 
-tg_status tg_step_end(void)
+tg_status tg_step_end_by(const void *owner)
 {
     TG_TRY(not_in_hook("step_end"));
     if (!eng.open) return tg_error(TG_ESTATE, "step_end: no step is open (call step_begin first)");
+    if (eng.owner != owner)
+        return tg_error(TG_ESTATE,
+                        "step_end: step %lld was begun by another Lua state of this process (another runtime), which "
+                        "ends it (the process has one step at a time, shared by its runtimes)",
+                        (long long)eng.count);
     char q[600];
     if (queued_in(eng.count, q, sizeof q))
         return tg_error(TG_ESTATE,
@@ -571,7 +598,10 @@ tg_status tg_step_end(void)
         }
     }
     eng.open = 0;
+    eng.owner = NULL;
     if (!bad) return TG_OK;
     if (listed < bad) snprintf(msg + len, sizeof msg - len, ", and %d more", bad - listed);
     return tg_error(TG_ESTATE, "hook check failed at step %lld (mode: %s): %s", (long long)eng.count, first_mode, msg);
 }
+
+tg_status tg_step_end(void) { return tg_step_end_by(NULL); }

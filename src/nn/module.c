@@ -577,6 +577,26 @@ void tg_module_drop_saved(tg_module *m, int mb)
     for (int i = 0; i < m->nchildren; i++) tg_module_drop_saved(m->children[i], mb);
 }
 
+void tg_module_drop_step(tg_module *m, int64_t step)
+{
+    if (m->mb_step == step) {
+        saved_list_drop(&m->saved, 0);
+        m->nopen = 0, m->fwd_last = 0;
+    }
+    for (struct tg_saved **pp = &m->wq_head; *pp;) {
+        struct tg_saved *q = *pp;
+        if (q->step == step) {
+            *pp = q->next;
+            q->next = NULL;
+            tg_saved_free(q);
+        } else {
+            pp = &q->next;
+        }
+    }
+    m->wq_tail = m->wq_head;
+    while (m->wq_tail && m->wq_tail->next) m->wq_tail = m->wq_tail->next;
+}
+
 void tg_module_release(tg_module *m)
 {
     if (!m || --m->refcount > 0) return;

@@ -76,15 +76,25 @@ tg_status tg_param_set_master(tg_param *p, tg_tensor *view);
 tg_status tg_param_zero_grad(tg_param *p);
 
 /* ------------------------------------------------------------------ engine (steps and the hook check) */
-/* Opens a step of `microbatches` microbatches. Fails if one is open, when called
- * from a hook, or while a delayed wgrad queued outside steps waits (naming it). */
+/* Opens a step of `microbatches` microbatches for owner (the Lua state that
+ * begins it, an identity only: a process has one step at a time, shared by its
+ * runtimes; tg_step_begin: owner NULL, C code). Fails if one is open (saying so
+ * when another owner's is), when called from a hook, or while a delayed wgrad
+ * queued outside steps waits (naming it). */
+tg_status tg_step_begin_by(int microbatches, const void *owner);
 tg_status tg_step_begin(int microbatches);
-/* Closes the step. Fails (TG_ESTATE), leaving the step open, when called from a
+/* Closes owner's open step without its checks, dropping the delayed wgrads
+ * queued and the contexts saved in it: its owner went away (a Lua state closed
+ * mid-step). Does nothing when no step of owner is open. */
+void tg_step_abandon(const void *owner);
+/* Closes owner's step (tg_step_end: owner NULL). Fails (TG_ESTATE), leaving the
+ * step open, when another owner began it, when called from a
  * hook or while a delayed wgrad queued in this step has not run (naming the
  * modules and microbatches). With the hook check on, fails (TG_ESTATE, the step
  * closed) when a parameter that has hooks and whose module ran forward in this
  * step did not fire exactly once per microbatch; the message names every such
  * parameter, what it got per microbatch and the module's execution mode. */
+tg_status tg_step_end_by(const void *owner);
 tg_status tg_step_end(void);
 int tg_step_open(void);
 int64_t tg_step_index(void);
@@ -333,6 +343,9 @@ void tg_module_drop_state(tg_module *m);
  * mb (0: all) of m and its children: an evaluation forward that no backward
  * follows, or a step given up. */
 void tg_module_drop_saved(tg_module *m, int mb);
+/* Drops what step `step` left on m (not its children): the delayed wgrads
+ * queued in it and, when m's forwards belong to it, the contexts they saved. */
+void tg_module_drop_step(tg_module *m, int64_t step);
 void tg_module_release(tg_module *m);
 
 /* The microbatch a forward of m with mb = 0 runs (see the protocol above). */

@@ -1,18 +1,25 @@
 /* chrome.c — writes trace spans as Chrome trace JSON (opens in Perfetto), and how much comm overlapped compute. */
+#include "io/json.h"
 #include "trace/trace.h"
 
 #include <errno.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ JSON */
+/* A string literal; a byte that is not part of valid UTF-8 (a name from a script) is written as U+FFFD, so the
+ * file stays JSON, which is UTF-8 text. */
 static void put_str(FILE *f, const char *s)
 {
     fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
+    while (p < end) {
+        size_t k = tg_utf8_len(p, (size_t)(end - p));
+        if (k == 0) fputs("\\ufffd", f), k = 1;
+        else if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
         else if (*p == '\n') fputs("\\n", f);
         else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-        else fputc(*p, f);
+        else fwrite(p, 1, k, f);
+        p += k;
     }
     fputc('"', f);
 }

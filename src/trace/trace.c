@@ -1,7 +1,9 @@
 /* trace.c — the trace recorder: spans timed by events on the streams that run their work, or by the host clock. */
 #include "backend/backend.h"
+#include "io/json.h"
 #include "trace/trace.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -347,18 +349,54 @@ tg_status tg_trace_end(const char *path, tg_trace_summary *sum)
     return st;
 }
 
+/* The track of a public span: NULL is "host"; another name than the three is -1. */
 static int track_of(const char *track)
 {
-    if (track && strcmp(track, "compute") == 0) return TG_TRACK_COMPUTE;
-    if (track && strcmp(track, "comm") == 0) return TG_TRACK_COMM;
-    return TG_TRACK_HOST;
+    if (!track || strcmp(track, "host") == 0) return TG_TRACK_HOST;
+    if (strcmp(track, "compute") == 0) return TG_TRACK_COMPUTE;
+    if (strcmp(track, "comm") == 0) return TG_TRACK_COMM;
+    return -1;
+}
+
+/* A public span's args must be JSON object members ("\"mb\":2,\"k\":\"v\""): the writer pastes them into the
+ * span's "args" object, so anything else would break the file. Checked by parsing them in braces; *empty is set
+ * when there are no members (whitespace), which are then left out (a lone comma would break the file too). */
+static tg_status check_args(const char *name, const char *args, int *empty)
+{
+    *empty = 1;
+    if (!args) return TG_OK;
+    size_t n = strlen(args);
+    char *obj = malloc(n + 3);
+    if (!obj) return tg_error(TG_ENOMEM, "out of host memory");
+    obj[0] = '{';
+    memcpy(obj + 1, args, n);
+    obj[n + 1] = '}';
+    obj[n + 2] = '\0';
+    tg_json v;
+    char err[160];
+    int bad = tg_json_parse(obj, n + 2, 16, &v, err, sizeof err);
+    free(obj);
+    if (bad)
+        return tg_error(TG_EINVAL,
+                        "trace span '%s': args are not JSON object members such as \"mb\":2,\"k\":\"v\" (%s, in "
+                        "{%s})",
+                        name, err, args);
+    *empty = v.len == 0;
+    tg_json_free(&v);
+    return TG_OK;
 }
 
 int tg_trace_span_begin(tg_stream *s, const char *track, const char *name, const char *args)
 {
     if (!tg_trace_on) return -1;
-    struct tg_trace_about a = {.args = args};
-    return tg_trace_open(s, track_of(track), name, &a);
+    int t = track_of(track), empty;
+    if (t < 0) {
+        tg_error(TG_EINVAL, "trace span '%s': no track '%s' (tracks: compute, comm, host)", name ? name : "", track);
+        return -1;
+    }
+    if (check_args(name ? name : "", args, &empty) != TG_OK) return -1;
+    struct tg_trace_about a = {.args = empty ? NULL : args};
+    return tg_trace_open(s, t, name, &a);
 }
 
 void tg_trace_span_end(int id, tg_stream *s) { tg_trace_close(id, s); }
