@@ -320,6 +320,16 @@ end
 t.error_like(function() tg.graph.make_graphed(chunk(false, "w0"), { sample = x, warmup = 0 }) end,
   "warmup must be >= 1 %(got 0; leave it out for the default, 3%)", "make_graphed{warmup = 0} is refused")
 
+-- chunk numbers that are no plan's are named, not renumbered
+for _, bad in ipairs { { 0, "order%[1%]%.chunk is 0 %(chunks are numbered from 1%)" }, { -1, "order%[1%]%.chunk is %-1" },
+  { "1", "order%[1%]%.chunk is not an integer" } } do
+  t.error_like(function()
+    tg.graph.make_graphed({ chunk(false, "o1"), chunk(false, "o2") }, { sample = { x, x }, order = {
+      { op = "F", chunk = bad[1], mb = 1 }, { op = "F", chunk = 1, mb = 1 }, { op = "B", chunk = 1, mb = 1 },
+      { op = "B", chunk = bad[1], mb = 1 } } })
+  end, bad[2], "make_graphed refuses order chunk " .. tostring(bad[1]))
+end
+
 -- schedule.to_order(plan, s) is an order make_graphed takes: fused B + W (1f1b) and a stage's plan chunk numbers
 do
   local S = tg.schedule

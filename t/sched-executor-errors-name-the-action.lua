@@ -210,4 +210,25 @@ do
   if not ok2 then t.diag(err2) end
 end
 
+-- per-stage graphed sets run in one process must not reuse static buffers across microbatches: a stage's input
+-- gradient is read by the other set later (silently wrong gradients before); made without reuse they run
+do
+  local plan = S.one_f_one_b { stages = 2, microbatches = 4 }
+  local function sets(o)
+    local chunks = build(2)
+    local out = {}
+    for s = 1, 2 do
+      local g = tg.graph.make_graphed({ chunks[s] }, { sample = xs[1], microbatches = 4, order = S.to_order(plan, s),
+        reuse = o.reuse, share = o.share })
+      out[s] = g[1]
+    end
+    return out
+  end
+  local ok, err = pcall(S.execute, plan, { graphed = sets {}, inputs = xs, loss_grad = dys })
+  t.ok(not ok and tostring(err):find("2 graphed sets in one process, and chunk %d's reuses static buffers"),
+    "execute refuses per-stage sets that reuse static buffers in one process: " .. tostring(err))
+  local ok2, err2 = pcall(S.execute, plan, { graphed = sets { reuse = false, share = false }, inputs = xs, loss_grad = dys })
+  t.ok(ok2, "... and runs them made with reuse = false, share = false (" .. tostring(err2) .. ")")
+end
+
 t.done_testing()

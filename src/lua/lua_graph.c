@@ -209,6 +209,14 @@ static int g_reused(lua_State *L)
     return 1;
 }
 
+/* c:set_id() -> an opaque value, the same for every callable of one graphed set (make_graphed call) */
+static int g_set_id(lua_State *L)
+{
+    int chunk;
+    lua_pushlightuserdata(L, graphed_check(L, 1, &chunk));
+    return 1;
+}
+
 static int g_graphs(lua_State *L)
 {
     int chunk;
@@ -259,7 +267,7 @@ static int g_tostring(lua_State *L)
 
 static const luaL_Reg graphed_methods[] = {
     {"forward", g_forward}, {"backward", g_backward}, {"backward_dw", g_backward_dw},
-    {"reset", g_reset},     {"memory", g_memory}, {"shared", g_shared}, {"reused", g_reused}, {"graphs", g_graphs},     {"has_w", g_has_w},
+    {"reset", g_reset},     {"memory", g_memory}, {"shared", g_shared}, {"reused", g_reused}, {"graphs", g_graphs}, {"set_id", g_set_id},     {"has_w", g_has_w},
     {"free", g_free},       {NULL, NULL},
 };
 
@@ -297,12 +305,15 @@ static struct tg_graph_action *read_order(lua_State *L, int idx, int nchunks, in
             luaL_error(L, "make_graphed: order[%d].op is %s (expected \"F\", \"B\" or \"W\")", i, op ? op : "missing");
         a[k].op = op[0];
         lua_getfield(L, -2, "chunk");
+        if (!lua_isnil(L, -1) && !lua_isinteger(L, -1)) luaL_error(L, "make_graphed: order[%d].chunk is not an integer", i);
         a[k].chunk = lua_isnil(L, -1) ? 1 : tgl_checkint(L, -1);
         lua_getfield(L, -3, "mb");
         if (!lua_isinteger(L, -1)) luaL_error(L, "make_graphed: order[%d].mb is not an integer", i);
         a[k].mb = tgl_checkint(L, -1);
         lua_getfield(L, -4, "w");
-        outside |= a[k].chunk < 1 || a[k].chunk > nchunks;
+        if (a[k].chunk < 1) /* no chunk of any plan: named, not renumbered */
+            luaL_error(L, "make_graphed: order[%d].chunk is %d (chunks are numbered from 1)", i, a[k].chunk);
+        outside |= a[k].chunk > nchunks;
         if (lua_toboolean(L, -1)) {
             a[k + 1] = a[k];
             a[k + 1].op = 'W';

@@ -411,7 +411,8 @@ static int o_sumsq_multi(lua_State *L)
     return 1;
 }
 
-/* copy_multi(dsts, srcs): dsts[i]:copy_(srcs[i]) for every i in one call (f32 / bf16 either side, one device). */
+/* copy_multi(dsts, srcs): each dsts[i] gets srcs[i]'s values in one call (f32 / bf16 either side, one device). Unlike
+ * copy_, a pair needs only the same number of elements: a flat buffer's stretch goes into a weight of any shape. */
 static int o_copy_multi(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);

@@ -542,7 +542,7 @@ static int64_t numel_of(int ndim, const int64_t *shape)
     return n;
 }
 
-/* t:copy_(src): src a tensor (same numel; dtype and device may differ), a
+/* t:copy_(src): src a tensor (the same shape; dtype and device may differ), a
  * number (broadcast, like fill_) or a nested table with t's shape. */
 static int t_copy_(lua_State *L)
 {

@@ -241,6 +241,28 @@ function M.execute(plan, opts)
     if not vok then raise("schedule.execute: " .. verr) end
     validated[plan] = key
   end
+  -- Several graphed sets run in one process (one per stage, each captured in its own stage's order): a stage's
+  -- input gradient goes to another set, which reads it after this set's later microbatches replayed, so a set that
+  -- reuses static buffers across microbatches or shares one microbatch's graphs would hand over overwritten values
+  -- (silently wrong gradients). schedule.make_graphed{per_stage = true} makes them with reuse = false, share = false.
+  if opts.graphed and not opts.comm then
+    local sets, nsets, bad = {}, 0, nil
+    for c = 1, math.type(plan.stages) == "integer" and chunk_count(plan) or 0 do
+      local g = opts.graphed[c]
+      local ok, id = pcall(function() return g:set_id() end)
+      if ok then
+        if not sets[id] then sets[id], nsets = true, nsets + 1 end
+        local rok, r = pcall(function() return g:reused() or g:shared() end)
+        if rok and r and not bad then bad = c end
+      end
+    end
+    if nsets > 1 and bad then
+      raise(string.format("schedule.execute: %d graphed sets in one process, and chunk %d's reuses static buffers " ..
+        "or shares graphs across microbatches: a stage's input gradient read by another set later would be " ..
+        "overwritten; make each set with reuse = false, share = false (schedule.make_graphed{per_stage = true} does)",
+        nsets, bad))
+    end
+  end
   plan.owner = plan_.owners(plan)
   local run_opts = {
     chunks = opts.chunks, graphed = opts.graphed, sync = opts.sync, pid = opts.pid,
