@@ -23,7 +23,13 @@ struct lua_State;
  * handle or output pointer is refused with TG_EINVAL naming it; accessors
  * given NULL answer as for an empty object (0, NULL or ""). Freeing a handle
  * twice, or using one after it was freed, is the caller's error and is not
- * detected. */
+ * detected.
+ *
+ * Threads: the library keeps process-wide state (the engine's step and its
+ * list of live parameters, the trace, the allocator's pools) without locks:
+ * call it from one thread at a time. Several threads, each with its own
+ * runtime, must take turns under the host's own lock; the tokenizer, in
+ * addition, is not to be shared between threads at all. */
 typedef enum tg_status {
     TG_OK = 0,
     TG_EINVAL,   /* bad argument (wrong shape, dtype, option) */
@@ -748,7 +754,9 @@ TG_API void tg_fp8_autocast_get(int *active, int *enabled, tg_fp8_recipe *r);
  * tg.step_begin fails while it is open, saying so, and its tg.step_end does
  * not end it) and one trace. A runtime freed with its step or trace still
  * open (its script failed mid-step) ends them: the step is abandoned, what it
- * queued dropped, so the next runtime can step. */
+ * queued dropped, so the next runtime can step. The step is the process's:
+ * while it is open, module calls from any runtime belong to it (a forward or
+ * wgrad another runtime runs then counts in it, and is dropped with it). */
 typedef struct tg_runtime tg_runtime;
 typedef int (*tg_lua_cfunction)(struct lua_State *L);
 

@@ -75,6 +75,33 @@ do
     "a list entry that is not a module is named")
 end
 
+-- ---------------------------------------------------------------- a state made inside fn (fp8_autocast's first FP8 forward)
+do
+  local function run(eval_first)
+    tg.manual_seed(11)
+    local m = nn.Linear(16, 16, { name = "auto" })
+    local r = tg.fp8.DelayedScaling { amax_history_len = 2 }
+    tg.manual_seed(12)
+    local xe = tg.randn({ 16, 16 }, { std = 50 })
+    if eval_first then
+      tg.fp8.keep_state(m, function() tg.fp8_autocast(r, function() m:forward(xe); m:drop_saved() end) end)
+    end
+    local ys = {}
+    for step = 1, 2 do
+      local x, dy = tg.randn({ 16, 16 }, { std = step }), tg.randn({ 16, 16 })
+      tg.step_begin { microbatches = 1 }
+      tg.fp8_autocast(r, function() ys[step] = flat(m:forward(x, 1)); m:backward(dy, 1) end)
+      tg.step_end()
+    end
+    return ys, states(m)
+  end
+  local base, base_state = run(false)
+  local got, got_state = run(true)
+  t.ok(same(got[1], base[1]) and same(got[2], base[2]),
+    "an evaluation that made the FP8 state (under fp8_autocast) inside keep_state leaves the training outputs unchanged")
+  t.ok(same(got_state, base_state), "... and the state equals the run without it")
+end
+
 -- ---------------------------------------------------------------- a GPT: eval_loss, logits, decode, generate
 do
   local V, T = 32, 16

@@ -1,13 +1,14 @@
 #!/bin/sh
 # program-finds-lua-only-where-installed.sh — the built program and library carry no path of the source
 # tree's Lua library: the program searches TEGRAPH_LUA_PATH and the installed Lua directory only, and
-# ./tegraph of the build tree is what adds the source tree's lua/ (to TEGRAPH_LUA_PATH).
+# ./tegraph of the build tree is what adds the source tree's lua/ (to TEGRAPH_LUA_PATH); a user's LUA_PATH comes
+# before the installed Lua directory (a shared one: its other modules must not shadow the user's).
 B="${TG_TOP_BUILDDIR:-.}"
 S="${TG_TOP_SRCDIR:-.}"
 LUADIR="$(cd "$S/lua" && pwd)"
 RAW="$S/lua" # the build's own spelling (abs_top_srcdir may hold "..")
 case "$S" in /*) ;; *) RAW="$LUADIR" ;; esac
-echo "1..4"
+echo "1..5"
 
 # 1: no binary of the build (program, shared or static library, Lua C module) holds "<srcdir>/lua" as a path.
 found="" n=0
@@ -45,4 +46,10 @@ out=$(env -u LUA_PATH TEGRAPH_LUA_PATH="$tmp" "$B/tegraph" --device cpu -e 'prin
 rm -rf "$tmp"
 if [ "$out" = "mine	true" ]; then echo "ok 4 - ./tegraph keeps the caller's TEGRAPH_LUA_PATH first"
 else echo "not ok 4 - got: $out"; fi
+# 5: the installed directory (the path's last entries, which stock Lua's default path may hold too) comes after LUA_PATH
+out=$(TEGRAPH_LUA_PATH="$S/lua" LUA_PATH="/nonexistent-user-dir/?.lua" "$B/src/cli/tegraph" -e 'print(package.path)' 2>&1)
+case "$out" in
+    "$S/lua/?.lua;$S/lua/?/init.lua;/nonexistent-user-dir/?.lua;"*) echo "ok 5 - a script's require searches LUA_PATH before the installed Lua directory" ;;
+    *) echo "not ok 5 - package.path: $out" ;;
+esac
 exit 0

@@ -70,19 +70,36 @@ end
 function M.keep_state(model, fn, ...)
   if type(fn) ~= "function" then raise("fp8.keep_state: fn must be a function, got " .. type(fn)) end
   local mods = (type(model) == "table" and model.fp8_state == nil) and model or { model }
-  local saved = {}
   for i, m in ipairs(mods) do
     if (type(m) ~= "table" and type(m) ~= "userdata") or m.fp8_state == nil then
       raise(string.format("fp8.keep_state: model entry %d has no fp8_state() (a module or a GPT)", i))
     end
-    for _, st in ipairs(m:fp8_state()) do
-      local e = { st.amax_history, st.scale, st.scale_inv }
-      saved[#saved + 1] = { e, { e[1]:clone(), e[2]:clone(), e[3]:clone() } }
-    end
   end
+  -- the states under the model, each keyed by its module and its place among that module's (the tensors
+  -- handed out are new handles on every call)
+  local function states()
+    local out, seen = {}, {}
+    for _, m in ipairs(mods) do
+      for _, st in ipairs(m:fp8_state()) do
+        local n = (seen[st.module] or 0) + 1
+        seen[st.module] = n
+        out[#out + 1] = { key = st.module .. "#" .. n, t = { st.amax_history, st.scale, st.scale_inv } }
+      end
+    end
+    return out
+  end
+  local saved = {}
+  for _, e in ipairs(states()) do saved[e.key] = { e.t[1]:clone(), e.t[2]:clone(), e.t[3]:clone() } end
   local res = table.pack(pcall(core.fp8.run, fn, ...))
-  for _, s in ipairs(saved) do
-    for j = 1, 3 do s[1][j]:copy_(s[2][j]) end
+  -- put back what was there; a state made inside fn (an autocast's first FP8 forward) goes back to how a state
+  -- starts (a zero history, scales 1), so the first training forward finds what it would have made itself
+  for _, e in ipairs(states()) do
+    local old = saved[e.key]
+    for j = 1, 3 do
+      local same = old and old[j]:ndim() == e.t[j]:ndim()
+      for d = 1, same and e.t[j]:ndim() or 0 do same = same and old[j]:dim(d) == e.t[j]:dim(d) end
+      if same then e.t[j]:copy_(old[j]) else e.t[j]:fill_(j == 1 and 0 or 1) end
+    end
   end
   if not res[1] then error(no_yield(res[2], "fp8.keep_state"), 0) end
   return table.unpack(res, 2, res.n)

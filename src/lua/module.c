@@ -19,7 +19,7 @@ static int lua_files_dir(char *dir, size_t size)
 {
     char here[4096] = "";
     Dl_info info;
-    if (dladdr((void *)luaopen_tegraph_core, &info) && info.dli_fname) {
+    if (dladdr((void *)lua_files_dir, &info) && info.dli_fname) { /* a static function: this file's own address */
         snprintf(here, sizeof here, "%s", info.dli_fname);
         char *slash = strrchr(here, '/');
         if (slash) *slash = '\0';

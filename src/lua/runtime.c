@@ -201,16 +201,23 @@ static int rt_setup(lua_State *L)
     lua_setfield(L, -2, "tegraph.core");
     lua_pop(L, 1);
 
-    /* package.path = $TEGRAPH_LUA_PATH; the installed Lua library; then what Lua chose. (The build
-     * tree's ./tegraph sets TEGRAPH_LUA_PATH to the source tree's lua/: src/cli/local.mk.) */
+    /* package.path = $TEGRAPH_LUA_PATH; then what Lua chose (LUA_PATH); then the installed Lua directory, a
+     * shared one (luarocks' too) whose other modules must not shadow the user's. (The build tree's ./tegraph
+     * sets TEGRAPH_LUA_PATH to the source tree's lua/: src/cli/local.mk.) */
     luaL_Buffer b;
     lua_getglobal(L, "package"); /* +1 */
     luaL_buffinit(L, &b);
     add_dirs(&b, getenv("TEGRAPH_LUA_PATH"));
-    add_dirs(&b, TG_LUADIR);
     lua_getfield(L, -2, "path"); /* +1, added to the buffer below */
     luaL_addvalue(&b);
+    luaL_addchar(&b, ';');
+    add_dirs(&b, TG_LUADIR);
     luaL_pushresult(&b); /* +1 */
+    size_t len;
+    const char *path = lua_tolstring(L, -1, &len);
+    while (len > 0 && path[len - 1] == ';') len--; /* no empty template at the end */
+    lua_pushlstring(L, path, len);
+    lua_remove(L, -2);
     lua_setfield(L, -2, "path");
     lua_pop(L, 1);
 
