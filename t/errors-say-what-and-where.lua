@@ -83,4 +83,13 @@ tap.ok(right, "arange(200003) holds 0 .. 200002, across its blocks")
 local ai = tg.arange(70000, { dtype = "i32" })
 tap.is(ai:narrow(70000, 1):item(), 69999, "i32 arange: the last element is n - 1")
 
+-- the runtime's text-only load and loadfile name themselves and the caller's line, as Lua's own do
+local lok, lerr = pcall(function() return load({}) end)
+tap.ok(not lok and lerr:find("errors%-say%-what%-and%-where%.lua:%d+: bad argument #1 to 'load' %(function expected, got table%)"),
+  "load({}) names load and the caller's line: " .. tostring(lerr))
+local fok, ferr = pcall(function() return loadfile({}) end)
+tap.ok(not fok and ferr:find(":%d+: bad argument #1 to 'loadfile' %(string expected, got table%)"),
+  "loadfile({}) names loadfile: " .. tostring(ferr))
+tap.is(load("return 6 * 7")(), 42, "load of Lua source still runs")
+
 tap.done_testing()

@@ -119,10 +119,22 @@ static int call_text_mode(lua_State *L, int modeidx, int nameidx, const char *fn
     return nres;
 }
 
-/* load(chunk [, chunkname [, mode [, env]]]), text only. */
-static int rt_load(lua_State *L) { return call_text_mode(L, 3, 2, "load"); }
+/* load(chunk [, chunkname [, mode [, env]]]), text only. The arguments are checked here, as Lua's load checks
+ * them, so a bad one is named at the caller's line ("bad argument #1 to 'load'"), not inside the inner call. */
+static int rt_load(lua_State *L)
+{
+    if (lua_type(L, 1) != LUA_TSTRING) luaL_checktype(L, 1, LUA_TFUNCTION);
+    luaL_optstring(L, 2, NULL);
+    luaL_optstring(L, 3, NULL);
+    return call_text_mode(L, 3, 2, "load");
+}
 /* loadfile([filename [, mode [, env]]]), text only. */
-static int rt_loadfile_global(lua_State *L) { return call_text_mode(L, 2, 1, "loadfile"); }
+static int rt_loadfile_global(lua_State *L)
+{
+    luaL_optstring(L, 1, NULL);
+    luaL_optstring(L, 2, NULL);
+    return call_text_mode(L, 2, 1, "loadfile");
+}
 
 static int dofile_cont(lua_State *L, int status, lua_KContext ctx)
 {
