@@ -320,6 +320,14 @@ end
 t.error_like(function() tg.graph.make_graphed(chunk(false, "w0"), { sample = x, warmup = 0 }) end,
   "warmup must be >= 1 %(got 0; leave it out for the default, 3%)", "make_graphed{warmup = 0} is refused")
 
+t.error_like(function() tg.graph.make_graphed(chunk(false, "w3"), { sample = x, warmup = "3" }) end,
+  "opts.warmup must be an integer %(got 3%)", "make_graphed{warmup = \"3\"} is refused, not converted")
+t.error_like(function() tg.schedule.make_graphed(tg.schedule.gpipe { stages = 1, microbatches = 1 }, { chunk(false, "s0") },
+  { samples = { x }, warmup = 0 }) end, "graph%-bad%-use%-errors%.lua:%d+: schedule%.make_graphed: warmup must be an integer >= 1",
+  "schedule.make_graphed{warmup = 0} is refused at the caller's line")
+t.error_like(function() tg.graph.graph_modules(chunk(false, "gm"), { "mlp" }, { sample = x, warmup = 0 }) end,
+  "graph_modules: warmup must be an integer >= 1, got 0", "graph_modules{warmup = 0} is refused by name")
+
 -- chunk numbers that are no plan's are named, not renumbered
 for _, bad in ipairs { { 0, "order%[1%]%.chunk is 0 %(chunks are numbered from 1%)" }, { -1, "order%[1%]%.chunk is %-1" },
   { "1", "order%[1%]%.chunk is not an integer" } } do

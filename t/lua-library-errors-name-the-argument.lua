@@ -180,6 +180,9 @@ refused(function() gpt:eval_loss(tg.zeros({ 1, 4 }), nil) end,
 refused(function() gpt:register_wgrad_hook(42) end, "register_wgrad_hook: fn must be a function, got number",
   "gpt:register_wgrad_hook(42)")
 
+refused(function() tg.reduce.ddp { params = {} } end, "ddp: params is empty %(no parameter to reduce%)", "ddp{params = {}}")
+refused(function() tg.reduce.zero1 { params = {} } end, "zero1: params is empty", "zero1{params = {}}")
+
 local train = require "tegraph.train"
 refused(function() train.single_stage_plan(1.5, 2) end, "single_stage_plan: chunks must be an integer >= 1, got 1.5",
   "single_stage_plan(1.5, ...)")

@@ -53,6 +53,9 @@ setmetatable(M, {
 -- The set's modules are in `set.modules`; g:free() makes them run eagerly again.
 function M.graph.graph_modules(model, names, opts)
   opts = options.check("graph_modules", opts or {}, { "sample", "microbatches", "order", "warmup", "pool", "share" })
+  if opts.warmup ~= nil and (math.type(opts.warmup) ~= "integer" or opts.warmup < 1) then
+    raise("graph_modules: warmup must be an integer >= 1, got " .. tostring(opts.warmup))
+  end
   if type(names) ~= "table" or #names == 0 then raise("graph_modules: names must be a list of module names, e.g. {\"attn\", \"mlp\"}") end
   local chunks = (type(model) == "table" and model.forward == nil) and model or { model }
   local mods, of_chunk = {}, {}

@@ -468,7 +468,7 @@ static int l_make_graphed(lua_State *L)
     o.microbatches = opt_count(L, "microbatches", 1, 1);
     if (lua_getfield(L, 2, "warmup") != LUA_TNIL) { /* (its range is the engine's to check) */
         int isint = 0;
-        lua_Integer w = lua_tointegerx(L, -1, &isint);
+        lua_Integer w = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isint) : 0; /* not "3" */
         if (!isint || w < INT_MIN || w > INT_MAX)
             return luaL_error(L, "make_graphed: opts.warmup must be an integer (got %s)", tgl_value_str(L, -1));
         if (w == 0) /* the C struct's 0 means the default; given here it would silently be 3 */

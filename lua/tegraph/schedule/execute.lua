@@ -104,6 +104,9 @@ function M.make_graphed(plan, chunks, opts)
   end
   -- share = false: transfers between stages hold a chunk's static output or input gradient past the
   -- stage's next microbatch, which a set shared across microbatches would overwrite
+  if opts.warmup ~= nil and (math.type(opts.warmup) ~= "integer" or opts.warmup < 1) then
+    raise("schedule.make_graphed: warmup must be an integer >= 1, got " .. tostring(opts.warmup))
+  end
   local base = { microbatches = plan.microbatches, warmup = opts.warmup, pool = opts.pool, share = false }
   -- chain: the chunks of one set are consecutive parts of one model (all stages in this process)
   local chain = opts.chain and not opts.per_stage and not only or nil
