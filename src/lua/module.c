@@ -42,6 +42,14 @@ TG_API int luaopen_tegraph(lua_State *L); /* exported from the C module only (no
 int luaopen_tegraph(lua_State *L)
 {
     char dir[4200], init[4400];
+    /* a tegraph runtime (it preloads tegraph.core) loads its library from TEGRAPH_LUA_PATH or the installed
+     * directory only: a C module on its LUA_CPATH is not a way around that */
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+    int in_runtime = lua_getfield(L, -1, "tegraph.core") != LUA_TNIL;
+    lua_pop(L, 2);
+    if (in_runtime)
+        return luaL_error(L, "require \"tegraph\": not on the runtime's path (TEGRAPH_LUA_PATH, then the installed "
+                             "directory %s); the C module does not load it into a runtime", TG_LUADIR);
     if (!lua_files_dir(dir, sizeof dir))
         return luaL_error(L, "require \"tegraph\": the C module has no tegraph/init.lua beside it or in %s; put the "
                              "directory of tegraph's Lua files on LUA_PATH (DIR/?.lua;DIR/?/init.lua)", TG_LUADIR);

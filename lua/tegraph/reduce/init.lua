@@ -66,8 +66,8 @@ end
 
 function M.tracker(o)
   if type(o) ~= "table" or type(o.params) ~= "table" then raise("reduce.tracker: params (a list) is required") end
-  if #o.params == 0 then raise((o.name or "reduce.tracker") .. ": params is empty (no parameter to reduce)") end
   if type(o.on_ready) ~= "function" then raise("reduce.tracker: on_ready (a function) is required") end
+  if #o.params == 0 then raise((o.name or "reduce.tracker") .. ": params is empty (no parameter to reduce)") end
   options.check("reduce.tracker", o, { "params", "on_ready", "name", "bucket_bytes", "bucket_numel", "pad_to", "align" })
   local gb = comm.grad_buffer(o.params, {
     bucket_numel = M.bucket_numel(o.name or "reduce.tracker", o),
