@@ -17,7 +17,7 @@ local ops = tg.ops
 
 local defaults = {
   { "steps", 16, "optimizer steps of each policy's run (at least 2 * --every + 1: local SGD is checked across two averagings)", min = 1 },
-  { "every", 4, "local SGD: average the parameters every K steps", min = 1 },
+  { "every", 4, "local SGD: average the parameters every K steps (at least 2: the check needs steps between averagings)", min = 2 },
 }
 local opt = cli.parse("examples/custom_reduce.lua", defaults, arg)
 for _, k in ipairs { "steps", "every" } do

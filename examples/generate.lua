@@ -45,6 +45,13 @@ end
 if opt.keep and math.type(opt.keep) ~= "integer" then
   usage_error(string.format("--keep needs an integer (got %s)", tostring(opt.keep)))
 end
+if opt.ckpt then -- the random model's shape options mean nothing with a checkpoint: refused, not ignored
+  local SHAPE = { vocab = true, layers = true, width = true, heads = true, context = true, dtype = true }
+  for _, a in ipairs(arg) do
+    local k = type(a) == "string" and a:match("^%-%-([%w-]+)") or nil
+    if k and SHAPE[k] then usage_error(string.format("--%s shapes the random model; with --ckpt the checkpoint's is used", k)) end
+  end
+end
 
 -- The model: from a checkpoint directory, or random weights of the given shape.
 local function load_model()
@@ -64,7 +71,7 @@ end
 -- Generates from model (an nn.GPT) with tokenizer tok; streams the first sequence when not benchmarking.
 local function run(model, tok)
   local prompt = tok:encode(opt.prompt)
-  if #prompt == 0 then error("generate.lua: the prompt is empty after tokenizing", 0) end
+  if #prompt == 0 then usage_error("--prompt is empty after tokenizing") end
   local prompts = {}
   for b = 1, opt.batch do prompts[b] = prompt end
   local stream = not opt.bench
@@ -87,6 +94,10 @@ local function run(model, tok)
 end
 
 local model, meta = load_model()
+if opt.keep and opt.keep >= model.cfg.max_position_embeddings then
+  usage_error(string.format("--keep %d must be below the context %d (the tokens kept when the window slides)", opt.keep,
+    model.cfg.max_position_embeddings))
+end
 local tok_dir = opt.tokenizer or (meta and meta.tokenizer)
 if not tok_dir and opt.ckpt then
   local f = io.open(opt.ckpt .. "/vocab.json") or io.open(opt.ckpt .. "/encoder.json")

@@ -263,9 +263,9 @@ if opt.text then
     print(string.format("%s: %d %s tokens %s %s", path, n, tok.kind, cached and "cached in" or "written to", bin))
     return bin
   end
-  if opt.vocab and opt.vocab < tok.vocab_size then
-    usage_error(string.format("--vocab %d is smaller than the %s tokenizer's %d ids (leave --vocab out with --text)",
-      opt.vocab, tok.kind, tok.vocab_size))
+  if opt.vocab and opt.vocab ~= tok.vocab_size then -- smaller: ids would not fit; larger: samples it cannot decode
+    usage_error(string.format("--vocab %d is not the %s tokenizer's %d ids (leave --vocab out with --text; " ..
+      "--vocab-pad pads the table)", opt.vocab, tok.kind, tok.vocab_size))
   end
   opt.data = tokenize(opt.text)
   if opt.val then opt.val = tokenize(opt.val) end

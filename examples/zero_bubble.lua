@@ -30,7 +30,7 @@ local defaults = {
   { "heads", 4, "attention heads" },
   { "tokens", 32, "sequence length T" },
   { "batch", 4, "sequences per microbatch" },
-  { "steps", 3, "measured steps per schedule (after one warm-up step)" },
+  { "steps", 3, "measured steps per schedule (after one warm-up step)", min = 1 },
   { "graphed", false, "run graphed callables (captured per chunk and microbatch) instead of eager modules" },
   { "svg", "schedule", "SVG prefix: writes PREFIX-NAME.svg (unit costs) and PREFIX-NAME-measured.svg" },
   { "trace", nil, "write the Chrome trace JSON of the measured steps to this file (open in Perfetto)" },
@@ -50,9 +50,16 @@ if opt.dtype ~= "f32" and opt.dtype ~= "bf16" then
 end
 local sync = opt.sync
 if sync == nil then sync = not tg.default_device():find("^cpu") end
-if L % (2 * P) ~= 0 then error(string.format("zero_bubble: --layers (%d) must be a multiple of 2 * stages (%d)", L, 2 * P), 0) end
+local function usage_error(msg) -- options that do not go together: a usage error, exit 2
+  io.stderr:write("zero_bubble.lua: ", msg, "\n")
+  os.exit(2)
+end
+if L % (2 * P) ~= 0 then usage_error(string.format("--layers (%d) must be a multiple of 2 * stages (%d)", L, 2 * P)) end
 if M % P ~= 0 then
-  error(string.format("zero_bubble: --microbatches (%d) must be a multiple of stages (%d) (interleaved 1F1B)", M, P), 0)
+  usage_error(string.format("--microbatches (%d) must be a multiple of stages (%d) (interleaved 1F1B)", M, P))
+end
+if opt.width % opt.heads ~= 0 then
+  usage_error(string.format("--width (%d) must be a multiple of --heads (%d)", opt.width, opt.heads))
 end
 local shape = { opt.batch, opt.tokens, opt.width }
 

@@ -142,6 +142,9 @@ status, out, err = run_cli({ "interleaved", "--stages", "4", "--microbatches", "
 tap.is(status, 2, "cli: generator misuse is a usage error")
 tap.like(err, "^tegraph schedule: schedule%.interleaved: microbatches %(6%) must be a multiple of stages %(4%)",
   "cli: the generator's message shown, without the library file's position")
+status, out, err = run_cli({ "all", "-p", "2", "-m", "4", "--svg", "never.svg" })
+tap.is(status, 2, "cli all --svg: a usage error (it was ignored)")
+tap.like(err, "%-%-svg draws one schedule's timeline, not 'all'", "cli all --svg: says why")
 status, out = run_cli({ "--help" })
 tap.is(status, 0, "cli --help: status 0")
 tap.like(out, "^usage: tegraph schedule NAME", "cli --help: usage")

@@ -120,6 +120,10 @@ return function(S)
         "microbatch-chunks)\n", o.stages, math.max(o.chunks or 2, 2), o.microbatches, MAX_COMPUTES))
       return 2
     end
+    if o.name == "all" and o.svg then
+      errf:write("tegraph schedule: --svg draws one schedule's timeline, not 'all' (name one)\n", USAGE)
+      return 2
+    end
     if o.name == "all" then
       out:write(string.format("P=%d M=%d%s\n%-12s %8s %9s  %-20s %-20s %s\n", o.stages, o.microbatches,
         o.chunks and (" V=" .. o.chunks) or "", "schedule", "bubble", "makespan", "idle per stage",
