@@ -181,35 +181,33 @@ c, so, se = run("examples/zero_bubble.lua", "--stages")
 tap.is(c, 2, "zero_bubble.lua --stages (no value) exits 2")
 tap.like(se, "^zero_bubble%.lua: %-%-stages needs a value\n", "and names the flag")
 
-c, so, se = run("examples/gpt.lua", "--data never.bin --val-split 0")
-tap.is(c, 2, "gpt.lua --val-split 0 exits 2 (it failed after loading, naming the file)")
-tap.like(se, "^gpt%.lua: %-%-val%-split must be in %(0, 1%) %(got 0", "and names the option")
-c, so, se = run("examples/gpt.lua", "--text never.txt --vocab 100")
-tap.is(c, 2, "gpt.lua --text with a --vocab below the tokenizer's exits 2")
-tap.like(se, "%-%-vocab 100 is not the .* tokenizer's 256 ids", "and names both")
-c, so, se = run("examples/gpt.lua", "--text never.txt --vocab 300")
-tap.is(c, 2, "gpt.lua --text with a --vocab above the tokenizer's exits 2 (its samples failed to decode after training)")
-c, so, se = run("examples/generate.lua", "--keep 64 --max-tokens 2")
-tap.is(c, 2, "generate.lua --keep at the context exits 2")
-tap.like(se, "%-%-keep 64 must be below the context 64", "and names --keep and the context")
-c, so, se = run("examples/generate.lua", "--ckpt never --layers 7")
-tap.is(c, 2, "generate.lua --ckpt with a random-model shape option exits 2 (it was ignored)")
-tap.like(se, "%-%-layers shapes the random model; with %-%-ckpt the checkpoint's is used", "and says why")
-c, so, se = run("examples/generate.lua", "--prompt ''")
-tap.is(c, 2, "generate.lua with an empty prompt is a usage error")
-c, so, se = run("examples/zero_bubble.lua", "--layers 3 --stages 2")
-tap.is(c, 2, "zero_bubble.lua --layers not a multiple of 2 * stages is a usage error (exit 2)")
-tap.like(se, "^zero_bubble%.lua: %-%-layers %(3%) must be a multiple of 2 %* stages %(4%)", "and names the option")
-c, so, se = run("examples/zero_bubble.lua", "--steps 0")
-tap.is(c, 2, "zero_bubble.lua --steps 0 exits 2 (it ran everything, then failed)")
-c, so, se = run("examples/custom_reduce.lua", "--every 1 --steps 5")
-tap.is(c, 2, "custom_reduce.lua --every 1 exits 2 (its local-SGD check cannot hold)")
-c, so, se = run("examples/bench/layers.lua", "--only bogus --device cpu")
-tap.is(c, 2, "layers.lua --only bogus exits 2 (it printed an empty table)")
-tap.like(se, "%-%-only bogus: no such configuration %(one of tiny%-launchbound, small", "and lists the configurations")
-c, so, se = run("examples/bench/layers.lua", "--only tiny --modes eager,grpahed --device cpu")
-tap.is(c, 2, "layers.lua --modes with a misspelt mode exits 2")
-tap.like(se, "unknown mode 'grpahed'", "and names it")
+-- Option combinations that failed late (after training, or with a traceback) are usage errors: exit 2, and the
+-- message (when given) names the option.
+for _, u in ipairs {
+  { "examples/gpt.lua", "--data never.bin --val-split 0", "gpt.lua --val-split 0 (it failed after loading, naming the file)",
+    "^gpt%.lua: %-%-val%-split must be in %(0, 1%) %(got 0" },
+  { "examples/gpt.lua", "--text never.txt --vocab 100", "gpt.lua --text with a --vocab below the tokenizer's",
+    "%-%-vocab 100 is not the .* tokenizer's 256 ids" },
+  { "examples/gpt.lua", "--text never.txt --vocab 300",
+    "gpt.lua --text with a --vocab above the tokenizer's (its samples failed to decode after training)" },
+  { "examples/generate.lua", "--keep 64 --max-tokens 2", "generate.lua --keep at the context",
+    "%-%-keep 64 must be below the context 64" },
+  { "examples/generate.lua", "--ckpt never --layers 7", "generate.lua --ckpt with a random-model shape option (ignored)",
+    "%-%-layers shapes the random model; with %-%-ckpt the checkpoint's is used" },
+  { "examples/generate.lua", "--prompt ''", "generate.lua with an empty prompt" },
+  { "examples/zero_bubble.lua", "--layers 3 --stages 2", "zero_bubble.lua --layers not a multiple of 2 * stages",
+    "^zero_bubble%.lua: %-%-layers %(3%) must be a multiple of 2 %* stages %(4%)" },
+  { "examples/zero_bubble.lua", "--steps 0", "zero_bubble.lua --steps 0 (it ran everything, then failed)" },
+  { "examples/custom_reduce.lua", "--every 1 --steps 5", "custom_reduce.lua --every 1 (its local-SGD check cannot hold)" },
+  { "examples/bench/layers.lua", "--only bogus --device cpu", "layers.lua --only bogus (it printed an empty table)",
+    "%-%-only bogus: no such configuration %(one of tiny%-launchbound, small" },
+  { "examples/bench/layers.lua", "--only tiny --modes eager,grpahed --device cpu", "layers.lua --modes with a misspelt mode",
+    "unknown mode 'grpahed'" },
+} do
+  c, so, se = run(u[1], u[2])
+  tap.is(c, 2, u[3] .. " exits 2")
+  if u[4] then tap.like(se, u[4], "... and the message names it") end
+end
 
 -- Every flag a documented or device run passes parses: they come before a final --help, which
 -- only exits 0 when everything before it was accepted.
