@@ -96,9 +96,8 @@ function M.keep_state(model, fn, ...)
   for _, e in ipairs(states()) do
     local old = saved[e.key]
     for j = 1, 3 do
-      local same = old and old[j]:ndim() == e.t[j]:ndim()
-      for d = 1, same and e.t[j]:ndim() or 0 do same = same and old[j]:dim(d) == e.t[j]:dim(d) end
-      if same then e.t[j]:copy_(old[j]) else e.t[j]:fill_(j == 1 and 0 or 1) end
+      if old and table.concat(old[j]:shape(), ",") == table.concat(e.t[j]:shape(), ",") then e.t[j]:copy_(old[j])
+      else e.t[j]:fill_(j == 1 and 0 or 1) end
     end
   end
   if not res[1] then error(no_yield(res[2], "fp8.keep_state"), 0) end

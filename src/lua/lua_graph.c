@@ -278,27 +278,15 @@ static const luaL_Reg graphed_methods[] = {
 static struct tg_graph_action *read_order(lua_State *L, int idx, int nchunks, int *n)
 {
     const int len = tgl_len(L, idx);
-    int total = 0;
-    for (int i = 1; i <= len; i++) { /* first pass: the entries, each a B with w = true counting twice */
+    /* +1, freed by the GC; room for every entry to be a B with its W */
+    struct tg_graph_action *a = lua_newuserdatauv(L, (size_t)(len ? 2 * len : 1) * sizeof *a, 0);
+    int k = 0, outside = 0;
+    for (int i = 1; i <= len; i++) {
         lua_geti(L, idx, i); /* +1 */
         if (!lua_istable(L, -1)) luaL_error(L, "make_graphed: order[%d] is not a table {op=, chunk=, mb=}", i);
         char what[48];
         snprintf(what, sizeof what, "make_graphed: order[%d]", i);
         tgl_check_keys(L, -1, what, "op, chunk, mb, w"); /* a misspelt chunk would run chunk 1 */
-        int w = lua_getfield(L, -1, "w") != LUA_TNIL;
-        if (w && !lua_isboolean(L, -1)) luaL_error(L, "make_graphed: order[%d].w must be a boolean", i);
-        w = w && lua_toboolean(L, -1);
-        lua_getfield(L, -2, "op");
-        const char *op = lua_tostring(L, -1);
-        if (w && (!op || strcmp(op, "B") != 0)) luaL_error(L, "make_graphed: order[%d]: w = true belongs to a B", i);
-        total += 1 + w;
-        lua_pop(L, 3);
-    }
-    *n = total;
-    struct tg_graph_action *a = lua_newuserdatauv(L, (size_t)(total ? total : 1) * sizeof *a, 0); /* +1, freed by the GC */
-    int k = 0, outside = 0;
-    for (int i = 1; i <= len; i++) {
-        lua_geti(L, idx, i); /* +1 */
         lua_getfield(L, -1, "op");
         const char *op = lua_tostring(L, -1);
         if (!op || strlen(op) != 1 || !strchr("FBW", op[0]))
@@ -307,14 +295,16 @@ static struct tg_graph_action *read_order(lua_State *L, int idx, int nchunks, in
         lua_getfield(L, -2, "chunk");
         if (!lua_isnil(L, -1) && !lua_isinteger(L, -1)) luaL_error(L, "make_graphed: order[%d].chunk is not an integer", i);
         a[k].chunk = lua_isnil(L, -1) ? 1 : tgl_checkint(L, -1);
-        lua_getfield(L, -3, "mb");
-        if (!lua_isinteger(L, -1)) luaL_error(L, "make_graphed: order[%d].mb is not an integer", i);
-        a[k].mb = tgl_checkint(L, -1);
-        lua_getfield(L, -4, "w");
         if (a[k].chunk < 1) /* no chunk of any plan: named, not renumbered */
             luaL_error(L, "make_graphed: order[%d].chunk is %d (chunks are numbered from 1)", i, a[k].chunk);
         outside |= a[k].chunk > nchunks;
+        lua_getfield(L, -3, "mb");
+        if (!lua_isinteger(L, -1)) luaL_error(L, "make_graphed: order[%d].mb is not an integer", i);
+        a[k].mb = tgl_checkint(L, -1);
+        if (lua_getfield(L, -4, "w") != LUA_TNIL && !lua_isboolean(L, -1))
+            luaL_error(L, "make_graphed: order[%d].w must be a boolean", i);
         if (lua_toboolean(L, -1)) {
+            if (a[k].op != 'B') luaL_error(L, "make_graphed: order[%d]: w = true belongs to a B", i);
             a[k + 1] = a[k];
             a[k + 1].op = 'W';
             k++;
@@ -322,6 +312,8 @@ static struct tg_graph_action *read_order(lua_State *L, int idx, int nchunks, in
         k++;
         lua_pop(L, 5);
     }
+    const int total = k;
+    *n = total;
     if (outside) { /* a stage's chunks of a plan: number them 1..nchunks in the order of their plan numbers */
         int *ids = malloc((size_t)nchunks * sizeof *ids), nid = 0, ok = ids != NULL;
         for (int i = 0; ok && i < total; i++) {

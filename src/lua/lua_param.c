@@ -112,9 +112,7 @@ static int p_newindex(lua_State *L)
     if (!dst) return luaL_error(L, "Parameter '%s' has no %s (it keeps its gradient in %s)", p->name, k,
                                 p->main_grad ? "main_grad" : "grad");
     tg_tensor *src = tgl_tensor_check(L, 3);
-    int same = tg_tensor_ndim(src) == tg_tensor_ndim(dst);
-    for (int i = 0; same && i < tg_tensor_ndim(dst); i++) same = tg_tensor_dim(src, i) == tg_tensor_dim(dst, i);
-    if (!same) {
+    if (!tg_tensor_same_shape(src, dst)) {
         char a[64], b[64];
         return luaL_error(L, "Parameter '%s': %s is %s, the tensor given is %s", p->name, k,
                           tg_tensor_shape_str(dst, a, sizeof a), tg_tensor_shape_str(src, b, sizeof b));

@@ -549,9 +549,7 @@ static int t_copy_(lua_State *L)
     tg_tensor *t = tgl_tensor_check(L, 1);
     tg_tensor *src = tgl_tensor_test(L, 2);
     if (src) { /* the shapes must be the same, as PyTorch's copy_ (no broadcasting): a [3,2] is no [2,3] */
-        int same = tg_tensor_ndim(src) == tg_tensor_ndim(t);
-        for (int i = 0; same && i < tg_tensor_ndim(t); i++) same = tg_tensor_dim(src, i) == tg_tensor_dim(t, i);
-        if (!same) {
+        if (!tg_tensor_same_shape(src, t)) {
             char a[64], b[64];
             luaL_argerror(L, 2, lua_pushfstring(L, "copy_: a tensor of shape %s into a tensor of shape %s (view it as %s first)",
                                                 tg_tensor_shape_str(src, a, sizeof a), tg_tensor_shape_str(t, b, sizeof b), b));
