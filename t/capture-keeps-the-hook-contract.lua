@@ -180,29 +180,27 @@ end
 -- Graphed callables write the targets they were captured with too: make_graphed and graph_modules refuse a replay
 -- after set_main_grad (a data-parallel wrapper made after capture re-binds main_grad into its buckets), instead of
 -- leaving the new buffer at zero.
+-- One step through c (a graphed callable or a model holding graphed modules) after p's main_grad was replaced:
+-- its backward must fail naming the parameter; modules is what drops the failed step's saved state.
+local function refused_after_rebind(c, p, modules, delay, pattern, what)
+  p:set_main_grad(tg.zeros({ IN * OUT }))
+  tg.step_begin { microbatches = 1 }
+  c:forward(X[1], 1)
+  t.error_like(function() c:backward(DY[1], 1); if delay then c:backward_dw(1) end end, pattern, what)
+  modules:drop_saved()
+  tg.hook_check(false); tg.step_end(); tg.hook_check(true)
+end
 for _, delay in ipairs { false, true } do
   local mode = delay and "delayed wgrad" or "wgrad not delayed"
   local m = linear(delay)
   local g = tg.graph.make_graphed(m, { sample = X[1], microbatches = 1 })
-  W(m):set_main_grad(tg.zeros({ IN * OUT }))
-  tg.step_begin { microbatches = 1 }
-  g:forward(X[1], 1)
-  t.error_like(function() g:backward(DY[1], 1); if delay then g:backward_dw(1) end end,
-    "wgrad target of fc%.weight .*was replaced after the graph was captured %(capture again%)",
+  refused_after_rebind(g, W(m), m, delay, "wgrad target of fc%.weight .*was replaced after the graph was captured %(capture again%)",
     "make_graphed (" .. mode .. "): a main_grad replaced after capture is refused at replay, naming the parameter")
-  m:drop_saved()
-  tg.hook_check(false); tg.step_end(); tg.hook_check(true)
   g:free()
   local s = tg.nn.Sequential { linear(delay), name = "s" }
   tg.graph.graph_modules(s, { "fc" }, { sample = X[1], microbatches = 1 })
-  s:parameters()[1]:set_main_grad(tg.zeros({ IN * OUT }))
-  tg.step_begin { microbatches = 1 }
-  s:forward(X[1], 1)
-  t.error_like(function() s:backward(DY[1], 1); if delay then s:backward_dw(1) end end,
-    "wgrad target of fc%.weight .*was replaced after the graph was captured",
+  refused_after_rebind(s, s:parameters()[1], s, delay, "wgrad target of fc%.weight .*was replaced after the graph was captured",
     "graph_modules (" .. mode .. "): a main_grad replaced after capture is refused at replay, naming the parameter")
-  s:drop_saved()
-  tg.hook_check(false); tg.step_end(); tg.hook_check(true)
 end
 
 -- A whole step with a hook-driven reduce in one plain capture: the hooks fire at replay, not while capturing, so

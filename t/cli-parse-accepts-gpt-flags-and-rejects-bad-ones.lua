@@ -158,20 +158,10 @@ tap.error_like(function() cli.try({ { "help", false, "h" } }, {}) end, "%-%-help
   "--help cannot be redefined")
 
 ------------------------------------------------------------------------ the real scripts, through `tegraph run`
-local top_src = os.getenv("TG_TOP_SRCDIR") or "."
-local top_build = os.getenv("TG_TOP_BUILDDIR") or "."
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-local errfile = os.tmpname()
--- Runs a script with args; returns the exit code, stdout, stderr.
+local ex = require "run_example"
+-- Runs a script (a path from the top of the source tree) with args; returns the exit code, stdout, stderr.
 local function run(script, args)
-  local cmd = q(top_build .. "/tegraph") .. " --device cpu run " .. q(top_src .. "/" .. script) .. " " .. args .. " 2>" .. q(errfile)
-  local p = assert(io.popen(cmd, "r"))
-  local so = p:read("a")
-  local _, _, c = p:close()
-  local f = io.open(errfile, "r")
-  local se = f and f:read("a") or ""
-  if f then f:close() end
-  return c, so, se
+  return ex.capture(ex.q(ex.top_build .. "/tegraph") .. " --device cpu run " .. ex.q(ex.top_src .. "/" .. script) .. " " .. args)
 end
 
 local c, so, se = run("examples/gpt.lua", "--steps x")
@@ -233,6 +223,6 @@ for _, a in ipairs(accepted) do
   c = run(a[1], "--iters-typo 3")
   tap.is(c, 2, a[1] .. " rejects an unknown flag with exit 2")
 end
-os.remove(errfile)
+ex.cleanup()
 
 tap.done_testing()

@@ -31,22 +31,16 @@ tap.error_like(function() tg.debug() end, "bad argument #1", "the name is requir
 
 -- TG_DEBUG=name,name for a whole run: read once when the library loads; an unknown name is an error at startup
 -- (the program exits 2 naming it and the known switches; loading the library fails), not a run on the wrong path
-local top_build = os.getenv("TG_TOP_BUILDDIR") or "."
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-local script, errfile = os.tmpname(), os.tmpname()
+local ex = require "run_example"
+local top_build, q = ex.top_build, ex.q
+local script = os.tmpname()
 local f = assert(io.open(script, "w"))
 f:write('local tg = require "tegraph"\n',
   'print(tg.debug("unfused_dgelu"), tg.debug("alloc_direct"), tg.debug("gemm_blocked"))\n')
 f:close()
 -- runs the program with env and args; its stdout, stderr and exit status
 local function run(env, args)
-  local p = assert(io.popen(env .. " " .. q(top_build .. "/tegraph") .. " --device cpu " .. args .. " 2>" .. q(errfile),
-    "r"))
-  local out = p:read("a")
-  local _, _, code = p:close()
-  local ef = io.open(errfile, "r")
-  local err = ef and ef:read("a") or ""
-  if ef then ef:close() end
+  local code, out, err = ex.capture(env .. " " .. q(top_build .. "/tegraph") .. " --device cpu " .. args)
   return out, err, code
 end
 local out, err, code = run("TG_DEBUG=unfused_dgelu,alloc_direct", "run " .. q(script))
@@ -70,6 +64,6 @@ do
     "an embedding host cannot create a runtime under an unknown TG_DEBUG name, and is told why")
 end
 os.remove(script)
-os.remove(errfile)
+ex.cleanup()
 
 tap.done_testing()

@@ -29,9 +29,6 @@ run() { # run NAME ARGS...: output in $tmp/NAME.out, rc
     bounded 120 "$TG_MPIRUN" -np 2 --oversubscribe "$TEGRAPH" run "$tmp/policy.lua" "$@" >"$tmp/$name.out" 2>&1
     rc=$?
 }
-both() { # both FILE TEXT: both ranks printed a line with TEXT
-    grep -F -- "$2" "$1" | grep -q "^rank 0: " && grep -F -- "$2" "$1" | grep -q "^rank 1: "
-}
 
 echo "1..5"
 run ddp ddp diffshape 50

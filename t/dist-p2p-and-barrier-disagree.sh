@@ -86,9 +86,6 @@ run() { # run CASE ARGS...: output in $tmp/CASE.out, rc
     bounded 120 "$TG_MPIRUN" -np 2 --oversubscribe "$TEGRAPH" run "$tmp/p2p.lua" "$case_name" >"$tmp/$case_name.out" 2>&1
     rc=$?
 }
-both() { # both FILE TEXT: both ranks printed a line with TEXT
-    grep -F -- "$2" "$1" | grep -q "^rank 0: " && grep -F -- "$2" "$1" | grep -q "^rank 1: "
-}
 
 echo "1..13"
 run shape

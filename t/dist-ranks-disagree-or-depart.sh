@@ -77,9 +77,6 @@ run() { # run CASE ARGS...: output in $tmp/CASE.out, rc, secs
     rc=$?
     secs=$(($(date +%s) - t0))
 }
-both() { # both FILE TEXT: both ranks printed a line with TEXT
-    grep -F -- "$2" "$1" | grep -q "^rank 0: " && grep -F -- "$2" "$1" | grep -q "^rank 1: "
-}
 
 echo "1..14"
 run shape "$tmp/disagree.lua" shape

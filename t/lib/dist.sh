@@ -41,6 +41,11 @@ bounded() {
     if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi
 }
 
+# both FILE TEXT: both ranks (0 and 1) printed a line holding TEXT
+both() {
+    grep -F -- "$2" "$1" | grep -q "^rank 0: " && grep -F -- "$2" "$1" | grep -q "^rank 1: "
+}
+
 # mpirun_tap NP SCRIPT [ARGS...]: rank 0's TAP on stdout, the job's exit status.
 mpirun_tap() {
     np=$1

@@ -19,11 +19,11 @@ function M.run(script, args)
   return ok, out
 end
 
--- run_cpu(script, args) -> exit code, stdout, stderr, on the CPU backend
+-- capture(cmd) -> exit code, stdout, stderr of a shell command (stderr through a temporary file)
 local errfile
-function M.run_cpu(script, args)
+function M.capture(cmd)
   errfile = errfile or os.tmpname()
-  local p = assert(io.popen(command(script, args, " --device cpu") .. " 2>" .. M.q(errfile), "r"))
+  local p = assert(io.popen(cmd .. " 2>" .. M.q(errfile), "r"))
   local so = p:read("a")
   local _, _, c = p:close()
   local f = io.open(errfile, "r")
@@ -32,7 +32,10 @@ function M.run_cpu(script, args)
   return c, so, se
 end
 
--- Removes run_cpu's temporary file.
+-- run_cpu(script, args) -> exit code, stdout, stderr, on the CPU backend
+function M.run_cpu(script, args) return M.capture(command(script, args, " --device cpu")) end
+
+-- Removes capture's temporary file.
 function M.cleanup()
   if errfile then os.remove(errfile) end
   errfile = nil
